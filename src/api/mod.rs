@@ -1,0 +1,2 @@
+//! CRD types (placeholder until the api module lands).
+pub mod crds;

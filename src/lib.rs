@@ -1,0 +1,9 @@
+//! sandbox-operator: turns `Sandbox`, `SandboxTemplate` and `SandboxVolume` objects into
+//! isolated code sandboxes on a provider, and keeps them converged.
+//!
+//! Layout: `api` holds the CRD types (pure data + schema), `provider` the provider seam and
+//! its implementations. Kubernetes I/O lives only in the controllers; the provider seam and
+//! domain types know nothing of it.
+
+pub mod api;
+pub mod provider;

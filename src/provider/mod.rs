@@ -1,0 +1,265 @@
+//! The provider seam: what the controllers need from a place that runs sandboxes.
+//!
+//! A core trait every provider implements, plus optional capabilities reached through
+//! accessors that return `Option<&dyn Capability>`. The two answers mean different things and
+//! must never be collapsed: `None` means "this provider cannot", `Some(cap)` whose call
+//! returns `Err` means "it can, and this attempt failed". A provider never stubs a capability
+//! it lacks with a no-op or an empty answer — a caller that deletes what an enumeration
+//! returns would believe an empty stub.
+//!
+//! The eleven contract rules of DESIGN.md are written on the methods they govern below.
+
+pub mod docker;
+pub mod error;
+pub mod labels;
+pub mod types;
+pub mod validate;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+pub use error::{ProviderError, ProviderResult};
+pub use types::*;
+
+/// Core lifecycle every provider offers.
+#[async_trait]
+pub trait Provider: Send + Sync {
+    /// The configured name of this provider instance (as `Sandbox.spec.provider` names it).
+    fn name(&self) -> &str;
+
+    /// The provider type (`docker`, `fly`, `e2b`), for status and metrics.
+    fn kind(&self) -> &'static str;
+
+    /// Creates a sandbox WITHOUT starting it, under the request's deterministic name.
+    ///
+    /// A name that already exists is `Conflict` (the caller observes and adopts instead of
+    /// creating a second one). `template` wins over `image`, and a template that does not
+    /// exist is `NotFound`/`Invalid` — never a boot from the base image. A field the provider
+    /// cannot enforce (`command`, a resource ceiling, an egress allow-list) is an error, not
+    /// silently ignored (rule 10).
+    async fn create(&self, request: &CreateRequest) -> ProviderResult<SandboxDescriptor>;
+
+    /// Describes one sandbox; `Ok(None)` only when the provider holds nothing under that id.
+    ///
+    /// `started_at = None` means never started: wreckage of an interrupted create, not
+    /// "stopped" (rule 6).
+    async fn describe(&self, id: &str) -> ProviderResult<Option<SandboxDescriptor>>;
+
+    /// Finds sandboxes by labels, states and owner.
+    ///
+    /// Rule 1: returns `Err` when it could not enumerate; an empty list only ever means
+    /// "looked, found none". A reconcile loop that read "nothing there" from a failed query
+    /// would stop recovering, and a sweeper would delete on a partial picture.
+    async fn find(&self, query: &SandboxQuery) -> ProviderResult<Vec<SandboxDescriptor>>;
+
+    /// Starts a created or stopped sandbox. Starting a running one is a success.
+    async fn start(&self, id: &str) -> ProviderResult<()>;
+
+    /// Stops a sandbox (processes end). Stopping a stopped one is a success.
+    async fn stop(&self, id: &str) -> ProviderResult<()>;
+
+    /// Suspends a sandbox the cheapest way the provider has. Use [`Hibernation`] to learn
+    /// whether processes survive.
+    async fn sleep(&self, id: &str) -> ProviderResult<()>;
+
+    /// Wakes a slept sandbox.
+    async fn wake(&self, id: &str) -> ProviderResult<()>;
+
+    /// Destroys a sandbox and its provider-side state (not its named volumes).
+    ///
+    /// Rule 5: idempotent — destroying something already gone is a success.
+    async fn destroy(&self, id: &str) -> ProviderResult<()>;
+
+    /// Runs a command inside a running sandbox, bounded by the request's timeout (a timeout
+    /// is `Transient`). A non-zero exit code is returned as data.
+    async fn exec(&self, id: &str, request: &ExecRequest) -> ProviderResult<ExecOutput>;
+
+    /// Suspend/resume that reports what happened.
+    fn hibernation(&self) -> Option<&dyn Hibernation> {
+        None
+    }
+    /// Named volumes.
+    fn volumes(&self) -> Option<&dyn Volumes> {
+        None
+    }
+    /// Templates (capture, boot from, publish, fetch).
+    fn templates(&self) -> Option<&dyn Templates> {
+        None
+    }
+    /// Changing resource ceilings in place.
+    fn resources(&self) -> Option<&dyn SetResources> {
+        None
+    }
+    /// Headroom measurement.
+    fn capacity(&self) -> Option<&dyn CapacityProbe> {
+        None
+    }
+    /// Exact file I/O.
+    fn files(&self) -> Option<&dyn Files> {
+        None
+    }
+    /// Bulk tar transfer of directory trees.
+    fn bulk_files(&self) -> Option<&dyn BulkFiles> {
+        None
+    }
+    /// Egress observation.
+    fn egress(&self) -> Option<&dyn Egress> {
+        None
+    }
+    /// A stream of changes to managed resources, so drift is noticed without polling.
+    fn events(&self) -> Option<&dyn ProviderEvents> {
+        None
+    }
+}
+
+/// Suspend and resume, reporting whether the process tree survived.
+#[async_trait]
+pub trait Hibernation: Send + Sync {
+    /// Suspends the sandbox with the highest-fidelity mechanism available, falling back
+    /// rather than failing.
+    ///
+    /// Rule 7: the outcome reports what happened (`processes_preserved`), never what was
+    /// attempted.
+    async fn hibernate(&self, id: &str) -> ProviderResult<HibernationOutcome>;
+
+    /// Resumes a suspended sandbox and reports whether its processes came back
+    /// (`processes_preserved = false`: running but empty, relaunch what you need). Rule 7.
+    async fn resume(&self, id: &str) -> ProviderResult<HibernationOutcome>;
+}
+
+/// Named volumes that outlive sandboxes.
+#[async_trait]
+pub trait Volumes: Send + Sync {
+    /// Creates a volume with the given labels. Creating an existing volume with our owner
+    /// labels is a success (idempotent); one owned by someone else is `Conflict`.
+    async fn create_volume(
+        &self,
+        name: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> ProviderResult<VolumeInfo>;
+
+    /// Removes a volume. Absent = success (rule 5). An attached volume is refused with
+    /// `Conflict` naming the sandboxes that hold it.
+    async fn remove_volume(&self, name: &str) -> ProviderResult<()>;
+
+    /// Describes one volume; `Ok(None)` only when it genuinely does not exist.
+    ///
+    /// Rule 4: attachment that cannot be determined reads as attached.
+    async fn get_volume(&self, name: &str) -> ProviderResult<Option<VolumeInfo>>;
+
+    /// Lists volumes.
+    ///
+    /// Rule 1: `Err` when it cannot enumerate — never `[]`. Rule 4: `attached` counts every
+    /// sandbox, stopped ones included, and is `true` when it cannot be determined.
+    async fn list_volumes(&self, query: &VolumeQuery) -> ProviderResult<Vec<VolumeInfo>>;
+}
+
+/// Templates: filesystems captured from sandboxes that later sandboxes boot from.
+#[async_trait]
+pub trait Templates: Send + Sync {
+    /// Captures a sandbox's filesystem (including `capture_paths`, which may live on storage
+    /// the native capture excludes) under the caller's id, replacing an earlier capture.
+    async fn commit(&self, request: &CommitRequest) -> ProviderResult<Template>;
+
+    /// Looks one template up.
+    ///
+    /// Rule 3: `Ok(None)` only when it is genuinely absent; a lookup that failed is `Err`,
+    /// or a transient failure silently becomes a cold rebuild (or, worse, a plain-image boot).
+    async fn get_template(&self, template_id: &str) -> ProviderResult<Option<Template>>;
+
+    /// Lists templates whose id starts with `id_prefix`.
+    ///
+    /// Rule 1: `Err` when it cannot enumerate. Rule 4: `in_use` is `true` when unknown.
+    async fn list_templates(&self, id_prefix: Option<&str>) -> ProviderResult<Vec<Template>>;
+
+    /// Removes a template.
+    ///
+    /// Rule 5: absent = success; a template that still backs a sandbox is refused with
+    /// `Conflict`, decided by CHECKING every sandbox, never by trusting the caller.
+    async fn remove_template(&self, template_id: &str) -> ProviderResult<()>;
+
+    /// Copies a host-local template to the shared store. `Unsupported` where templates are
+    /// already global or no store is configured (with the settings to set).
+    async fn publish(&self, template_id: &str) -> ProviderResult<()>;
+
+    /// Brings a template from the shared store onto this provider; `Ok(None)` when the store
+    /// does not have it.
+    ///
+    /// Rule 11: the restore is the security boundary — only the manifest's capture paths
+    /// are extracted; `..`, absolute members and symlink escapes are refused; setuid/setgid
+    /// never survive (asserted); a failed restore destroys its sandbox.
+    async fn fetch(&self, template_id: &str) -> ProviderResult<Option<Template>>;
+}
+
+/// Changing a running sandbox's ceilings.
+#[async_trait]
+pub trait SetResources: Send + Sync {
+    /// Changes only the fields present. A ceiling the provider cannot change in place is
+    /// `Unsupported` (rule 10): an unenforced limit the caller believes in is worse than a
+    /// visible failure.
+    async fn set_resources(&self, id: &str, resources: &Resources)
+    -> ProviderResult<AppliedResources>;
+}
+
+/// Headroom measurement.
+#[async_trait]
+pub trait CapacityProbe: Send + Sync {
+    /// Measures free disk, inodes and memory.
+    ///
+    /// Rule 8: a field that could not be measured is absent, never zero.
+    async fn capacity(&self) -> ProviderResult<Capacity>;
+}
+
+/// Exact file I/O through the provider's file API (not exec stdout).
+#[async_trait]
+pub trait Files: Send + Sync {
+    /// Reads a file's exact bytes.
+    ///
+    /// Rule 2: an absent file is `NotFound`, never empty bytes; bytes cross unchanged.
+    async fn read_file(&self, id: &str, path: &str) -> ProviderResult<Vec<u8>>;
+
+    /// Creates or replaces a whole file (never appends), creating parent directories.
+    /// `mode` is masked: setuid/setgid are never written.
+    async fn write_file(&self, id: &str, path: &str, data: &[u8], mode: u32)
+    -> ProviderResult<()>;
+
+    /// Lists one directory level.
+    ///
+    /// Rule 1/2: an absent directory is `NotFound`; `[]` means "exists and is empty".
+    async fn list_dir(&self, id: &str, path: &str) -> ProviderResult<Vec<DirEntry>>;
+
+    /// Deletes a file or directory tree. Absent = success.
+    async fn delete_path(&self, id: &str, path: &str) -> ProviderResult<()>;
+}
+
+/// Bulk transfer of directory trees as tar.
+#[async_trait]
+pub trait BulkFiles: Send + Sync {
+    /// Streams `path` out as a POSIX tar rooted at its LAST SEGMENT
+    /// (`/workspace/app` → `app/…`). An absent path is `NotFound`.
+    async fn export(&self, id: &str, path: &str)
+    -> ProviderResult<BoxStream<'static, ProviderResult<bytes::Bytes>>>;
+
+    /// Extracts a tar archive at `path` (the inverse of export is `import(dirname(p))`).
+    ///
+    /// Never restores ownership or setuid/setgid bits: an archive is tenant-authored data,
+    /// and honouring its mode bits turns a captured workspace into a privilege escalation.
+    async fn import(&self, id: &str, path: &str, archive: Vec<u8>) -> ProviderResult<()>;
+}
+
+/// Egress observation.
+#[async_trait]
+pub trait Egress: Send + Sync {
+    /// Observes whether egress is restricted.
+    ///
+    /// Rule 9: an observation (`Filtered|Open|Inconclusive`), never the requested config;
+    /// `Inconclusive` when the check could not run, never conflated with `Filtered`.
+    async fn egress_verdict(&self, id: &str) -> ProviderResult<EgressVerdict>;
+}
+
+/// A stream of changes to the resources this operator instance manages.
+pub trait ProviderEvents: Send + Sync {
+    /// Subscribes to changes of resources labelled with `instance`. The stream ends or
+    /// yields `Err` when the connection drops; the caller resubscribes with backoff.
+    fn subscribe(&self, instance: &str) -> BoxStream<'static, ProviderResult<ProviderEvent>>;
+}

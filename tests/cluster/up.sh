@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# Start (or reuse) the test control plane: a real etcd + kube-apiserver on
+# loopback, built by build.sh from pinned Go modules. Idempotent:
+#   - builds the binaries first if they are missing (slow once, then cached);
+#   - if the control plane from an earlier up.sh is running and /readyz is ok,
+#     it only prints the kubeconfig and exits;
+#   - otherwise (re)starts whatever is not running, detached (setsid), and
+#     waits for /readyz and the `default` namespace.
+#
+# State lives in $CACHE/cluster (CACHE=$SANDBOX_CACHE or ~/.cache/sandbox-operator):
+#   pki/ (CA, serving cert, SA key; generated once), tokens.csv, admin.token,
+#   etcd/ (data), etcd.log, kube-apiserver.log, *.pid, kubeconfig
+#
+# Ports (loopback only; override with env): SANDBOX_ETCD_PORT=23790 (client),
+# SANDBOX_ETCD_PEER_PORT=23800, SANDBOX_APISERVER_PORT=16443.
+# Readiness deadline: SANDBOX_UP_TIMEOUT seconds (default 180).
+#
+# stdout is exactly one line: `export KUBECONFIG=<path>`; messages go to stderr.
+# Stop with tests/cluster/down.sh [--wipe].
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+CACHE="${SANDBOX_CACHE:-$HOME/.cache/sandbox-operator}"
+BIN="$CACHE/bin"
+DIR="$CACHE/cluster"
+PKI="$DIR/pki"
+ETCD_PORT="${SANDBOX_ETCD_PORT:-23790}"
+ETCD_PEER_PORT="${SANDBOX_ETCD_PEER_PORT:-23800}"
+API_PORT="${SANDBOX_APISERVER_PORT:-16443}"
+TIMEOUT="${SANDBOX_UP_TIMEOUT:-180}"
+SERVER="https://127.0.0.1:$API_PORT"
+ETCD_URL="http://127.0.0.1:$ETCD_PORT"
+KUBECONFIG_OUT="$DIR/kubeconfig"
+
+log() { echo "up.sh: $*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+"$here/build.sh"
+
+mkdir -p "$DIR"
+# Serialise concurrent up.sh/down.sh runs. Started daemons must not inherit fd 9.
+exec 9>"$DIR/.lock"
+flock 9
+
+# ---- process helpers ---------------------------------------------------------
+# pid of a running daemon from its pidfile, only if that pid is still the same
+# program (guards against pid reuse); empty otherwise.
+running_pid() { # name (etcd|kube-apiserver)
+  local pid
+  pid="$(cat "$DIR/$1.pid" 2>/dev/null || true)"
+  [ -n "$pid" ] || return 0
+  if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "${1:0:15}" ]; then echo "$pid"; fi
+}
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+etcd_healthy() {
+  curl -sf --max-time 2 "$ETCD_URL/health" 2>/dev/null | grep -q '"health":"true"'
+}
+
+api_get() { # path -> body (fails on non-2xx)
+  curl -sf --max-time 3 --cacert "$PKI/ca.crt" \
+    -H "Authorization: Bearer $(cat "$DIR/admin.token")" "$SERVER$1" 2>/dev/null
+}
+
+api_ready() { [ "$(api_get /readyz)" = ok ] && api_get /api/v1/namespaces/default >/dev/null; }
+
+# wait_for <name> <check-fn>: poll until check succeeds, the daemon dies, or the deadline.
+wait_for() {
+  local name="$1" check="$2" deadline=$((SECONDS + TIMEOUT))
+  until "$check"; do
+    if [ -z "$(running_pid "$name")" ]; then
+      log "$name exited; last lines of $DIR/$name.log:"
+      tail -n 30 "$DIR/$name.log" >&2 || true
+      exit 1
+    fi
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      log "$name not ready after ${TIMEOUT}s; last lines of $DIR/$name.log:"
+      tail -n 30 "$DIR/$name.log" >&2 || true
+      exit 1
+    fi
+    sleep 0.2
+  done
+}
+
+stop_pid() { # name pid: TERM, wait up to 30s, then KILL
+  local name="$1" pid="$2" deadline=$((SECONDS + 30))
+  kill -TERM "$pid" 2>/dev/null || return 0
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$SECONDS" -ge "$deadline" ]; then kill -KILL "$pid" 2>/dev/null || true; break; fi
+    sleep 0.1
+  done
+  rm -f "$DIR/$name.pid"
+}
+
+# start <name> <binary> args...: detached in its own session, no inherited
+# stdio or lock fd, log to $DIR/<name>.log, pid to $DIR/<name>.pid.
+start() {
+  local name="$1"; shift
+  # No job control in scripts, so the background child is not a process-group
+  # leader and setsid(1) execs in place: $! is the daemon's own pid.
+  local pid deadline=$((SECONDS + 10))
+  setsid "$@" </dev/null >>"$DIR/$name.log" 2>&1 9>&- &
+  pid=$!
+  disown
+  echo "$pid" >"$DIR/$name.pid"
+  # until the child has exec'd, /proc/<pid>/comm still says bash/setsid
+  until [ -n "$(running_pid "$name")" ]; do
+    kill -0 "$pid" 2>/dev/null || break
+    [ "$SECONDS" -lt "$deadline" ] || die "$name (pid $pid) did not start"
+    sleep 0.05
+  done
+}
+
+print_result() {
+  log "control plane ready at $SERVER (etcd $ETCD_URL); logs in $DIR"
+  echo "export KUBECONFIG=$KUBECONFIG_OUT"
+}
+
+# ---- fast path: already up ---------------------------------------------------
+if [ -n "$(running_pid etcd)" ] && [ -n "$(running_pid kube-apiserver)" ] &&
+  [ -f "$DIR/admin.token" ] && [ -f "$KUBECONFIG_OUT" ] && api_ready; then
+  print_result
+  exit 0
+fi
+
+# ---- credentials (generated once) --------------------------------------------
+gen_pki() {
+  local tmp
+  tmp="$(mktemp -d "$DIR/.pki.XXXXXX")"
+  (
+    cd "$tmp"
+    umask 077
+    openssl req -x509 -newkey rsa:2048 -nodes -sha256 -days 3650 \
+      -keyout ca.key -out ca.crt -subj "/CN=sandbox-operator-test-ca" \
+      -addext "basicConstraints=critical,CA:TRUE" \
+      -addext "keyUsage=critical,keyCertSign,cRLSign" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -sha256 -keyout apiserver.key -out apiserver.csr \
+      -subj "/CN=kube-apiserver" 2>/dev/null
+    cat >apiserver.ext <<'EOF'
+basicConstraints=critical,CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=DNS:localhost,IP:127.0.0.1,IP:10.0.0.1,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local
+EOF
+    openssl x509 -req -in apiserver.csr -CA ca.crt -CAkey ca.key -CAcreateserial \
+      -sha256 -days 3650 -extfile apiserver.ext -out apiserver.crt 2>/dev/null
+    # service-account token signing key pair
+    openssl genrsa -out sa.key 2048 2>/dev/null
+    openssl rsa -in sa.key -pubout -out sa.pub 2>/dev/null
+    rm -f apiserver.csr apiserver.ext ca.srl
+  )
+  rm -rf "$PKI" && mv "$tmp" "$PKI"
+  log "generated CA, serving cert and service-account key in $PKI"
+}
+[ -f "$PKI/sa.pub" ] || gen_pki
+
+if [ ! -f "$DIR/tokens.csv" ] || [ ! -f "$DIR/admin.token" ]; then
+  (
+    umask 077
+    openssl rand -hex 32 >"$DIR/admin.token"
+    # token,user,uid,"groups"
+    printf '%s,admin,admin,"system:masters"\n' "$(cat "$DIR/admin.token")" >"$DIR/tokens.csv"
+  )
+fi
+
+write_kubeconfig() {
+  local tmp="$KUBECONFIG_OUT.tmp.$$"
+  (
+    umask 077
+    cat >"$tmp" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: sandbox-test
+  cluster:
+    server: $SERVER
+    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
+users:
+- name: sandbox-test-admin
+  user:
+    token: $(cat "$DIR/admin.token")
+contexts:
+- name: sandbox-test
+  context:
+    cluster: sandbox-test
+    user: sandbox-test-admin
+    namespace: default
+current-context: sandbox-test
+EOF
+  )
+  mv "$tmp" "$KUBECONFIG_OUT"
+}
+write_kubeconfig
+
+# ---- etcd --------------------------------------------------------------------
+if [ -z "$(running_pid etcd)" ] || ! etcd_healthy; then
+  if pid="$(running_pid etcd)" && [ -n "$pid" ]; then
+    log "etcd (pid $pid) is running but unhealthy; restarting it"
+    stop_pid etcd "$pid"
+  fi
+  # an apiserver without its etcd is useless; restart it too
+  if pid="$(running_pid kube-apiserver)" && [ -n "$pid" ]; then stop_pid kube-apiserver "$pid"; fi
+  for p in "$ETCD_PORT" "$ETCD_PEER_PORT"; do
+    ! port_busy "$p" || die "127.0.0.1:$p is in use by another process (set SANDBOX_ETCD_PORT / SANDBOX_ETCD_PEER_PORT)"
+  done
+  log "starting etcd on $ETCD_URL (data $DIR/etcd)"
+  mkdir -p "$DIR/etcd" && chmod 700 "$DIR/etcd"
+  # --unsafe-no-fsync: test data only; much faster on slow disks.
+  start etcd "$BIN/etcd" \
+    --name=sandbox-test \
+    --data-dir="$DIR/etcd" \
+    --listen-client-urls="$ETCD_URL" \
+    --advertise-client-urls="$ETCD_URL" \
+    --listen-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-advertise-peer-urls="http://127.0.0.1:$ETCD_PEER_PORT" \
+    --initial-cluster="sandbox-test=http://127.0.0.1:$ETCD_PEER_PORT" \
+    --unsafe-no-fsync \
+    --log-level=warn
+  wait_for etcd etcd_healthy
+fi
+
+# ---- kube-apiserver ----------------------------------------------------------
+if pid="$(running_pid kube-apiserver)" && [ -n "$pid" ]; then
+  # Running but not (yet) ready: give it the deadline, then restart it.
+  log "kube-apiserver (pid $pid) is running but not ready; waiting"
+  if ! (TIMEOUT=30 wait_for kube-apiserver api_ready) 2>/dev/null; then
+    log "restarting kube-apiserver"
+    stop_pid kube-apiserver "$pid"
+  fi
+fi
+if [ -z "$(running_pid kube-apiserver)" ]; then
+  ! port_busy "$API_PORT" || die "127.0.0.1:$API_PORT is in use by another process (set SANDBOX_APISERVER_PORT)"
+  log "starting kube-apiserver on $SERVER"
+  start kube-apiserver "$BIN/kube-apiserver" \
+    --bind-address=127.0.0.1 \
+    --advertise-address=127.0.0.1 \
+    --secure-port="$API_PORT" \
+    --etcd-servers="$ETCD_URL" \
+    --tls-cert-file="$PKI/apiserver.crt" \
+    --tls-private-key-file="$PKI/apiserver.key" \
+    --client-ca-file="$PKI/ca.crt" \
+    --token-auth-file="$DIR/tokens.csv" \
+    --authorization-mode=RBAC \
+    --service-account-issuer="https://kubernetes.default.svc.cluster.local" \
+    --service-account-key-file="$PKI/sa.pub" \
+    --service-account-signing-key-file="$PKI/sa.key" \
+    --service-cluster-ip-range=10.0.0.0/24 \
+    --enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,ResourceQuota \
+    --allow-privileged=true \
+    --profiling=false
+  wait_for kube-apiserver api_ready
+fi
+
+print_result
