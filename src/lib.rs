@@ -7,3 +7,11 @@
 
 pub mod api;
 pub mod provider;
+pub mod config;
+pub mod telemetry;
+pub mod metrics;
+pub mod server;
+pub mod leader;
+pub mod controller;
+pub mod registry;
+pub mod run;

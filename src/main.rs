@@ -21,6 +21,9 @@ enum Command {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Run the operator: controllers (while holding the leader Lease), /metrics, /healthz,
+    /// /readyz; stops gracefully on SIGTERM.
+    Run(sandbox_operator::run::RunArgs),
     /// Print the version.
     Version,
 }
@@ -28,6 +31,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(args) => match tokio::runtime::Runtime::new() {
+            Ok(rt) => rt.block_on(sandbox_operator::run::run(args)).map_err(|e| e.to_string()),
+            Err(e) => Err(format!("cannot start the async runtime: {e}")),
+        },
         Command::Crds { out } => sandbox_operator::api::crds::write(out.as_deref()),
         Command::Version => {
             println!("sandbox-operator {}", env!("CARGO_PKG_VERSION"));

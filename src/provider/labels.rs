@@ -17,6 +17,11 @@ pub const OWNER: &str = "sandboxes.dev/owner";
 pub const KIND: &str = "sandboxes.dev/kind";
 /// The template id a sandbox booted from (absent when it booted from a plain image).
 pub const TEMPLATE: &str = "sandboxes.dev/template";
+/// Hash of the create-time configuration a sandbox was built from. A desired configuration
+/// with a different hash cannot be applied in place, so the controller recreates.
+pub const SPEC_HASH: &str = "sandboxes.dev/spec-hash";
+/// A volume's reclaim policy, so the sweeper honours `Retain` without reading the object.
+pub const RECLAIM_POLICY: &str = "sandboxes.dev/reclaim-policy";
 /// Prefix reserved for our own labels: caller labels may not use it.
 pub const RESERVED_PREFIX: &str = "sandboxes.dev/";
 
@@ -67,7 +72,13 @@ pub fn merge_labels(
     owner: &Owner,
     caller: &BTreeMap<String, String>,
 ) -> Result<BTreeMap<String, String>, String> {
-    if let Some(bad) = caller.keys().find(|k| k.starts_with(RESERVED_PREFIX)) {
+    // The controller itself passes operator-internal labels through here; users cannot
+    // (the CRD schema rejects the prefix in spec.labels).
+    let internal = |k: &str| k == SPEC_HASH || k == TEMPLATE || k == RECLAIM_POLICY;
+    if let Some(bad) = caller
+        .keys()
+        .find(|k| k.starts_with(RESERVED_PREFIX) && !internal(k))
+    {
         return Err(format!(
             "label {bad:?} uses the reserved prefix {RESERVED_PREFIX:?}; rename it in spec.labels"
         ));

@@ -12,6 +12,7 @@
 pub mod docker;
 pub mod error;
 pub mod labels;
+pub mod tarsafe;
 pub mod types;
 pub mod validate;
 

@@ -1,3 +1,4 @@
+#!/usr/bin/env bash
 # Test control-plane environment. Either source it:
 #     source tests/cluster/env.sh
 # or evaluate its output:
@@ -28,5 +29,6 @@ else
   set -euo pipefail
   _sandbox_cluster_env
   printf 'export KUBECONFIG=%q\n' "$SANDBOX_CLUSTER_KUBECONFIG"
+  # shellcheck disable=SC2016 # $PATH is meant to expand in the evaluating shell
   printf 'export PATH=%q:"$PATH"\n' "$SANDBOX_CLUSTER_BIN"
 fi

@@ -1,11 +1,60 @@
 //! The Docker provider (bollard): the embedded default.
 //!
 //! Everything Docker can honestly do is offered; what it cannot (domain egress filtering,
-//! an enforced disk ceiling on most storage drivers) is reported as such, never faked.
+//! an enforced disk ceiling on most storage drivers, an idle policy) is reported as such,
+//! never faked:
+//!
+//! - a sandbox is a container named after the request's deterministic name, carrying the
+//!   owner labels; `command` replaces the image's entrypoint and command (it is the whole
+//!   main process);
+//! - hibernation is `docker pause` (the cgroup freezer: processes preserved), with `stop` as
+//!   the fallback that is reported as such;
+//! - templates are `docker commit` images tagged `<template_repository>:<template id>`, with
+//!   capture paths on mounted storage copied in through the archive API;
+//! - volumes are named local volumes; `set_resources` is `docker update`.
+//!
+//! # API version
+//!
+//! The client starts at bollard's default API version and negotiates down to the engine's on
+//! first use (Debian's Docker 20.10 serves API 1.41 at most, and refuses newer clients). The
+//! negotiated version lives in the `Docker` handle shared by every clone, so it happens once
+//! per provider. Code in this module reaches the engine through [`DockerProvider::engine`],
+//! which performs that negotiation; [`DockerProvider::connect_negotiated`] does it eagerly.
+
+mod core;
+mod hibernation;
+mod resources;
+mod templates;
+mod volumes;
+
+mod bulk;
+mod capacity;
+mod egress;
+mod events;
+mod exec;
+mod files;
+
+use std::sync::Arc;
 
 use bollard::Docker;
+use tokio::sync::OnceCell;
 
 use super::{ProviderError, ProviderResult};
+
+/// Per-request timeout of the engine client, in seconds. Long operations (commit, archive
+/// transfers) fit inside it; a hung engine cannot stall a caller for longer.
+const CLIENT_TIMEOUT_SECS: u64 = 120;
+
+/// Label on a template image: the caller's template id.
+pub const TEMPLATE_ID_LABEL: &str = "sandboxes.dev/template-id";
+/// Label on a template image: the capture paths it was committed with (a JSON array).
+pub const CAPTURE_PATHS_LABEL: &str = "sandboxes.dev/capture-paths";
+/// Label on a template image: the free-form label given at capture time.
+pub const TEMPLATE_LABEL_LABEL: &str = "sandboxes.dev/template-label";
+/// Label on a container: the requested (advisory, NOT enforced) disk ceiling in bytes.
+/// Docker cannot enforce a disk ceiling on overlay2 without xfs project quotas, so the
+/// request is recorded here for status, never passed to the engine.
+pub const DISK_ADVISORY_LABEL: &str = "sandboxes.dev/disk-bytes";
 
 /// Settings of one Docker provider instance.
 #[derive(Debug, Clone)]
@@ -40,32 +89,98 @@ impl Default for DockerConfig {
 #[derive(Clone)]
 pub struct DockerProvider {
     pub(crate) config: DockerConfig,
+    /// The engine client. Reach it through [`DockerProvider::engine`], which negotiates the
+    /// API version first; using this field directly before negotiation fails against engines
+    /// older than bollard's default API version.
     pub(crate) docker: Docker,
+    /// Set once the API version has been negotiated (shared by clones, like the client).
+    negotiated: Arc<OnceCell<()>>,
 }
 
 impl DockerProvider {
-    /// Connects (lazily: no request is made here) to the configured engine.
+    /// Builds a client for the configured engine without contacting it; the API version is
+    /// negotiated on the first call (see the module docs).
+    ///
+    /// Fails with `Invalid` for an endpoint that cannot be used at all (a malformed
+    /// address), and with `Transient` when a unix socket does not exist yet — a daemon that
+    /// is still starting is not a configuration error.
     pub fn connect(config: DockerConfig) -> ProviderResult<Self> {
+        let version = bollard::API_DEFAULT_VERSION;
         let docker = match config.endpoint.as_deref() {
-            None => Docker::connect_with_defaults(),
+            None => Docker::connect_with_defaults().map(|d| d.with_timeout(client_timeout())),
             Some(ep) if ep.starts_with("unix://") || ep.starts_with('/') => {
-                Docker::connect_with_unix(ep, 120, bollard::API_DEFAULT_VERSION)
+                Docker::connect_with_unix(ep, CLIENT_TIMEOUT_SECS, version)
             }
-            Some(ep) => Docker::connect_with_http(ep, 120, bollard::API_DEFAULT_VERSION),
+            Some(ep) => Docker::connect_with_http(ep, CLIENT_TIMEOUT_SECS, version),
         }
-        .map_err(|e| {
-            ProviderError::Invalid(format!(
-                "cannot use Docker endpoint {:?}: {e}; fix the provider's endpoint setting",
+        .map_err(|e| match e {
+            bollard::errors::Error::SocketNotFoundError(path) => ProviderError::Transient(format!(
+                "Docker socket {path} does not exist (is dockerd running?); check the provider's endpoint setting"
+            )),
+            other => ProviderError::Invalid(format!(
+                "cannot use Docker endpoint {:?}: {other}; fix the provider's endpoint setting",
                 config.endpoint
-            ))
+            )),
         })?;
-        Ok(DockerProvider { config, docker })
+        Ok(DockerProvider {
+            config,
+            docker,
+            negotiated: Arc::new(OnceCell::new()),
+        })
+    }
+
+    /// Like [`connect`](Self::connect), then negotiates the API version right away, so an
+    /// unreachable or incompatible engine shows up at start-up instead of on the first call.
+    pub async fn connect_negotiated(config: DockerConfig) -> ProviderResult<Self> {
+        let provider = Self::connect(config)?;
+        provider.engine().await?;
+        Ok(provider)
     }
 
     /// The provider's settings.
     pub fn config(&self) -> &DockerConfig {
         &self.config
     }
+
+    /// The engine client, with the API version negotiated (once per provider, retried on
+    /// the next call when the engine could not be reached).
+    pub(crate) async fn engine(&self) -> ProviderResult<&Docker> {
+        self.negotiated
+            .get_or_try_init(|| async {
+                self.docker
+                    .clone()
+                    .negotiate_version()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| map_err("negotiating the Docker API version", e))
+            })
+            .await?;
+        Ok(&self.docker)
+    }
+
+    /// The image reference a template id is stored under.
+    pub(crate) fn template_image(&self, template_id: &str) -> String {
+        format!("{}:{template_id}", self.config.template_repository)
+    }
+}
+
+fn client_timeout() -> std::time::Duration {
+    std::time::Duration::from_secs(CLIENT_TIMEOUT_SECS)
+}
+
+/// The HTTP status of an engine error response, if it was one.
+pub(crate) fn status_of(err: &bollard::errors::Error) -> Option<u16> {
+    match err {
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => {
+            Some(*status_code)
+        }
+        _ => None,
+    }
+}
+
+/// Whether an engine error says the object does not exist.
+pub(crate) fn is_not_found(err: &bollard::errors::Error) -> bool {
+    status_of(err) == Some(404)
 }
 
 /// Maps a bollard error to a provider error category, keeping `context` (what we were
@@ -85,6 +200,11 @@ pub(crate) fn map_err(context: &str, err: bollard::errors::Error) -> ProviderErr
                 _ => ProviderError::Transient(msg),
             }
         }
-        other => ProviderError::Transient(format!("{context}: Docker engine unreachable or failed: {other}")),
+        E::RequestTimeoutError => ProviderError::Transient(format!(
+            "{context}: the Docker engine did not answer within {CLIENT_TIMEOUT_SECS} s"
+        )),
+        other => ProviderError::Transient(format!(
+            "{context}: Docker engine unreachable or failed: {other}"
+        )),
     }
 }

@@ -7,7 +7,7 @@
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=../versions.env
+# shellcheck source=/dev/null
 source "$here/../versions.env"
 export PATH="/usr/local/go/bin:$PATH" GOTOOLCHAIN=local GOFLAGS=-mod=mod
 GO_DIRECTIVE="go 1.26.0"

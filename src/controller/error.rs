@@ -1,0 +1,45 @@
+//! Reconcile errors, by category. The category becomes the Event reason and a metric label.
+
+use crate::provider::ProviderError;
+
+/// Why a reconcile did not complete.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Kubernetes API failed (transient from our side: retried with backoff).
+    #[error("Kubernetes API error: {0}")]
+    Kube(#[from] kube::Error),
+    /// A provider call failed.
+    #[error("{0}")]
+    Provider(#[from] ProviderError),
+    /// The spec cannot be acted on; waits for a spec change.
+    #[error("{0}")]
+    InvalidSpec(String),
+    /// A referenced object is missing or not ready yet.
+    #[error("{0}")]
+    Dependency(String),
+    /// The finalizer machinery failed.
+    #[error("finalizer: {0}")]
+    Finalizer(String),
+}
+
+impl Error {
+    /// CamelCase category for Event reasons and metric labels.
+    pub fn category(&self) -> &'static str {
+        match self {
+            Error::Kube(_) => "KubeApiError",
+            Error::Provider(e) => match e {
+                ProviderError::NotFound(_) => "ProviderNotFound",
+                ProviderError::Unsupported(_) => "ProviderUnsupported",
+                ProviderError::Conflict(_) => "ProviderConflict",
+                ProviderError::Transient(_) => "ProviderUnavailable",
+                ProviderError::Invalid(_) => "ProviderRejected",
+            },
+            Error::InvalidSpec(_) => "InvalidSpec",
+            Error::Dependency(_) => "DependencyNotReady",
+            Error::Finalizer(_) => "FinalizerError",
+        }
+    }
+}
+
+/// Result alias for reconcilers.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

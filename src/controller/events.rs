@@ -1,0 +1,45 @@
+//! Publishing events.k8s.io Events for provider actions and failures.
+
+use kube::Resource;
+use kube::runtime::events::{Event, EventType};
+
+use super::Context;
+
+/// Publishes one Event on `obj`. A failure to publish is logged, never fatal: an Event is a
+/// notification, and failing a reconcile over it would trade real work for bookkeeping.
+pub async fn publish<K>(ctx: &Context, obj: &K, type_: EventType, reason: &str, action: &str, note: String)
+where
+    K: Resource<DynamicType = ()>,
+{
+    let event = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(truncate(note, 1000)),
+        action: action.to_string(),
+        secondary: None,
+    };
+    if let Err(err) = ctx.recorder.publish(&event, &obj.object_ref(&())).await {
+        tracing::warn!(%err, reason, "could not publish event");
+    }
+}
+
+/// Normal event shorthand.
+pub async fn normal<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K, reason: &str, note: String) {
+    publish(ctx, obj, EventType::Normal, reason, reason, note).await;
+}
+
+/// Warning event shorthand.
+pub async fn warning<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K, reason: &str, note: String) {
+    publish(ctx, obj, EventType::Warning, reason, reason, note).await;
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}

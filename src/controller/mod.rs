@@ -1,0 +1,89 @@
+//! Controllers: one per kind, sharing one [`Context`].
+//!
+//! Each reconcile is a short pipeline — read → validate (pure) → observe the provider →
+//! decide (pure) → act → write status — and hands off through kube-runtime's `finalizer()`
+//! to an apply or a cleanup. Only this module talks to both Kubernetes and providers.
+
+pub mod backoff;
+pub mod error;
+pub mod events;
+pub mod sandbox;
+pub mod status;
+pub mod volume;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+
+pub use error::{Error, Result};
+
+use crate::metrics::Metrics;
+use crate::registry::ProviderRegistry;
+
+/// The field manager the operator's server-side applies use. It only ever owns `status`
+/// (and the finalizer, through kube-runtime): never `spec`.
+pub const FIELD_MANAGER: &str = "sandbox-operator";
+
+/// What every reconcile shares.
+pub struct Context {
+    /// Kubernetes client.
+    pub client: Client,
+    /// Configured providers.
+    pub providers: ProviderRegistry,
+    /// Publishes events.k8s.io Events.
+    pub recorder: Recorder,
+    /// Prometheus metrics.
+    pub metrics: Metrics,
+    /// This operator instance's name (`sandboxes.dev/managed-by`).
+    pub instance: String,
+    /// Safety-net resync period for converged objects (jittered per object).
+    pub resync: Duration,
+    /// Per-object retry counters for exponential backoff.
+    pub backoff: backoff::Backoff,
+    /// Test-only crash points (`SANDBOX_OPERATOR_FAILPOINT`), see [`Context::failpoint`].
+    pub failpoints: Vec<String>,
+}
+
+impl Context {
+    /// Builds the shared context.
+    pub fn new(
+        client: Client,
+        providers: ProviderRegistry,
+        metrics: Metrics,
+        instance: String,
+        resync: Duration,
+    ) -> Arc<Self> {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "sandbox-operator".into(),
+                instance: std::env::var("POD_NAME").ok(),
+            },
+        );
+        let failpoints = std::env::var("SANDBOX_OPERATOR_FAILPOINT")
+            .map(|v| v.split(',').map(str::to_string).collect())
+            .unwrap_or_default();
+        Arc::new(Context {
+            client,
+            providers,
+            recorder,
+            metrics,
+            instance,
+            resync,
+            backoff: backoff::Backoff::default(),
+            failpoints,
+        })
+    }
+
+    /// A crash point for the crash-consistency tests: when `SANDBOX_OPERATOR_FAILPOINT`
+    /// names `point`, the process aborts on the spot (as SIGKILL would), leaving whatever
+    /// half-done state that moment implies. Unset in production: the check is one comparison.
+    pub fn failpoint(&self, point: &str) {
+        if self.failpoints.iter().any(|p| p == point) {
+            tracing::error!(point, "failpoint hit: aborting the process");
+            std::process::abort();
+        }
+    }
+}

@@ -1,0 +1,280 @@
+//! Build (pure): a Sandbox's spec plus its resolved references → the provider request.
+//!
+//! No I/O here, so every translation rule (quantities, env precedence, the spec hash that
+//! decides recreation) is table-tested without a cluster or an engine.
+
+use std::collections::BTreeMap;
+
+use sha2::{Digest, Sha256};
+
+use crate::api::{DesiredState, IdleAction, Protocol, RestartPolicy, Sandbox, SandboxSpec};
+use crate::provider::labels::{Owner, SPEC_HASH, TEMPLATE};
+use crate::provider::{self, CreateRequest, PortRequest, Resources, VolumeMount};
+
+/// External name of a Sandbox's provider resource: deterministic from its UID, so a
+/// crashed create is found again instead of duplicated.
+pub fn external_name(uid: &str) -> String {
+    format!("sbx-{uid}")
+}
+
+/// Everything the spec resolved to outside the spec itself.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Resolved {
+    /// Template id (the SandboxTemplate's external id) to boot from.
+    pub template_id: Option<String>,
+    /// Provider volume names for `spec.volumes`, in order.
+    pub volume_names: Vec<String>,
+    /// Env from `spec.envFrom` Secrets, already prefixed. Secret values: never logged.
+    pub secret_env: BTreeMap<String, String>,
+}
+
+/// What the provider should hold for this Sandbox.
+#[derive(Clone, PartialEq)]
+pub struct Desired {
+    /// The create request (its `labels` carry the spec hash).
+    pub request: CreateRequest,
+    /// Desired power state.
+    pub state: DesiredState,
+    /// Hash of everything that cannot change in place.
+    pub spec_hash: String,
+}
+
+// Hand-written so a stray `{:?}` can never print Secret-derived env values.
+impl std::fmt::Debug for Desired {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Desired")
+            .field("name", &self.request.name)
+            .field("state", &self.state)
+            .field("spec_hash", &self.spec_hash)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Translates a Sandbox into the provider request. `Err` is a user-facing message naming
+/// the field to fix (it becomes a `Stalled` condition).
+pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result<Desired, String> {
+    let spec = &sandbox.spec;
+    let meta = &sandbox.metadata;
+    let uid = meta.uid.clone().ok_or("object has no UID yet")?;
+    let owner = Owner {
+        instance: instance.to_string(),
+        kind: "Sandbox".into(),
+        namespace: meta.namespace.clone().unwrap_or_default(),
+        name: meta.name.clone().unwrap_or_default(),
+        uid: uid.clone(),
+    };
+
+    let resources = resources(spec)?;
+
+    // Plain env first, Secret env may not shadow it silently: a clash is an error.
+    let mut env: BTreeMap<String, String> = BTreeMap::new();
+    for var in spec.env.iter().flatten() {
+        env.insert(var.name.clone(), var.value.clone());
+    }
+    for key in resolved.secret_env.keys() {
+        if env.contains_key(key) {
+            return Err(format!(
+                "env var {key:?} is set both in spec.env and by spec.envFrom; remove one of them"
+            ));
+        }
+    }
+    let mut full_env = env.clone();
+    full_env.extend(resolved.secret_env.clone());
+
+    let ports: Vec<PortRequest> = spec
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| {
+            let port = u16::try_from(p.port)
+                .ok()
+                .filter(|p| *p > 0)
+                .ok_or_else(|| format!("spec.ports: {} is not a port in 1-65535", p.port))?;
+            Ok(PortRequest {
+                sandbox_port: port,
+                protocol: match p.protocol {
+                    Some(Protocol::UDP) => "udp".into(),
+                    _ => "tcp".into(),
+                },
+            })
+        })
+        .collect::<Result<_, String>>()?;
+
+    let mounts = spec.volumes.as_deref().unwrap_or_default();
+    if mounts.len() != resolved.volume_names.len() {
+        return Err("internal: volume references were not all resolved".into());
+    }
+    let volumes: Vec<VolumeMount> = mounts
+        .iter()
+        .zip(&resolved.volume_names)
+        .map(|(m, name)| VolumeMount {
+            volume_name: name.clone(),
+            mount_path: m.mount_path.clone(),
+            read_only: m.read_only.unwrap_or(false),
+        })
+        .collect();
+
+    let restart_policy = match spec.restart_policy {
+        Some(RestartPolicy::OnFailure) => provider::RestartPolicy::OnFailure,
+        Some(RestartPolicy::Always) => provider::RestartPolicy::Always,
+        _ => provider::RestartPolicy::Never,
+    };
+    let idle_action = spec.idle_action.as_ref().map(|a| match a {
+        IdleAction::Off => provider::IdleAction::Off,
+        IdleAction::Stop => provider::IdleAction::Stop,
+        IdleAction::Suspend => provider::IdleAction::Suspend,
+    });
+    if spec.template_ref.is_none() && spec.image.is_none() {
+        // Allowed: the provider's default image. Nothing to check here.
+    }
+
+    let spec_hash = spec_hash(spec, resolved);
+    let mut labels = spec.labels.clone().unwrap_or_default();
+    labels.insert(SPEC_HASH.into(), spec_hash.clone());
+    if let Some(t) = &resolved.template_id {
+        labels.insert(TEMPLATE.into(), t.clone());
+    }
+
+    Ok(Desired {
+        request: CreateRequest {
+            name: external_name(&uid),
+            owner,
+            image: spec.image.clone(),
+            template: resolved.template_id.clone(),
+            command: spec.command.clone(),
+            restart_policy,
+            env: full_env,
+            labels,
+            resources,
+            ports,
+            volumes,
+            allowed_domains: spec.egress.as_ref().and_then(|e| e.allowed_domains.clone()),
+            idle_action,
+        },
+        state: spec.state.clone().unwrap_or(DesiredState::Running),
+        spec_hash,
+    })
+}
+
+/// Parses `spec.resources` into provider units, naming the field on error.
+pub fn resources(spec: &SandboxSpec) -> Result<Resources, String> {
+    let Some(r) = &spec.resources else {
+        return Ok(Resources::default());
+    };
+    Ok(Resources {
+        cpu_millis: r
+            .cpu
+            .as_ref()
+            .map(|q| q.to_millis().map_err(|e| format!("spec.resources.cpu: {e}")))
+            .transpose()?,
+        memory_bytes: r
+            .memory
+            .as_ref()
+            .map(|q| q.to_bytes().map_err(|e| format!("spec.resources.memory: {e}")))
+            .transpose()?,
+        disk_bytes: r
+            .disk
+            .as_ref()
+            .map(|q| q.to_bytes().map_err(|e| format!("spec.resources.disk: {e}")))
+            .transpose()?,
+        pids: r.pids,
+    })
+}
+
+/// Hash of the create-time configuration: every field that cannot change in place.
+///
+/// Resources and state are left out (they converge in place); Secret VALUES are left out
+/// (envFrom is resolved at create, and a hash of a secret must not leave the operator) —
+/// only the references are hashed. 32 hex characters fit a label value.
+pub fn spec_hash(spec: &SandboxSpec, resolved: &Resolved) -> String {
+    let material = serde_json::json!({
+        "image": spec.image,
+        "template": resolved.template_id,
+        "command": spec.command,
+        "restartPolicy": spec.restart_policy,
+        "env": spec.env,
+        "envFrom": spec.env_from,
+        "ports": spec.ports,
+        "volumes": spec.volumes,
+        "volumeNames": resolved.volume_names,
+        "egress": spec.egress,
+        "labels": spec.labels,
+        "idleAction": spec.idle_action,
+    });
+    let digest = Sha256::digest(material.to_string().as_bytes());
+    digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{EnvVar, PortSpec, ResourcesSpec, SandboxSpec};
+    use crate::api::Quantity;
+
+    fn sandbox(spec: SandboxSpec) -> Sandbox {
+        let mut s = Sandbox::new("web", spec);
+        s.metadata.namespace = Some("team".into());
+        s.metadata.uid = Some("u-1".into());
+        s
+    }
+
+    fn base_spec() -> SandboxSpec {
+        serde_json::from_value(serde_json::json!({"image": "img"})).unwrap()
+    }
+
+    #[test]
+    fn name_labels_and_units_are_translated() {
+        let mut spec = base_spec();
+        spec.resources = Some(ResourcesSpec {
+            cpu: Some(Quantity("500m".into())),
+            memory: Some(Quantity("256Mi".into())),
+            disk: None,
+            pids: Some(64),
+        });
+        spec.ports = Some(vec![PortSpec { name: None, port: 8080, protocol: None }]);
+        let d = desired(&sandbox(spec), "ops", &Resolved::default()).unwrap();
+        assert_eq!(d.request.name, "sbx-u-1");
+        assert_eq!(d.request.resources.cpu_millis, Some(500));
+        assert_eq!(d.request.resources.memory_bytes, Some(256 * 1024 * 1024));
+        assert_eq!(d.request.ports[0].sandbox_port, 8080);
+        assert_eq!(d.request.labels.get(SPEC_HASH), Some(&d.spec_hash));
+        assert_eq!(d.request.owner.labels().get("sandboxes.dev/owner").map(String::as_str), Some("team.web"));
+        assert_eq!(d.state, DesiredState::Running);
+    }
+
+    #[test]
+    fn hash_ignores_resources_and_state_but_not_command() {
+        let a = base_spec();
+        let mut b = base_spec();
+        b.state = Some(DesiredState::Sleeping);
+        b.resources = Some(ResourcesSpec { cpu: Some(Quantity("2".into())), memory: None, disk: None, pids: None });
+        assert_eq!(spec_hash(&a, &Resolved::default()), spec_hash(&b, &Resolved::default()));
+        let mut c = base_spec();
+        c.command = Some(vec!["sleep".into(), "1".into()]);
+        assert_ne!(spec_hash(&a, &Resolved::default()), spec_hash(&c, &Resolved::default()));
+    }
+
+    #[test]
+    fn secret_values_do_not_change_the_hash_but_clashes_are_errors() {
+        let mut spec = base_spec();
+        spec.env = Some(vec![EnvVar { name: "A".into(), value: "1".into() }]);
+        let mut r1 = Resolved::default();
+        r1.secret_env.insert("B".into(), "secret-1".into());
+        let mut r2 = Resolved::default();
+        r2.secret_env.insert("B".into(), "secret-2".into());
+        assert_eq!(spec_hash(&spec, &r1), spec_hash(&spec, &r2));
+        let d = desired(&sandbox(spec.clone()), "ops", &r1).unwrap();
+        assert_eq!(d.request.env.get("B").map(String::as_str), Some("secret-1"));
+        assert!(!format!("{d:?}").contains("secret-1"));
+        let mut clash = Resolved::default();
+        clash.secret_env.insert("A".into(), "x".into());
+        assert!(desired(&sandbox(spec), "ops", &clash).unwrap_err().contains("both in spec.env"));
+    }
+
+    #[test]
+    fn bad_quantities_name_the_field() {
+        let mut spec = base_spec();
+        spec.resources = Some(ResourcesSpec { cpu: None, memory: Some(Quantity("lots".into())), disk: None, pids: None });
+        assert!(desired(&sandbox(spec), "ops", &Resolved::default()).unwrap_err().contains("spec.resources.memory"));
+    }
+}

@@ -1,0 +1,298 @@
+//! Decide (pure): desired + observed → the provider steps to take, or a state to report.
+//!
+//! This is the whole convergence policy of the Sandbox controller, kept free of I/O so it is
+//! table-tested below.
+
+use crate::api::DesiredState;
+use crate::provider::labels::SPEC_HASH;
+use crate::provider::{AppliedResources, Resources, RestartPolicy, SandboxDescriptor, SandboxState};
+
+use super::build::Desired;
+
+/// One provider action.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// Create the sandbox (not started).
+    Create,
+    /// Destroy the current sandbox (before a re-create).
+    Destroy,
+    /// Write the self-delivered env file into the sandbox.
+    DeliverEnv,
+    /// Start it.
+    Start,
+    /// Stop it (processes end).
+    Stop,
+    /// Suspend it, reporting whether processes survive.
+    Hibernate,
+    /// Resume it, reporting whether processes came back.
+    Resume,
+    /// Change resource ceilings in place.
+    SetResources,
+}
+
+/// A state the controller reports instead of acting on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hold {
+    /// The provider lost the sandbox and the restart policy says not to recreate it.
+    Gone,
+    /// The main process exited by itself and the restart policy keeps it down.
+    Exited(Option<i64>),
+}
+
+/// What to do.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Steps, in order.
+    pub steps: Vec<Step>,
+    /// A state to report (no steps accompany it).
+    pub hold: Option<Hold>,
+    /// Why the sandbox is being recreated, when it is.
+    pub recreate_reason: Option<String>,
+}
+
+/// What the controller observed, beyond the provider's descriptor.
+#[derive(Debug, Clone, Copy)]
+pub struct Observed<'a> {
+    /// The provider's record, `None` when it holds nothing for this Sandbox.
+    pub descriptor: Option<&'a SandboxDescriptor>,
+    /// Whether a provider resource existed before (status recorded a sandbox id).
+    pub existed_before: bool,
+    /// Whether the spec changed since the last completed reconcile
+    /// (`metadata.generation != status.observedGeneration`).
+    pub spec_changed: bool,
+    /// Whether the Sandbox asks for self-delivered env.
+    pub wants_env: bool,
+    /// Whether the current env content is already delivered into this sandbox.
+    pub env_delivered: bool,
+}
+
+/// Decides the plan.
+pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
+    let restart = desired.request.restart_policy;
+    let Some(current) = observed.descriptor else {
+        if observed.existed_before && restart == RestartPolicy::Never && !observed.spec_changed {
+            return Plan { hold: Some(Hold::Gone), ..Plan::default() };
+        }
+        return Plan { steps: fresh(desired.state, observed.wants_env), ..Plan::default() };
+    };
+
+    let hash = current.labels.get(SPEC_HASH);
+    if hash != Some(&desired.spec_hash) {
+        let mut steps = vec![Step::Destroy];
+        steps.extend(fresh(desired.state, observed.wants_env));
+        return Plan {
+            steps,
+            hold: None,
+            recreate_reason: Some(match hash {
+                Some(_) => "the spec changed in a field that cannot be applied in place".into(),
+                None => "the sandbox carries no spec hash (created by an older operator)".into(),
+            }),
+        };
+    }
+
+    let mut steps = Vec::new();
+    if resources_differ(&desired.request.resources, &current.resources) {
+        steps.push(Step::SetResources);
+    }
+    if observed.wants_env && !observed.env_delivered {
+        steps.push(Step::DeliverEnv);
+    }
+
+    let exited_by_itself = current.state == SandboxState::Stopped
+        && current.started_at.is_some()
+        && !observed.spec_changed
+        && match restart {
+            RestartPolicy::Never => true,
+            RestartPolicy::OnFailure => current.exit_code == Some(0),
+            RestartPolicy::Always => false,
+        };
+
+    use DesiredState as D;
+    use SandboxState as S;
+    let power: &[Step] = match (&desired.state, current.state) {
+        (D::Running, S::Running) | (D::Sleeping, S::Sleeping) | (D::Stopped, S::Stopped) => &[],
+        (D::Running | D::Sleeping, S::Stopped) if exited_by_itself => {
+            return Plan { hold: Some(Hold::Exited(current.exit_code)), ..Plan::default() };
+        }
+        (D::Running, S::Creating | S::Stopped) => &[Step::Start],
+        (D::Running, S::Sleeping) => &[Step::Resume],
+        (D::Sleeping, S::Creating | S::Stopped) => &[Step::Start, Step::Hibernate],
+        (D::Sleeping, S::Running) => &[Step::Hibernate],
+        // A never-started sandbox is started once before it is stopped, so it never looks
+        // like the wreckage of an interrupted create to the sweeper.
+        (D::Stopped, S::Creating) => &[Step::Start, Step::Stop],
+        (D::Stopped, S::Running) => &[Step::Stop],
+        (D::Stopped, S::Sleeping) => &[Step::Resume, Step::Stop],
+    };
+    steps.extend_from_slice(power);
+    Plan { steps, ..Plan::default() }
+}
+
+/// Steps for a sandbox that does not exist yet: create, deliver env before the main process
+/// starts, then bring it to the desired power state.
+fn fresh(state: DesiredState, wants_env: bool) -> Vec<Step> {
+    let mut steps = vec![Step::Create];
+    if wants_env {
+        steps.push(Step::DeliverEnv);
+    }
+    steps.push(Step::Start);
+    match state {
+        DesiredState::Running => {}
+        DesiredState::Sleeping => steps.push(Step::Hibernate),
+        DesiredState::Stopped => steps.push(Step::Stop),
+    }
+    steps
+}
+
+/// Whether a ceiling the spec sets differs from what the provider applied. Ceilings the spec
+/// leaves out are not compared: removing a limit in place is not something every provider
+/// can do, and "unset" means "provider default", not "unlimited".
+pub fn resources_differ(want: &Resources, have: &AppliedResources) -> bool {
+    (want.cpu_millis.is_some() && want.cpu_millis != have.cpu_millis)
+        || (want.memory_bytes.is_some() && want.memory_bytes != have.memory_bytes)
+        || (want.pids.is_some() && want.pids != have.pids)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::provider::labels::Owner;
+    use crate::provider::{CreateRequest, RestartPolicy};
+
+    fn desired(state: DesiredState, restart: RestartPolicy) -> Desired {
+        Desired {
+            request: CreateRequest {
+                name: "sbx-1".into(),
+                owner: Owner {
+                    instance: "i".into(),
+                    kind: "Sandbox".into(),
+                    namespace: "n".into(),
+                    name: "s".into(),
+                    uid: "1".into(),
+                },
+                image: Some("img".into()),
+                template: None,
+                command: None,
+                restart_policy: restart,
+                env: BTreeMap::new(),
+                labels: BTreeMap::new(),
+                resources: Resources { memory_bytes: Some(100), ..Resources::default() },
+                ports: vec![],
+                volumes: vec![],
+                allowed_domains: None,
+                idle_action: None,
+            },
+            state,
+            spec_hash: "h1".into(),
+        }
+    }
+
+    fn descriptor(state: SandboxState, hash: &str, started: bool, exit: Option<i64>) -> SandboxDescriptor {
+        SandboxDescriptor {
+            id: "sbx-1".into(),
+            state,
+            labels: BTreeMap::from([(SPEC_HASH.to_string(), hash.to_string())]),
+            created_at: None,
+            started_at: started.then(chrono::Utc::now),
+            exit_code: exit,
+            template_ref: None,
+            image: None,
+            volumes: vec![],
+            ports: vec![],
+            resources: AppliedResources { memory_bytes: Some(100), ..AppliedResources::default() },
+            command: None,
+            restart_policy: RestartPolicy::Never,
+            env: BTreeMap::new(),
+        }
+    }
+
+    fn obs(d: Option<&SandboxDescriptor>) -> Observed<'_> {
+        Observed { descriptor: d, existed_before: false, spec_changed: false, wants_env: false, env_delivered: true }
+    }
+
+    use DesiredState as D;
+    use SandboxState as S;
+    use Step::*;
+
+    #[test]
+    fn power_state_table() {
+        let cases: Vec<(D, S, bool, Vec<Step>)> = vec![
+            (D::Running, S::Running, true, vec![]),
+            (D::Running, S::Creating, false, vec![Start]),
+            (D::Running, S::Sleeping, true, vec![Resume]),
+            (D::Sleeping, S::Running, true, vec![Hibernate]),
+            (D::Sleeping, S::Creating, false, vec![Start, Hibernate]),
+            (D::Sleeping, S::Sleeping, true, vec![]),
+            (D::Stopped, S::Running, true, vec![Stop]),
+            (D::Stopped, S::Sleeping, true, vec![Resume, Stop]),
+            (D::Stopped, S::Creating, false, vec![Start, Stop]),
+            (D::Stopped, S::Stopped, true, vec![]),
+        ];
+        for (want, have, started, steps) in cases {
+            let d = desired(want.clone(), RestartPolicy::Never);
+            let cur = descriptor(have, "h1", started, None);
+            assert_eq!(decide(&d, &obs(Some(&cur))).steps, steps, "{want:?} from {have:?}");
+        }
+    }
+
+    #[test]
+    fn absent_sandbox_is_created_then_brought_to_state() {
+        let d = desired(D::Sleeping, RestartPolicy::Never);
+        let mut o = obs(None);
+        o.wants_env = true;
+        assert_eq!(decide(&d, &o).steps, vec![Create, DeliverEnv, Start, Hibernate]);
+        let d = desired(D::Stopped, RestartPolicy::Never);
+        assert_eq!(decide(&d, &obs(None)).steps, vec![Create, Start, Stop]);
+    }
+
+    #[test]
+    fn vanished_sandbox_follows_restart_policy() {
+        let mut o = obs(None);
+        o.existed_before = true;
+        let never = decide(&desired(D::Running, RestartPolicy::Never), &o);
+        assert_eq!((never.steps.len(), never.hold), (0, Some(Hold::Gone)));
+        let always = decide(&desired(D::Running, RestartPolicy::Always), &o);
+        assert_eq!(always.steps, vec![Create, Start]);
+        // A spec change is the user asking again: recreate even under Never.
+        o.spec_changed = true;
+        assert_eq!(decide(&desired(D::Running, RestartPolicy::Never), &o).steps, vec![Create, Start]);
+    }
+
+    #[test]
+    fn exited_process_is_reported_not_restarted_unless_asked() {
+        let cur = descriptor(S::Stopped, "h1", true, Some(3));
+        let p = decide(&desired(D::Running, RestartPolicy::Never), &obs(Some(&cur)));
+        assert_eq!(p.hold, Some(Hold::Exited(Some(3))));
+        let p = decide(&desired(D::Running, RestartPolicy::OnFailure), &obs(Some(&cur)));
+        assert_eq!(p.steps, vec![Start]);
+        let clean = descriptor(S::Stopped, "h1", true, Some(0));
+        let p = decide(&desired(D::Running, RestartPolicy::OnFailure), &obs(Some(&clean)));
+        assert_eq!(p.hold, Some(Hold::Exited(Some(0))));
+        let mut o = obs(Some(&cur));
+        o.spec_changed = true;
+        assert_eq!(decide(&desired(D::Running, RestartPolicy::Never), &o).steps, vec![Start]);
+    }
+
+    #[test]
+    fn changed_hash_recreates_and_resources_update_in_place() {
+        let cur = descriptor(S::Running, "old", true, None);
+        let p = decide(&desired(D::Running, RestartPolicy::Never), &obs(Some(&cur)));
+        assert_eq!(p.steps, vec![Destroy, Create, Start]);
+        assert!(p.recreate_reason.is_some());
+        let mut cur = descriptor(S::Running, "h1", true, None);
+        cur.resources.memory_bytes = Some(50);
+        let mut o = obs(Some(&cur));
+        o.wants_env = true;
+        o.env_delivered = false;
+        assert_eq!(decide(&desired(D::Running, RestartPolicy::Never), &o).steps, vec![SetResources, DeliverEnv]);
+    }
+
+    #[test]
+    fn unset_ceilings_are_not_compared() {
+        let want = Resources::default();
+        let have = AppliedResources { cpu_millis: Some(1000), ..AppliedResources::default() };
+        assert!(!resources_differ(&want, &have));
+    }
+}

@@ -1,0 +1,138 @@
+//! The Sandbox controller.
+//!
+//! `reconcile` is thin: it times itself and hands off through kube-runtime's `finalizer()` to
+//! [`apply::apply`] (converge) or [`cleanup`] (destroy, confirm, release).
+
+pub mod apply;
+pub mod build;
+pub mod decide;
+pub mod lifetime;
+pub mod resolve;
+
+use std::sync::Arc;
+
+use futures::{Stream, StreamExt};
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+
+use crate::api::{FINALIZER, Sandbox};
+use crate::controller::events::normal;
+use crate::controller::{Context, Error, Result};
+use crate::provider::SandboxQuery;
+use crate::provider::labels::OWNER_UID;
+
+/// Kind name for metrics and keys.
+const KIND: &str = "Sandbox";
+
+/// One reconcile of one Sandbox.
+pub async fn reconcile(sandbox: Arc<Sandbox>, ctx: Arc<Context>) -> Result<Action> {
+    let _timer = ctx.metrics.reconcile_timer(KIND);
+    let ns = sandbox.namespace().unwrap_or_default();
+    let key = format!("{KIND}/{ns}/{}", sandbox.name_any());
+    let api: Api<Sandbox> = Api::namespaced(ctx.client.clone(), &ns);
+    let result = finalizer(&api, FINALIZER, sandbox, |event| async {
+        match event {
+            Finalizer::Apply(s) => apply::apply(s, &ctx).await,
+            Finalizer::Cleanup(s) => cleanup(s, &ctx).await,
+        }
+    })
+    .await
+    .map_err(flatten);
+    if result.is_ok() {
+        ctx.backoff.reset(&key);
+    }
+    result
+}
+
+/// Retries with per-object exponential backoff and counts the error by category.
+pub fn error_policy(sandbox: Arc<Sandbox>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.reconcile_error(KIND, err.category());
+    let key = format!("{KIND}/{}/{}", sandbox.namespace().unwrap_or_default(), sandbox.name_any());
+    let delay = ctx.backoff.next_delay(&key);
+    tracing::warn!(sandbox = %key, error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// The Cleanup half of the finalizer: destroy every provider resource this Sandbox owns
+/// (by name and by owner-uid label, so an apply that crashed mid-way is covered), confirm
+/// they are gone, and only then let the finalizer go.
+pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
+    let uid = sandbox.uid().unwrap_or_default();
+    let status = sandbox.status.clone().unwrap_or_default();
+    let provider_name = status.provider.clone().or_else(|| sandbox.spec.provider.clone());
+    let handle = match ctx.providers.resolve(provider_name.as_deref()) {
+        Ok(h) => h.clone(),
+        // Never created anywhere: nothing to clean up.
+        Err(_) if status.sandbox_id.is_none() && status.external_name.is_none() => {
+            return Ok(Action::await_change());
+        }
+        Err(msg) => return Err(Error::Dependency(format!("cannot clean up: {msg}"))),
+    };
+    let external = build::external_name(&uid);
+    let query = SandboxQuery {
+        labels: [(OWNER_UID.to_string(), uid.clone())].into(),
+        ..SandboxQuery::default()
+    };
+    let mut ids: Vec<String> = handle
+        .call("find", handle.provider.find(&query))
+        .await?
+        .into_iter()
+        .map(|d| d.id)
+        .collect();
+    ids.push(external.clone());
+    ids.sort();
+    ids.dedup();
+    for id in &ids {
+        handle.call("destroy", handle.provider.destroy(id)).await?;
+    }
+    // Confirm: only a provider that no longer holds anything releases the finalizer.
+    let left = apply::observe(&handle, &external, &uid).await?;
+    if let Some(d) = left {
+        return Err(Error::Provider(crate::provider::ProviderError::Transient(format!(
+            "sandbox {} is still present after destroy; retrying",
+            d.id
+        ))));
+    }
+    normal(ctx, sandbox.as_ref(), "Destroyed", format!("destroyed sandbox {external} on provider {}", handle.name())).await;
+    Ok(Action::await_change())
+}
+
+/// Unwraps the finalizer's error into ours, keeping the category.
+fn flatten(err: kube::runtime::finalizer::Error<Error>) -> Error {
+    use kube::runtime::finalizer::Error as F;
+    match err {
+        F::ApplyFailed(e) | F::CleanupFailed(e) => e,
+        F::AddFinalizer(e) | F::RemoveFinalizer(e) => Error::Kube(e),
+        other => Error::Finalizer(other.to_string()),
+    }
+}
+
+/// Runs the Sandbox controller until `shutdown` resolves. `triggers` are provider events
+/// already mapped to Sandbox references (drift noticed by events, not polling).
+pub async fn run(
+    ctx: Arc<Context>,
+    triggers: impl Stream<Item = ObjectRef<Sandbox>> + Send + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    concurrency: u16,
+    namespace: Option<String>,
+) {
+    let api: Api<Sandbox> = match &namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    Controller::new(api, watcher::Config::default().any_semantic())
+        .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .reconcile_on(triggers)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(err) = res {
+                tracing::debug!(%err, "sandbox reconcile loop");
+            }
+        })
+        .await;
+}

@@ -1,0 +1,228 @@
+//! Dereference: resolve a Sandbox's references (template, volumes, Secrets) — always in the
+//! Sandbox's own namespace, so a Sandbox can never name another namespace's objects.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::Api;
+
+use crate::api::{Sandbox, SandboxTemplate, SandboxVolume, condition};
+use crate::controller::status::READY;
+use crate::controller::{Context, Error};
+use crate::registry::ProviderHandle;
+
+use super::build::Resolved;
+
+/// Where the self-delivered env file lands inside the sandbox.
+pub const SELF_DELIVERED_ENV_PATH: &str = "/run/sandboxes.dev/env";
+
+/// The self-delivered env content and the version it was rendered from.
+pub struct SelfDeliveredEnv {
+    /// File content: one `KEY='value'` line per key. Secret: never logged.
+    pub content: String,
+    /// The Secret's resourceVersion: what status records instead of anything derived from
+    /// the values.
+    pub version: String,
+}
+
+/// Why references could not be resolved.
+pub enum Blocked {
+    /// Cannot proceed without a change: `(reason, message)` → `Stalled`.
+    Stall(&'static str, String),
+    /// Waiting for something that will come by itself: `(reason, message)` → requeue.
+    Wait(&'static str, String),
+    /// A failed lookup (retry with backoff).
+    Failed(Error),
+}
+
+impl From<kube::Error> for Blocked {
+    fn from(e: kube::Error) -> Self {
+        Blocked::Failed(Error::Kube(e))
+    }
+}
+
+/// Resolves template, volumes and `envFrom` Secrets.
+pub async fn references(
+    sandbox: &Sandbox,
+    ctx: &Context,
+    handle: &ProviderHandle,
+) -> Result<Resolved, Blocked> {
+    let ns = sandbox.namespace().unwrap_or_default();
+    let spec = &sandbox.spec;
+    let mut resolved = Resolved::default();
+
+    if let Some(tref) = &spec.template_ref {
+        let api: Api<SandboxTemplate> = Api::namespaced(ctx.client.clone(), &ns);
+        let Some(template) = api.get_opt(&tref.name).await? else {
+            return Err(Blocked::Stall(
+                "TemplateNotFound",
+                format!(
+                    "spec.templateRef: SandboxTemplate {:?} does not exist in namespace {ns:?}; create it or remove templateRef (the sandbox is never booted from the plain image instead)",
+                    tref.name
+                ),
+            ));
+        };
+        let status = template.status.clone().unwrap_or_default();
+        let ready = condition(&status.conditions, READY).is_some_and(|c| c.status == "True");
+        let Some(id) = status.template_id.filter(|_| ready) else {
+            return Err(Blocked::Wait(
+                "TemplateNotReady",
+                format!("waiting for SandboxTemplate {:?} to become Ready", tref.name),
+            ));
+        };
+        let Some(templates) = handle.provider.templates() else {
+            return Err(Blocked::Stall(
+                "TemplatesUnsupported",
+                format!("provider {:?} cannot boot from templates; remove spec.templateRef or use another provider", handle.name()),
+            ));
+        };
+        match handle.call("get_template", templates.get_template(&id)).await {
+            Ok(Some(_)) => resolved.template_id = Some(id),
+            Ok(None) => {
+                return Err(Blocked::Stall(
+                    "TemplateNotFound",
+                    format!(
+                        "spec.templateRef: SandboxTemplate {:?} is not present at provider {:?}; recapture it (the sandbox is never booted from the plain image instead)",
+                        tref.name,
+                        handle.name()
+                    ),
+                ));
+            }
+            Err(e) => return Err(Blocked::Failed(e.into())),
+        }
+    }
+
+    let volumes: Api<SandboxVolume> = Api::namespaced(ctx.client.clone(), &ns);
+    for (i, mount) in spec.volumes.iter().flatten().enumerate() {
+        let name = &mount.volume_ref.name;
+        let Some(volume) = volumes.get_opt(name).await? else {
+            return Err(Blocked::Wait(
+                "VolumeNotFound",
+                format!("spec.volumes[{i}].volumeRef: SandboxVolume {name:?} does not exist in namespace {ns:?} yet"),
+            ));
+        };
+        let vprovider = volume.spec.provider.clone().or_else(|| ctx.providers.resolve(None).ok().map(|h| h.name().to_string()));
+        if vprovider.as_deref() != Some(handle.name()) {
+            return Err(Blocked::Stall(
+                "VolumeProviderMismatch",
+                format!(
+                    "spec.volumes[{i}]: SandboxVolume {name:?} lives on provider {vprovider:?}, this Sandbox on {:?}; use a volume of the same provider",
+                    handle.name()
+                ),
+            ));
+        }
+        let status = volume.status.clone().unwrap_or_default();
+        let ready = condition(&status.conditions, READY).is_some_and(|c| c.status == "True");
+        match status.volume_name.filter(|_| ready) {
+            Some(vn) => resolved.volume_names.push(vn),
+            None => {
+                return Err(Blocked::Wait(
+                    "VolumeNotReady",
+                    format!("waiting for SandboxVolume {name:?} to become Ready"),
+                ));
+            }
+        }
+    }
+
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    for (i, from) in spec.env_from.iter().flatten().enumerate() {
+        let data = secret_data(&secrets, &from.secret_ref.name, &format!("spec.envFrom[{i}].secretRef")).await?;
+        let prefix = from.prefix.clone().unwrap_or_default();
+        for (key, value) in data {
+            let name = format!("{prefix}{key}");
+            if !valid_env_name(&name) {
+                return Err(Blocked::Stall(
+                    "InvalidSecretKey",
+                    format!("spec.envFrom[{i}]: Secret {:?} key {key:?} is not a valid environment variable name", from.secret_ref.name),
+                ));
+            }
+            resolved.secret_env.insert(name, value);
+        }
+    }
+    Ok(resolved)
+}
+
+/// Reads and renders the `selfDeliveredEnv` Secret, when the Sandbox has one.
+pub async fn self_delivered_env(sandbox: &Sandbox, ctx: &Context) -> Result<Option<SelfDeliveredEnv>, Blocked> {
+    let Some(sref) = &sandbox.spec.self_delivered_env else { return Ok(None) };
+    let ns = sandbox.namespace().unwrap_or_default();
+    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(secret) = secrets.get_opt(&sref.name).await? else {
+        return Err(Blocked::Wait(
+            "SecretNotFound",
+            format!("spec.selfDeliveredEnv: Secret {:?} does not exist in namespace {ns:?} yet", sref.name),
+        ));
+    };
+    let data = decode(&secret, "spec.selfDeliveredEnv")?;
+    for key in data.keys() {
+        if !valid_env_name(key) {
+            return Err(Blocked::Stall(
+                "InvalidSecretKey",
+                format!("spec.selfDeliveredEnv: Secret {:?} key {key:?} is not a valid environment variable name", sref.name),
+            ));
+        }
+    }
+    Ok(Some(SelfDeliveredEnv {
+        content: render_env_file(&data),
+        version: secret.resource_version().unwrap_or_default(),
+    }))
+}
+
+async fn secret_data(api: &Api<Secret>, name: &str, field: &str) -> Result<BTreeMap<String, String>, Blocked> {
+    let Some(secret) = api.get_opt(name).await? else {
+        return Err(Blocked::Wait("SecretNotFound", format!("{field}: Secret {name:?} does not exist yet")));
+    };
+    decode(&secret, field)
+}
+
+fn decode(secret: &Secret, field: &str) -> Result<BTreeMap<String, String>, Blocked> {
+    let mut out = BTreeMap::new();
+    for (key, value) in secret.data.iter().flatten() {
+        let text = String::from_utf8(value.0.clone()).map_err(|_| {
+            Blocked::Stall("InvalidSecretValue", format!("{field}: Secret key {key:?} is not UTF-8 text"))
+        })?;
+        out.insert(key.clone(), text);
+    }
+    for (key, value) in secret.string_data.iter().flatten() {
+        out.insert(key.clone(), value.clone());
+    }
+    Ok(out)
+}
+
+/// `[A-Za-z_][A-Za-z0-9_]*`.
+pub fn valid_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// One `KEY='value'` line per key, POSIX single-quoted (`'` → `'\''`), so
+/// `set -a; . /run/sandboxes.dev/env` exports exactly the Secret's values.
+pub fn render_env_file(data: &BTreeMap<String, String>) -> String {
+    data.iter()
+        .map(|(k, v)| format!("{k}='{}'\n", v.replace('\'', "'\\''")))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn env_file_quotes_for_posix_sh() {
+        let data = BTreeMap::from([
+            ("A".to_string(), "it's $HOME".to_string()),
+            ("B".to_string(), "line1\nline2".to_string()),
+        ]);
+        assert_eq!(render_env_file(&data), "A='it'\\''s $HOME'\nB='line1\nline2'\n");
+    }
+
+    #[test]
+    fn env_names() {
+        assert!(valid_env_name("_A1"));
+        assert!(!valid_env_name("1A"));
+        assert!(!valid_env_name("A-B"));
+        assert!(!valid_env_name(""));
+    }
+}

@@ -1,0 +1,1000 @@
+//! The core lifecycle on Docker: a sandbox is one container, named after the request's
+//! deterministic name.
+//!
+//! Mapping decisions, each made so the provider reports what is true rather than what was
+//! asked for:
+//!
+//! - **command** replaces the image's entrypoint *and* command (`Entrypoint: [""]`,
+//!   `Cmd: argv`), so the argv is the whole main process, pid 1.
+//! - **disk** is not passed to the engine: overlay2 enforces `--storage-opt size` only on
+//!   xfs with project quotas, so the request is recorded in a label and reported with
+//!   `disk_enforced = false`. **memory** sets the swap ceiling to the same value, the same
+//!   as [`SetResources`](crate::provider::SetResources) does, so creation and update never
+//!   drift apart.
+//! - **egress**: `allowed_domains = Some([])` is network mode `none`, an honest full
+//!   cut-off; a non-empty allow-list is `Unsupported` because Docker cannot filter by
+//!   domain (rule 10). There is no proxy in front of a container, so an idle policy other
+//!   than `Off` is `Unsupported` too.
+//! - **images** are never pulled: no registry is assumed reachable, so an image (or template)
+//!   that is not on the engine is `NotFound`, and a template is never replaced by the base
+//!   image.
+//! - **volumes** must exist before a sandbox mounts them: Docker would silently create an
+//!   unlabelled volume for a missing name, which nothing would ever reclaim.
+//! - **find** enumerates with one filtered list call, then inspects each match (at most
+//!   [`INSPECT_CONCURRENCY`] at a time), because the list API does not carry `StartedAt`,
+//!   and a start time guessed from the creation time would turn wreckage (rule 6) into a
+//!   sandbox that looks like it once ran.
+
+use std::collections::{BTreeMap, HashMap};
+
+use async_trait::async_trait;
+use bollard::models::{
+    ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum,
+    ContainerSummaryStateEnum, HostConfig, Mount, MountType, PortBinding, PortMap,
+    RestartPolicyNameEnum,
+};
+use bollard::query_parameters::{
+    CreateContainerOptionsBuilder, InspectContainerOptions, ListContainersOptionsBuilder,
+    RemoveContainerOptionsBuilder, StartContainerOptions, StopContainerOptionsBuilder,
+};
+use chrono::{DateTime, Datelike, Utc};
+use futures::stream::{self, StreamExt, TryStreamExt};
+
+use super::{DISK_ADVISORY_LABEL, DockerProvider, is_not_found, map_err};
+use crate::provider::labels::{self, TEMPLATE};
+use crate::provider::validate;
+use crate::provider::{
+    AppliedResources, BulkFiles, CapacityProbe, CreateRequest, Egress, ExecOutput, ExecRequest,
+    Files, Hibernation, IdleAction, PortMapping, Provider, ProviderError, ProviderEvents,
+    ProviderResult, RestartPolicy, SandboxDescriptor, SandboxQuery, SandboxState, SetResources,
+    Templates, Volumes,
+};
+
+/// Seconds a stop waits for the main process to exit after SIGTERM before SIGKILL
+/// (Docker's own default).
+pub(crate) const STOP_TIMEOUT_SECS: i32 = 10;
+
+/// How many containers `find` inspects at once: enough to enumerate thousands quickly,
+/// few enough that a sweep never floods the engine.
+pub(crate) const INSPECT_CONCURRENCY: usize = 16;
+
+#[async_trait]
+impl Provider for DockerProvider {
+    fn name(&self) -> &str {
+        &self.config.name
+    }
+
+    fn kind(&self) -> &'static str {
+        "docker"
+    }
+
+    /// Creates the container without starting it. See the module docs for how each field
+    /// maps, and which ones are refused rather than ignored.
+    async fn create(&self, request: &CreateRequest) -> ProviderResult<SandboxDescriptor> {
+        // Everything that can be refused without asking the engine is refused first, so an
+        // unsupported spec never leaves anything behind.
+        let mut body = create_body(request, &self.config.publish_host)?;
+        let docker = self.engine().await?;
+
+        let image = match (&request.template, &request.image, &self.config.default_image) {
+            (Some(template), _, _) => {
+                validate::resource_name("template", template).map_err(ProviderError::Invalid)?;
+                let image = self.template_image(template);
+                match docker.inspect_image(&image).await {
+                    Ok(_) => image,
+                    Err(e) if is_not_found(&e) => {
+                        return Err(ProviderError::NotFound(format!(
+                            "template {template:?} (image {image}) does not exist on Docker provider {:?}; \
+                             a sandbox is never booted from the base image instead: commit or fetch the \
+                             template first, or fix spec.templateRef",
+                            self.config.name
+                        )));
+                    }
+                    Err(e) => return Err(map_err(&format!("looking up template {template:?}"), e)),
+                }
+            }
+            (None, Some(image), _) | (None, None, Some(image)) => {
+                match docker.inspect_image(image).await {
+                    Ok(_) => image.clone(),
+                    Err(e) if is_not_found(&e) => {
+                        return Err(ProviderError::NotFound(format!(
+                            "image {image:?} is not present on Docker provider {:?}; images are never pulled \
+                             (no registry is assumed reachable): load or build it on the engine, or fix spec.image",
+                            self.config.name
+                        )));
+                    }
+                    Err(e) => return Err(map_err(&format!("looking up image {image:?}"), e)),
+                }
+            }
+            (None, None, None) => {
+                return Err(ProviderError::Invalid(format!(
+                    "spec.image is not set and Docker provider {:?} has no default image; set spec.image \
+                     or spec.templateRef",
+                    self.config.name
+                )));
+            }
+        };
+        body.image = Some(image);
+
+        for mount in &request.volumes {
+            match docker.inspect_volume(&mount.volume_name).await {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {
+                    return Err(ProviderError::NotFound(format!(
+                        "volume {:?} (for {}) does not exist; create its SandboxVolume first",
+                        mount.volume_name, mount.mount_path
+                    )));
+                }
+                Err(e) => {
+                    return Err(map_err(
+                        &format!("looking up volume {:?}", mount.volume_name),
+                        e,
+                    ));
+                }
+            }
+        }
+
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&request.name)
+            .build();
+        match docker.create_container(Some(options), body).await {
+            Ok(_) => {}
+            Err(e) if super::status_of(&e) == Some(409) => {
+                return Err(ProviderError::Conflict(format!(
+                    "a container named {:?} already exists on Docker provider {:?}; find it by its \
+                     owner-uid label and adopt it instead of creating another",
+                    request.name, self.config.name
+                )));
+            }
+            Err(e) => return Err(map_err(&format!("creating sandbox {:?}", request.name), e)),
+        }
+        self.describe(&request.name).await?.ok_or_else(|| {
+            ProviderError::Transient(format!(
+                "sandbox {:?} was created but disappeared before it could be described",
+                request.name
+            ))
+        })
+    }
+
+    async fn describe(&self, id: &str) -> ProviderResult<Option<SandboxDescriptor>> {
+        Ok(self
+            .inspect(id)
+            .await?
+            .map(|container| self.descriptor(container)))
+    }
+
+    /// One list call narrowed by label filters (all states), then an inspect per match; see
+    /// the module docs. A container removed between the two calls is simply gone; any other
+    /// failure fails the whole enumeration (rule 1).
+    async fn find(&self, query: &SandboxQuery) -> ProviderResult<Vec<SandboxDescriptor>> {
+        let docker = self.engine().await?;
+        let mut label_filters: Vec<String> =
+            query.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        if let Some(owner) = &query.owner {
+            label_filters.push(format!("{}={owner}", labels::OWNER));
+        }
+        let mut filters: HashMap<String, Vec<String>> = HashMap::new();
+        if !label_filters.is_empty() {
+            filters.insert("label".into(), label_filters);
+        }
+        let options = ListContainersOptionsBuilder::default()
+            .all(true)
+            .filters(&filters)
+            .build();
+        let listed = docker
+            .list_containers(Some(options))
+            .await
+            .map_err(|e| map_err("listing sandboxes", e))?;
+
+        let wanted = |state: SandboxState| {
+            query
+                .states
+                .as_ref()
+                .is_none_or(|states| states.contains(&state))
+        };
+        let names: Vec<String> = listed
+            .into_iter()
+            .filter(|c| c.state.is_none_or(|s| wanted(summary_state(s))))
+            .filter_map(|c| {
+                c.names
+                    .and_then(|n| n.into_iter().next())
+                    .map(|n| n.trim_start_matches('/').to_string())
+                    .or(c.id)
+            })
+            .collect();
+
+        let mut found: Vec<SandboxDescriptor> = stream::iter(names)
+            .map(|name| async move { self.describe(&name).await })
+            .buffer_unordered(INSPECT_CONCURRENCY)
+            .try_filter_map(|d| async move { Ok(d) })
+            .try_collect()
+            .await?;
+        // The state may have moved between list and inspect: answer with what was inspected.
+        found.retain(|d| wanted(d.state));
+        found.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(found)
+    }
+
+    async fn start(&self, id: &str) -> ProviderResult<()> {
+        let docker = self.engine().await?;
+        match docker
+            .start_container(id, None::<StartContainerOptions>)
+            .await
+        {
+            // 304 (already running) is a success in bollard.
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(not_found(id, e)),
+            Err(e) => {
+                // A paused container cannot be started; it can be unpaused into running.
+                match self.status(id).await? {
+                    Some(ContainerStateStatusEnum::PAUSED) => self.unpause(id).await,
+                    Some(ContainerStateStatusEnum::RUNNING) => Ok(()),
+                    _ => Err(map_err(&format!("starting sandbox {id}"), e)),
+                }
+            }
+        }
+    }
+
+    async fn stop(&self, id: &str) -> ProviderResult<()> {
+        let docker = self.engine().await?;
+        // A frozen process cannot act on SIGTERM, so a paused container would always wait
+        // out the whole timeout and be killed: thaw it first so it can exit cleanly.
+        if self.status(id).await? == Some(ContainerStateStatusEnum::PAUSED) {
+            self.unpause(id).await?;
+        }
+        let options = StopContainerOptionsBuilder::default()
+            .t(STOP_TIMEOUT_SECS)
+            .build();
+        match docker.stop_container(id, Some(options)).await {
+            // 304 (already stopped) is a success in bollard.
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(not_found(id, e)),
+            Err(e) => Err(map_err(&format!("stopping sandbox {id}"), e)),
+        }
+    }
+
+    /// `docker pause`: the cgroup freezer keeps every process, frozen. Pausing a paused
+    /// sandbox is a success; a sandbox that is not running cannot be paused (`Conflict`).
+    async fn sleep(&self, id: &str) -> ProviderResult<()> {
+        let docker = self.engine().await?;
+        match docker.pause_container(id).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(not_found(id, e)),
+            Err(e) => match self.status(id).await? {
+                Some(ContainerStateStatusEnum::PAUSED) => Ok(()),
+                Some(other) if other != ContainerStateStatusEnum::RUNNING => {
+                    Err(ProviderError::Conflict(format!(
+                        "sandbox {id} is {other}, not running, so it cannot be put to sleep; start it first"
+                    )))
+                }
+                _ => Err(map_err(&format!("pausing sandbox {id}"), e)),
+            },
+        }
+    }
+
+    /// `docker unpause`; a running sandbox is already awake, and a stopped one is started.
+    async fn wake(&self, id: &str) -> ProviderResult<()> {
+        match self.status(id).await? {
+            None => Err(ProviderError::NotFound(format!("sandbox {id} does not exist"))),
+            Some(ContainerStateStatusEnum::PAUSED) => self.unpause(id).await,
+            Some(ContainerStateStatusEnum::RUNNING) => Ok(()),
+            Some(_) => self.start(id).await,
+        }
+    }
+
+    /// Force-removes the container with its anonymous volumes; named volumes survive (they
+    /// are `SandboxVolume`s with their own lifecycle). Absent is a success (rule 5).
+    async fn destroy(&self, id: &str) -> ProviderResult<()> {
+        let docker = self.engine().await?;
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(true)
+            .build();
+        match docker.remove_container(id, Some(options)).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Ok(()),
+            // Someone else's removal of it is already under way: it is going away.
+            Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 409,
+                message,
+            }) if message.contains("already in progress") => Ok(()),
+            Err(e) => Err(map_err(&format!("removing sandbox {id}"), e)),
+        }
+    }
+
+    async fn exec(&self, id: &str, request: &ExecRequest) -> ProviderResult<ExecOutput> {
+        self.run_exec(id, request).await
+    }
+
+    fn hibernation(&self) -> Option<&dyn Hibernation> {
+        Some(self)
+    }
+
+    fn volumes(&self) -> Option<&dyn Volumes> {
+        Some(self)
+    }
+
+    fn templates(&self) -> Option<&dyn Templates> {
+        Some(self)
+    }
+
+    fn resources(&self) -> Option<&dyn SetResources> {
+        Some(self)
+    }
+
+    fn capacity(&self) -> Option<&dyn CapacityProbe> {
+        Some(self)
+    }
+
+    fn files(&self) -> Option<&dyn Files> {
+        Some(self)
+    }
+
+    fn bulk_files(&self) -> Option<&dyn BulkFiles> {
+        Some(self)
+    }
+
+    fn egress(&self) -> Option<&dyn Egress> {
+        Some(self)
+    }
+
+    fn events(&self) -> Option<&dyn ProviderEvents> {
+        Some(self)
+    }
+}
+
+impl DockerProvider {
+    /// Inspects a container by name (or full id); `None` when the engine has no such
+    /// container. A partial-id match of Docker's is not accepted: ids here are names.
+    pub(crate) async fn inspect(&self, id: &str) -> ProviderResult<Option<ContainerInspectResponse>> {
+        let docker = self.engine().await?;
+        match docker
+            .inspect_container(id, None::<InspectContainerOptions>)
+            .await
+        {
+            Ok(container) => {
+                let name = container.name.as_deref().map(|n| n.trim_start_matches('/'));
+                if name == Some(id) || container.id.as_deref() == Some(id) {
+                    Ok(Some(container))
+                } else {
+                    Ok(None)
+                }
+            }
+            Err(e) if is_not_found(&e) => Ok(None),
+            Err(e) => Err(map_err(&format!("inspecting sandbox {id}"), e)),
+        }
+    }
+
+    /// The engine's state word for a container, `None` when it does not exist.
+    pub(crate) async fn status(&self, id: &str) -> ProviderResult<Option<ContainerStateStatusEnum>> {
+        Ok(self.inspect(id).await?.map(|c| {
+            c.state
+                .and_then(|s| s.status)
+                .unwrap_or(ContainerStateStatusEnum::EMPTY)
+        }))
+    }
+
+    /// Unpauses; an already-running container is a success.
+    pub(crate) async fn unpause(&self, id: &str) -> ProviderResult<()> {
+        let docker = self.engine().await?;
+        match docker.unpause_container(id).await {
+            Ok(()) => Ok(()),
+            Err(e) if is_not_found(&e) => Err(not_found(id, e)),
+            Err(e) => match self.status(id).await? {
+                Some(ContainerStateStatusEnum::RUNNING) => Ok(()),
+                _ => Err(map_err(&format!("unpausing sandbox {id}"), e)),
+            },
+        }
+    }
+
+    /// The address a published port is reached at when the engine bound it to every
+    /// interface: the engine's host for a TCP endpoint, loopback for a local socket.
+    fn reachable_host(&self) -> String {
+        match self.config.endpoint.as_deref() {
+            Some(ep) if ep.starts_with("tcp://") || ep.starts_with("http://") => {
+                let rest = ep.split_once("://").map_or(ep, |(_, r)| r);
+                let authority = rest.split('/').next().unwrap_or(rest);
+                match authority.rsplit_once(':') {
+                    Some((host, _)) if !host.is_empty() => host.to_string(),
+                    _ => authority.to_string(),
+                }
+            }
+            _ => "127.0.0.1".to_string(),
+        }
+    }
+
+    /// Builds the descriptor from an inspect answer.
+    pub(crate) fn descriptor(&self, c: ContainerInspectResponse) -> SandboxDescriptor {
+        let id = c
+            .name
+            .as_deref()
+            .map(|n| n.trim_start_matches('/').to_string())
+            .or(c.id.clone())
+            .unwrap_or_default();
+        let state = c.state.unwrap_or_default();
+        let status = state.status.unwrap_or(ContainerStateStatusEnum::EMPTY);
+        let config = c.config.unwrap_or_default();
+        let host = c.host_config.unwrap_or_default();
+        let labels: BTreeMap<String, String> =
+            config.labels.unwrap_or_default().into_iter().collect();
+        let command: Vec<String> = config
+            .entrypoint
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|s| !s.is_empty())
+            .chain(config.cmd.unwrap_or_default())
+            .collect();
+        let exit_code = match status {
+            ContainerStateStatusEnum::EXITED | ContainerStateStatusEnum::DEAD => state.exit_code,
+            // A start that failed (e.g. the command does not exist) leaves it "created"
+            // with the failure's exit code.
+            ContainerStateStatusEnum::CREATED => state.exit_code.filter(|code| *code != 0),
+            _ => None,
+        };
+        let mut volumes: Vec<String> = c
+            .mounts
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|m| m.typ.as_deref() == Some("volume"))
+            .filter_map(|m| m.name)
+            .collect();
+        volumes.sort();
+        let ports = c
+            .network_settings
+            .and_then(|n| n.ports)
+            .map(|p| ports_from_map(&p, &self.reachable_host()))
+            .unwrap_or_default();
+        SandboxDescriptor {
+            id,
+            state: container_state(status),
+            template_ref: labels.get(TEMPLATE).filter(|t| !t.is_empty()).cloned(),
+            resources: applied_resources(&host, &labels),
+            labels,
+            created_at: c.created.as_deref().and_then(parse_time),
+            started_at: state.started_at.as_deref().and_then(parse_time),
+            exit_code,
+            image: config.image.filter(|i| !i.is_empty()),
+            volumes,
+            ports,
+            command: (!command.is_empty()).then_some(command),
+            restart_policy: restart_policy_from(
+                host.restart_policy.and_then(|p| p.name),
+            ),
+            env: parse_env(config.env.unwrap_or_default()),
+        }
+    }
+}
+
+fn not_found(id: &str, err: bollard::errors::Error) -> ProviderError {
+    ProviderError::NotFound(format!("sandbox {id} does not exist: {err}"))
+}
+
+/// Docker's container-name rule (`[a-zA-Z0-9][a-zA-Z0-9_.-]+`).
+fn validate_container_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
+    let rest_ok = name.len() >= 2
+        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    if first_ok && rest_ok && name.len() <= 253 {
+        Ok(())
+    } else {
+        Err(format!(
+            "sandbox name {name:?} is not a valid Docker container name (2-253 of a-z A-Z 0-9 _ . -, \
+             starting with a letter or digit)"
+        ))
+    }
+}
+
+/// The container body for a request, minus the image (resolved against the engine).
+/// Pure, so every refusal and mapping is unit-tested without an engine.
+pub(crate) fn create_body(
+    request: &CreateRequest,
+    publish_host: &str,
+) -> ProviderResult<ContainerCreateBody> {
+    validate_container_name(&request.name).map_err(ProviderError::Invalid)?;
+
+    match &request.allowed_domains {
+        Some(domains) if !domains.is_empty() => {
+            return Err(ProviderError::Unsupported(
+                "Docker cannot filter egress by domain; use allowedDomains: [] for no network, or a \
+                 provider that filters (spec.egress.allowedDomains)"
+                    .into(),
+            ));
+        }
+        _ => {}
+    }
+    match request.idle_action {
+        None | Some(IdleAction::Off) => {}
+        Some(action) => {
+            return Err(ProviderError::Unsupported(format!(
+                "Docker has no proxy in front of its sandboxes, so nothing would ever park one on idle \
+                 ({action:?}); remove spec.idleAction or set it to Off"
+            )));
+        }
+    }
+    let no_network = matches!(&request.allowed_domains, Some(d) if d.is_empty());
+    if no_network && !request.ports.is_empty() {
+        return Err(ProviderError::Invalid(
+            "spec.ports cannot be published from a sandbox without network \
+             (spec.egress.allowedDomains: []); remove one of them"
+                .into(),
+        ));
+    }
+
+    let mut labels = labels::merge_labels(&request.owner, &request.labels)
+        .map_err(ProviderError::Invalid)?;
+    if let Some(template) = &request.template {
+        labels.insert(TEMPLATE.to_string(), template.clone());
+    }
+    if let Some(disk) = request.resources.disk_bytes {
+        labels.insert(DISK_ADVISORY_LABEL.to_string(), disk.to_string());
+    }
+
+    let mut env = Vec::with_capacity(request.env.len());
+    for (key, value) in &request.env {
+        if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
+            return Err(ProviderError::Invalid(format!(
+                "environment variable {key:?} is not a valid name (non-empty, no '=' or NUL); fix spec.env"
+            )));
+        }
+        env.push(format!("{key}={value}"));
+    }
+
+    let (entrypoint, cmd) = match &request.command {
+        None => (None, None),
+        Some(argv) if argv.is_empty() || argv[0].is_empty() => {
+            return Err(ProviderError::Invalid(
+                "spec.command must name a program (its first element is empty); remove it to keep the \
+                 image's own command"
+                    .into(),
+            ));
+        }
+        // [""] resets the image's entrypoint, so the argv is the whole main process.
+        Some(argv) => (Some(vec![String::new()]), Some(argv.clone())),
+    };
+
+    let mut exposed = Vec::new();
+    let mut bindings: PortMap = HashMap::new();
+    for port in &request.ports {
+        let protocol = port.protocol.to_ascii_lowercase();
+        if !matches!(protocol.as_str(), "tcp" | "udp" | "sctp") || port.sandbox_port == 0 {
+            return Err(ProviderError::Invalid(format!(
+                "port {}/{} cannot be published: the port must be 1-65535 and the protocol tcp, udp or sctp; \
+                 fix spec.ports",
+                port.sandbox_port, port.protocol
+            )));
+        }
+        let key = format!("{}/{protocol}", port.sandbox_port);
+        exposed.push(key.clone());
+        bindings.insert(
+            key,
+            Some(vec![PortBinding {
+                host_ip: Some(publish_host.to_string()),
+                // Empty = the engine picks a free port; read back by describe after start.
+                host_port: Some(String::new()),
+            }]),
+        );
+    }
+
+    let mut mounts = Vec::with_capacity(request.volumes.len());
+    for volume in &request.volumes {
+        if !volume.mount_path.starts_with('/') || volume.mount_path == "/" {
+            return Err(ProviderError::Invalid(format!(
+                "mount path {:?} of volume {:?} must be an absolute path below /; fix spec.volumes",
+                volume.mount_path, volume.volume_name
+            )));
+        }
+        validate::resource_name("volume", &volume.volume_name).map_err(ProviderError::Invalid)?;
+        mounts.push(Mount {
+            target: Some(volume.mount_path.clone()),
+            source: Some(volume.volume_name.clone()),
+            typ: Some(MountType::VOLUME),
+            read_only: Some(volume.read_only),
+            ..Default::default()
+        });
+    }
+
+    let res = &request.resources;
+    let memory = res
+        .memory_bytes
+        .map(|m| {
+            i64::try_from(m).map_err(|_| {
+                ProviderError::Invalid(format!("memory {m} bytes is too large; fix spec.resources.memory"))
+            })
+        })
+        .transpose()?;
+    let nano_cpus = res
+        .cpu_millis
+        .map(|m| {
+            m.checked_mul(1_000_000)
+                .and_then(|n| i64::try_from(n).ok())
+                .ok_or_else(|| {
+                    ProviderError::Invalid(format!("cpu {m}m is too large; fix spec.resources.cpu"))
+                })
+        })
+        .transpose()?;
+
+    let host_config = HostConfig {
+        memory,
+        // Swap ceiling = memory ceiling: no swap beyond the limit, identical to set_resources.
+        memory_swap: memory,
+        nano_cpus,
+        pids_limit: res.pids,
+        restart_policy: Some(bollard::models::RestartPolicy {
+            name: Some(restart_policy_name(request.restart_policy)),
+            maximum_retry_count: None,
+        }),
+        network_mode: no_network.then(|| "none".to_string()),
+        port_bindings: (!bindings.is_empty()).then_some(bindings),
+        mounts: (!mounts.is_empty()).then_some(mounts),
+        ..Default::default()
+    };
+
+    Ok(ContainerCreateBody {
+        env: (!env.is_empty()).then_some(env),
+        cmd,
+        entrypoint,
+        labels: Some(labels.into_iter().collect()),
+        exposed_ports: (!exposed.is_empty()).then_some(exposed),
+        host_config: Some(host_config),
+        ..Default::default()
+    })
+}
+
+/// The restart-policy name Docker uses for ours.
+pub(crate) fn restart_policy_name(policy: RestartPolicy) -> RestartPolicyNameEnum {
+    match policy {
+        RestartPolicy::Never => RestartPolicyNameEnum::NO,
+        RestartPolicy::OnFailure => RestartPolicyNameEnum::ON_FAILURE,
+        RestartPolicy::Always => RestartPolicyNameEnum::ALWAYS,
+    }
+}
+
+/// Ours for Docker's restart-policy name (`unless-stopped` restarts like `always`).
+pub(crate) fn restart_policy_from(name: Option<RestartPolicyNameEnum>) -> RestartPolicy {
+    match name {
+        Some(RestartPolicyNameEnum::ON_FAILURE) => RestartPolicy::OnFailure,
+        Some(RestartPolicyNameEnum::ALWAYS | RestartPolicyNameEnum::UNLESS_STOPPED) => {
+            RestartPolicy::Always
+        }
+        _ => RestartPolicy::Never,
+    }
+}
+
+/// Coarse state for the engine's state word (inspect).
+///
+/// `restarting` is a container between two runs of a crash loop: not serving, about to be
+/// started again, hence `Creating`.
+pub(crate) fn container_state(status: ContainerStateStatusEnum) -> SandboxState {
+    use ContainerStateStatusEnum as S;
+    match status {
+        S::CREATED | S::RESTARTING => SandboxState::Creating,
+        S::RUNNING | S::STOPPING => SandboxState::Running,
+        S::PAUSED => SandboxState::Sleeping,
+        S::EXITED | S::DEAD | S::REMOVING | S::EMPTY => SandboxState::Stopped,
+    }
+}
+
+/// Coarse state for the engine's state word (list), the same mapping as
+/// [`container_state`].
+pub(crate) fn summary_state(status: ContainerSummaryStateEnum) -> SandboxState {
+    use ContainerSummaryStateEnum as S;
+    match status {
+        S::CREATED | S::RESTARTING => SandboxState::Creating,
+        S::RUNNING | S::STOPPING => SandboxState::Running,
+        S::PAUSED => SandboxState::Sleeping,
+        S::EXITED | S::DEAD | S::REMOVING | S::EMPTY => SandboxState::Stopped,
+    }
+}
+
+/// Parses an engine timestamp (RFC 3339 with nanoseconds). Docker writes the zero time
+/// `0001-01-01T00:00:00Z` for "never" (e.g. `StartedAt` of a never-started container),
+/// which is `None` here — the whole point of rule 6.
+pub(crate) fn parse_time(s: &str) -> Option<DateTime<Utc>> {
+    let t = DateTime::parse_from_rfc3339(s).ok()?.with_timezone(&Utc);
+    (t.year() > 1).then_some(t)
+}
+
+/// `KEY=value` pairs into a map (a bare `KEY` maps to an empty value).
+pub(crate) fn parse_env(env: Vec<String>) -> BTreeMap<String, String> {
+    env.into_iter()
+        .map(|kv| match kv.split_once('=') {
+            Some((k, v)) => (k.to_string(), v.to_string()),
+            None => (kv, String::new()),
+        })
+        .collect()
+}
+
+/// Port mappings from the engine's port map (`"8080/tcp" → [{HostIp, HostPort}]`). A
+/// binding without an assigned host port (not running) is skipped; a wildcard host address
+/// is replaced by `unspecified_host`.
+pub(crate) fn ports_from_map(map: &PortMap, unspecified_host: &str) -> Vec<PortMapping> {
+    let mut out = Vec::new();
+    for (key, bindings) in map {
+        let (port, protocol) = key.split_once('/').unwrap_or((key.as_str(), "tcp"));
+        let Ok(sandbox_port) = port.parse::<u16>() else {
+            continue;
+        };
+        for binding in bindings.iter().flatten() {
+            let Some(host_port) = binding
+                .host_port
+                .as_deref()
+                .and_then(|p| p.parse::<u16>().ok())
+                .filter(|p| *p != 0)
+            else {
+                continue;
+            };
+            let host = match binding.host_ip.as_deref() {
+                None | Some("") | Some("0.0.0.0") | Some("::") => unspecified_host.to_string(),
+                Some(ip) => ip.to_string(),
+            };
+            out.push(PortMapping {
+                sandbox_port,
+                protocol: protocol.to_string(),
+                host,
+                port: host_port,
+            });
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Resources as the engine holds them. Disk is never enforced here (see the module docs);
+/// the requested value comes back from its label.
+pub(crate) fn applied_resources(
+    host: &HostConfig,
+    labels: &BTreeMap<String, String>,
+) -> AppliedResources {
+    let cpu_millis = match host.nano_cpus.filter(|n| *n > 0) {
+        Some(nanos) => Some(((nanos + 500_000) / 1_000_000) as u64),
+        // A quota set by other means (`--cpu-quota`) limits the same way.
+        None => match (host.cpu_quota, host.cpu_period) {
+            (Some(q), Some(p)) if q > 0 && p > 0 => Some((q * 1000 / p) as u64),
+            _ => None,
+        },
+    };
+    AppliedResources {
+        cpu_millis,
+        memory_bytes: host.memory.filter(|m| *m > 0).map(|m| m as u64),
+        disk_bytes: labels
+            .get(DISK_ADVISORY_LABEL)
+            .and_then(|d| d.parse::<u64>().ok()),
+        disk_enforced: false,
+        pids: host.pids_limit.filter(|p| *p > 0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::labels::Owner;
+    use crate::provider::{PortRequest, Resources, VolumeMount};
+
+    fn request() -> CreateRequest {
+        CreateRequest {
+            name: "sbx-1234".into(),
+            owner: Owner {
+                instance: "ops".into(),
+                kind: "Sandbox".into(),
+                namespace: "team-a".into(),
+                name: "web".into(),
+                uid: "1234".into(),
+            },
+            image: Some("base".into()),
+            template: None,
+            command: None,
+            restart_policy: RestartPolicy::Never,
+            env: BTreeMap::new(),
+            labels: BTreeMap::new(),
+            resources: Resources::default(),
+            ports: vec![],
+            volumes: vec![],
+            allowed_domains: None,
+            idle_action: None,
+        }
+    }
+
+    #[test]
+    fn zero_time_means_never() {
+        assert_eq!(parse_time("0001-01-01T00:00:00Z"), None);
+        assert_eq!(parse_time(""), None);
+        assert_eq!(parse_time("garbage"), None);
+        let t = parse_time("2024-05-01T10:11:12.123456789Z").unwrap();
+        assert_eq!(t.timestamp(), 1_714_558_272);
+        assert_eq!(t.timestamp_subsec_nanos(), 123_456_789);
+        assert!(parse_time("2024-05-01T12:11:12+02:00").is_some());
+    }
+
+    #[test]
+    fn states_map_to_the_coarse_lifecycle() {
+        use ContainerStateStatusEnum as S;
+        assert_eq!(container_state(S::CREATED), SandboxState::Creating);
+        assert_eq!(container_state(S::RESTARTING), SandboxState::Creating);
+        assert_eq!(container_state(S::RUNNING), SandboxState::Running);
+        assert_eq!(container_state(S::PAUSED), SandboxState::Sleeping);
+        assert_eq!(container_state(S::EXITED), SandboxState::Stopped);
+        assert_eq!(container_state(S::DEAD), SandboxState::Stopped);
+        use ContainerSummaryStateEnum as L;
+        assert_eq!(summary_state(L::CREATED), SandboxState::Creating);
+        assert_eq!(summary_state(L::RUNNING), SandboxState::Running);
+        assert_eq!(summary_state(L::PAUSED), SandboxState::Sleeping);
+        assert_eq!(summary_state(L::EXITED), SandboxState::Stopped);
+    }
+
+    #[test]
+    fn restart_policies_round_trip() {
+        for p in [RestartPolicy::Never, RestartPolicy::OnFailure, RestartPolicy::Always] {
+            assert_eq!(restart_policy_from(Some(restart_policy_name(p))), p);
+        }
+        assert_eq!(restart_policy_from(None), RestartPolicy::Never);
+        assert_eq!(
+            restart_policy_from(Some(RestartPolicyNameEnum::UNLESS_STOPPED)),
+            RestartPolicy::Always
+        );
+    }
+
+    #[test]
+    fn env_and_ports_are_parsed() {
+        let env = parse_env(vec!["A=1".into(), "B=x=y".into(), "C".into()]);
+        assert_eq!(env["A"], "1");
+        assert_eq!(env["B"], "x=y");
+        assert_eq!(env["C"], "");
+
+        let map: PortMap = HashMap::from([
+            (
+                "8080/tcp".to_string(),
+                Some(vec![
+                    PortBinding {
+                        host_ip: Some("0.0.0.0".into()),
+                        host_port: Some("49153".into()),
+                    },
+                    PortBinding {
+                        host_ip: Some("::".into()),
+                        host_port: Some("49153".into()),
+                    },
+                ]),
+            ),
+            ("53/udp".to_string(), None),
+            (
+                "9000/tcp".to_string(),
+                Some(vec![PortBinding {
+                    host_ip: Some("127.0.0.1".into()),
+                    host_port: Some("".into()),
+                }]),
+            ),
+        ]);
+        let ports = ports_from_map(&map, "10.0.0.5");
+        assert_eq!(
+            ports,
+            vec![PortMapping {
+                sandbox_port: 8080,
+                protocol: "tcp".into(),
+                host: "10.0.0.5".into(),
+                port: 49153
+            }]
+        );
+    }
+
+    #[test]
+    fn create_body_maps_every_field() {
+        let mut r = request();
+        r.command = Some(vec!["sh".into(), "-c".into(), "echo hi".into()]);
+        r.restart_policy = RestartPolicy::OnFailure;
+        r.env = BTreeMap::from([("A".into(), "1".into())]);
+        r.labels = BTreeMap::from([("team".into(), "a".into())]);
+        r.template = Some("tmpl".into());
+        r.resources = Resources {
+            cpu_millis: Some(500),
+            memory_bytes: Some(64 << 20),
+            disk_bytes: Some(1 << 30),
+            pids: Some(100),
+        };
+        r.ports = vec![PortRequest {
+            sandbox_port: 8080,
+            protocol: "tcp".into(),
+        }];
+        r.volumes = vec![VolumeMount {
+            volume_name: "vol-a".into(),
+            mount_path: "/data".into(),
+            read_only: false,
+        }];
+        let body = create_body(&r, "127.0.0.1").unwrap();
+        assert_eq!(body.entrypoint, Some(vec![String::new()]));
+        assert_eq!(body.cmd.as_deref().unwrap()[2], "echo hi");
+        assert_eq!(body.env, Some(vec!["A=1".to_string()]));
+        let labels = body.labels.unwrap();
+        assert_eq!(labels["team"], "a");
+        assert_eq!(labels[labels::OWNER_UID], "1234");
+        assert_eq!(labels[TEMPLATE], "tmpl");
+        assert_eq!(labels[DISK_ADVISORY_LABEL], (1u64 << 30).to_string());
+        let host = body.host_config.unwrap();
+        assert_eq!(host.memory, Some(64 << 20));
+        assert_eq!(host.memory_swap, Some(64 << 20));
+        assert_eq!(host.nano_cpus, Some(500_000_000));
+        assert_eq!(host.pids_limit, Some(100));
+        assert_eq!(host.storage_opt, None, "disk is never passed to the engine");
+        assert_eq!(
+            host.restart_policy.unwrap().name,
+            Some(RestartPolicyNameEnum::ON_FAILURE)
+        );
+        let binding = &host.port_bindings.unwrap()["8080/tcp"];
+        assert_eq!(
+            binding.as_ref().unwrap()[0].host_ip.as_deref(),
+            Some("127.0.0.1")
+        );
+        assert_eq!(host.mounts.unwrap()[0].source.as_deref(), Some("vol-a"));
+        assert_eq!(host.network_mode, None);
+    }
+
+    #[test]
+    fn create_body_refuses_what_docker_cannot_do() {
+        let mut r = request();
+        r.allowed_domains = Some(vec!["example.com".into()]);
+        assert!(matches!(
+            create_body(&r, "127.0.0.1"),
+            Err(ProviderError::Unsupported(m)) if m.contains("cannot filter egress by domain")
+        ));
+
+        let mut r = request();
+        r.idle_action = Some(IdleAction::Suspend);
+        assert!(matches!(
+            create_body(&r, "127.0.0.1"),
+            Err(ProviderError::Unsupported(_))
+        ));
+        r.idle_action = Some(IdleAction::Off);
+        assert!(create_body(&r, "127.0.0.1").is_ok());
+
+        let mut r = request();
+        r.allowed_domains = Some(vec![]);
+        let host = create_body(&r, "127.0.0.1").unwrap().host_config.unwrap();
+        assert_eq!(host.network_mode.as_deref(), Some("none"));
+        r.ports = vec![PortRequest {
+            sandbox_port: 80,
+            protocol: "tcp".into(),
+        }];
+        assert!(matches!(
+            create_body(&r, "127.0.0.1"),
+            Err(ProviderError::Invalid(_))
+        ));
+
+        let mut r = request();
+        r.labels = BTreeMap::from([("sandboxes.dev/owner".into(), "x".into())]);
+        assert!(matches!(
+            create_body(&r, "127.0.0.1"),
+            Err(ProviderError::Invalid(m)) if m.contains("reserved prefix")
+        ));
+
+        let mut r = request();
+        r.command = Some(vec![]);
+        assert!(matches!(
+            create_body(&r, "127.0.0.1"),
+            Err(ProviderError::Invalid(_))
+        ));
+
+        let mut r = request();
+        r.name = "/bad name".into();
+        assert!(matches!(
+            create_body(&r, "127.0.0.1"),
+            Err(ProviderError::Invalid(_))
+        ));
+    }
+
+    #[test]
+    fn applied_resources_read_back() {
+        let host = HostConfig {
+            memory: Some(128 << 20),
+            nano_cpus: Some(1_500_000_000),
+            pids_limit: Some(-1),
+            ..Default::default()
+        };
+        let labels = BTreeMap::from([(DISK_ADVISORY_LABEL.to_string(), "42".to_string())]);
+        let applied = applied_resources(&host, &labels);
+        assert_eq!(applied.memory_bytes, Some(128 << 20));
+        assert_eq!(applied.cpu_millis, Some(1500));
+        assert_eq!(applied.pids, None);
+        assert_eq!(applied.disk_bytes, Some(42));
+        assert!(!applied.disk_enforced);
+    }
+}

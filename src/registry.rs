@@ -1,0 +1,129 @@
+//! The configured providers, by name, each behind its own concurrency bound and timeout.
+//!
+//! Every external call goes through [`ProviderHandle::call`], so one slow provider fills only
+//! its own permits and times out on its own clock: it never stalls reconciles for the
+//! others.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
+
+use crate::metrics::Metrics;
+use crate::provider::{Provider, ProviderError, ProviderResult};
+
+/// One configured provider with its bound and timeout.
+#[derive(Clone)]
+pub struct ProviderHandle {
+    /// The provider itself.
+    pub provider: Arc<dyn Provider>,
+    limit: Arc<Semaphore>,
+    timeout: Duration,
+    metrics: Metrics,
+}
+
+impl ProviderHandle {
+    /// Wraps a provider with at most `concurrency` calls in flight, each bounded by `timeout`.
+    pub fn new(
+        provider: Arc<dyn Provider>,
+        concurrency: usize,
+        timeout: Duration,
+        metrics: Metrics,
+    ) -> Self {
+        ProviderHandle {
+            provider,
+            limit: Arc::new(Semaphore::new(concurrency.max(1))),
+            timeout,
+            metrics,
+        }
+    }
+
+    /// The provider's configured name.
+    pub fn name(&self) -> &str {
+        self.provider.name()
+    }
+
+    /// Runs one provider operation under this provider's bound and timeout, recording it.
+    ///
+    /// A timeout is `Transient`: the operation may still complete at the provider, which is
+    /// why every operation the controllers issue is idempotent or observed before retried.
+    pub async fn call<T, F>(&self, operation: &'static str, fut: F) -> ProviderResult<T>
+    where
+        F: Future<Output = ProviderResult<T>>,
+    {
+        let _permit = self.limit.acquire().await.map_err(|_| {
+            ProviderError::Transient(format!("provider {} is shutting down", self.name()))
+        })?;
+        let started = Instant::now();
+        let result = match tokio::time::timeout(self.timeout, fut).await {
+            Ok(result) => result,
+            Err(_) => Err(ProviderError::Transient(format!(
+                "provider {} did not answer {operation} within {}s",
+                self.name(),
+                self.timeout.as_secs()
+            ))),
+        };
+        let outcome = match &result {
+            Ok(_) => "ok",
+            Err(e) => e.category(),
+        };
+        self.metrics.provider_call(
+            self.name(),
+            operation,
+            outcome,
+            started.elapsed().as_secs_f64(),
+        );
+        result
+    }
+}
+
+/// All configured providers and which one a Sandbox without `spec.provider` uses.
+#[derive(Clone, Default)]
+pub struct ProviderRegistry {
+    providers: BTreeMap<String, ProviderHandle>,
+    default: Option<String>,
+}
+
+impl ProviderRegistry {
+    /// An empty registry.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Adds a provider; the first one added is the default unless [`Self::set_default`].
+    pub fn insert(&mut self, handle: ProviderHandle) {
+        if self.default.is_none() {
+            self.default = Some(handle.name().to_string());
+        }
+        self.providers.insert(handle.name().to_string(), handle);
+    }
+
+    /// Sets the default provider's name.
+    pub fn set_default(&mut self, name: impl Into<String>) {
+        self.default = Some(name.into());
+    }
+
+    /// The provider an object names, or the default when it names none. The error names
+    /// the configured providers so the user can fix `spec.provider`.
+    pub fn resolve(&self, name: Option<&str>) -> Result<&ProviderHandle, String> {
+        let wanted = name.or(self.default.as_deref());
+        wanted.and_then(|n| self.providers.get(n)).ok_or_else(|| {
+            let known: Vec<&str> = self.providers.keys().map(String::as_str).collect();
+            match name {
+                Some(n) => format!(
+                    "spec.provider {n:?} is not configured in this operator; configured providers: {known:?}"
+                ),
+                None => format!(
+                    "no default provider is configured; set spec.provider to one of {known:?}"
+                ),
+            }
+        })
+    }
+
+    /// Every configured provider.
+    pub fn iter(&self) -> impl Iterator<Item = &ProviderHandle> {
+        self.providers.values()
+    }
+}
