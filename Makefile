@@ -37,3 +37,7 @@ demo:
 
 demo-down:
 	bash examples/demo.sh down
+
+## Performance figures of DESIGN.md (ratios against the raw provider, same run); not run in CI.
+bench:
+	bash bench/run.sh

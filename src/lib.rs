@@ -15,3 +15,4 @@ pub mod leader;
 pub mod controller;
 pub mod registry;
 pub mod run;
+pub mod templates;

@@ -24,6 +24,10 @@ enum Command {
     /// Run the operator: controllers (while holding the leader Lease), /metrics, /healthz,
     /// /readyz; stops gracefully on SIGTERM.
     Run(sandbox_operator::run::RunArgs),
+    /// Run one sweeper pass now and print what it reclaimed, kept and why, as a table.
+    /// Exit code: 0 the pass completed, 1 it could not run or was aborted (nothing deleted),
+    /// 2 it left work (the per-pass cap was reached or a deletion failed).
+    Sweep(sandbox_operator::controller::sweeper::cli::SweepArgs),
     /// Print the version.
     Version,
 }
@@ -35,6 +39,7 @@ fn main() -> ExitCode {
             Ok(rt) => rt.block_on(sandbox_operator::run::run(args)).map_err(|e| e.to_string()),
             Err(e) => Err(format!("cannot start the async runtime: {e}")),
         },
+        Command::Sweep(args) => return sandbox_operator::controller::sweeper::cli::main(args),
         Command::Crds { out } => sandbox_operator::api::crds::write(out.as_deref()),
         Command::Version => {
             println!("sandbox-operator {}", env!("CARGO_PKG_VERSION"));

@@ -151,7 +151,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     if became_leader {
         tracing::info!(instance = %config.instance, "leading: starting controllers");
         let ctx = Context::new(client.clone(), providers.clone(), metrics.clone(), config.instance.clone(), config.resync());
-        let (sandbox_triggers, volume_triggers) = provider_triggers(&providers, &config.instance, stopped());
+        let (sandbox_triggers, volume_triggers) =
+            provider_triggers(&providers, &config.instance, &client, args.namespace.as_deref(), stopped());
         let (ctl_stop_tx, ctl_stop_rx) = watch::channel(false);
         let ctl_stopped = move || {
             let mut rx = ctl_stop_rx.clone();
@@ -162,6 +163,13 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         let ns = args.namespace.clone();
         let sandboxes = tokio::spawn(controller::sandbox::run(ctx.clone(), sandbox_triggers, ctl_stopped(), args.concurrency, ns.clone()));
         let volumes = tokio::spawn(controller::volume::run(ctx.clone(), volume_triggers, ctl_stopped(), ns));
+        // The sweeper: leader only, stopped with the controllers (a no-op when disabled).
+        let sweeper = tokio::spawn(controller::sweeper::run_periodic(
+            controller::sweeper::Sweeper::new(client.clone(), metrics.clone(), &config.instance, &config.sweeper),
+            providers.clone(),
+            config.sweeper.clone(),
+            ctl_stopped(),
+        ));
         let lost = tokio::select! {
             () = &mut stop => false,
             _ = leading.wait_for(|l| !*l) => true,
@@ -169,6 +177,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         let _ = ctl_stop_tx.send(true);
         let _ = sandboxes.await;
         let _ = volumes.await;
+        let _ = sweeper.await;
         if lost {
             result = Err(RunError::LostLeadership);
         }
@@ -232,18 +241,29 @@ pub async fn build_providers(config: &OperatorConfig, metrics: &Metrics) -> Resu
 /// Streams of objects to reconcile because their provider resources changed.
 ///
 /// Each provider's event stream is resubscribed with backoff when it drops, so a restarted
-/// engine is picked up again; after a reconnect every object is NOT re-listed here — the
-/// periodic resync is the safety net for events missed while disconnected.
+/// engine is picked up again. Before resubscribing, the provider is probed; whenever its
+/// reachability changes, every object on it is reconciled again: when it stops answering they
+/// report it (`Ready=False`, `ProviderUnavailable`) instead of keeping a state nobody can see
+/// any more — no event would ever arrive to tell them — and when it answers again they recover
+/// at once rather than after their error backoff, and whatever changed while no events could
+/// arrive is noticed. A connection that drops while the provider keeps answering is not such a
+/// change: the periodic resync is the safety net for events missed then.
 fn provider_triggers(
     providers: &ProviderRegistry,
     instance: &str,
+    client: &Client,
+    namespace: Option<&str>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> (mpsc::UnboundedReceiver<ObjectRef<Sandbox>>, mpsc::UnboundedReceiver<ObjectRef<SandboxVolume>>) {
     let (sbx_tx, sbx_rx) = mpsc::unbounded();
     let (vol_tx, vol_rx) = mpsc::unbounded();
     let stop = futures::FutureExt::shared(Box::pin(stop));
     for handle in providers.iter() {
+        let handle = handle.clone();
         let provider = handle.provider.clone();
+        let registry = providers.clone();
+        let client = client.clone();
+        let namespace = namespace.map(str::to_string);
         let instance = instance.to_string();
         let mut sbx_tx = sbx_tx.clone();
         let mut vol_tx = vol_tx.clone();
@@ -251,6 +271,8 @@ fn provider_triggers(
         tokio::spawn(async move {
             let Some(events) = provider.events() else { return };
             let mut attempt = 0u32;
+            // The controllers' initial listing reconciles everything once: start as reachable.
+            let mut reachable = true;
             let pump = async {
                 loop {
                     let mut stream = events.subscribe(&instance);
@@ -277,6 +299,18 @@ fn provider_triggers(
                     }
                     attempt = attempt.saturating_add(1);
                     tokio::time::sleep(controller::backoff::delay_for(attempt).min(Duration::from_secs(30))).await;
+                    // Any answer, even "no such sandbox", means the provider is reachable.
+                    let up = handle.call("probe", provider.describe(REACHABILITY_PROBE)).await.is_ok();
+                    if up != reachable {
+                        reachable = up;
+                        if up {
+                            attempt = 0;
+                            tracing::info!(provider = provider.name(), "provider reachable again: reconciling its objects");
+                        } else {
+                            tracing::warn!(provider = provider.name(), "provider unreachable: reconciling its objects so they report it");
+                        }
+                        reconcile_objects_on(&client, namespace.as_deref(), &registry, provider.name(), &mut sbx_tx, &mut vol_tx).await;
+                    }
                 }
             };
             tokio::select! {
@@ -286,6 +320,48 @@ fn provider_triggers(
         });
     }
     (sbx_rx, vol_rx)
+}
+
+/// A sandbox id no provider holds: describing it only tells whether the provider answers.
+const REACHABILITY_PROBE: &str = "sandbox-operator-reachability-probe";
+
+/// Queues a reconcile of every Sandbox and SandboxVolume (in `namespace`, or everywhere) that
+/// lives on `provider`. A failed listing is logged: the periodic resync still covers them.
+async fn reconcile_objects_on(
+    client: &Client,
+    namespace: Option<&str>,
+    providers: &ProviderRegistry,
+    provider: &str,
+    sbx_tx: &mut mpsc::UnboundedSender<ObjectRef<Sandbox>>,
+    vol_tx: &mut mpsc::UnboundedSender<ObjectRef<SandboxVolume>>,
+) {
+    use kube::ResourceExt;
+    fn api<K>(client: &Client, namespace: Option<&str>) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match namespace {
+            Some(ns) => kube::Api::namespaced(client.clone(), ns),
+            None => kube::Api::all(client.clone()),
+        }
+    }
+    let on = |named: Option<&str>| providers.resolve(named).is_ok_and(|h| h.name() == provider);
+    match api::<Sandbox>(client, namespace).list(&Default::default()).await {
+        Ok(list) => {
+            for s in list.items.iter().filter(|s| on(s.status.as_ref().and_then(|st| st.provider.as_deref()).or(s.spec.provider.as_deref()))) {
+                let _ = sbx_tx.send(ObjectRef::new(&s.name_any()).within(&s.namespace().unwrap_or_default())).await;
+            }
+        }
+        Err(err) => tracing::warn!(%err, provider, "cannot list Sandboxes to reconcile them; the periodic resync will"),
+    }
+    match api::<SandboxVolume>(client, namespace).list(&Default::default()).await {
+        Ok(list) => {
+            for v in list.items.iter().filter(|v| on(v.status.as_ref().and_then(|st| st.provider.as_deref()).or(v.spec.provider.as_deref()))) {
+                let _ = vol_tx.send(ObjectRef::new(&v.name_any()).within(&v.namespace().unwrap_or_default())).await;
+            }
+        }
+        Err(err) => tracing::warn!(%err, provider, "cannot list SandboxVolumes to reconcile them; the periodic resync will"),
+    }
 }
 
 async fn wait_for_signal() {

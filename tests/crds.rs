@@ -207,10 +207,10 @@ fn check_structural(node: &Value, path: &str, problems: &mut Vec<String>) {
             }
         }
     }
-    if let Some(enum_values) = obj.get("enum").and_then(Value::as_array) {
-        if ty != Some("string") || !enum_values.iter().all(Value::is_string) {
-            problems.push(format!("{path}: enum is not a plain string enum"));
-        }
+    if let Some(enum_values) = obj.get("enum").and_then(Value::as_array)
+        && (ty != Some("string") || !enum_values.iter().all(Value::is_string))
+    {
+        problems.push(format!("{path}: enum is not a plain string enum"));
     }
     if let Some(props) = obj.get("properties").and_then(Value::as_object) {
         if ty != Some("object") {
@@ -222,7 +222,7 @@ fn check_structural(node: &Value, path: &str, problems: &mut Vec<String>) {
                 .get("description")
                 .and_then(Value::as_str)
                 .is_some_and(|d| !d.trim().is_empty());
-            if !documented && !path.is_empty() {
+            if !documented {
                 problems.push(format!("{child}: no description"));
             }
             check_structural(prop, &child, problems);
@@ -251,10 +251,10 @@ fn check_structural(node: &Value, path: &str, problems: &mut Vec<String>) {
         }
         check_structural(items, &format!("{path}[]"), problems);
     }
-    if let Some(additional) = obj.get("additionalProperties") {
-        if additional.is_object() {
-            check_structural(additional, &format!("{path}{{}}"), problems);
-        }
+    if let Some(additional) = obj.get("additionalProperties")
+        && additional.is_object()
+    {
+        check_structural(additional, &format!("{path}{{}}"), problems);
     }
 }
 

@@ -275,7 +275,10 @@ async fn destroy_is_idempotent_and_describe_of_absent_is_none() {
     env.provider.destroy(&name).await.unwrap();
     assert_eq!(env.provider.describe(&name).await.unwrap(), None);
     env.provider.destroy(&name).await.unwrap();
-    env.provider.destroy(&unique("never-existed")).await.unwrap();
+    env.provider
+        .destroy(&unique("never-existed"))
+        .await
+        .unwrap();
     // Operations that need the sandbox say it is gone (the dead-machine signal).
     assert!(matches!(
         env.provider.start(&name).await,
@@ -498,7 +501,12 @@ async fn a_sandbox_cannot_mount_a_volume_that_does_not_exist() {
     assert!(matches!(err, ProviderError::NotFound(_)), "{err}");
     assert_eq!(env.provider.describe(&name).await.unwrap(), None);
     assert_eq!(
-        env.provider.volumes().unwrap().get_volume(&vol).await.unwrap(),
+        env.provider
+            .volumes()
+            .unwrap()
+            .get_volume(&vol)
+            .await
+            .unwrap(),
         None,
         "Docker's silent auto-create must not happen"
     );
@@ -551,7 +559,10 @@ async fn list_volumes_filters_by_prefix_labels_and_attachment() {
     };
     let mut both = vec![free.clone(), used.clone()];
     both.sort();
-    assert_eq!(names(volumes.list_volumes(&query(None)).await.unwrap()), both);
+    assert_eq!(
+        names(volumes.list_volumes(&query(None)).await.unwrap()),
+        both
+    );
     let attached = volumes.list_volumes(&query(Some(true))).await.unwrap();
     assert_eq!(attached[0].attached_to, vec![name.clone()]);
     assert_eq!(names(attached), vec![used.clone()]);
@@ -627,7 +638,10 @@ async fn a_committed_template_boots_with_rootfs_and_volume_files() {
     assert_eq!(template.labels[OWNER_UID], owner.uid);
     assert!(template.created_at.is_some());
     assert!(template.size_bytes.is_some());
-    assert!(!template.in_use, "the source runs the base image, not the template");
+    assert!(
+        !template.in_use,
+        "the source runs the base image, not the template"
+    );
     assert_eq!(
         template.labels.get("team").map(String::as_str),
         Some(""),
@@ -655,15 +669,21 @@ async fn a_committed_template_boots_with_rootfs_and_volume_files() {
         env.sh(&booted, "cat /data/project/sub/file.txt").await,
         "on-volume\n"
     );
-    assert_eq!(env.sh(&booted, "cat /data/project/link").await, "on-volume\n");
+    assert_eq!(
+        env.sh(&booted, "cat /data/project/link").await,
+        "on-volume\n"
+    );
     assert_eq!(
         env.sh(&booted, "stat -c '%a %u' /data/project/suid").await,
         "755 0\n",
         "setuid never survives a capture"
     );
     assert_eq!(
-        env.sh(&booted, "test -e /data/elsewhere.txt && echo yes || echo no")
-            .await,
+        env.sh(
+            &booted,
+            "test -e /data/elsewhere.txt && echo yes || echo no"
+        )
+        .await,
         "no\n",
         "only capture paths are copied from the volume"
     );
@@ -684,7 +704,10 @@ async fn a_committed_template_boots_with_rootfs_and_volume_files() {
         .await
         .unwrap();
     assert_ne!(second.reference, template.reference);
-    assert!(second.in_use, "the old capture still backs a sandbox booted from this id");
+    assert!(
+        second.in_use,
+        "the old capture still backs a sandbox booted from this id"
+    );
     assert_eq!(templates.list_templates(Some(&id)).await.unwrap().len(), 1);
 }
 
@@ -772,7 +795,10 @@ async fn commit_refuses_capture_paths_that_do_not_exist() {
         })
         .await
         .unwrap_err();
-    assert!(matches!(&err, ProviderError::Invalid(m) if m.contains("/no/such/dir")), "{err}");
+    assert!(
+        matches!(&err, ProviderError::Invalid(m) if m.contains("/no/such/dir")),
+        "{err}"
+    );
     let err = templates
         .commit(&CommitRequest {
             sandbox_id: source,
@@ -791,7 +817,11 @@ const COUNTER: &str = "trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo 
                        echo $i >> /tmp/log; sleep 0.2; done";
 
 async fn count(env: &TestEnv, id: &str) -> u64 {
-    env.sh(id, "cat /tmp/count").await.trim().parse().unwrap_or(0)
+    env.sh(id, "cat /tmp/count")
+        .await
+        .trim()
+        .parse()
+        .unwrap_or(0)
 }
 
 async fn restarts_in_log(env: &TestEnv, id: &str) -> usize {
@@ -825,7 +855,10 @@ async fn hibernate_pauses_and_resume_keeps_the_processes() {
         SandboxState::Sleeping
     );
     let again = hib.hibernate(&name).await.unwrap();
-    assert!(again.processes_preserved, "pausing a paused sandbox keeps it");
+    assert!(
+        again.processes_preserved,
+        "pausing a paused sandbox keeps it"
+    );
 
     let out = hib.resume(&name).await.unwrap();
     assert!(out.processes_preserved, "{out:?}");
@@ -1035,7 +1068,15 @@ async fn bench_create_start_vs_docker_run() {
         let label = format!("{MANAGED_BY}={}", env.instance);
         let t = Instant::now();
         let status = std::process::Command::new("docker")
-            .args(["run", "-d", "--name", &name, "--label", &label, &base_image()])
+            .args([
+                "run",
+                "-d",
+                "--name",
+                &name,
+                "--label",
+                &label,
+                &base_image(),
+            ])
             .args(IDLE)
             .output()
             .unwrap();
@@ -1065,16 +1106,15 @@ async fn bench_create_start_vs_docker_run() {
             .await
             .unwrap();
         docker
-            .start_container(&name, None::<bollard::query_parameters::StartContainerOptions>)
+            .start_container(
+                &name,
+                None::<bollard::query_parameters::StartContainerOptions>,
+            )
             .await
             .unwrap();
         raw_times.push(t.elapsed());
     }
-    let (p, c, r) = (
-        median(provider_times),
-        median(cli_times),
-        median(raw_times),
-    );
+    let (p, c, r) = (median(provider_times), median(cli_times), median(raw_times));
     println!(
         "create+start median over {ROUNDS}: provider {:.1} ms, `docker run -d` {:.1} ms, raw bollard {:.1} ms; \
          provider/docker-run = {:.2}, provider/raw = {:.2}",

@@ -16,6 +16,8 @@ use super::quantity::Quantity;
 ///
 /// The operator creates it on the provider, keeps it converged on this spec, and removes it
 /// when the Sandbox is deleted.
+// Several `printcolumn(...)` entries repeat `type_`, which clippy misreads as a duplicate.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
     group = "sandboxes.dev",

@@ -10,6 +10,8 @@ use super::common::{Condition, LocalObjectRef, PROVIDER_IMMUTABLE_RULE, no_defau
 pub const CAPTURE_PATH_PATTERN: &str = r"^/[A-Za-z0-9._+@,=/-]*$";
 
 /// Desired state of a SandboxTemplate: which paths of which Sandbox to capture.
+// Several `printcolumn(...)` entries repeat `type_`, which clippy misreads as a duplicate.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "sandboxes.dev",

@@ -8,6 +8,8 @@ use super::common::{Condition, PROVIDER_IMMUTABLE_RULE, no_default, no_descripti
 use super::quantity::Quantity;
 
 /// Desired state of a SandboxVolume: a named volume on a provider.
+// Several `printcolumn(...)` entries repeat `type_`, which clippy misreads as a duplicate.
+#[allow(clippy::duplicated_attributes)]
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
     group = "sandboxes.dev",

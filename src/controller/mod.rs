@@ -9,6 +9,7 @@ pub mod error;
 pub mod events;
 pub mod sandbox;
 pub mod status;
+pub mod sweeper;
 pub mod volume;
 
 use std::sync::Arc;

@@ -199,7 +199,7 @@ pub fn sanitise(input: &[u8], prefix: &str) -> Result<Sanitised, TarsafeError> {
         let mtime = header.mtime().unwrap_or(0);
         let uid = header.uid().unwrap_or(0);
         let gid = header.gid().unwrap_or(0);
-        let mode = raw_mode;
+        let mode = raw_mode & 0o777;
         if raw_mode & 0o7000 != 0 {
             result.special_bits_cleared += 1;
         }

@@ -14,16 +14,18 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
 use sandbox_operator::provider::labels::{MANAGED_BY, Owner};
-use sandbox_operator::provider::{
-    CreateRequest, ExecRequest, Provider, Resources, RestartPolicy,
-};
+use sandbox_operator::provider::{CreateRequest, ExecRequest, Provider, Resources, RestartPolicy};
 
 /// The base image tests boot from, unless `SANDBOX_BASE_IMAGE` names another.
 pub const DEFAULT_BASE_IMAGE: &str = "sandbox-operator/base:bookworm";
 
 /// A main process that idles and exits promptly on SIGTERM (a plain `sleep infinity` as
 /// pid 1 ignores SIGTERM, so every stop would wait out the whole stop timeout).
-pub const IDLE: &[&str] = &["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 0.1; done"];
+pub const IDLE: &[&str] = &[
+    "sh",
+    "-c",
+    "trap 'exit 0' TERM; while :; do sleep 0.1; done",
+];
 
 /// The base image tag (`SANDBOX_BASE_IMAGE`, default [`DEFAULT_BASE_IMAGE`]).
 pub fn base_image() -> String {

@@ -87,6 +87,7 @@ impl BulkFiles for DockerProvider {
                 "import archive sanitised"
             );
         }
-        self.upload_archive(id, &anchor, sanitised.archive, &path).await
+        self.upload_archive(id, &anchor, sanitised.archive, &path)
+            .await
     }
 }

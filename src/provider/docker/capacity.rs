@@ -30,7 +30,13 @@ pub(crate) struct FsHeadroom {
 }
 
 /// Interprets raw `statvfs` numbers (pure, so the zero-means-unknown cases are testable).
-pub(crate) fn fs_headroom(blocks: u64, bavail: u64, frsize: u64, files: u64, favail: u64) -> FsHeadroom {
+pub(crate) fn fs_headroom(
+    blocks: u64,
+    bavail: u64,
+    frsize: u64,
+    files: u64,
+    favail: u64,
+) -> FsHeadroom {
     FsHeadroom {
         disk_bytes: (blocks > 0 && frsize > 0).then(|| bavail.saturating_mul(frsize)),
         inodes: (files > 0).then_some(favail),
@@ -90,9 +96,8 @@ impl CapacityProbe for DockerProvider {
             );
         } else {
             match info.docker_root_dir.as_deref().filter(|r| !r.is_empty()) {
-                None => missing.push(
-                    "disk and inodes: the engine did not report its root directory".into(),
-                ),
+                None => missing
+                    .push("disk and inodes: the engine did not report its root directory".into()),
                 Some(root) => {
                     let root_path = Path::new(root).to_path_buf();
                     let probe = root_path.clone();
@@ -153,7 +158,10 @@ impl CapacityProbe for DockerProvider {
 
         let mut detail = String::new();
         if !measured.is_empty() {
-            detail.push_str(&format!("measured on the engine host: {}", measured.join(", ")));
+            detail.push_str(&format!(
+                "measured on the engine host: {}",
+                measured.join(", ")
+            ));
         }
         if !missing.is_empty() {
             if !detail.is_empty() {

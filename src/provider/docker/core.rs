@@ -76,7 +76,11 @@ impl Provider for DockerProvider {
         let mut body = create_body(request, &self.config.publish_host)?;
         let docker = self.engine().await?;
 
-        let image = match (&request.template, &request.image, &self.config.default_image) {
+        let image = match (
+            &request.template,
+            &request.image,
+            &self.config.default_image,
+        ) {
             (Some(template), _, _) => {
                 validate::resource_name("template", template).map_err(ProviderError::Invalid)?;
                 let image = self.template_image(template);
@@ -168,8 +172,11 @@ impl Provider for DockerProvider {
     /// failure fails the whole enumeration (rule 1).
     async fn find(&self, query: &SandboxQuery) -> ProviderResult<Vec<SandboxDescriptor>> {
         let docker = self.engine().await?;
-        let mut label_filters: Vec<String> =
-            query.labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let mut label_filters: Vec<String> = query
+            .labels
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         if let Some(owner) = &query.owner {
             label_filters.push(format!("{}={owner}", labels::OWNER));
         }
@@ -275,7 +282,9 @@ impl Provider for DockerProvider {
     /// `docker unpause`; a running sandbox is already awake, and a stopped one is started.
     async fn wake(&self, id: &str) -> ProviderResult<()> {
         match self.status(id).await? {
-            None => Err(ProviderError::NotFound(format!("sandbox {id} does not exist"))),
+            None => Err(ProviderError::NotFound(format!(
+                "sandbox {id} does not exist"
+            ))),
             Some(ContainerStateStatusEnum::PAUSED) => self.unpause(id).await,
             Some(ContainerStateStatusEnum::RUNNING) => Ok(()),
             Some(_) => self.start(id).await,
@@ -346,7 +355,10 @@ impl Provider for DockerProvider {
 impl DockerProvider {
     /// Inspects a container by name (or full id); `None` when the engine has no such
     /// container. A partial-id match of Docker's is not accepted: ids here are names.
-    pub(crate) async fn inspect(&self, id: &str) -> ProviderResult<Option<ContainerInspectResponse>> {
+    pub(crate) async fn inspect(
+        &self,
+        id: &str,
+    ) -> ProviderResult<Option<ContainerInspectResponse>> {
         let docker = self.engine().await?;
         match docker
             .inspect_container(id, None::<InspectContainerOptions>)
@@ -366,7 +378,10 @@ impl DockerProvider {
     }
 
     /// The engine's state word for a container, `None` when it does not exist.
-    pub(crate) async fn status(&self, id: &str) -> ProviderResult<Option<ContainerStateStatusEnum>> {
+    pub(crate) async fn status(
+        &self,
+        id: &str,
+    ) -> ProviderResult<Option<ContainerStateStatusEnum>> {
         Ok(self.inspect(id).await?.map(|c| {
             c.state
                 .and_then(|s| s.status)
@@ -457,9 +472,7 @@ impl DockerProvider {
             volumes,
             ports,
             command: (!command.is_empty()).then_some(command),
-            restart_policy: restart_policy_from(
-                host.restart_policy.and_then(|p| p.name),
-            ),
+            restart_policy: restart_policy_from(host.restart_policy.and_then(|p| p.name)),
             env: parse_env(config.env.unwrap_or_default()),
         }
     }
@@ -473,8 +486,8 @@ fn not_found(id: &str, err: bollard::errors::Error) -> ProviderError {
 fn validate_container_name(name: &str) -> Result<(), String> {
     let mut chars = name.chars();
     let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphanumeric());
-    let rest_ok = name.len() >= 2
-        && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    let rest_ok =
+        name.len() >= 2 && chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
     if first_ok && rest_ok && name.len() <= 253 {
         Ok(())
     } else {
@@ -521,8 +534,8 @@ pub(crate) fn create_body(
         ));
     }
 
-    let mut labels = labels::merge_labels(&request.owner, &request.labels)
-        .map_err(ProviderError::Invalid)?;
+    let mut labels =
+        labels::merge_labels(&request.owner, &request.labels).map_err(ProviderError::Invalid)?;
     if let Some(template) = &request.template {
         labels.insert(TEMPLATE.to_string(), template.clone());
     }
@@ -599,7 +612,9 @@ pub(crate) fn create_body(
         .memory_bytes
         .map(|m| {
             i64::try_from(m).map_err(|_| {
-                ProviderError::Invalid(format!("memory {m} bytes is too large; fix spec.resources.memory"))
+                ProviderError::Invalid(format!(
+                    "memory {m} bytes is too large; fix spec.resources.memory"
+                ))
             })
         })
         .transpose()?;
@@ -825,7 +840,11 @@ mod tests {
 
     #[test]
     fn restart_policies_round_trip() {
-        for p in [RestartPolicy::Never, RestartPolicy::OnFailure, RestartPolicy::Always] {
+        for p in [
+            RestartPolicy::Never,
+            RestartPolicy::OnFailure,
+            RestartPolicy::Always,
+        ] {
             assert_eq!(restart_policy_from(Some(restart_policy_name(p))), p);
         }
         assert_eq!(restart_policy_from(None), RestartPolicy::Never);

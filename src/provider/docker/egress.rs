@@ -65,7 +65,9 @@ impl Egress for DockerProvider {
         let inspected = match docker.inspect_container(id, None).await {
             Ok(c) => c,
             Err(e) if is_not_found(&e) => {
-                return Err(ProviderError::NotFound(format!("sandbox {id} does not exist")));
+                return Err(ProviderError::NotFound(format!(
+                    "sandbox {id} does not exist"
+                )));
             }
             Err(e) => {
                 // Could not look: that is a verdict of its own, not an error to retry blindly
@@ -113,7 +115,9 @@ impl Egress for DockerProvider {
             };
             return Ok(verdict(
                 EgressState::Open,
-                format!("the engine reports the running container with {attached}; Docker applies no egress filter"),
+                format!(
+                    "the engine reports the running container with {attached}; Docker applies no egress filter"
+                ),
             ));
         }
 
@@ -160,7 +164,10 @@ impl Egress for DockerProvider {
             Err(ProviderError::NotFound(m)) => Err(ProviderError::NotFound(m)),
             Err(e) => Ok(verdict(
                 EgressState::Inconclusive,
-                format!("network mode \"none\", but the in-sandbox probe could not run: {}", e.message()),
+                format!(
+                    "network mode \"none\", but the in-sandbox probe could not run: {}",
+                    e.message()
+                ),
             )),
         }
     }

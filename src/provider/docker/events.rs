@@ -55,8 +55,10 @@ pub(crate) fn container_event(msg: &EventMessage, instance: &str) -> Option<Prov
         return None;
     }
     let attributes = msg.actor.as_ref()?.attributes.as_ref()?;
-    let labels: BTreeMap<String, String> =
-        attributes.iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+    let labels: BTreeMap<String, String> = attributes
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
     Some(ProviderEvent {
         owner: owner_for(&labels, instance)?,
         action: action.to_string(),
@@ -76,12 +78,18 @@ fn filters(pairs: &[(&str, Vec<String>)]) -> HashMap<String, Vec<String>> {
         .collect()
 }
 
-fn container_events(docker: Docker, instance: String) -> BoxStream<'static, ProviderResult<ProviderEvent>> {
+fn container_events(
+    docker: Docker,
+    instance: String,
+) -> BoxStream<'static, ProviderResult<ProviderEvent>> {
     let options = EventsOptionsBuilder::default()
         .filters(&filters(&[
             ("type", vec!["container".into()]),
             ("label", vec![format!("{MANAGED_BY}={instance}")]),
-            ("event", CONTAINER_ACTIONS.iter().map(|a| a.to_string()).collect()),
+            (
+                "event",
+                CONTAINER_ACTIONS.iter().map(|a| a.to_string()).collect(),
+            ),
         ]))
         .build();
     docker
@@ -133,7 +141,10 @@ impl VolumeWatch {
             .since(&since.to_string())
             .filters(&filters(&[
                 ("type", vec!["volume".into()]),
-                ("event", VOLUME_ACTIONS.iter().map(|a| a.to_string()).collect()),
+                (
+                    "event",
+                    VOLUME_ACTIONS.iter().map(|a| a.to_string()).collect(),
+                ),
             ]))
             .build();
         self.events = Some(self.docker.events(Some(options)).boxed());
@@ -170,7 +181,10 @@ impl VolumeWatch {
     }
 }
 
-fn volume_events(docker: Docker, instance: String) -> BoxStream<'static, ProviderResult<ProviderEvent>> {
+fn volume_events(
+    docker: Docker,
+    instance: String,
+) -> BoxStream<'static, ProviderResult<ProviderEvent>> {
     let watch = VolumeWatch {
         docker,
         instance,
@@ -240,7 +254,12 @@ mod tests {
             action: Some(action.into()),
             actor: Some(EventActor {
                 id: Some("abc".into()),
-                attributes: Some(attrs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+                attributes: Some(
+                    attrs
+                        .iter()
+                        .map(|(k, v)| (k.to_string(), v.to_string()))
+                        .collect(),
+                ),
             }),
             ..Default::default()
         }
@@ -260,15 +279,32 @@ mod tests {
         let ev = container_event(&msg("die", OWNED), "ops").unwrap();
         assert_eq!(ev.action, "die");
         assert_eq!(ev.owner.uid, "u1");
-        assert_eq!((ev.owner.namespace.as_str(), ev.owner.name.as_str()), ("ns", "web"));
+        assert_eq!(
+            (ev.owner.namespace.as_str(), ev.owner.name.as_str()),
+            ("ns", "web")
+        );
     }
 
     #[test]
     fn exec_health_and_foreign_events_are_skipped() {
-        for action in ["exec_create: sh -c true", "exec_start: sh", "exec_die", "health_status: healthy", "attach"] {
-            assert_eq!(container_event(&msg(action, OWNED), "ops"), None, "{action}");
+        for action in [
+            "exec_create: sh -c true",
+            "exec_start: sh",
+            "exec_die",
+            "health_status: healthy",
+            "attach",
+        ] {
+            assert_eq!(
+                container_event(&msg(action, OWNED), "ops"),
+                None,
+                "{action}"
+            );
         }
         assert_eq!(container_event(&msg("die", OWNED), "other-instance"), None);
-        assert_eq!(container_event(&msg("die", &OWNED[1..]), "ops"), None, "missing managed-by");
+        assert_eq!(
+            container_event(&msg("die", &OWNED[1..]), "ops"),
+            None,
+            "missing managed-by"
+        );
     }
 }

@@ -38,14 +38,23 @@ impl DockerProvider {
     /// `NotFound`; it exists but is not running (stopped, paused, restarting) → `Conflict`
     /// saying to start it; empty argv → `Invalid`; the timeout expired → `Transient` (see the
     /// module docs: the process may linger); output above [`MAX_EXEC_OUTPUT`] → `Invalid`.
-    pub(crate) async fn run_exec(&self, id: &str, request: &ExecRequest) -> ProviderResult<ExecOutput> {
+    pub(crate) async fn run_exec(
+        &self,
+        id: &str,
+        request: &ExecRequest,
+    ) -> ProviderResult<ExecOutput> {
         if request.argv.is_empty() {
             return Err(ProviderError::Invalid(format!(
                 "exec in sandbox {id}: the command is empty; give at least the program to run"
             )));
         }
         let bound = request.timeout;
-        match tokio::time::timeout(bound, self.exec_unbounded(id, request, Instant::now() + bound)).await {
+        match tokio::time::timeout(
+            bound,
+            self.exec_unbounded(id, request, Instant::now() + bound),
+        )
+        .await
+        {
             Ok(result) => result,
             Err(_) => Err(ProviderError::Transient(format!(
                 "exec in sandbox {id}: {:?} did not finish within its timeout of {:.1} s; \
@@ -63,7 +72,11 @@ impl DockerProvider {
         deadline: Instant,
     ) -> ProviderResult<ExecOutput> {
         let docker = self.engine().await?;
-        let env: Vec<String> = request.env.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let env: Vec<String> = request
+            .env
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
         let options = CreateExecOptions::<String> {
             attach_stdin: Some(false),
             attach_stdout: Some(true),
@@ -150,13 +163,14 @@ impl DockerProvider {
             tokio::time::sleep(EXIT_POLL).await;
         }
     }
-
 }
 
 /// Maps an exec-step error: 404 is the sandbox being gone, 409 is it not running.
 pub(crate) fn exec_error(id: &str, step: &str, err: bollard::errors::Error) -> ProviderError {
     match map_err(&format!("{step} in sandbox {id}"), err) {
-        ProviderError::NotFound(m) => ProviderError::NotFound(format!("sandbox {id} does not exist ({m})")),
+        ProviderError::NotFound(m) => {
+            ProviderError::NotFound(format!("sandbox {id} does not exist ({m})"))
+        }
         ProviderError::Conflict(m) => {
             ProviderError::Conflict(format!("sandbox {id} is not running; start it ({m})"))
         }

@@ -67,7 +67,9 @@ pub(crate) fn normalize_path(what: &str, path: &str) -> ProviderResult<String> {
         )));
     }
     if path.contains('\0') {
-        return Err(ProviderError::Invalid(format!("{what} {path:?} contains a NUL byte")));
+        return Err(ProviderError::Invalid(format!(
+            "{what} {path:?} contains a NUL byte"
+        )));
     }
     let mut parts = Vec::new();
     for part in path.split('/') {
@@ -137,9 +139,15 @@ impl DockerProvider {
 
     /// Stats `path` without following a final symlink. `Ok(None)`: the sandbox exists and
     /// the path does not.
-    pub(crate) async fn stat_path(&self, id: &str, path: &str) -> ProviderResult<Option<PathStatResponse>> {
+    pub(crate) async fn stat_path(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> ProviderResult<Option<PathStatResponse>> {
         let docker = self.engine().await?;
-        let options = ContainerArchiveInfoOptionsBuilder::default().path(path).build();
+        let options = ContainerArchiveInfoOptionsBuilder::default()
+            .path(path)
+            .build();
         match docker.get_container_archive_info(id, Some(options)).await {
             Ok(stat) => Ok(Some(stat)),
             Err(e) if is_not_found(&e) => {
@@ -181,13 +189,20 @@ impl DockerProvider {
     ///
     /// A transfer error takes precedence over whatever the parser made of the truncated
     /// stream, so a 404 mid-way is still `NotFound`.
-    pub(crate) async fn with_archive<T, F>(&self, id: &str, path: &str, parse: F) -> ProviderResult<T>
+    pub(crate) async fn with_archive<T, F>(
+        &self,
+        id: &str,
+        path: &str,
+        parse: F,
+    ) -> ProviderResult<T>
     where
         T: Send + 'static,
         F: FnOnce(ChannelReader) -> ProviderResult<T> + Send + 'static,
     {
         let docker = self.engine().await?;
-        let options = DownloadFromContainerOptionsBuilder::default().path(path).build();
+        let options = DownloadFromContainerOptionsBuilder::default()
+            .path(path)
+            .build();
         let mut stream = Box::pin(docker.download_from_container(id, Some(options)));
         let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(ARCHIVE_CHANNEL_DEPTH);
         let reader = ChannelReader {
@@ -220,7 +235,9 @@ impl DockerProvider {
             return Err(map_err(&format!("downloading {path} from sandbox {id}"), e));
         }
         parsed.map_err(|e| {
-            ProviderError::Transient(format!("reading the archive of {path} from sandbox {id}: {e}"))
+            ProviderError::Transient(format!(
+                "reading the archive of {path} from sandbox {id}: {e}"
+            ))
         })?
     }
 
@@ -313,7 +330,15 @@ impl DockerProvider {
     async fn list_dir_exec(&self, id: &str, path: &str) -> ProviderResult<Option<Vec<DirEntry>>> {
         let request = ExecRequest {
             argv: [
-                "find", "-H", path, "-mindepth", "1", "-maxdepth", "1", "-printf", r"%y\0%s\0%l\0%f\0",
+                "find",
+                "-H",
+                path,
+                "-mindepth",
+                "1",
+                "-maxdepth",
+                "1",
+                "-printf",
+                r"%y\0%s\0%l\0%f\0",
             ]
             .map(String::from)
             .to_vec(),
@@ -417,8 +442,15 @@ impl DockerProvider {
 
 /// Builds the archive `write_file` uploads: the missing directories (mode `0o755`), then the
 /// file. Everything root-owned; the file's mode masked to `0o777`.
-fn write_archive(missing_dirs: &[&str], name: &str, data: &[u8], mode: u32) -> ProviderResult<Vec<u8>> {
-    let io = |e: std::io::Error| ProviderError::Invalid(format!("building the archive for {name:?}: {e}"));
+fn write_archive(
+    missing_dirs: &[&str],
+    name: &str,
+    data: &[u8],
+    mode: u32,
+) -> ProviderResult<Vec<u8>> {
+    let io = |e: std::io::Error| {
+        ProviderError::Invalid(format!("building the archive for {name:?}: {e}"))
+    };
     let mtime = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
@@ -435,7 +467,9 @@ fn write_archive(missing_dirs: &[&str], name: &str, data: &[u8], mode: u32) -> P
         h.set_gid(0);
         h.set_mtime(mtime);
         h.set_size(0);
-        builder.append_data(&mut h, &prefix, std::io::empty()).map_err(io)?;
+        builder
+            .append_data(&mut h, &prefix, std::io::empty())
+            .map_err(io)?;
     }
     let mut h = Header::new_gnu();
     h.set_entry_type(EntryType::Regular);
@@ -509,7 +543,9 @@ impl Files for DockerProvider {
     async fn write_file(&self, id: &str, path: &str, data: &[u8], mode: u32) -> ProviderResult<()> {
         let path = normalize_path("file path", path)?;
         if path == "/" {
-            return Err(ProviderError::Invalid("cannot write a file at \"/\"".into()));
+            return Err(ProviderError::Invalid(
+                "cannot write a file at \"/\"".into(),
+            ));
         }
         let (parent, name) = split_parent(&path);
 
@@ -580,7 +616,10 @@ mod tests {
         assert_eq!(normalize_path("p", "/").unwrap(), "/");
         assert_eq!(normalize_path("p", "//a//b/").unwrap(), "/a/b");
         for bad in ["a/b", "", "/a/../b", "/a/./b", "/..", "/a\0b"] {
-            assert!(matches!(normalize_path("p", bad), Err(ProviderError::Invalid(_))), "{bad:?}");
+            assert!(
+                matches!(normalize_path("p", bad), Err(ProviderError::Invalid(_))),
+                "{bad:?}"
+            );
         }
     }
 

@@ -10,9 +10,7 @@ use async_trait::async_trait;
 use bollard::models::{ContainerInspectResponse, ContainerStateStatusEnum as S};
 
 use super::{DockerProvider, is_not_found};
-use crate::provider::{
-    Hibernation, HibernationOutcome, Provider, ProviderError, ProviderResult,
-};
+use crate::provider::{Hibernation, HibernationOutcome, Provider, ProviderError, ProviderResult};
 
 /// The facts compared before and after: state word, main pid, last start time.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -122,7 +120,9 @@ impl Hibernation for DockerProvider {
             other => Ok(outcome(
                 false,
                 "stop",
-                format!("the sandbox was {other}, not running: there were no processes to preserve"),
+                format!(
+                    "the sandbox was {other}, not running: there were no processes to preserve"
+                ),
             )),
         }
     }
@@ -192,8 +192,14 @@ mod tests {
         let before = snap(S::RUNNING, 42, "t1");
         assert!(before.same_processes(&snap(S::PAUSED, 42, "t1")));
         assert!(before.same_processes(&snap(S::RUNNING, 42, "t1")));
-        assert!(!before.same_processes(&snap(S::RUNNING, 43, "t2")), "restarted");
-        assert!(!before.same_processes(&snap(S::RUNNING, 42, "t2")), "pid reused");
+        assert!(
+            !before.same_processes(&snap(S::RUNNING, 43, "t2")),
+            "restarted"
+        );
+        assert!(
+            !before.same_processes(&snap(S::RUNNING, 42, "t2")),
+            "pid reused"
+        );
         assert!(!before.same_processes(&snap(S::EXITED, 0, "t1")), "exited");
     }
 }

@@ -171,9 +171,7 @@ fn client_timeout() -> std::time::Duration {
 /// The HTTP status of an engine error response, if it was one.
 pub(crate) fn status_of(err: &bollard::errors::Error) -> Option<u16> {
     match err {
-        bollard::errors::Error::DockerResponseServerError { status_code, .. } => {
-            Some(*status_code)
-        }
+        bollard::errors::Error::DockerResponseServerError { status_code, .. } => Some(*status_code),
         _ => None,
     }
 }

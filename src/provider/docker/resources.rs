@@ -26,7 +26,9 @@ fn update_body(resources: &Resources) -> ProviderResult<Option<ContainerUpdateBo
         .memory_bytes
         .map(|m| {
             i64::try_from(m).map_err(|_| {
-                ProviderError::Invalid(format!("memory {m} bytes is too large; fix spec.resources.memory"))
+                ProviderError::Invalid(format!(
+                    "memory {m} bytes is too large; fix spec.resources.memory"
+                ))
             })
         })
         .transpose()?;

@@ -43,7 +43,9 @@ use std::path::{Component, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
-use bollard::models::{ContainerConfig, ContainerCreateBody, ContainerSummary, HostConfig, ImageInspect};
+use bollard::models::{
+    ContainerConfig, ContainerCreateBody, ContainerSummary, HostConfig, ImageInspect,
+};
 use bollard::query_parameters::{
     CommitContainerOptionsBuilder, ContainerArchiveInfoOptionsBuilder,
     CreateContainerOptionsBuilder, DownloadFromContainerOptionsBuilder,
@@ -70,7 +72,9 @@ const UPLOAD_CHUNK: usize = 256 * 1024;
 /// Whether `path` is `root` or lies below it (both normalised, no trailing `/`).
 fn is_under(path: &str, root: &str) -> bool {
     path == root
-        || (path.len() > root.len() && path.starts_with(root) && path.as_bytes()[root.len()] == b'/')
+        || (path.len() > root.len()
+            && path.starts_with(root)
+            && path.as_bytes()[root.len()] == b'/')
 }
 
 fn parent(path: &str) -> &str {
@@ -174,7 +178,10 @@ pub(crate) fn sanitize_archive(
         {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("archive member {} is absolute or contains '..'", member.display()),
+                format!(
+                    "archive member {} is absolute or contains '..'",
+                    member.display()
+                ),
             ));
         }
         let target = prefix.join(&member);
@@ -183,7 +190,11 @@ pub(crate) fn sanitize_archive(
         let mut header = tar::Header::new_gnu();
         header.set_entry_type(kind);
         // A header without a readable mode gets the plain default for its kind.
-        let default_mode = if kind == tar::EntryType::Directory { 0o755 } else { 0o644 };
+        let default_mode = if kind == tar::EntryType::Directory {
+            0o755
+        } else {
+            0o644
+        };
         header.set_mode(source.mode().unwrap_or(default_mode) & 0o1777);
         header.set_uid(0);
         header.set_gid(0);
@@ -199,14 +210,20 @@ pub(crate) fn sanitize_archive(
                 builder.append_data(&mut header, &target, io::empty())?;
             }
             tar::EntryType::Symlink => {
-                let link = entry.link_name()?.map(|l| l.into_owned()).unwrap_or_default();
+                let link = entry
+                    .link_name()?
+                    .map(|l| l.into_owned())
+                    .unwrap_or_default();
                 header.set_size(0);
                 builder.append_link(&mut header, &target, &link)?;
             }
             tar::EntryType::Link => {
                 // Hard-link targets are archive members: they move with the prefix, and may
                 // not point outside the archive.
-                let link = entry.link_name()?.map(|l| l.into_owned()).unwrap_or_default();
+                let link = entry
+                    .link_name()?
+                    .map(|l| l.into_owned())
+                    .unwrap_or_default();
                 if link
                     .components()
                     .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
@@ -252,7 +269,11 @@ fn io_err(what: &str, e: impl std::fmt::Display) -> ProviderError {
 }
 
 /// Containers (by name) backed by a template: running its image, or booted from its id.
-fn template_users(template_id: &str, image_id: &str, containers: &[ContainerSummary]) -> Vec<String> {
+fn template_users(
+    template_id: &str,
+    image_id: &str,
+    containers: &[ContainerSummary],
+) -> Vec<String> {
     let mut users: Vec<String> = containers
         .iter()
         .filter(|c| {
@@ -282,14 +303,22 @@ impl DockerProvider {
     /// The image behind a template id, `None` when the tag does not exist.
     async fn template_inspect(&self, template_id: &str) -> ProviderResult<Option<ImageInspect>> {
         let docker = self.engine().await?;
-        match docker.inspect_image(&self.template_image(template_id)).await {
+        match docker
+            .inspect_image(&self.template_image(template_id))
+            .await
+        {
             Ok(image) => Ok(Some(image)),
             Err(e) if is_not_found(&e) => Ok(None),
             Err(e) => Err(map_err(&format!("looking up template {template_id}"), e)),
         }
     }
 
-    fn template_from_inspect(&self, template_id: &str, image: ImageInspect, in_use: bool) -> Template {
+    fn template_from_inspect(
+        &self,
+        template_id: &str,
+        image: ImageInspect,
+        in_use: bool,
+    ) -> Template {
         let labels: BTreeMap<String, String> = image
             .config
             .and_then(|c| c.labels)
@@ -301,7 +330,10 @@ impl DockerProvider {
             reference: image.id.unwrap_or_default(),
             created_at: image.created.as_deref().and_then(parse_time),
             size_bytes: image.size.and_then(|s| u64::try_from(s).ok()),
-            label: labels.get(TEMPLATE_LABEL_LABEL).filter(|l| !l.is_empty()).cloned(),
+            label: labels
+                .get(TEMPLATE_LABEL_LABEL)
+                .filter(|l| !l.is_empty())
+                .cloned(),
             labels,
             in_use,
         }
@@ -334,7 +366,13 @@ impl DockerProvider {
         let mut stream = docker.download_from_container(sandbox, Some(options));
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| {
-                map_err(&format!("exporting capture path {} from sandbox {sandbox}", copy.path), e)
+                map_err(
+                    &format!(
+                        "exporting capture path {} from sandbox {sandbox}",
+                        copy.path
+                    ),
+                    e,
+                )
             })?;
             file.write_all(&chunk)
                 .await
@@ -382,7 +420,12 @@ impl DockerProvider {
         docker
             .upload_to_container(helper, Some(options), bollard::body_try_stream(body))
             .await
-            .map_err(|e| map_err(&format!("copying capture path {} into the template", copy.path), e))?;
+            .map_err(|e| {
+                map_err(
+                    &format!("copying capture path {} into the template", copy.path),
+                    e,
+                )
+            })?;
         // The temporary files live until here: the upload has read all of `clean`.
         drop((raw, clean));
         Ok(())
@@ -414,7 +457,9 @@ impl DockerProvider {
             }),
             ..Default::default()
         };
-        let options = CreateContainerOptionsBuilder::default().name(&helper).build();
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&helper)
+            .build();
         docker
             .create_container(Some(options), body)
             .await
@@ -471,7 +516,9 @@ impl Templates for DockerProvider {
             ))
         })?;
         for path in &capture {
-            let options = ContainerArchiveInfoOptionsBuilder::default().path(path).build();
+            let options = ContainerArchiveInfoOptionsBuilder::default()
+                .path(path)
+                .build();
             match docker
                 .get_container_archive_info(&request.sandbox_id, Some(options))
                 .await
@@ -546,7 +593,12 @@ impl Templates for DockerProvider {
             docker
                 .commit_container(options, config)
                 .await
-                .map_err(|e| map_err(&format!("committing sandbox {} as template {id}", request.sandbox_id), e))?
+                .map_err(|e| {
+                    map_err(
+                        &format!("committing sandbox {} as template {id}", request.sandbox_id),
+                        e,
+                    )
+                })?
                 .id
         } else {
             let options = CommitContainerOptionsBuilder::default()
@@ -557,7 +609,12 @@ impl Templates for DockerProvider {
             let intermediate = docker
                 .commit_container(options, config.clone())
                 .await
-                .map_err(|e| map_err(&format!("committing sandbox {} as template {id}", request.sandbox_id), e))?
+                .map_err(|e| {
+                    map_err(
+                        &format!("committing sandbox {} as template {id}", request.sandbox_id),
+                        e,
+                    )
+                })?
                 .id;
             match self
                 .commit_with_copies(request, &intermediate, &copies, &config)
@@ -575,7 +632,9 @@ impl Templates for DockerProvider {
             self.remove_unused_image(&old).await;
         }
         self.get_template(id).await?.ok_or_else(|| {
-            ProviderError::Transient(format!("template {id} was committed but disappeared before it could be read back"))
+            ProviderError::Transient(format!(
+                "template {id} was committed but disappeared before it could be read back"
+            ))
         })
     }
 
@@ -585,10 +644,12 @@ impl Templates for DockerProvider {
             return Ok(None);
         };
         let in_use = match self.all_containers().await {
-            Ok(containers) => {
-                !template_users(template_id, image.id.as_deref().unwrap_or_default(), &containers)
-                    .is_empty()
-            }
+            Ok(containers) => !template_users(
+                template_id,
+                image.id.as_deref().unwrap_or_default(),
+                &containers,
+            )
+            .is_empty(),
             Err(e) => {
                 tracing::warn!(template = template_id, error = %e, "template use unknown; reporting in use");
                 true
@@ -603,7 +664,9 @@ impl Templates for DockerProvider {
             ("label".to_string(), vec![TEMPLATE_ID_LABEL.to_string()]),
             ("dangling".to_string(), vec!["false".to_string()]),
         ]);
-        let options = ListImagesOptionsBuilder::default().filters(&filters).build();
+        let options = ListImagesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
         let images = docker
             .list_images(Some(options))
             .await
@@ -635,7 +698,10 @@ impl Templates for DockerProvider {
                 reference: image.id,
                 created_at: DateTime::from_timestamp(image.created, 0),
                 size_bytes: u64::try_from(image.size).ok(),
-                label: labels.get(TEMPLATE_LABEL_LABEL).filter(|l| !l.is_empty()).cloned(),
+                label: labels
+                    .get(TEMPLATE_LABEL_LABEL)
+                    .filter(|l| !l.is_empty())
+                    .cloned(),
                 labels,
                 in_use,
                 id,
@@ -685,7 +751,9 @@ impl Templates for DockerProvider {
             ),
             ("dangling".to_string(), vec!["true".to_string()]),
         ]);
-        let options = ListImagesOptionsBuilder::default().filters(&filters).build();
+        let options = ListImagesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
         if let Ok(stale) = docker.list_images(Some(options)).await {
             for old in stale {
                 if template_users(template_id, &old.id, &containers).is_empty() {
@@ -745,13 +813,22 @@ mod tests {
         let plan = copy_plan(&s(&["/data/a/b/c"]), &s(&["/data"]));
         assert_eq!(plan[0].scaffold, s(&["data/a", "data/a/b"]));
         // A mount equal to a capture path; nested copies collapse; prefix is not a parent.
-        let plan = copy_plan(&s(&["/data", "/data/x"]), &s(&["/data", "/data/x/y", "/database"]));
+        let plan = copy_plan(
+            &s(&["/data", "/data/x"]),
+            &s(&["/data", "/data/x/y", "/database"]),
+        );
         assert_eq!(plan.len(), 1);
         assert_eq!(plan[0].path, "/data");
         assert!(copy_plan(&s(&["/dat"]), &s(&["/data"])).is_empty());
     }
 
-    fn entry(builder: &mut tar::Builder<Vec<u8>>, path: &str, kind: tar::EntryType, mode: u32, data: &[u8]) {
+    fn entry(
+        builder: &mut tar::Builder<Vec<u8>>,
+        path: &str,
+        kind: tar::EntryType,
+        mode: u32,
+        data: &[u8],
+    ) {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(kind);
         h.set_mode(mode);
@@ -765,7 +842,13 @@ mod tests {
     fn sanitised_archives_lose_ownership_and_privilege_bits() {
         let mut b = tar::Builder::new(Vec::new());
         entry(&mut b, "app/", tar::EntryType::Directory, 0o2775, b"");
-        entry(&mut b, "app/run", tar::EntryType::Regular, 0o4755, b"#!/bin/sh\n");
+        entry(
+            &mut b,
+            "app/run",
+            tar::EntryType::Regular,
+            0o4755,
+            b"#!/bin/sh\n",
+        );
         entry(&mut b, "app/tmp/", tar::EntryType::Directory, 0o1777, b"");
         entry(&mut b, "app/fifo", tar::EntryType::Fifo, 0o644, b"");
         let mut h = tar::Header::new_gnu();
@@ -808,8 +891,14 @@ mod tests {
         assert_eq!(seen["data/deep/app"].0, 0o775);
         assert_eq!(seen["data/deep/app/run"].0, 0o755);
         assert_eq!(seen["data/deep/app/tmp"].0, 0o1777, "sticky bit kept");
-        assert_eq!(seen["data/deep/app/link"].1.as_deref(), Some("/etc/hostname"));
-        assert_eq!(seen["data/deep/app/hard"].1.as_deref(), Some("data/deep/app/run"));
+        assert_eq!(
+            seen["data/deep/app/link"].1.as_deref(),
+            Some("/etc/hostname")
+        );
+        assert_eq!(
+            seen["data/deep/app/hard"].1.as_deref(),
+            Some("data/deep/app/run")
+        );
     }
 
     #[test]

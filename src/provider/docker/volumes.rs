@@ -132,9 +132,10 @@ impl Volumes for DockerProvider {
         if ours != holder {
             return Err(ProviderError::Conflict(format!(
                 "volume {name} already exists and belongs to {}; choose another volume name or remove that volume",
-                holder.map_or("no sandboxes.dev object (it has no owner-uid label)".to_string(), |uid| {
-                    format!("the object with UID {uid}")
-                })
+                holder.map_or(
+                    "no sandboxes.dev object (it has no owner-uid label)".to_string(),
+                    |uid| { format!("the object with UID {uid}") }
+                )
             )));
         }
         let holders = self.volume_holders(name).await?;
@@ -188,10 +189,16 @@ impl Volumes for DockerProvider {
         if !query.labels.is_empty() {
             filters.insert(
                 "label".into(),
-                query.labels.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+                query
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect(),
             );
         }
-        let options = ListVolumesOptionsBuilder::default().filters(&filters).build();
+        let options = ListVolumesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
         let listed = docker
             .list_volumes(Some(options))
             .await

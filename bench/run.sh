@@ -1,0 +1,248 @@
+#!/usr/bin/env bash
+# `make bench`: the performance figures of DESIGN.md, each as a ratio against the raw provider
+# measured in the same run. Self-contained: starts Docker + the base image + the test control
+# plane (or uses a reachable $KUBECONFIG), builds the operator in release mode, runs its own
+# operator (instance `bench`, its own namespace), cleans up. Not run in CI.
+#
+#   bash bench/run.sh                 all figures (about 20-40 min on 2 cores)
+#   BENCH_FIGURES="a b" bash bench/run.sh    only some of them (a, b, c)
+#
+# Results: target/bench/results.md (also printed), raw data target/bench/*.json, operator
+# logs target/bench/operator-*.log.
+#
+# Env (defaults in brackets):
+#   BENCH_FIGURES        [a b c]    which figures
+#   BENCH_A_N            [20]       figure a rounds
+#   BENCH_B_N            [500]      figure b burst size
+#   BENCH_CONCURRENCY    [32]       operator --concurrency and xargs -P for figure b
+#   BENCH_PROVIDER_CONCURRENCY [32] operator config providerConcurrency (shipped default: 16)
+#   BENCH_C_DOCKER_N     [1000]     figure c: Docker-backed stopped Sandboxes (0 = skip)
+#   BENCH_C_STALLED_N    [5000]     figure c: Sandboxes naming an unconfigured provider (0 = skip)
+#   BENCH_IDLE_SECS      [60]       figure c idle window
+#   BENCH_SWEEP_SECS     [120]      figure c sweeper interval (the idle window is placed between passes)
+#   BENCH_TIMEOUT        [1200]     bound on each wait (seconds)
+#   BENCH_KEEP_NAMESPACE [0]        1 = do not delete the benchmark namespace at the end
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+OUT="$REPO/target/bench"
+FIGURES="${BENCH_FIGURES:-a b c}"
+A_N="${BENCH_A_N:-20}"
+B_N="${BENCH_B_N:-500}"
+CONC="${BENCH_CONCURRENCY:-32}"
+PCONC="${BENCH_PROVIDER_CONCURRENCY:-32}"
+C_DOCKER_N="${BENCH_C_DOCKER_N:-1000}"
+C_STALLED_N="${BENCH_C_STALLED_N:-5000}"
+IDLE_SECS="${BENCH_IDLE_SECS:-60}"
+SWEEP_SECS="${BENCH_SWEEP_SECS:-120}"
+TIMEOUT="${BENCH_TIMEOUT:-1200}"
+INSTANCE=bench
+RESYNC=600
+NS="sandbox-bench-$(date +%s)"
+IMAGE="${SANDBOX_BASE_IMAGE:-sandbox-operator/base:bookworm}"
+PY=(python3 "$REPO/bench/bench.py")
+
+say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
+die() { printf 'bench: ERROR: %s\n' "$*" >&2; exit 1; }
+
+mkdir -p "$OUT"
+rm -f "$OUT"/*.json "$OUT/results.md"
+T0=$SECONDS
+
+# ---- infrastructure --------------------------------------------------------------------------
+say "Infrastructure: Docker engine, base image, Kubernetes API"
+USER_KUBECONFIG="${KUBECONFIG:-}"
+# shellcheck source=../tests/cluster/env.sh
+source "$REPO/tests/cluster/env.sh"
+bash "$REPO/tests/setup/docker.sh"
+bash "$REPO/tests/setup/base-image.sh"
+if [ -n "$USER_KUBECONFIG" ] && [ "$USER_KUBECONFIG" != "$KUBECONFIG" ] &&
+  KUBECONFIG="$USER_KUBECONFIG" kubectl --request-timeout=5s get --raw /readyz >/dev/null 2>&1; then
+  export KUBECONFIG="$USER_KUBECONFIG"
+  log "using KUBECONFIG=$KUBECONFIG"
+else
+  eval "$(bash "$REPO/tests/cluster/up.sh")"
+fi
+kubectl apply --server-side --force-conflicts --field-manager=sandbox-operator-bench -f "$REPO/crds/" >/dev/null
+kubectl wait --for=condition=Established --timeout=60s \
+  crd/sandboxes.sandboxes.dev crd/sandboxvolumes.sandboxes.dev crd/sandboxtemplates.sandboxes.dev >/dev/null
+
+say "Building the operator (release)"
+cargo build --release --bin sandbox-operator
+BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/sandbox-operator"
+[ -x "$BIN" ] || die "no release binary at $BIN"
+
+# ---- leftovers of an interrupted earlier run ---------------------------------------------------
+say "Clearing leftovers of earlier runs"
+for old in $(kubectl get ns -o name | sed -n 's|^namespace/\(sandbox-bench-[0-9]*\)$|\1|p'); do
+  log "old namespace $old: dropping finalizers of its Sandboxes, deleting it"
+  for s in $(kubectl get sbx -n "$old" -o name 2>/dev/null); do
+    kubectl patch -n "$old" "$s" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+  done
+  kubectl delete ns "$old" --wait=false >/dev/null 2>&1 || true
+done
+for label in "sandboxes.dev/managed-by=$INSTANCE" "sandboxes.dev/managed-by=bench-raw"; do
+  ids="$(docker ps -aq --filter "label=$label")"
+  if [ -n "$ids" ]; then
+    log "removing $(wc -w <<<"$ids") leftover containers labelled $label"
+    xargs -P 16 -n 20 docker rm -f -v <<<"$ids" >/dev/null
+  fi
+done
+
+kubectl create ns "$NS" >/dev/null
+log "namespace $NS"
+
+# ---- operator lifecycle ----------------------------------------------------------------------------
+OP_PID=""
+PROXY_PID=""
+METRICS=""
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# start_operator NAME [ENGINE_SOCKET] [SWEEP_SECS]
+start_operator() {
+  local name="$1" endpoint="${2:-}" sweep="${3:-}" cfg="$OUT/operator-$1.yaml" logf="$OUT/operator-$1.log" deadline
+  {
+    echo "instance: $INSTANCE"
+    echo "resyncSecs: $RESYNC"
+    echo "providerConcurrency: $PCONC"
+    echo "providers:"
+    echo "  - name: docker"
+    echo "    type: docker"
+    if [ -n "$endpoint" ]; then
+      echo "    docker:"
+      echo "      endpoint: unix://$endpoint"
+    fi
+    if [ -n "$sweep" ]; then
+      echo "sweeper:"
+      echo "  intervalSecs: $sweep"
+    fi
+  } >"$cfg"
+  METRICS="127.0.0.1:$(free_port)"
+  POD_NAMESPACE="$NS" NO_COLOR=1 "$BIN" run --config "$cfg" --namespace "$NS" --metrics-addr "$METRICS" \
+    --concurrency "$CONC" </dev/null >"$logf" 2>&1 &
+  OP_PID=$!
+  deadline=$((SECONDS + 60))
+  until curl -sf --max-time 2 "http://$METRICS/metrics" 2>/dev/null | grep -q '^sandbox_operator_leader 1'; do
+    kill -0 "$OP_PID" 2>/dev/null || { tail -20 "$logf" >&2; die "operator exited (log $logf)"; }
+    [ "$SECONDS" -lt "$deadline" ] || { tail -20 "$logf" >&2; die "operator not leading after 60 s (log $logf)"; }
+    sleep 0.2
+  done
+  log "operator '$name' pid $OP_PID leading; metrics http://$METRICS; log $logf"
+}
+
+stop_operator() {
+  [ -n "$OP_PID" ] || return 0
+  if kill -0 "$OP_PID" 2>/dev/null; then
+    kill -TERM "$OP_PID" 2>/dev/null || true
+    local deadline=$((SECONDS + 30))
+    while kill -0 "$OP_PID" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+    kill -KILL "$OP_PID" 2>/dev/null || true
+  fi
+  wait "$OP_PID" 2>/dev/null || true
+  OP_PID=""
+}
+
+start_proxy() { # socket counts-file
+  python3 "$REPO/bench/dockerproxy.py" --listen "$1" --counts "$2" \
+    --upstream "$(d="${DOCKER_HOST:-unix:///var/run/docker.sock}"; echo "${d#unix://}")" &
+  PROXY_PID=$!
+  local deadline=$((SECONDS + 10))
+  until [ -S "$1" ] && [ -f "$2" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || die "docker proxy did not start"
+    sleep 0.1
+  done
+}
+
+stop_proxy() {
+  [ -n "$PROXY_PID" ] || return 0
+  kill -TERM "$PROXY_PID" 2>/dev/null || true
+  wait "$PROXY_PID" 2>/dev/null || true
+  PROXY_PID=""
+}
+
+cleanup() {
+  local rc=$?
+  set +e
+  if [ -n "$OP_PID" ] && kill -0 "$OP_PID" 2>/dev/null; then
+    say "Cleaning up: deleting every Sandbox in $NS"
+    "${PY[@]}" cleanup --namespace "$NS" --timeout 600
+  fi
+  stop_operator
+  stop_proxy
+  # whatever is left (an interrupted run): drop finalizers, remove containers by label
+  for s in $(kubectl get sbx -n "$NS" -o name 2>/dev/null); do
+    kubectl patch -n "$NS" "$s" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1
+  done
+  for label in "sandboxes.dev/managed-by=$INSTANCE" "sandboxes.dev/managed-by=bench-raw"; do
+    ids="$(docker ps -aq --filter "label=$label")"
+    [ -z "$ids" ] || xargs -P 16 -n 20 docker rm -f -v <<<"$ids" >/dev/null
+  done
+  if [ "${BENCH_KEEP_NAMESPACE:-0}" != 1 ]; then kubectl delete ns "$NS" --wait=false >/dev/null 2>&1; fi
+  log "total time $((SECONDS - T0)) s"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- environment record ----------------------------------------------------------------------------
+python3 - "$OUT/env.json" <<EOF
+import json, os, platform, subprocess, sys, datetime
+def sh(*c):
+    try: return subprocess.run(c, capture_output=True, text=True, timeout=30).stdout.strip()
+    except Exception: return "?"
+mem = int(open("/proc/meminfo").read().split()[1]) // 1024
+git = sh("git", "-C", "$REPO", "rev-parse", "--short", "HEAD")
+dirty = sh("git", "-C", "$REPO", "status", "--porcelain", "--", "src", "Cargo.toml", "Cargo.lock")
+json.dump({
+  "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+  "host": platform.node(), "cpus": os.cpu_count(), "mem": f"{mem} MiB", "kernel": platform.release(),
+  "docker": sh("docker", "version", "--format", "{{.Server.Version}}"),
+  "kube": json.loads(sh("kubectl", "version", "-o", "json") or "{}").get("serverVersion", {}).get("gitVersion", "?"),
+  "operator": sh("$BIN", "version"), "git": git + (" + uncommitted changes in src/" if dirty else ""),
+  "concurrency": $CONC, "provider_concurrency": $PCONC, "namespace": "$NS", "instance": "$INSTANCE", "resync": $RESYNC,
+  "notes": [],
+}, open(sys.argv[1], "w"), indent=2)
+EOF
+
+has() { [[ " $FIGURES " == *" $1 "* ]]; }
+
+# ---- figures a and b: one operator with the shipped sweeper settings ------------------------------
+if has a || has b; then
+  say "Starting the operator for figures a and b"
+  start_operator ab
+fi
+if has a; then
+  say "Figure a: one sandbox, apply -> Ready vs docker run -d (median of $A_N, interleaved)"
+  "${PY[@]}" single --namespace "$NS" --n "$A_N" --image "$IMAGE" --out "$OUT/a-single.json"
+fi
+if has b; then
+  say "Figure b: $B_N Sandboxes in one kubectl apply vs $B_N docker run -d at -P $CONC"
+  "${PY[@]}" burst --namespace "$NS" --n "$B_N" --concurrency "$CONC" --image "$IMAGE" --workdir "$OUT" \
+    --metrics "$METRICS" --pid "$OP_PID" --timeout "$TIMEOUT" --out "$OUT/b-burst.json" || log "figure b failed (see above); continuing"
+fi
+stop_operator
+
+# ---- figure c: a fresh operator per variant, engine calls counted by a socket proxy -----------------
+if has c; then
+  for variant in docker stalled; do
+    n="$C_DOCKER_N"; [ "$variant" = stalled ] && n="$C_STALLED_N"
+    [ "$n" -gt 0 ] || continue
+    say "Figure c ($variant): $n Sandboxes, then idle"
+    sock="$OUT/docker-proxy.sock"
+    counts="$OUT/engine-requests-$variant.json"
+    start_proxy "$sock" "$counts"
+    start_operator "c-$variant" "$sock" "$SWEEP_SECS"
+    "${PY[@]}" idle --namespace "$NS" --variant "$variant" --n "$n" --image "$IMAGE" --metrics "$METRICS" --pid "$OP_PID" \
+      --idle-secs "$IDLE_SECS" --proxy-counts "$counts" --sweep-interval "$SWEEP_SECS" --timeout "$TIMEOUT" \
+      --out "$OUT/c-idle-$variant.json" || log "figure c ($variant) failed (see above); continuing"
+    "${PY[@]}" cleanup --namespace "$NS" --timeout "$TIMEOUT" || true
+    stop_operator
+    stop_proxy
+  done
+fi
+
+say "Results"
+"${PY[@]}" report --dir "$OUT"
+log "written: $OUT/results.md"

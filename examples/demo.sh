@@ -1,0 +1,337 @@
+#!/usr/bin/env bash
+# The README's first command (`make demo`): on a fresh machine, from nothing to a running
+# sandbox you can reach.
+#
+#   examples/demo.sh             build the operator, start Docker + the base image, use the
+#                                cluster in $KUBECONFIG (when set and reachable) or start the
+#                                test control plane, install the CRDs, (re)start the operator,
+#                                apply examples/sandbox.yaml, wait for Ready, run a command
+#                                inside it and reach its published port.
+#   examples/demo.sh down        delete the Sandbox (the operator removes its container before
+#                                the finalizer goes), stop the operator. The control plane and
+#                                dockerd keep running.
+#   examples/demo.sh down --all  the same, then stop the test control plane (tests/cluster/down.sh)
+#                                when the demo started it. dockerd is left running.
+#
+# Idempotent: running it again rebuilds (a no-op when nothing changed), restarts the operator
+# on the fresh binary and re-applies the unchanged Sandbox.
+#
+# State: ${SANDBOX_CACHE:-~/.cache/sandbox-operator}/demo/ — operator.log, operator.pid,
+# config.yaml, kubeconfig (the path of the cluster the demo used).
+#
+# Env:
+#   SANDBOX_DEMO_METRICS_ADDR  operator /metrics, /healthz, /readyz (default 127.0.0.1:18080)
+#   SANDBOX_DEMO_RELEASE=1     build and run the release binary instead of the debug one
+#   RUST_LOG                   operator log filter (e.g. info,sandbox_operator=debug)
+#   DEMO_DOWN_ALL=1            same as `down --all` (so `make demo-down DEMO_DOWN_ALL=1` works)
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+CACHE="${SANDBOX_CACHE:-$HOME/.cache/sandbox-operator}"
+DEMO_DIR="$CACHE/demo"
+LOG="$DEMO_DIR/operator.log"
+PIDFILE="$DEMO_DIR/operator.pid"
+CONFIG="$DEMO_DIR/config.yaml"
+KUBECONFIG_RECORD="$DEMO_DIR/kubeconfig"
+METRICS_ADDR="${SANDBOX_DEMO_METRICS_ADDR:-127.0.0.1:18080}"
+INSTANCE=demo
+NS=default           # examples/sandbox.yaml's namespace
+NAME=demo            # examples/sandbox.yaml's name
+MANIFEST="$REPO/examples/sandbox.yaml"
+CRDS=(crd/sandboxes.sandboxes.dev crd/sandboxvolumes.sandboxes.dev crd/sandboxtemplates.sandboxes.dev)
+
+if [ -t 1 ]; then B=$'\e[1m'; G=$'\e[32m'; Y=$'\e[33m'; R=$'\e[31m'; N=$'\e[0m'; else B= G= Y= R= N=; fi
+step_no=0
+step() { step_no=$((step_no + 1)); printf '\n%s==> [%d] %s%s\n' "$B" "$step_no" "$*" "$N"; }
+info() { printf '    %s\n' "$*"; }
+ok() { printf '    %s✓%s %s\n' "$G" "$N" "$*"; }
+warn() { printf '    %s!%s %s\n' "$Y" "$N" "$*" >&2; }
+die() { printf '\n%sdemo: ERROR: %s%s\n' "$R" "$*" "$N" >&2; exit 1; }
+# run CMD...: show it (k is shown as kubectl), run it, indent its output; keeps its exit status.
+run() {
+  local shown="$*"
+  [ "$1" = k ] && shown="kubectl ${*:2}"
+  printf '    $ %s\n' "$shown"
+  "$@" 2>&1 | sed 's/^/      /'
+  return "${PIPESTATUS[0]}"
+}
+
+mkdir -p "$DEMO_DIR"
+
+# ---- the pinned kubectl / which cluster ------------------------------------------------------
+# Remember a KUBECONFIG the user set before env.sh replaces it with the test cluster's.
+USER_KUBECONFIG="${KUBECONFIG:-}"
+# shellcheck source=../tests/cluster/env.sh
+source "$REPO/tests/cluster/env.sh"   # pinned kubectl/helm first on PATH, KUBECONFIG=test cluster
+TEST_KUBECONFIG="$KUBECONFIG"
+
+k() { kubectl --request-timeout=30s "$@"; }
+reachable() { KUBECONFIG="$1" kubectl --request-timeout=5s get --raw /readyz >/dev/null 2>&1; }
+
+# ---- the operator process ----------------------------------------------------------------------
+# Our operator's pid from the pidfile, only while that pid is still a sandbox-operator process.
+operator_pid() {
+  local pid
+  pid="$(cat "$PIDFILE" 2>/dev/null || true)"
+  [ -n "$pid" ] || return 0
+  if tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q 'sandbox-operator run'; then echo "$pid"; fi
+}
+
+stop_operator() {
+  local pid deadline
+  pid="$(operator_pid)"
+  if [ -z "$pid" ]; then rm -f "$PIDFILE"; info "operator: not running"; return 0; fi
+  info "stopping operator (pid $pid) with SIGTERM (it releases its leader Lease)"
+  kill -TERM "$pid" 2>/dev/null || true
+  deadline=$((SECONDS + 30))
+  while kill -0 "$pid" 2>/dev/null; do
+    if [ "$SECONDS" -ge "$deadline" ]; then
+      warn "operator ignored SIGTERM for 30 s; sending SIGKILL"
+      kill -KILL "$pid" 2>/dev/null || true
+      break
+    fi
+    sleep 0.2
+  done
+  rm -f "$PIDFILE"
+  ok "operator stopped"
+}
+
+metrics() { curl -sf --max-time 3 "http://$METRICS_ADDR/metrics"; }
+
+start_operator() { # binary
+  local bin="$1" pid deadline
+  if (exec 3<>"/dev/tcp/${METRICS_ADDR%:*}/${METRICS_ADDR##*:}") 2>/dev/null; then
+    die "$METRICS_ADDR is already in use by another process; set SANDBOX_DEMO_METRICS_ADDR=127.0.0.1:<free port>"
+  fi
+  cat >"$CONFIG" <<EOF
+# Written by examples/demo.sh (format: src/config.rs).
+instance: $INSTANCE
+providers:
+  - name: docker
+    type: docker
+EOF
+  {
+    echo
+    echo "===== $(date -u +%FT%TZ) examples/demo.sh starting $bin ====="
+  } >>"$LOG"
+  # Own session, no inherited stdio: it keeps running after this script ends.
+  KUBECONFIG="$KUBECONFIG" POD_NAMESPACE="$NS" NO_COLOR=1 setsid "$bin" run \
+    --config "$CONFIG" --namespace "$NS" --metrics-addr "$METRICS_ADDR" \
+    </dev/null >>"$LOG" 2>&1 &
+  pid=$!
+  disown
+  echo "$pid" >"$PIDFILE"
+  info "operator pid $pid, instance '$INSTANCE', watching namespace '$NS', metrics http://$METRICS_ADDR"
+  info "log: $LOG"
+  deadline=$((SECONDS + 60))
+  until grep -q '^sandbox_operator_leader 1' <<<"$(metrics 2>/dev/null || true)"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail -n 30 "$LOG" | sed 's/^/      /' >&2
+      die "the operator exited; see $LOG"
+    fi
+    [ "$SECONDS" -lt "$deadline" ] || { tail -n 30 "$LOG" | sed 's/^/      /' >&2; die "the operator did not become leader within 60 s; see $LOG"; }
+    sleep 0.3
+  done
+  ok "operator is up and leading (sandbox_operator_leader 1)"
+  deadline=$((SECONDS + 30))
+  until curl -sf --max-time 3 "http://$METRICS_ADDR/readyz" >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$deadline" ] || { warn "/readyz is not ok yet: $(curl -s --max-time 3 "http://$METRICS_ADDR/readyz")"; return 0; }
+    sleep 0.3
+  done
+  ok "/readyz ok"
+}
+
+operator_binary() {
+  local target="${CARGO_TARGET_DIR:-$REPO/target}"
+  if [ "${SANDBOX_DEMO_RELEASE:-0}" = 1 ]; then echo "$target/release/sandbox-operator"; else echo "$target/debug/sandbox-operator"; fi
+}
+
+# =================================================================================================
+down() {
+  local all=0
+  [ "${DEMO_DOWN_ALL:-0}" = 1 ] && all=1
+  for a in "$@"; do
+    case "$a" in
+      --all) all=1 ;;
+      *) die "usage: $0 down [--all]" ;;
+    esac
+  done
+  local kc=""
+  kc="$(cat "$KUBECONFIG_RECORD" 2>/dev/null || true)"
+  [ -n "$kc" ] || kc="$TEST_KUBECONFIG"
+  export KUBECONFIG="$kc"
+
+  step "Deleting Sandbox $NS/$NAME (the operator destroys its container before releasing the finalizer)"
+  if ! reachable "$kc"; then
+    warn "the cluster in $kc does not answer; skipping the Sandbox (its container, if any, stays — labelled sandboxes.dev/managed-by=$INSTANCE)"
+  elif ! k get sbx "$NAME" -n "$NS" >/dev/null 2>&1; then
+    ok "no Sandbox $NS/$NAME (nothing to delete)"
+  else
+    if [ -z "$(operator_pid)" ]; then
+      info "the operator is not running, but the finalizer needs it: starting it for the cleanup"
+      local bin
+      bin="$(operator_binary)"
+      [ -x "$bin" ] || die "no operator binary at $bin; run 'make demo' first (it builds it)"
+      start_operator "$bin"
+    fi
+    run kubectl delete sbx "$NAME" -n "$NS" --wait=true --timeout=90s \
+      || die "the Sandbox was not deleted within 90 s; see $LOG and 'kubectl describe sbx $NAME -n $NS'"
+    ok "Sandbox deleted"
+  fi
+  local left
+  left="$(docker ps -aq --filter "label=sandboxes.dev/managed-by=$INSTANCE" 2>/dev/null | wc -l || true)"
+  if [ "${left:-0}" -eq 0 ]; then
+    ok "no containers labelled sandboxes.dev/managed-by=$INSTANCE are left"
+  else
+    warn "$left container(s) labelled sandboxes.dev/managed-by=$INSTANCE are still there: docker ps -a --filter label=sandboxes.dev/managed-by=$INSTANCE"
+  fi
+
+  step "Stopping the operator"
+  stop_operator
+
+  if [ "$all" = 1 ]; then
+    step "Stopping the test control plane"
+    if [ "$kc" = "$TEST_KUBECONFIG" ]; then
+      bash "$REPO/tests/cluster/down.sh"
+      ok "kube-apiserver and etcd stopped (data kept; tests/cluster/down.sh --wipe deletes it)"
+    else
+      info "the demo used your cluster ($kc), not the test control plane: left alone"
+    fi
+    rm -f "$KUBECONFIG_RECORD"
+  fi
+
+  step "Done"
+  if [ "$all" = 1 ]; then
+    info "Left running: dockerd (started by tests/setup/docker.sh; it is shared with the tests)."
+  else
+    info "Left running: the control plane ($kc) and dockerd."
+    info "Stop the test control plane too with:  bash examples/demo.sh down --all"
+    info "                                  (or: make demo-down DEMO_DOWN_ALL=1)"
+  fi
+  info "The CRDs stay installed; remove them with: kubectl delete -f crds/"
+}
+
+# =================================================================================================
+up() {
+  [ $# -eq 0 ] || die "usage: $0 [down [--all]]"
+  local t0=$SECONDS
+
+  step "Building the operator"
+  command -v cargo >/dev/null 2>&1 || die "cargo is not installed (https://rustup.rs); the operator is built from this checkout"
+  local bin
+  bin="$(operator_binary)"
+  if [ "${SANDBOX_DEMO_RELEASE:-0}" = 1 ]; then
+    run cargo build --release --bin sandbox-operator || die "cargo build failed"
+  else
+    run cargo build --bin sandbox-operator || die "cargo build failed"
+  fi
+  [ -x "$bin" ] || die "no binary at $bin after the build"
+  ok "$("$bin" version)  ($bin)"
+
+  step "Docker engine and the base image"
+  bash "$REPO/tests/setup/docker.sh" || die "tests/setup/docker.sh failed"
+  ok "docker: engine $(docker version --format '{{.Server.Version}} (API {{.Server.APIVersion}})')"
+  bash "$REPO/tests/setup/base-image.sh" || die "tests/setup/base-image.sh failed"
+  ok "image: ${SANDBOX_BASE_IMAGE:-sandbox-operator/base:bookworm}"
+
+  step "Kubernetes API server"
+  if [ -n "$USER_KUBECONFIG" ] && [ "$USER_KUBECONFIG" != "$TEST_KUBECONFIG" ] && reachable "$USER_KUBECONFIG"; then
+    export KUBECONFIG="$USER_KUBECONFIG"
+    ok "using your cluster: KUBECONFIG=$KUBECONFIG ($(kubectl config current-context 2>/dev/null || echo '?'))"
+  else
+    if [ -n "$USER_KUBECONFIG" ] && [ "$USER_KUBECONFIG" != "$TEST_KUBECONFIG" ]; then
+      warn "KUBECONFIG=$USER_KUBECONFIG does not answer; using the test control plane instead"
+    fi
+    info "starting (or reusing) the test control plane: real etcd + kube-apiserver on loopback"
+    info "(the first run builds them from source at pinned versions: several minutes)"
+    local exported
+    exported="$(bash "$REPO/tests/cluster/up.sh")" || die "tests/cluster/up.sh failed"
+    eval "$exported"
+    ok "KUBECONFIG=$KUBECONFIG"
+  fi
+  echo "$KUBECONFIG" >"$KUBECONFIG_RECORD"
+  info "kubectl: $(command -v kubectl) ($(kubectl version --client 2>/dev/null | head -1))"
+
+  step "Installing the CRDs (server-side apply of crds/)"
+  run k apply --server-side --force-conflicts --field-manager=sandbox-operator-demo -f "$REPO/crds/" || die "installing the CRDs failed"
+  run kubectl wait --for=condition=Established --timeout=60s "${CRDS[@]}" || die "CRDs are not Established"
+
+  step "Starting the operator in the background"
+  stop_operator
+  start_operator "$bin"
+
+  step "Applying examples/sandbox.yaml"
+  run k apply -f "$MANIFEST" || die "kubectl apply failed"
+  info "waiting for Ready (the operator creates the container, starts it, reads the published port back)"
+  if ! run kubectl wait --for=condition=Ready "sbx/$NAME" -n "$NS" --timeout=120s; then
+    kubectl describe sbx "$NAME" -n "$NS" 2>&1 | sed 's/^/      /' || true
+    tail -n 30 "$LOG" | sed 's/^/      /' >&2
+    die "Sandbox $NS/$NAME did not become Ready within 120 s (describe and the operator log above)"
+  fi
+  ok "Sandbox $NS/$NAME is Ready"
+
+  step "kubectl get sbx"
+  run k get sbx -n "$NS"
+  run k get sbx -n "$NS" -o wide
+  local ext id url
+  ext="$(k get sbx "$NAME" -n "$NS" -o jsonpath='{.status.externalName}')"
+  id="$(k get sbx "$NAME" -n "$NS" -o jsonpath='{.status.sandboxId}')"
+  url="$(k get sbx "$NAME" -n "$NS" -o jsonpath='{.status.url}')"
+  info "status.externalName=$ext  status.sandboxId=$id  status.url=$url"
+  info "conditions:"
+  k get sbx "$NAME" -n "$NS" \
+    -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}' | sed 's/^/      /'
+
+  step "Running commands inside the sandbox (docker exec $ext …)"
+  [ -n "$ext" ] || die "status.externalName is empty"
+  run docker exec "$ext" uname -a || die "docker exec failed"
+  printf '    $ docker exec %s cat /proc/1/cmdline   (NUL-separated argv of the main process)\n' "$ext"
+  docker exec "$ext" cat /proc/1/cmdline | tr '\0' '\n' | sed -n '1,4p' | sed 's/^/      /'
+  info "  … (the perl script of examples/sandbox.yaml follows)"
+  printf '    $ docker exec %s sh -c '"'"'echo "GREETING=$GREETING APP_ENV=$APP_ENV"; id'"'"'\n' "$ext"
+  docker exec "$ext" sh -c 'echo "GREETING=$GREETING APP_ENV=$APP_ENV"; id' 2>&1 | sed 's/^/      /'
+  info "container labels (set by the operator on every provider resource):"
+  docker inspect "$ext" --format '{{range $k, $v := .Config.Labels}}{{$k}}={{$v}}{{"\n"}}{{end}}' \
+    | grep '^sandboxes.dev/' | sed 's/^/      /'
+
+  step "Reaching the published port"
+  [ -n "$url" ] || die "status.url is empty"
+  info "\$ curl -s \"\$(kubectl get sbx $NAME -o jsonpath='{.status.url}')\"    # $url"
+  local body="" deadline=$((SECONDS + 15))
+  # Ready means the container runs; give perl a moment to bind its socket.
+  until body="$(curl -s --max-time 3 "$url")" && [ -n "$body" ]; do
+    [ "$SECONDS" -lt "$deadline" ] || die "nothing answered at $url within 15 s"
+    sleep 0.3
+  done
+  printf '      %s\n' "$body"
+  [ "$body" = "hello from sandbox" ] && ok "the sandbox answered" || warn "unexpected answer from $url"
+
+  step "Operator metrics (http://$METRICS_ADDR/metrics, lines of interest)"
+  metrics | grep -E '^sandbox_operator_(build_info|leader|reconciles_total|reconcile_errors_total|provider_calls_total)' \
+    | sed 's/^/      /' || true
+  metrics | grep -E '^sandbox_operator_reconcile_duration_seconds_(sum|count)' | sed 's/^/      /' || true
+  info "also: curl -s http://$METRICS_ADDR/healthz ; curl -s http://$METRICS_ADDR/readyz"
+
+  step "Done in $((SECONDS - t0)) s"
+  cat <<EOF
+    Try:
+      source tests/cluster/env.sh        # pinned kubectl + this KUBECONFIG (test control plane)
+      kubectl get sbx -o wide
+      kubectl describe sbx $NAME           # conditions and events
+      kubectl patch sbx $NAME --type=merge -p '{"spec":{"state":"Sleeping"}}'   # pause it
+      docker ps --filter label=sandboxes.dev/managed-by=$INSTANCE
+      tail -f $LOG
+
+    Stop it all:
+      make demo-down                     # deletes the Sandbox (and its container), stops the operator;
+                                         # the control plane and dockerd keep running
+      bash examples/demo.sh down --all   # the same, and stops the test control plane too
+EOF
+}
+
+case "${1:-up}" in
+  up) shift || true; up "$@" ;;
+  down) shift; down "$@" ;;
+  -h | --help | help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' ;;
+  *) die "usage: $0 [up | down [--all]]" ;;
+esac

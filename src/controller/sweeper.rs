@@ -1,0 +1,539 @@
+//! The sweeper: reclaims what a provider holds that no object owns any more — orphaned
+//! sandboxes, never-started wreckage of interrupted creates, unattached volumes and unused
+//! templates — without ever deleting a user's data on a wrong guess.
+//!
+//! Interrupted creates, operator crashes, finalizers removed by hand and namespaces deleted
+//! while the operator was down all leave provider resources behind, and left alone they fill
+//! disks. One pass over one provider is a pipeline like a reconcile:
+//!
+//! 1. **enumerate** ([`observe::enumerate`]): `find`, `list_volumes` and `list_templates`
+//!    for resources labelled `sandboxes.dev/managed-by=<this instance>` — anything without
+//!    that label (another instance's, unlabelled, foreign) is never even a candidate;
+//! 2. **read the owners** ([`observe::owner_facts`]): one paginated metadata list per kind
+//!    and namespace, straight from the API server (the sweeper has no cache);
+//! 3. **decide** ([`decide::decide`], pure and table-tested): which resources are orphans,
+//!    wreckage, reclaimable volumes or templates, which are kept and why, and which are
+//!    deferred by the per-pass cap;
+//! 4. **act**: right before each deletion that depends on the owner being gone, the owner is
+//!    read again directly by namespace/name and compared by UID; then the provider deletes
+//!    (its own checks still apply: an attached volume or an in-use template is refused), and
+//!    every deletion is an Event (on the owner, which the labels name even when it is gone)
+//!    and a metric by category and outcome.
+//!
+//! A failure in step 1 or 2 aborts the pass before anything is deleted: it is logged,
+//! counted in `sandbox_operator_sweep_aborted_total{reason}`, and reported. A pass never
+//! deletes on a partial picture.
+//!
+//! Volumes labelled `sandboxes.dev/reclaim-policy=Retain` are **never** swept: `Retain`
+//! means the user keeps the data after its SandboxVolume is gone. A volume without the
+//! label is treated as `Retain` too (the controller's default for a SandboxVolume without
+//! `reclaimPolicy`), so only volumes explicitly labelled `Delete` are ever reclaimed.
+//!
+//! The leader runs [`run_periodic`]; `sandbox-operator sweep` ([`cli`]) runs one pass on
+//! demand and prints the [`report::PassReport`] as a table.
+
+pub mod cli;
+pub mod decide;
+pub mod observe;
+pub mod report;
+
+use std::pin::pin;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::ObjectReference;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::{Client, Resource};
+
+use self::decide::{Category, Decision, Keep, OwnerKey, OwnerKind, Policy, ResourceKind, Verdict};
+use self::report::{Action, Outcome, PassReport, Row};
+use crate::api::Sandbox;
+use crate::config::SweeperConfig;
+use crate::metrics::Metrics;
+use crate::provider::ProviderError;
+use crate::provider::labels::Owner;
+use crate::registry::{ProviderHandle, ProviderRegistry};
+
+/// The longest wait before the leader's first pass: long enough for the controllers' first
+/// reconciles (which adopt what a crash left half-done) to run before the sweeper judges
+/// the provider, short enough that a restarted operator reclaims promptly.
+pub const FIRST_PASS_DELAY: Duration = Duration::from_secs(30);
+
+/// Why a pass could not build its picture (and so deleted nothing).
+#[derive(Debug, thiserror::Error)]
+pub enum SweepError {
+    /// A provider enumeration failed.
+    #[error("enumerating {what} failed: {source}")]
+    Enumeration {
+        /// Which enumeration.
+        what: &'static str,
+        /// The provider's error.
+        #[source]
+        source: ProviderError,
+    },
+    /// Listing the owning objects failed.
+    #[error("listing {kind} objects in namespace {namespace} failed: {message}")]
+    OwnerLookup {
+        /// Kind listed.
+        kind: OwnerKind,
+        /// Namespace listed.
+        namespace: String,
+        /// The API error.
+        message: String,
+    },
+}
+
+impl SweepError {
+    /// The `reason` label of `sandbox_operator_sweep_aborted_total`.
+    pub fn metric_reason(&self) -> &'static str {
+        match self {
+            SweepError::Enumeration { .. } => "enumeration_failed",
+            SweepError::OwnerLookup { .. } => "owner_lookup_failed",
+        }
+    }
+}
+
+/// Runs sweep passes for one operator instance.
+#[derive(Clone)]
+pub struct Sweeper {
+    client: Client,
+    recorder: Recorder,
+    metrics: Metrics,
+    instance: String,
+    grace: Duration,
+    dry_run: bool,
+    max_deletions: usize,
+    /// Where an Event goes when its owner's namespace is gone: the operator's Lease.
+    fallback: ObjectReference,
+}
+
+impl Sweeper {
+    /// A sweeper for `instance` with the configured grace, dry-run and cap.
+    pub fn new(client: Client, metrics: Metrics, instance: &str, config: &SweeperConfig) -> Self {
+        let recorder = Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: "sandbox-operator".into(),
+                instance: std::env::var(crate::leader::ENV_POD_NAME).ok(),
+            },
+        );
+        let namespace = std::env::var(crate::leader::ENV_POD_NAMESPACE)
+            .ok()
+            .filter(|ns| !ns.is_empty())
+            .unwrap_or_else(|| "default".into());
+        Sweeper {
+            client,
+            recorder,
+            metrics,
+            instance: instance.to_string(),
+            grace: config.grace(),
+            dry_run: config.dry_run,
+            max_deletions: config.max_deletions_per_pass,
+            fallback: ObjectReference {
+                api_version: Some("coordination.k8s.io/v1".into()),
+                kind: Some("Lease".into()),
+                namespace: Some(namespace),
+                name: Some(crate::leader::lease_name(instance)),
+                ..ObjectReference::default()
+            },
+        }
+    }
+
+    /// Report instead of deleting (also when the configuration says otherwise).
+    pub fn with_dry_run(mut self, dry_run: bool) -> Self {
+        self.dry_run = dry_run;
+        self
+    }
+
+    /// Overrides the grace period.
+    pub fn with_grace(mut self, grace: Duration) -> Self {
+        self.grace = grace;
+        self
+    }
+
+    /// Overrides the per-pass cap.
+    pub fn with_max_deletions(mut self, max: usize) -> Self {
+        self.max_deletions = max;
+        self
+    }
+
+    /// The policy passes decide with.
+    pub fn policy(&self) -> Policy {
+        Policy {
+            instance: self.instance.clone(),
+            grace: self.grace,
+            max_deletions: self.max_deletions,
+        }
+    }
+
+    /// One pass over every configured provider, concurrently: one slow or failing provider
+    /// neither delays nor aborts the others' passes.
+    pub async fn pass_all(&self, providers: &ProviderRegistry) -> Vec<PassReport> {
+        futures::future::join_all(providers.iter().map(|handle| self.pass(handle))).await
+    }
+
+    /// One pass over one provider, now.
+    pub async fn pass(&self, handle: &ProviderHandle) -> PassReport {
+        self.pass_at(handle, Utc::now()).await
+    }
+
+    /// One pass over one provider, judging ages at `now` (tests pin it; see the module docs
+    /// for the steps).
+    pub async fn pass_at(&self, handle: &ProviderHandle, now: DateTime<Utc>) -> PassReport {
+        let started = Instant::now();
+        let provider = handle.name().to_string();
+        let picture = async {
+            let candidates = observe::enumerate(handle, &self.instance).await?;
+            let owners = observe::owner_facts(&self.client, &candidates, &self.instance).await?;
+            Ok::<_, SweepError>((candidates, owners))
+        }
+        .await;
+        let (candidates, owners) = match picture {
+            Ok(picture) => picture,
+            Err(err) => {
+                tracing::error!(provider, error = %err, "sweep pass aborted before deleting anything");
+                self.metrics.sweep_aborted(err.metric_reason());
+                return PassReport::aborted(
+                    &provider,
+                    &self.instance,
+                    self.dry_run,
+                    err.to_string(),
+                    started.elapsed(),
+                );
+            }
+        };
+
+        let plan = decide::decide(&candidates, &owners, now, &self.policy());
+        for category in Category::ALL {
+            self.metrics
+                .sweep_candidates(category.as_str(), plan.eligible(category));
+        }
+        let mut enumerated = [0usize; 3];
+        for candidate in &candidates {
+            enumerated[kind_index(candidate.kind())] += 1;
+        }
+
+        let mut rows = Vec::new();
+        let mut owner_alive = 0;
+        for decision in &plan.decisions {
+            let (category, action) = match &decision.verdict {
+                Verdict::Delete(category) => (
+                    Some(*category),
+                    self.reclaim(handle, decision, *category).await,
+                ),
+                Verdict::Deferred(category) => {
+                    self.metrics.sweep_deleted(category.as_str(), "deferred");
+                    (Some(*category), Action::Deferred)
+                }
+                Verdict::Keep(keep) if keep.is_quiet() => {
+                    if *keep == Keep::OwnerLive {
+                        owner_alive += 1;
+                    }
+                    continue;
+                }
+                Verdict::Keep(_) => (None, Action::Kept),
+            };
+            rows.push(Row {
+                kind: decision.candidate.kind(),
+                id: decision.candidate.id.clone(),
+                owner: decision.owner.as_ref().map(owner_text),
+                category,
+                why: decision.why.clone(),
+                age: decision.age,
+                action,
+            });
+        }
+
+        let deferred = plan.deferred();
+        let outcome = if deferred > 0 {
+            self.metrics.sweep_aborted("deletion_cap");
+            Outcome::CapReached { deferred }
+        } else {
+            self.metrics.sweep_completed();
+            Outcome::Completed
+        };
+        let report = PassReport {
+            provider,
+            instance: self.instance.clone(),
+            dry_run: self.dry_run,
+            outcome,
+            rows,
+            enumerated,
+            owner_alive,
+            elapsed: started.elapsed(),
+        };
+        tracing::info!(provider = %report.provider, "{}", report.summary());
+        report
+    }
+
+    /// Confirms (when the category depends on the owner being gone) and deletes one
+    /// resource, with its Event and metric.
+    async fn reclaim(
+        &self,
+        handle: &ProviderHandle,
+        decision: &Decision,
+        category: Category,
+    ) -> Action {
+        let candidate = &decision.candidate;
+        let Some(owner) = decision.owner.as_ref() else {
+            // `decide` never marks a resource without owner labels for deletion.
+            return Action::Skipped("no owner labels".into());
+        };
+        if category.needs_owner_gone() {
+            let skip = |why: String| {
+                self.metrics.sweep_deleted(category.as_str(), "skipped");
+                tracing::info!(resource = %candidate.id, why, "sweeper: not deleting");
+                Action::Skipped(why)
+            };
+            let Some(key) = OwnerKey::of(owner) else {
+                return skip(format!("owner kind {} cannot be looked up", owner.kind));
+            };
+            match observe::read_owner(&self.client, &key).await {
+                Ok(Some(uid)) if uid == owner.uid => {
+                    return skip(format!("{key} exists (direct read before deleting)"));
+                }
+                Ok(_) => {}
+                Err(e) => return skip(format!("{key} could not be confirmed gone: {e}")),
+            }
+        }
+        if self.dry_run {
+            self.metrics.sweep_deleted(category.as_str(), "dry_run");
+            return Action::WouldDelete;
+        }
+
+        let id = candidate.id.as_str();
+        let result = match candidate.kind() {
+            ResourceKind::Sandbox => handle.call("destroy", handle.provider.destroy(id)).await,
+            ResourceKind::Volume => match handle.provider.volumes() {
+                Some(volumes) => {
+                    handle
+                        .call("remove_volume", volumes.remove_volume(id))
+                        .await
+                }
+                None => Err(ProviderError::Unsupported(format!(
+                    "provider {} has no volumes",
+                    handle.name()
+                ))),
+            },
+            ResourceKind::Template => match handle.provider.templates() {
+                Some(templates) => {
+                    handle
+                        .call("remove_template", templates.remove_template(id))
+                        .await
+                }
+                None => Err(ProviderError::Unsupported(format!(
+                    "provider {} has no templates",
+                    handle.name()
+                ))),
+            },
+        };
+        let age = decision
+            .age
+            .map_or_else(|| "unknown".into(), report::human_age);
+        match result {
+            Ok(()) => {
+                self.metrics.sweep_deleted(category.as_str(), "deleted");
+                tracing::info!(provider = handle.name(), kind = %candidate.kind(), resource = id, %category, why = %decision.why, "sweeper deleted");
+                let note = format!(
+                    "sweeper deleted {} {id} on provider {} ({category}: {}; age {age})",
+                    candidate.kind(),
+                    handle.name(),
+                    decision.why
+                );
+                self.event(owner, EventType::Normal, event_reason(category), note)
+                    .await;
+                Action::Deleted
+            }
+            Err(err) => {
+                // A refusal (an attached volume, an in-use template) is the provider's own
+                // safety check winning a race against the picture: counted apart.
+                let outcome = if matches!(err, ProviderError::Conflict(_)) {
+                    "refused"
+                } else {
+                    "failed"
+                };
+                self.metrics.sweep_deleted(category.as_str(), outcome);
+                tracing::warn!(provider = handle.name(), resource = id, %category, error = %err, "sweeper deletion failed");
+                let note = format!(
+                    "sweeper could not delete {} {id} on provider {} ({category}: {}): {err}",
+                    candidate.kind(),
+                    handle.name(),
+                    decision.why
+                );
+                self.event(owner, EventType::Warning, "SweepFailed", note)
+                    .await;
+                Action::Failed(err.to_string())
+            }
+        }
+    }
+
+    /// Publishes an Event on the owner the labels name (by UID, so it lands on that object
+    /// even when it is gone or recreated under the same name); when that cannot be stored
+    /// (its namespace is gone), on the operator's Lease instead. Never fails the pass: an
+    /// Event is a notification.
+    async fn event(&self, owner: &Owner, type_: EventType, reason: &str, note: String) {
+        let regarding = ObjectReference {
+            api_version: Some(Sandbox::api_version(&()).into_owned()),
+            kind: Some(owner.kind.clone()),
+            namespace: Some(owner.namespace.clone()),
+            name: Some(owner.name.clone()),
+            uid: Some(owner.uid.clone()),
+            ..ObjectReference::default()
+        };
+        let event = |note: String| Event {
+            type_,
+            reason: reason.to_string(),
+            note: Some(truncate(note, 1000)),
+            action: "Sweep".into(),
+            secondary: None,
+        };
+        let first = tokio::time::timeout(
+            observe::KUBE_TIMEOUT,
+            self.recorder.publish(&event(note.clone()), &regarding),
+        )
+        .await;
+        let err = match first {
+            Ok(Ok(())) => return,
+            Ok(Err(e)) => e.to_string(),
+            Err(_) => "timed out".to_string(),
+        };
+        let note = format!(
+            "{note} [owner {} {}/{} (UID {}); the Event could not be stored there: {err}]",
+            owner.kind, owner.namespace, owner.name, owner.uid
+        );
+        match tokio::time::timeout(
+            observe::KUBE_TIMEOUT,
+            self.recorder.publish(&event(note), &self.fallback),
+        )
+        .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, reason, "could not publish sweeper event"),
+            Err(_) => tracing::warn!(reason, "publishing sweeper event timed out"),
+        }
+    }
+}
+
+/// Runs passes over every provider until `shutdown` resolves (the leader stops it with the
+/// controllers): the first after [`FIRST_PASS_DELAY`] (or the interval, when shorter), then
+/// every `interval` with ±10 % jitter so several operators sharing an engine do not sweep in
+/// lockstep. A pass in progress is abandoned at shutdown: every deletion is idempotent, and a
+/// replica that lost the Lease must stop deleting at once.
+pub async fn run_periodic(
+    sweeper: Sweeper,
+    providers: ProviderRegistry,
+    config: SweeperConfig,
+    shutdown: impl std::future::Future<Output = ()>,
+) {
+    if !config.enabled {
+        tracing::info!("sweeper disabled (sweeper.enabled: false)");
+        return;
+    }
+    tracing::info!(
+        interval_secs = config.interval_secs,
+        grace_secs = config.grace_secs,
+        dry_run = config.dry_run,
+        max_deletions_per_pass = config.max_deletions_per_pass,
+        "sweeper started"
+    );
+    let mut shutdown = pin!(shutdown);
+    let mut wait = config.interval().min(FIRST_PASS_DELAY);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = tokio::time::sleep(wait) => {}
+        }
+        tokio::select! {
+            () = &mut shutdown => break,
+            _ = sweeper.pass_all(&providers) => {}
+        }
+        wait = jittered(config.interval(), fastrand::f64());
+    }
+    tracing::info!("sweeper stopped");
+}
+
+/// `base` scaled by a factor in [0.9, 1.1) picked by `unit` ∈ [0, 1).
+fn jittered(base: Duration, unit: f64) -> Duration {
+    base.mul_f64(0.9 + 0.2 * unit.clamp(0.0, 1.0))
+}
+
+fn kind_index(kind: ResourceKind) -> usize {
+    match kind {
+        ResourceKind::Sandbox => 0,
+        ResourceKind::Volume => 1,
+        ResourceKind::Template => 2,
+    }
+}
+
+fn owner_text(owner: &Owner) -> String {
+    format!("{} {}/{}", owner.kind, owner.namespace, owner.name)
+}
+
+/// The Event reason of a deletion, by category.
+pub fn event_reason(category: Category) -> &'static str {
+    match category {
+        Category::Orphan => "SweptOrphan",
+        Category::Wreckage => "SweptWreckage",
+        Category::Volume => "SweptVolume",
+        Category::Template => "SweptTemplate",
+    }
+}
+
+fn truncate(mut s: String, max: usize) -> String {
+    if s.len() > max {
+        let mut cut = max;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn jitter_stays_within_ten_percent() {
+        let base = Duration::from_secs(300);
+        assert_eq!(jittered(base, 0.0), Duration::from_secs(270));
+        assert_eq!(jittered(base, 0.5), Duration::from_secs(300));
+        assert!(jittered(base, 0.999_999) < Duration::from_secs(330));
+        assert_eq!(jittered(base, 7.0), Duration::from_secs(330));
+    }
+
+    #[test]
+    fn event_reasons_are_distinct_camel_case() {
+        let reasons: std::collections::BTreeSet<&str> =
+            Category::ALL.iter().map(|c| event_reason(*c)).collect();
+        assert_eq!(reasons.len(), 4);
+        assert!(reasons.iter().all(|r| r.starts_with("Swept")));
+    }
+
+    #[test]
+    fn truncation_respects_char_boundaries() {
+        assert_eq!(truncate("héllo".into(), 2), "h");
+        assert_eq!(truncate("hello".into(), 10), "hello");
+    }
+
+    #[test]
+    fn abort_reasons_are_metric_words() {
+        let e = SweepError::Enumeration {
+            what: "volumes",
+            source: ProviderError::Transient("engine down".into()),
+        };
+        assert_eq!(e.metric_reason(), "enumeration_failed");
+        assert!(e.to_string().contains("engine down"));
+        let e = SweepError::OwnerLookup {
+            kind: OwnerKind::Sandbox,
+            namespace: "ns".into(),
+            message: "forbidden".into(),
+        };
+        assert_eq!(e.metric_reason(), "owner_lookup_failed");
+        assert_eq!(
+            e.to_string(),
+            "listing Sandbox objects in namespace ns failed: forbidden"
+        );
+    }
+}

@@ -1,0 +1,247 @@
+//! Observe: the provider's picture (enumeration) and the API server's (owner facts).
+//!
+//! Both halves either complete or fail as a whole. The provider is enumerated first and the
+//! owners read after, so every resource seen has had its owner created before it (the
+//! controllers write the object first), and a resource whose owner is read as absent was
+//! really ownerless at that moment — the last owner read is repeated right before each
+//! deletion anyway.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Debug;
+use std::time::Duration;
+
+use futures::{StreamExt, TryStreamExt, stream};
+use kube::api::{Api, ListParams};
+use kube::core::NamespaceResourceScope;
+use kube::{Client, Resource};
+use serde::de::DeserializeOwned;
+
+use super::SweepError;
+use super::decide::{Candidate, Observation, OwnerFact, OwnerFacts, OwnerKey, OwnerKind};
+use crate::api::{Sandbox, SandboxTemplate, SandboxVolume};
+use crate::provider::labels::MANAGED_BY;
+use crate::provider::{SandboxQuery, VolumeQuery};
+use crate::registry::ProviderHandle;
+
+/// Bound on one Kubernetes read, so an API server that stops answering fails the pass
+/// instead of hanging it.
+pub const KUBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Page size of the owner listings.
+const PAGE: u32 = 500;
+
+/// How many owner listings run at once.
+const LIST_CONCURRENCY: usize = 8;
+
+/// Every resource labelled with `instance` on one provider: sandboxes (`find`), volumes
+/// (`list_volumes`) and templates (`list_templates`), each from one enumeration call.
+///
+/// Any failed enumeration fails the whole picture (rule 1: a failed listing is an `Err`,
+/// never `[]`, and a sweeper that deleted from a partial picture would delete on a wrong
+/// guess). An absent capability is not a failure: a provider without volumes has none.
+pub async fn enumerate(
+    handle: &ProviderHandle,
+    instance: &str,
+) -> Result<Vec<Candidate>, SweepError> {
+    let ours = BTreeMap::from([(MANAGED_BY.to_string(), instance.to_string())]);
+    let mut out = Vec::new();
+
+    let query = SandboxQuery {
+        labels: ours.clone(),
+        ..SandboxQuery::default()
+    };
+    let sandboxes = handle
+        .call("find", handle.provider.find(&query))
+        .await
+        .map_err(|source| SweepError::Enumeration {
+            what: "sandboxes (find)",
+            source,
+        })?;
+    out.extend(sandboxes.into_iter().map(|d| Candidate {
+        id: d.id,
+        labels: d.labels,
+        created_at: d.created_at,
+        observation: Observation::Sandbox {
+            started: d.started_at.is_some(),
+        },
+    }));
+
+    if let Some(volumes) = handle.provider.volumes() {
+        let query = VolumeQuery {
+            labels: ours.clone(),
+            ..VolumeQuery::default()
+        };
+        let listed = handle
+            .call("list_volumes", volumes.list_volumes(&query))
+            .await
+            .map_err(|source| SweepError::Enumeration {
+                what: "volumes (list_volumes)",
+                source,
+            })?;
+        out.extend(listed.into_iter().map(|v| Candidate {
+            id: v.name,
+            labels: v.labels,
+            created_at: v.created_at,
+            observation: Observation::Volume {
+                attached: v.attached,
+                attached_to: v.attached_to,
+            },
+        }));
+    }
+
+    if let Some(templates) = handle.provider.templates() {
+        let listed = handle
+            .call("list_templates", templates.list_templates(None))
+            .await
+            .map_err(|source| SweepError::Enumeration {
+                what: "templates (list_templates)",
+                source,
+            })?;
+        // The template listing has no label narrowing: only ours go on.
+        out.extend(
+            listed
+                .into_iter()
+                .filter(|t| t.labels.get(MANAGED_BY).map(String::as_str) == Some(instance))
+                .map(|t| Candidate {
+                    id: t.id,
+                    labels: t.labels,
+                    created_at: t.created_at,
+                    observation: Observation::Template { in_use: t.in_use },
+                }),
+        );
+    }
+    Ok(out)
+}
+
+/// Reads every owner the candidates name: one paginated metadata listing per kind and
+/// namespace (not one read per resource, so a thousand healthy sandboxes cost one list).
+/// A listing that fails fails the whole picture.
+pub async fn owner_facts(
+    client: &Client,
+    candidates: &[Candidate],
+    instance: &str,
+) -> Result<OwnerFacts, SweepError> {
+    let keys: BTreeSet<OwnerKey> = candidates
+        .iter()
+        .filter(|c| c.labels.get(MANAGED_BY).map(String::as_str) == Some(instance))
+        .filter_map(|c| c.owner())
+        .filter_map(|o| OwnerKey::of(&o))
+        .collect();
+    let scopes: BTreeSet<(OwnerKind, String)> =
+        keys.iter().map(|k| (k.kind, k.namespace.clone())).collect();
+    let listed: Vec<((OwnerKind, String), BTreeMap<String, String>)> = stream::iter(scopes)
+        .map(|(kind, namespace)| async move {
+            let uids = list_uids(client, kind, &namespace).await?;
+            Ok::<_, SweepError>(((kind, namespace), uids))
+        })
+        .buffer_unordered(LIST_CONCURRENCY)
+        .try_collect()
+        .await?;
+    let listed: BTreeMap<(OwnerKind, String), BTreeMap<String, String>> =
+        listed.into_iter().collect();
+    Ok(keys
+        .into_iter()
+        .map(|key| {
+            let fact = match listed
+                .get(&(key.kind, key.namespace.clone()))
+                .and_then(|names| names.get(&key.name))
+            {
+                Some(uid) => OwnerFact::Live { uid: uid.clone() },
+                None => OwnerFact::Absent,
+            };
+            (key, fact)
+        })
+        .collect())
+}
+
+/// Name → UID of every object of `kind` in `namespace`. A namespace that does not exist
+/// lists as empty (the API server's answer), which is right: its objects are gone.
+async fn list_uids(
+    client: &Client,
+    kind: OwnerKind,
+    namespace: &str,
+) -> Result<BTreeMap<String, String>, SweepError> {
+    let result = match kind {
+        OwnerKind::Sandbox => list_uids_of::<Sandbox>(client, namespace).await,
+        OwnerKind::SandboxVolume => list_uids_of::<SandboxVolume>(client, namespace).await,
+        OwnerKind::SandboxTemplate => list_uids_of::<SandboxTemplate>(client, namespace).await,
+    };
+    result.map_err(|message| SweepError::OwnerLookup {
+        kind,
+        namespace: namespace.to_string(),
+        message,
+    })
+}
+
+async fn list_uids_of<K>(
+    client: &Client,
+    namespace: &str,
+) -> Result<BTreeMap<String, String>, String>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), namespace);
+    let mut out = BTreeMap::new();
+    let mut params = ListParams::default().limit(PAGE);
+    loop {
+        let page = tokio::time::timeout(KUBE_TIMEOUT, api.list_metadata(&params))
+            .await
+            .map_err(|_| {
+                format!(
+                    "the API server did not answer within {}s",
+                    KUBE_TIMEOUT.as_secs()
+                )
+            })?
+            .map_err(|e| e.to_string())?;
+        for item in page.items {
+            if let (Some(name), Some(uid)) = (item.metadata.name, item.metadata.uid) {
+                out.insert(name, uid);
+            }
+        }
+        match page.metadata.continue_ {
+            Some(token) if !token.is_empty() => params = params.continue_token(&token),
+            _ => break,
+        }
+    }
+    Ok(out)
+}
+
+/// A direct read of one owner by namespace/name, right before a deletion: its UID when it
+/// exists, `None` when it does not.
+pub async fn read_owner(client: &Client, key: &OwnerKey) -> Result<Option<String>, String> {
+    let read = async {
+        match key.kind {
+            OwnerKind::Sandbox => read_uid::<Sandbox>(client, key).await,
+            OwnerKind::SandboxVolume => read_uid::<SandboxVolume>(client, key).await,
+            OwnerKind::SandboxTemplate => read_uid::<SandboxTemplate>(client, key).await,
+        }
+    };
+    tokio::time::timeout(KUBE_TIMEOUT, read)
+        .await
+        .map_err(|_| {
+            format!(
+                "the API server did not answer within {}s",
+                KUBE_TIMEOUT.as_secs()
+            )
+        })?
+}
+
+async fn read_uid<K>(client: &Client, key: &OwnerKey) -> Result<Option<String>, String>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), &key.namespace);
+    match api.get_metadata_opt(&key.name).await {
+        // The API server always sets a UID; an empty one would match no label, so it could
+        // never protect a resource it does not own.
+        Ok(Some(meta)) => Ok(Some(meta.metadata.uid.unwrap_or_default())),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}

@@ -1,0 +1,265 @@
+//! Pure parts of the S3 template scheme: object keys, the control-plane manifest, restore
+//! leases, and the capture/restore shell scripts.
+//!
+//! A template in the store is three kinds of object under `<prefix>/<template id>/`:
+//! `manifest.json` (written by the control plane, last — its existence defines the
+//! template), `archive.tar.gz` (uploaded by the capturing sandbox over a presigned PUT), and
+//! `leases/<lease id>` (one per in-flight restore, so a second control plane enforcing a
+//! retention budget sees it).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+
+use crate::provider::validate;
+
+/// Version of the manifest record.
+pub const MANIFEST_SCHEMA: u32 = 1;
+/// Single-PUT ceiling of S3 (5 GiB): a larger archive cannot be uploaded in one presigned
+/// PUT, so the capture refuses before spending the bandwidth.
+pub const MAX_ARCHIVE_BYTES: u64 = 5 * 1024 * 1024 * 1024;
+/// SigV4 presigned URLs are valid for at most 7 days.
+pub const MAX_PRESIGN_SECS: u64 = 7 * 24 * 3600;
+/// Default wall-clock budget of a capture or restore transfer.
+pub const DEFAULT_TRANSFER_SECS: u64 = 900;
+/// Extra time a lease counts as live beyond the transfer budget (boot + API round trips).
+pub const LEASE_GRACE_SECS: u64 = 120;
+
+/// Exit status: the archive exceeds the size ceiling.
+pub const EXIT_TOO_LARGE: i64 = 90;
+/// Exit status: a setuid/setgid file survived the sweep.
+pub const EXIT_SETUID_SURVIVED: i64 = 91;
+/// Exit status: `tar` failed (refused a member, could not read or write).
+pub const EXIT_TAR_FAILED: i64 = 92;
+/// Exit status: the transfer (curl) failed.
+pub const EXIT_TRANSFER_FAILED: i64 = 93;
+/// Exit status: no temporary file could be made.
+pub const EXIT_NO_TEMP: i64 = 94;
+/// Exit status: the archive holds a hard link to something outside the capture paths.
+pub const EXIT_HARDLINK_ESCAPE: i64 = 95;
+/// Exit status: the archive holds a device node.
+pub const EXIT_DEVICE_NODE: i64 = 96;
+/// Printed on stderr by the capture when tar saw files change while reading (a warning).
+pub const TAR_CHANGED_MARKER: &str = "SBX_TAR_FILES_CHANGED";
+
+/// The control-plane-written record of a template.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Manifest {
+    /// Record version.
+    pub schema: u32,
+    /// The template id.
+    pub id: String,
+    /// Absolute capture paths. Security-relevant: on restore these become tar's member
+    /// selectors, so what may be extracted is control-plane policy, never archive content.
+    pub capture_paths: Vec<String>,
+    /// When the capture completed (RFC 3339).
+    pub created_at: String,
+    /// Archive size as observed in the store at capture time.
+    pub size_bytes: u64,
+    /// Free-form label.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub label: Option<String>,
+}
+
+impl Manifest {
+    /// Re-validates a manifest read back from the store: the store is shared, so its
+    /// content is checked again before it drives a restore.
+    pub fn validate(&self) -> Result<(), String> {
+        if self.schema != MANIFEST_SCHEMA {
+            return Err(format!("manifest schema {} is not supported (want {MANIFEST_SCHEMA})", self.schema));
+        }
+        validate::resource_name("template id", &self.id)?;
+        if self.capture_paths.is_empty() {
+            return Err("manifest has no capture paths".into());
+        }
+        for p in &self.capture_paths {
+            validate::capture_path(p)?;
+        }
+        Ok(())
+    }
+}
+
+/// Object keys of one template under a store prefix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keys {
+    prefix: String,
+    id: String,
+}
+
+impl Keys {
+    /// Keys for `template_id` under `prefix` (no trailing slash needed).
+    pub fn new(prefix: &str, template_id: &str) -> Self {
+        Keys { prefix: prefix.trim_end_matches('/').to_string(), id: template_id.to_string() }
+    }
+    /// `<prefix>/<id>/`, everything of this template.
+    pub fn root(&self) -> String {
+        format!("{}/{}/", self.prefix, self.id)
+    }
+    /// The manifest's key.
+    pub fn manifest(&self) -> String {
+        format!("{}manifest.json", self.root())
+    }
+    /// The archive's key.
+    pub fn archive(&self) -> String {
+        format!("{}archive.tar.gz", self.root())
+    }
+    /// Prefix of this template's leases.
+    pub fn leases(&self) -> String {
+        format!("{}leases/", self.root())
+    }
+    /// One lease's key.
+    pub fn lease(&self, lease_id: &str) -> String {
+        format!("{}{lease_id}", self.leases())
+    }
+}
+
+/// Whether any lease still belongs to a live restore. A lease whose timestamp cannot be read
+/// counts as live: an unreadable answer resolves to "in use", never to "free".
+pub fn has_live_lease(lease_times: &[Option<DateTime<Utc>>], ttl_secs: u64, now: DateTime<Utc>) -> bool {
+    lease_times.iter().any(|t| match t {
+        None => true,
+        Some(t) => now.signed_duration_since(*t).num_seconds() < i64::try_from(ttl_secs).unwrap_or(i64::MAX),
+    })
+}
+
+/// Clamps a presign lifetime into `1 ..= 7 days`.
+pub fn clamp_presign(secs: u64) -> u64 {
+    secs.clamp(1, MAX_PRESIGN_SECS)
+}
+
+fn quote(s: &str) -> Result<String, String> {
+    if s.contains('\'') {
+        return Err("value contains a single quote and cannot be embedded in the script".into());
+    }
+    Ok(format!("'{s}'"))
+}
+
+fn members(paths: &[String]) -> Result<Vec<String>, String> {
+    paths
+        .iter()
+        .map(|p| {
+            validate::capture_path(p)?;
+            quote(validate::archive_member(p))
+        })
+        .collect()
+}
+
+/// The in-sandbox capture: archive the capture paths (relative to `/`) into a temp FILE,
+/// refuse an oversized archive, then upload with one presigned PUT.
+///
+/// Written to a file first, never piped into curl: a pipeline reports only the last
+/// command's status (a failed tar would upload a truncated archive and "succeed"), and a
+/// piped upload has no Content-Length, so curl goes chunked, which a presigned PUT rejects.
+pub fn capture_script(paths: &[String], put_url: &str, max_bytes: u64) -> Result<String, String> {
+    let members = members(paths)?.join(" ");
+    let url = quote(put_url)?;
+    Ok(format!(
+        r#"set -u
+tmp=$(mktemp /tmp/sbx-capture-XXXXXX.tar.gz) || exit {EXIT_NO_TEMP}
+trap 'rm -f "$tmp"' EXIT
+tar -czf "$tmp" -C / -- {members}
+rc=$?
+if [ "$rc" -eq 1 ]; then echo {TAR_CHANGED_MARKER} >&2; elif [ "$rc" -ne 0 ]; then exit {EXIT_TAR_FAILED}; fi
+size=$(wc -c < "$tmp")
+if [ "$size" -gt {max_bytes} ]; then echo "archive is $size bytes, over {max_bytes}" >&2; exit {EXIT_TOO_LARGE}; fi
+curl --fail-with-body -sS -X PUT -T "$tmp" {url} || exit {EXIT_TRANSFER_FAILED}
+"#
+    ))
+}
+
+/// The in-sandbox restore — the security boundary.
+///
+/// 1. Download to a FILE (a failed download is never "extracted" as a truncated stream).
+/// 2. Refuse device nodes and hard links that point outside the capture paths (a hard link
+///    to e.g. `etc/shadow` would otherwise put a file outside the tree into the template).
+/// 3. Extract ONLY the manifest's capture paths as member selectors, with
+///    `--no-same-owner --no-same-permissions`. GNU tar strips a leading `/`, refuses members
+///    containing `..`, and will not write through a symlink it extracted; any refusal is a
+///    non-zero exit that fails the restore.
+/// 4. Strip setuid/setgid from everything extracted, then ASSERT none survived.
+pub fn restore_script(paths: &[String], get_url: &str) -> Result<String, String> {
+    let members = members(paths)?;
+    let selectors = members.join(" ");
+    let url = quote(get_url)?;
+    let abs: Vec<String> = paths.iter().map(|p| quote(&format!("/{}", validate::archive_member(p)))).collect::<Result<_, _>>()?;
+    let abs = abs.join(" ");
+    let allowed: Vec<String> = paths
+        .iter()
+        .map(|p| {
+            let m = validate::archive_member(p);
+            format!("{m}|{m}/*")
+        })
+        .collect();
+    let allowed = allowed.join("|");
+    Ok(format!(
+        r#"set -u
+tmp=$(mktemp /tmp/sbx-restore-XXXXXX.tar.gz) || exit {EXIT_NO_TEMP}
+list=$(mktemp /tmp/sbx-restore-XXXXXX.list) || exit {EXIT_NO_TEMP}
+trap 'rm -f "$tmp" "$list"' EXIT
+curl --fail-with-body -sS -o "$tmp" {url} || exit {EXIT_TRANSFER_FAILED}
+tar -tvzf "$tmp" > "$list" || exit {EXIT_TAR_FAILED}
+if grep -q '^[bc]' "$list"; then echo "archive contains a device node" >&2; exit {EXIT_DEVICE_NODE}; fi
+sed -n 's/^h.* link to //p' "$list" | while IFS= read -r target; do
+  target=${{target#/}}
+  case "$target" in {allowed}) ;; *) echo "hard link to $target leaves the capture paths" >&2; exit {EXIT_HARDLINK_ESCAPE};; esac
+done || exit {EXIT_HARDLINK_ESCAPE}
+tar -xzf "$tmp" -C / --no-same-owner --no-same-permissions -- {selectors} || exit {EXIT_TAR_FAILED}
+for p in {abs}; do
+  [ -e "$p" ] || continue
+  find "$p" -xdev -perm /6000 -exec chmod a-s {{}} + || exit {EXIT_SETUID_SURVIVED}
+  if [ -n "$(find "$p" -xdev -perm /6000 -print -quit)" ]; then echo "setuid/setgid survived under $p" >&2; exit {EXIT_SETUID_SURVIVED}; fi
+done
+"#
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_under_the_template_root() {
+        let k = Keys::new("tpl/", "node-20");
+        assert_eq!(k.manifest(), "tpl/node-20/manifest.json");
+        assert_eq!(k.archive(), "tpl/node-20/archive.tar.gz");
+        assert_eq!(k.lease("abc"), "tpl/node-20/leases/abc");
+    }
+
+    #[test]
+    fn unreadable_lease_times_are_live_and_old_ones_expire() {
+        let now = DateTime::parse_from_rfc3339("2026-01-01T01:00:00Z").unwrap().with_timezone(&Utc);
+        let old = Some(now - chrono::Duration::seconds(2000));
+        let fresh = Some(now - chrono::Duration::seconds(10));
+        assert!(!has_live_lease(&[old], 1020, now));
+        assert!(has_live_lease(&[old, fresh], 1020, now));
+        assert!(has_live_lease(&[None], 1020, now));
+        assert!(!has_live_lease(&[], 1020, now));
+    }
+
+    #[test]
+    fn presign_is_clamped_to_seven_days() {
+        assert_eq!(clamp_presign(0), 1);
+        assert_eq!(clamp_presign(30 * 24 * 3600), MAX_PRESIGN_SECS);
+    }
+
+    #[test]
+    fn scripts_select_members_and_refuse_bad_input() {
+        let s = restore_script(&["/workspace/app".into()], "http://s3/x?sig=1&b=2").unwrap();
+        assert!(s.contains("-- 'workspace/app'"));
+        assert!(s.contains("--no-same-owner --no-same-permissions"));
+        assert!(s.contains("curl --fail-with-body -sS -o \"$tmp\" 'http://s3/x?sig=1&b=2'"));
+        assert!(restore_script(&["/a;b".into()], "u").is_err());
+        assert!(capture_script(&["/a".into()], "http://x/'oops'", 10).is_err());
+        let c = capture_script(&["/workspace/app/".into(), "/opt/x".into()], "http://u", 10).unwrap();
+        assert!(c.contains("-- 'workspace/app' 'opt/x'"));
+        assert!(c.contains("-T \"$tmp\""), "uploads a file, not a pipe");
+    }
+
+    #[test]
+    fn manifests_are_revalidated() {
+        let mut m = Manifest { schema: 1, id: "t1".into(), capture_paths: vec!["/w".into()], created_at: "x".into(), size_bytes: 1, label: None };
+        assert!(m.validate().is_ok());
+        m.capture_paths.push("/w/../etc".into());
+        assert!(m.validate().is_err());
+    }
+}
