@@ -18,6 +18,8 @@ test-setup:
 	bash tests/setup/docker.sh
 	bash tests/setup/base-image.sh
 	bash tests/cluster/up.sh
+	bash tests/setup/s3.sh
+	bash tests/setup/tools.sh
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -31,6 +33,7 @@ test: test-setup lint
 ## Regenerate the checked-in CRDs (tests/crds.rs fails when they are stale).
 crds:
 	$(CARGO) run --quiet -- crds --out crds
+	rm -f charts/sandbox-operator/crds/*.yaml && cp crds/*.yaml charts/sandbox-operator/crds/
 
 demo:
 	bash examples/demo.sh
@@ -41,3 +44,17 @@ demo-down:
 ## Performance figures of DESIGN.md (ratios against the raw provider, same run); not run in CI.
 bench:
 	bash bench/run.sh
+
+## The operator image, built locally (no registry needed): the release binary is compiled on
+## the host and stripped into target/image/, then the multi-stage Dockerfile (FROM the local
+## Debian base image, final stage FROM scratch, user 65532) packs it — see the Dockerfile for
+## why the build stage cannot compile Rust itself. Tag: $(SANDBOX_IMAGE).
+SANDBOX_IMAGE ?= sandbox-operator:$(shell sed -n 's/^version = "\(.*\)"$$/\1/p' Cargo.toml | head -n1)
+image:
+	bash tests/setup/docker.sh
+	bash tests/setup/base-image.sh
+	$(CARGO) build --release --bin sandbox-operator
+	mkdir -p target/image
+	strip -o target/image/sandbox-operator target/release/sandbox-operator
+	docker build --build-arg BASE_IMAGE=$(SANDBOX_BASE_IMAGE) -t $(SANDBOX_IMAGE) .
+	@docker image inspect --format '$(SANDBOX_IMAGE): {{.Size}} bytes, user {{.Config.User}}' $(SANDBOX_IMAGE)

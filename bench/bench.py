@@ -563,10 +563,7 @@ def cmd_burst(a) -> None:
         res["not_ready_reasons"] = not_ready
         log(f"figure b: only {len(w.ready)}/{n} Ready within {a.timeout}s; not Ready by reason: {not_ready}")
 
-    log("operator: deleting all (deletecollection) and waiting for the finalizers")
-    res["delete"] = delete_all(kube, ns, "bench.sandboxes.dev/phase=b", a.timeout)
-    res["delete"]["containers_left"] = docker_count(f"sandboxes.dev/managed-by={a.instance}")
-    log(f"operator: {res['delete']['objects']} deleted in {res['delete']['seconds']:.1f}s; containers left: {res['delete']['containers_left']}")
+    res["delete"] = delete_measured(kube, a, ns, "bench.sandboxes.dev/phase=b")
     write_json(a.out, res)
 
 
@@ -665,10 +662,78 @@ def cmd_idle(a) -> None:
     log(f"sweep window {res['sweep_window']['seconds']:.0f}s ({res['sweep_window']['sweep_passes']:.0f} pass): provider calls "
         f"{res['sweep_window']['provider_calls']}, engine requests {res['sweep_window']['engine_requests']}")
 
-    log(f"deleting the {n} Sandboxes (deletecollection) and waiting for the finalizers")
-    res["delete"] = delete_all(kube, ns, sel, a.timeout)
-    res["delete"]["containers_left"] = docker_count(f"sandboxes.dev/managed-by={a.instance}")
-    log(f"deleted {res['delete']['objects']} in {res['delete']['seconds']:.1f}s; containers left: {res['delete']['containers_left']}")
+    res["events_in_namespace"] = count_events(kube, ns)
+    res["engine_at_idle_end"] = proxy_counts(a.proxy_counts)
+    if a.keep:
+        write_json(a.out, res)
+        return
+    res["delete"] = delete_measured(kube, a, ns, sel)
+    write_json(a.out, res)
+
+
+def count_events(kube: Kube, ns: str) -> int:
+    n, cont = 0, None
+    while True:
+        q = {"limit": 500}
+        if cont:
+            q["continue"] = cont
+        _, body = kube.request("GET", f"/apis/events.k8s.io/v1/namespaces/{ns}/events?" + urllib.parse.urlencode(q))
+        n += len(body.get("items", []))
+        cont = body["metadata"].get("continue")
+        if not cont:
+            return n
+
+
+def delete_measured(kube: Kube, a, ns: str, sel: str | None) -> dict:
+    """Delete everything (selected), wait for the finalizers, and record what the operator did
+    meanwhile: reconcile errors by category and provider calls."""
+    m0 = scrape(a.metrics)
+    log("deleting all (deletecollection) and waiting for the finalizers")
+    r = delete_all(kube, ns, sel, a.timeout)
+    time.sleep(2)  # let retries of already-deleted objects land in the metrics
+    m1 = scrape(a.metrics)
+    r["containers_left"] = docker_count(f"sandboxes.dev/managed-by={a.instance}")
+    r["provider_calls"] = delta(provider_calls(m0), provider_calls(m1))
+    r["reconcile_errors"] = delta({k: v for k, v in m0.items() if "reconcile_errors_total" in k},
+                                  {k: v for k, v in m1.items() if "reconcile_errors_total" in k})
+    r["reconciles"] = metric_sum(m1, "sandbox_operator_reconciles_total") - metric_sum(m0, "sandbox_operator_reconciles_total")
+    log(f"deleted {r['objects']} in {r['seconds']:.1f}s; containers left: {r['containers_left']}; "
+        f"reconciles {r['reconciles']:.0f}; reconcile errors {r['reconcile_errors'] or 'none'}; provider calls {r['provider_calls']}")
+    return r
+
+
+def cmd_restart(a) -> None:
+    """After `idle --keep` and an operator restart: how long the new process takes to settle on
+    the existing objects, what it costs, and its resident memory then. Deletes everything."""
+    kube = Kube()
+    with open(a.out) as f:
+        res = json.load(f)
+    n = res["n"]
+    sel = f"bench.sandboxes.dev/phase=c-{res['variant']}"
+    t0 = now()
+    log(f"restarted operator (pid {a.pid}): waiting until it has reconciled the {n} existing objects and is quiet")
+    deadline = now() + a.timeout
+    last, stable_since = None, now()
+    while now() < deadline:
+        cur = metric_sum(scrape(a.metrics), "sandbox_operator_reconciles_total")
+        if cur != last:
+            last, stable_since = cur, now()
+        elif cur >= n and now() - stable_since >= 15:
+            break
+        time.sleep(1)
+    m1 = scrape(a.metrics)
+    st = proc_status(a.pid)
+    res["restart"] = {
+        "settle_seconds": stable_since - t0,
+        "reconciles": metric_sum(m1, "sandbox_operator_reconciles_total"),
+        "provider_calls": provider_calls(m1),
+        "rss_kb": st["VmRSS"], "hwm_kb": st["VmHWM"], "rss_anon_kb": st.get("RssAnon"),
+        # the new process's counters start at zero; the proxy's run on from the idle window
+        "engine_requests": delta(res.get("engine_at_idle_end") or {}, proxy_counts(a.proxy_counts)) if a.proxy_counts else None,
+    }
+    log(f"after restart: {res['restart']['reconciles']:.0f} reconciles in {res['restart']['settle_seconds']:.1f}s, "
+        f"provider calls {res['restart']['provider_calls'] or 'none'}; engine requests {res['restart']['engine_requests']}; VmRSS {st['VmRSS'] / 1024:.1f} MiB (VmHWM {st['VmHWM'] / 1024:.1f} MiB)")
+    res["delete"] = delete_measured(kube, a, res["namespace"], sel)
     write_json(a.out, res)
 
 
@@ -692,6 +757,21 @@ def verdict(ratio, target) -> str:
     if ratio is None:
         return "not measured"
     return "meets target" if ratio <= target else "misses target"
+
+
+def category(key: str) -> str:
+    m = re.search(r'category="([^"]*)"', key)
+    return m.group(1) if m else key
+
+
+def delete_line(dl: dict) -> str:
+    line = (f"- clean-up: deletecollection of {dl['objects']} → all finalizers released in {fmt_s(dl['seconds'])}; "
+            f"containers left: {dl['containers_left']}")
+    if "reconciles" in dl:
+        errors = ", ".join(f"{category(k)} {v:.0f}" for k, v in dl["reconcile_errors"].items()) or "none"
+        calls = ", ".join(f"{k} {v:.0f}" for k, v in dl["provider_calls"].items()) or "none"
+        line += f"; meanwhile {dl['reconciles']:.0f} reconciles, reconcile errors: {errors}; provider calls: {calls}"
+    return line + "."
 
 
 def cmd_report(a) -> None:
@@ -778,8 +858,7 @@ def cmd_report(a) -> None:
             L.append(f"- reconcile errors: {B['reconcile_errors']}")
         if B.get("not_ready_reasons"):
             L.append(f"- not Ready at the bound, by Ready reason: {B['not_ready_reasons']}")
-        dl = B["delete"]
-        L.append(f"- clean-up: deletecollection of {dl['objects']} → all finalizers released in {fmt_s(dl['seconds'])}; containers left: {dl['containers_left']}.\n")
+        L.append(delete_line(B["delete"]) + "\n")
     for c in C:
         L.append(f"## c. idle with {c['n']} Sandboxes ({c['variant']})\n")
         L.append(f"Measured: {c['description']}. Created with parallel POSTs in {fmt_s(c['create_seconds'])}; "
@@ -797,8 +876,17 @@ def cmd_report(a) -> None:
             eng = s["engine_requests"]
             L.append(f"- one sweep pass (window of {s['seconds']:.0f} s before the idle window, containing {s['sweep_passes']:.0f} pass): "
                      f"provider calls {s['provider_calls'] or 'none'}; engine requests {eng or 'none'}.")
-        dl = c["delete"]
-        L.append(f"- clean-up: deletecollection of {dl['objects']} → all gone in {fmt_s(dl['seconds'])}; containers left: {dl['containers_left']}.\n")
+        L.append(f"- Events in the namespace at the end of the idle window: {c.get('events_in_namespace', '?')} "
+                 f"(kube-runtime's Recorder keeps each one it published in an in-process cache for 6 minutes).")
+        r = c.get("restart")
+        if r:
+            L.append(f"- after restarting the operator on the {c['n']} existing objects: settled {fmt_s(r['settle_seconds'])} after it led, "
+                     f"{r['reconciles']:.0f} reconciles, provider calls {r['provider_calls'] or 'none'}"
+                     + (f", engine requests {r['engine_requests'] or 'none'}" if r.get("engine_requests") is not None else "")
+                     + f"; VmRSS {r['rss_kb'] / 1024:.1f} MiB (VmHWM {r['hwm_kb'] / 1024:.1f} MiB, RssAnon {(r.get('rss_anon_kb') or 0) / 1024:.1f} MiB).")
+        if c.get("delete"):
+            L.append(delete_line(c["delete"]))
+        L.append("")
     for extra in env.get("notes", []):
         L.append(f"- {extra}")
     text = "\n".join(L) + "\n"
@@ -825,10 +913,12 @@ def main() -> None:
     p = sub.add_parser("burst"); common(p); p.add_argument("--n", type=int, default=500); p.add_argument("--concurrency", type=int, default=32); p.add_argument("--workdir", required=True)
     p = sub.add_parser("idle"); common(p); p.add_argument("--n", type=int, required=True); p.add_argument("--variant", choices=["docker", "stalled"], required=True)
     p.add_argument("--idle-secs", type=float, default=60); p.add_argument("--proxy-counts"); p.add_argument("--sweep-interval", type=float, default=0)
+    p.add_argument("--keep", action="store_true", help="leave the objects for `restart`")
+    p = sub.add_parser("restart"); common(p); p.add_argument("--proxy-counts")
     p = sub.add_parser("cleanup"); common(p, need_op=False)
     p = sub.add_parser("report"); p.add_argument("--dir", required=True)
     a = ap.parse_args()
-    {"single": cmd_single, "burst": cmd_burst, "idle": cmd_idle, "cleanup": cmd_cleanup, "report": cmd_report}[a.cmd](a)
+    {"single": cmd_single, "burst": cmd_burst, "idle": cmd_idle, "restart": cmd_restart, "cleanup": cmd_cleanup, "report": cmd_report}[a.cmd](a)
 
 
 if __name__ == "__main__":

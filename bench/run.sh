@@ -46,8 +46,12 @@ say() { printf '\n\033[1m==> %s\033[0m\n' "$*"; }
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*"; }
 die() { printf 'bench: ERROR: %s\n' "$*" >&2; exit 1; }
 
+has() { [[ " $FIGURES " == *" $1 "* ]]; }
 mkdir -p "$OUT"
-rm -f "$OUT"/*.json "$OUT/results.md"
+rm -f "$OUT/results.md" "$OUT/env.json"
+! has a || rm -f "$OUT/a-single.json"
+! has b || rm -f "$OUT/b-burst.json"
+! has c || rm -f "$OUT"/c-idle-*.json "$OUT"/engine-requests-*.json
 T0=$SECONDS
 
 # ---- infrastructure --------------------------------------------------------------------------
@@ -206,8 +210,6 @@ json.dump({
 }, open(sys.argv[1], "w"), indent=2)
 EOF
 
-has() { [[ " $FIGURES " == *" $1 "* ]]; }
-
 # ---- figures a and b: one operator with the shipped sweeper settings ------------------------------
 if has a || has b; then
   say "Starting the operator for figures a and b"
@@ -236,7 +238,14 @@ if has c; then
     start_operator "c-$variant" "$sock" "$SWEEP_SECS"
     "${PY[@]}" idle --namespace "$NS" --variant "$variant" --n "$n" --image "$IMAGE" --metrics "$METRICS" --pid "$OP_PID" \
       --idle-secs "$IDLE_SECS" --proxy-counts "$counts" --sweep-interval "$SWEEP_SECS" --timeout "$TIMEOUT" \
-      --out "$OUT/c-idle-$variant.json" || log "figure c ($variant) failed (see above); continuing"
+      --keep --out "$OUT/c-idle-$variant.json" || log "figure c ($variant) failed (see above); continuing"
+    if [ -f "$OUT/c-idle-$variant.json" ]; then
+      say "Figure c ($variant): restarting the operator on the $n existing objects"
+      stop_operator
+      start_operator "c-$variant-restart" "$sock" "$SWEEP_SECS"
+      "${PY[@]}" restart --namespace "$NS" --metrics "$METRICS" --pid "$OP_PID" --proxy-counts "$counts" \
+        --timeout "$TIMEOUT" --out "$OUT/c-idle-$variant.json" || log "figure c ($variant) restart failed (see above); continuing"
+    fi
     "${PY[@]}" cleanup --namespace "$NS" --timeout "$TIMEOUT" || true
     stop_operator
     stop_proxy

@@ -162,7 +162,9 @@ down() {
   export KUBECONFIG="$kc"
 
   step "Deleting Sandbox $NS/$NAME (the operator destroys its container before releasing the finalizer)"
-  if ! reachable "$kc"; then
+  local up=1
+  reachable "$kc" || up=0
+  if [ "$up" = 0 ]; then
     warn "the cluster in $kc does not answer; skipping the Sandbox (its container, if any, stays — labelled sandboxes.dev/managed-by=$INSTANCE)"
   elif ! k get sbx "$NAME" -n "$NS" >/dev/null 2>&1; then
     ok "no Sandbox $NS/$NAME (nothing to delete)"
@@ -204,11 +206,14 @@ down() {
   if [ "$all" = 1 ]; then
     info "Left running: dockerd (started by tests/setup/docker.sh; it is shared with the tests)."
   else
-    info "Left running: the control plane ($kc) and dockerd."
-    info "Stop the test control plane too with:  bash examples/demo.sh down --all"
-    info "                                  (or: make demo-down DEMO_DOWN_ALL=1)"
+    if [ "$up" = 1 ]; then
+      info "Left running: the control plane ($kc) and dockerd."
+      [ "$kc" != "$TEST_KUBECONFIG" ] || info "Stop the test control plane too with:  bash examples/demo.sh down --all   (or: make demo-down DEMO_DOWN_ALL=1)"
+    else
+      info "Left running: dockerd. The control plane ($kc) was not answering."
+    fi
   fi
-  info "The CRDs stay installed; remove them with: kubectl delete -f crds/"
+  [ "$all" = 1 ] || info "The CRDs stay installed; remove them with: kubectl delete -f crds/"
 }
 
 # =================================================================================================
@@ -315,7 +320,7 @@ up() {
   step "Done in $((SECONDS - t0)) s"
   cat <<EOF
     Try:
-      source tests/cluster/env.sh        # pinned kubectl + this KUBECONFIG (test control plane)
+      export KUBECONFIG=$KUBECONFIG PATH=$(dirname "$(command -v kubectl)"):\$PATH
       kubectl get sbx -o wide
       kubectl describe sbx $NAME           # conditions and events
       kubectl patch sbx $NAME --type=merge -p '{"spec":{"state":"Sleeping"}}'   # pause it
@@ -332,6 +337,6 @@ EOF
 case "${1:-up}" in
   up) shift || true; up "$@" ;;
   down) shift; down "$@" ;;
-  -h | --help | help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//' ;;
+  -h | --help | help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" ;;
   *) die "usage: $0 [up | down [--all]]" ;;
 esac

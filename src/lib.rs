@@ -6,13 +6,13 @@
 //! domain types know nothing of it.
 
 pub mod api;
-pub mod provider;
 pub mod config;
-pub mod telemetry;
-pub mod metrics;
-pub mod server;
-pub mod leader;
 pub mod controller;
+pub mod leader;
+pub mod metrics;
+pub mod provider;
 pub mod registry;
 pub mod run;
+pub mod server;
+pub mod telemetry;
 pub mod templates;

@@ -36,7 +36,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => match tokio::runtime::Runtime::new() {
-            Ok(rt) => rt.block_on(sandbox_operator::run::run(args)).map_err(|e| e.to_string()),
+            Ok(rt) => rt
+                .block_on(sandbox_operator::run::run(args))
+                .map_err(|e| e.to_string()),
             Err(e) => Err(format!("cannot start the async runtime: {e}")),
         },
         Command::Sweep(args) => return sandbox_operator::controller::sweeper::cli::main(args),

@@ -22,6 +22,8 @@ use crate::provider::{Provider, ProviderEvent};
 use crate::registry::{ProviderHandle, ProviderRegistry};
 use crate::server::{self, Liveness, Readiness, ServerState};
 use crate::telemetry::{self, LogFormat};
+use crate::templates::store::{StoreSettings, TemplateStore};
+use crate::templates::transfer::Limits;
 
 /// Flags of `sandbox-operator run`.
 #[derive(Debug, clap::Args)]
@@ -30,7 +32,11 @@ pub struct RunArgs {
     #[arg(long, env = "SANDBOX_OPERATOR_CONFIG")]
     pub config: Option<PathBuf>,
     /// Address of the /metrics, /healthz and /readyz server.
-    #[arg(long, env = "SANDBOX_OPERATOR_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    #[arg(
+        long,
+        env = "SANDBOX_OPERATOR_METRICS_ADDR",
+        default_value = "0.0.0.0:8080"
+    )]
     pub metrics_addr: SocketAddr,
     /// Log format.
     #[arg(long, env = "SANDBOX_OPERATOR_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -88,6 +94,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let client = Client::try_default().await?;
     let metrics = Metrics::new();
     let providers = build_providers(&config, &metrics).await?;
+    let template_stores = template_stores_by_provider(&config)?;
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
@@ -105,7 +112,11 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     // HTTP endpoints, ready once the API server serves our CRDs.
     let readiness = Readiness::new();
     readiness.set_not_ready("waiting for the API server and the sandboxes.dev CRDs");
-    let state = ServerState { metrics: metrics.clone(), readiness: readiness.clone(), liveness: Liveness::new() };
+    let state = ServerState {
+        metrics: metrics.clone(),
+        readiness: readiness.clone(),
+        liveness: Liveness::new(),
+    };
     let listener = server::bind(args.metrics_addr).await?;
     let server_task = tokio::spawn(server::serve_on(listener, state, stopped()));
     {
@@ -114,7 +125,13 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         let mut stop = Box::pin(stopped());
         tokio::spawn(async move {
             loop {
-                match server::probe_api(&client, "sandboxes.dev/v1alpha1", &["Sandbox", "SandboxVolume", "SandboxTemplate"]).await {
+                match server::probe_api(
+                    &client,
+                    "sandboxes.dev/v1alpha1",
+                    &["Sandbox", "SandboxVolume", "SandboxTemplate"],
+                )
+                .await
+                {
                     Ok(()) => readiness.set_ready(),
                     Err(reason) => readiness.set_not_ready(reason),
                 }
@@ -150,9 +167,20 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let mut result = Ok(());
     if became_leader {
         tracing::info!(instance = %config.instance, "leading: starting controllers");
-        let ctx = Context::new(client.clone(), providers.clone(), metrics.clone(), config.instance.clone(), config.resync());
-        let (sandbox_triggers, volume_triggers) =
-            provider_triggers(&providers, &config.instance, &client, args.namespace.as_deref(), stopped());
+        let ctx = Context::new(
+            client.clone(),
+            providers.clone(),
+            metrics.clone(),
+            config.instance.clone(),
+            config.resync(),
+        );
+        let (sandbox_triggers, volume_triggers) = provider_triggers(
+            &providers,
+            &config.instance,
+            &client,
+            args.namespace.as_deref(),
+            stopped(),
+        );
         let (ctl_stop_tx, ctl_stop_rx) = watch::channel(false);
         let ctl_stopped = move || {
             let mut rx = ctl_stop_rx.clone();
@@ -161,11 +189,34 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             }
         };
         let ns = args.namespace.clone();
-        let sandboxes = tokio::spawn(controller::sandbox::run(ctx.clone(), sandbox_triggers, ctl_stopped(), args.concurrency, ns.clone()));
-        let volumes = tokio::spawn(controller::volume::run(ctx.clone(), volume_triggers, ctl_stopped(), ns));
+        let sandboxes = tokio::spawn(controller::sandbox::run(
+            ctx.clone(),
+            sandbox_triggers,
+            ctl_stopped(),
+            args.concurrency,
+            ns.clone(),
+        ));
+        let volumes = tokio::spawn(controller::volume::run(
+            ctx.clone(),
+            volume_triggers,
+            ctl_stopped(),
+            ns.clone(),
+        ));
+        // SandboxTemplates, with each provider's template store (for fetch and unpublish).
+        let templates = tokio::spawn(controller::template::run(
+            ctx.clone(),
+            template_stores.clone(),
+            ctl_stopped(),
+            ns,
+        ));
         // The sweeper: leader only, stopped with the controllers (a no-op when disabled).
         let sweeper = tokio::spawn(controller::sweeper::run_periodic(
-            controller::sweeper::Sweeper::new(client.clone(), metrics.clone(), &config.instance, &config.sweeper),
+            controller::sweeper::Sweeper::new(
+                client.clone(),
+                metrics.clone(),
+                &config.instance,
+                &config.sweeper,
+            ),
             providers.clone(),
             config.sweeper.clone(),
             ctl_stopped(),
@@ -177,6 +228,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         let _ = ctl_stop_tx.send(true);
         let _ = sandboxes.await;
         let _ = volumes.await;
+        let _ = templates.await;
         let _ = sweeper.await;
         if lost {
             result = Err(RunError::LostLeadership);
@@ -196,7 +248,10 @@ fn install_crypto_provider() {
 }
 
 /// Builds the provider registry from the configuration.
-pub async fn build_providers(config: &OperatorConfig, metrics: &Metrics) -> Result<ProviderRegistry, RunError> {
+pub async fn build_providers(
+    config: &OperatorConfig,
+    metrics: &Metrics,
+) -> Result<ProviderRegistry, RunError> {
     let mut registry = ProviderRegistry::new();
     let mut configured = config.providers.clone();
     if configured.is_empty() {
@@ -212,16 +267,27 @@ pub async fn build_providers(config: &OperatorConfig, metrics: &Metrics) -> Resu
                     endpoint: s.endpoint.clone(),
                     publish_host: s.publish_host().to_string(),
                     default_image: s.default_image.clone(),
-                    template_repository: s.template_repository.clone().unwrap_or(defaults.template_repository),
+                    template_repository: s
+                        .template_repository
+                        .clone()
+                        .unwrap_or(defaults.template_repository),
                 })
                 .await
-                .map_err(|e| RunError::Provider { name: p.name.clone(), message: e.to_string() })?;
-                Arc::new(docker)
+                .map_err(|e| RunError::Provider {
+                    name: p.name.clone(),
+                    message: e.to_string(),
+                })?;
+                match template_store_of(config, p)? {
+                    Some((store, limits)) => Arc::new(docker.with_template_store(store, limits)),
+                    None => Arc::new(docker),
+                }
             }
             other => {
                 return Err(RunError::Provider {
                     name: p.name.clone(),
-                    message: format!("provider type {other} is not available in this build; use type docker"),
+                    message: format!(
+                        "provider type {other} is not available in this build; use type docker"
+                    ),
                 });
             }
         };
@@ -236,6 +302,44 @@ pub async fn build_providers(config: &OperatorConfig, metrics: &Metrics) -> Resu
         registry.set_default(d);
     }
     Ok(registry)
+}
+
+/// The S3 template store a provider names (`providers[].templateStore`), built from its
+/// settings with the environment as fallback; `None` when it names none. A store whose
+/// settings are incomplete fails start-up with the missing settings named, rather than
+/// surfacing later as a network failure.
+fn template_store_of(
+    config: &OperatorConfig,
+    provider: &crate::config::ProviderConfig,
+) -> Result<Option<(Arc<TemplateStore>, Limits)>, RunError> {
+    let Some(name) = &provider.template_store else {
+        return Ok(None);
+    };
+    let store_config = config.template_store(name).ok_or_else(|| RunError::Provider {
+        name: provider.name.clone(),
+        message: format!("templateStore {name:?} is not defined under templateStores"),
+    })?;
+    let settings = StoreSettings::resolve(store_config, |k| std::env::var(k).ok()).map_err(|e| {
+        RunError::Provider {
+            name: provider.name.clone(),
+            message: e.to_string(),
+        }
+    })?;
+    Ok(Some((Arc::new(TemplateStore::new(settings)), Limits::default())))
+}
+
+/// The template store of every provider that names one, by provider name (one store client
+/// per provider: building one makes no request).
+pub fn template_stores_by_provider(
+    config: &OperatorConfig,
+) -> Result<controller::template::Stores, RunError> {
+    let mut stores = controller::template::Stores::new();
+    for p in &config.providers {
+        if let Some(store) = template_store_of(config, p)? {
+            stores.insert(p.name.clone(), store);
+        }
+    }
+    Ok(stores)
 }
 
 /// Streams of objects to reconcile because their provider resources changed.
@@ -254,7 +358,10 @@ fn provider_triggers(
     client: &Client,
     namespace: Option<&str>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
-) -> (mpsc::UnboundedReceiver<ObjectRef<Sandbox>>, mpsc::UnboundedReceiver<ObjectRef<SandboxVolume>>) {
+) -> (
+    mpsc::UnboundedReceiver<ObjectRef<Sandbox>>,
+    mpsc::UnboundedReceiver<ObjectRef<SandboxVolume>>,
+) {
     let (sbx_tx, sbx_rx) = mpsc::unbounded();
     let (vol_tx, vol_rx) = mpsc::unbounded();
     let stop = futures::FutureExt::shared(Box::pin(stop));
@@ -269,7 +376,9 @@ fn provider_triggers(
         let mut vol_tx = vol_tx.clone();
         let stop = stop.clone();
         tokio::spawn(async move {
-            let Some(events) = provider.events() else { return };
+            let Some(events) = provider.events() else {
+                return;
+            };
             let mut attempt = 0u32;
             // The controllers' initial listing reconciles everything once: start as reachable.
             let mut reachable = true;
@@ -283,10 +392,20 @@ fn provider_triggers(
                                 tracing::debug!(kind = %owner.kind, namespace = %owner.namespace, name = %owner.name, %action, "provider event");
                                 match owner.kind.as_str() {
                                     "Sandbox" => {
-                                        let _ = sbx_tx.send(ObjectRef::new(&owner.name).within(&owner.namespace)).await;
+                                        let _ = sbx_tx
+                                            .send(
+                                                ObjectRef::new(&owner.name)
+                                                    .within(&owner.namespace),
+                                            )
+                                            .await;
                                     }
                                     "SandboxVolume" => {
-                                        let _ = vol_tx.send(ObjectRef::new(&owner.name).within(&owner.namespace)).await;
+                                        let _ = vol_tx
+                                            .send(
+                                                ObjectRef::new(&owner.name)
+                                                    .within(&owner.namespace),
+                                            )
+                                            .await;
                                     }
                                     _ => {}
                                 }
@@ -298,18 +417,38 @@ fn provider_triggers(
                         }
                     }
                     attempt = attempt.saturating_add(1);
-                    tokio::time::sleep(controller::backoff::delay_for(attempt).min(Duration::from_secs(30))).await;
+                    tokio::time::sleep(
+                        controller::backoff::delay_for(attempt).min(Duration::from_secs(30)),
+                    )
+                    .await;
                     // Any answer, even "no such sandbox", means the provider is reachable.
-                    let up = handle.call("probe", provider.describe(REACHABILITY_PROBE)).await.is_ok();
+                    let up = handle
+                        .call("probe", provider.describe(REACHABILITY_PROBE))
+                        .await
+                        .is_ok();
                     if up != reachable {
                         reachable = up;
                         if up {
                             attempt = 0;
-                            tracing::info!(provider = provider.name(), "provider reachable again: reconciling its objects");
+                            tracing::info!(
+                                provider = provider.name(),
+                                "provider reachable again: reconciling its objects"
+                            );
                         } else {
-                            tracing::warn!(provider = provider.name(), "provider unreachable: reconciling its objects so they report it");
+                            tracing::warn!(
+                                provider = provider.name(),
+                                "provider unreachable: reconciling its objects so they report it"
+                            );
                         }
-                        reconcile_objects_on(&client, namespace.as_deref(), &registry, provider.name(), &mut sbx_tx, &mut vol_tx).await;
+                        reconcile_objects_on(
+                            &client,
+                            namespace.as_deref(),
+                            &registry,
+                            provider.name(),
+                            &mut sbx_tx,
+                            &mut vol_tx,
+                        )
+                        .await;
                     }
                 }
             };
@@ -346,21 +485,45 @@ async fn reconcile_objects_on(
         }
     }
     let on = |named: Option<&str>| providers.resolve(named).is_ok_and(|h| h.name() == provider);
-    match api::<Sandbox>(client, namespace).list(&Default::default()).await {
+    match api::<Sandbox>(client, namespace)
+        .list(&Default::default())
+        .await
+    {
         Ok(list) => {
-            for s in list.items.iter().filter(|s| on(s.status.as_ref().and_then(|st| st.provider.as_deref()).or(s.spec.provider.as_deref()))) {
-                let _ = sbx_tx.send(ObjectRef::new(&s.name_any()).within(&s.namespace().unwrap_or_default())).await;
+            for s in list.items.iter().filter(|s| {
+                on(s.status
+                    .as_ref()
+                    .and_then(|st| st.provider.as_deref())
+                    .or(s.spec.provider.as_deref()))
+            }) {
+                let _ = sbx_tx
+                    .send(ObjectRef::new(&s.name_any()).within(&s.namespace().unwrap_or_default()))
+                    .await;
             }
         }
-        Err(err) => tracing::warn!(%err, provider, "cannot list Sandboxes to reconcile them; the periodic resync will"),
+        Err(err) => {
+            tracing::warn!(%err, provider, "cannot list Sandboxes to reconcile them; the periodic resync will")
+        }
     }
-    match api::<SandboxVolume>(client, namespace).list(&Default::default()).await {
+    match api::<SandboxVolume>(client, namespace)
+        .list(&Default::default())
+        .await
+    {
         Ok(list) => {
-            for v in list.items.iter().filter(|v| on(v.status.as_ref().and_then(|st| st.provider.as_deref()).or(v.spec.provider.as_deref()))) {
-                let _ = vol_tx.send(ObjectRef::new(&v.name_any()).within(&v.namespace().unwrap_or_default())).await;
+            for v in list.items.iter().filter(|v| {
+                on(v.status
+                    .as_ref()
+                    .and_then(|st| st.provider.as_deref())
+                    .or(v.spec.provider.as_deref()))
+            }) {
+                let _ = vol_tx
+                    .send(ObjectRef::new(&v.name_any()).within(&v.namespace().unwrap_or_default()))
+                    .await;
             }
         }
-        Err(err) => tracing::warn!(%err, provider, "cannot list SandboxVolumes to reconcile them; the periodic resync will"),
+        Err(err) => {
+            tracing::warn!(%err, provider, "cannot list SandboxVolumes to reconcile them; the periodic resync will")
+        }
     }
 }
 

@@ -82,7 +82,12 @@ impl Drop for ContainerGuard {
                 let _ = docker
                     .remove_container(
                         &name,
-                        Some(RemoveContainerOptionsBuilder::default().force(true).v(true).build()),
+                        Some(
+                            RemoveContainerOptionsBuilder::default()
+                                .force(true)
+                                .v(true)
+                                .build(),
+                        ),
                     )
                     .await;
             });
@@ -105,7 +110,10 @@ impl Drop for VolumeGuard {
             rt.block_on(async {
                 let docker = raw().await;
                 let _ = docker
-                    .remove_volume(&name, Some(RemoveVolumeOptionsBuilder::default().force(true).build()))
+                    .remove_volume(
+                        &name,
+                        Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
+                    )
                     .await;
             });
         })
@@ -145,11 +153,17 @@ async fn container(what: &str, spec: Spec) -> (String, ContainerGuard) {
         ..Default::default()
     };
     docker
-        .create_container(Some(CreateContainerOptionsBuilder::default().name(&name).build()), body)
+        .create_container(
+            Some(CreateContainerOptionsBuilder::default().name(&name).build()),
+            body,
+        )
         .await
         .expect("create test container (is the base image built? see tests/setup)");
     if spec.start {
-        docker.start_container(&name, None).await.expect("start test container");
+        docker
+            .start_container(&name, None)
+            .await
+            .expect("start test container");
     }
     (name, guard)
 }
@@ -157,7 +171,10 @@ async fn container(what: &str, spec: Spec) -> (String, ContainerGuard) {
 async fn stop(name: &str) {
     raw()
         .await
-        .stop_container(name, Some(StopContainerOptionsBuilder::default().t(0).build()))
+        .stop_container(
+            name,
+            Some(StopContainerOptionsBuilder::default().t(0).build()),
+        )
         .await
         .expect("stop container");
 }
@@ -198,7 +215,14 @@ fn random_bytes(len: usize, mut seed: u64) -> Vec<u8> {
 }
 
 /// A raw tar header with any name (the tar crate refuses to write hostile ones).
-fn raw_entry(out: &mut Vec<u8>, name: &str, kind: tar::EntryType, mode: u32, uid: u64, data: &[u8]) {
+fn raw_entry(
+    out: &mut Vec<u8>,
+    name: &str,
+    kind: tar::EntryType,
+    mode: u32,
+    uid: u64,
+    data: &[u8],
+) {
     let mut h = tar::Header::new_old();
     h.as_old_mut().name[..name.len()].copy_from_slice(name.as_bytes());
     h.set_entry_type(kind);
@@ -233,6 +257,31 @@ fn labels_of(owner: &Owner) -> HashMap<String, String> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// the seam
+// ---------------------------------------------------------------------------------------------
+
+#[tokio::test]
+async fn every_capability_is_offered_through_the_provider_seam() {
+    let p = provider().await;
+    let (id, _g) = container("seam", Spec::default()).await;
+    let seam: &dyn Provider = &p;
+    let files = seam.files().expect("files capability");
+    files
+        .write_file(&id, "/tmp/seam", b"via dyn", 0o644)
+        .await
+        .unwrap();
+    assert_eq!(files.read_file(&id, "/tmp/seam").await.unwrap(), b"via dyn");
+    assert!(seam.bulk_files().is_some(), "bulk files capability");
+    assert!(seam.capacity().is_some(), "capacity capability");
+    assert!(seam.events().is_some(), "events capability");
+    let egress = seam.egress().expect("egress capability");
+    assert_eq!(
+        egress.egress_verdict(&id).await.unwrap().state,
+        EgressState::Open
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // exec
 // ---------------------------------------------------------------------------------------------
 
@@ -244,22 +293,42 @@ async fn exec_returns_stdout_stderr_and_a_nonzero_exit_as_data() {
     let out = sh(&p, &id, "printf 'to out'; printf 'to err' >&2; exit 3").await;
     assert_eq!(out.stdout, b"to out");
     assert_eq!(out.stderr, b"to err");
-    assert_eq!(out.exit_code, 3, "a non-zero exit is returned as data, not an error");
+    assert_eq!(
+        out.exit_code, 3,
+        "a non-zero exit is returned as data, not an error"
+    );
 
     // argv crosses without re-parsing; cwd and env apply to this command only.
     let request = ExecRequest {
-        argv: vec!["sh".into(), "-c".into(), "pwd; printf '%s|%s' \"$GREETING\" \"$1\"".into(), "argv0".into(), "a b;c".into()],
+        argv: vec![
+            "sh".into(),
+            "-c".into(),
+            "pwd; printf '%s|%s' \"$GREETING\" \"$1\"".into(),
+            "argv0".into(),
+            "a b;c".into(),
+        ],
         cwd: Some("/tmp".into()),
         env: BTreeMap::from([("GREETING".to_string(), "hello world".to_string())]),
         timeout: Duration::from_secs(30),
     };
     let out = p.exec(&id, &request).await.unwrap();
-    assert_eq!(String::from_utf8_lossy(&out.stdout), "/tmp\nhello world|a b;c");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "/tmp\nhello world|a b;c"
+    );
     assert_eq!(out.exit_code, 0);
 
     // A program that does not exist is an exit code too (126/127), not a provider error.
     let out = p
-        .exec(&id, &ExecRequest { argv: vec!["no-such-program".into()], cwd: None, env: BTreeMap::new(), timeout: Duration::from_secs(30) })
+        .exec(
+            &id,
+            &ExecRequest {
+                argv: vec!["no-such-program".into()],
+                cwd: None,
+                env: BTreeMap::new(),
+                timeout: Duration::from_secs(30),
+            },
+        )
         .await
         .unwrap();
     assert!(matches!(out.exit_code, 126 | 127), "exit {}", out.exit_code);
@@ -276,21 +345,40 @@ async fn exec_timeout_is_transient_and_returns_within_its_bound() {
         .unwrap_err();
     let elapsed = started.elapsed();
     assert!(matches!(err, ProviderError::Transient(_)), "{err:?}");
-    assert!(err.message().contains("timeout") && err.message().contains("sleep 30"), "{err}");
-    assert!(elapsed < Duration::from_secs(10), "took {elapsed:?} for a 1 s bound");
+    assert!(
+        err.message().contains("timeout") && err.message().contains("sleep 30"),
+        "{err}"
+    );
+    assert!(
+        elapsed < Duration::from_secs(10),
+        "took {elapsed:?} for a 1 s bound"
+    );
 }
 
 #[tokio::test]
 async fn exec_in_an_absent_sandbox_is_not_found_and_in_a_stopped_one_conflict() {
     let p = provider().await;
     let err = p
-        .exec(&unique("absent"), &ExecRequest::shell("true", Duration::from_secs(10)))
+        .exec(
+            &unique("absent"),
+            &ExecRequest::shell("true", Duration::from_secs(10)),
+        )
         .await
         .unwrap_err();
     assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
 
-    let (id, _g) = container("exec-stopped", Spec { start: false, ..Default::default() }).await;
-    let err = p.exec(&id, &ExecRequest::shell("true", Duration::from_secs(10))).await.unwrap_err();
+    let (id, _g) = container(
+        "exec-stopped",
+        Spec {
+            start: false,
+            ..Default::default()
+        },
+    )
+    .await;
+    let err = p
+        .exec(&id, &ExecRequest::shell("true", Duration::from_secs(10)))
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::Conflict(_)), "{err:?}");
     assert!(err.message().contains("not running"), "{err}");
 }
@@ -306,14 +394,23 @@ async fn reading_an_absent_file_is_not_found_never_empty_bytes() {
     let err = p.read_file(&id, "/no/such/file").await.unwrap_err();
     assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
     let err = p.read_file(&id, "/etc").await.unwrap_err();
-    assert!(matches!(err, ProviderError::Invalid(_)), "a directory is not a file: {err:?}");
+    assert!(
+        matches!(err, ProviderError::Invalid(_)),
+        "a directory is not a file: {err:?}"
+    );
     let err = p.read_file(&id, "relative/path").await.unwrap_err();
     assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
-    let err = p.read_file(&unique("gone"), "/etc/hostname").await.unwrap_err();
+    let err = p
+        .read_file(&unique("gone"), "/etc/hostname")
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
     // An empty file is empty bytes — the only way to get them.
     sh_ok(&p, &id, ": > /tmp/empty").await;
-    assert_eq!(p.read_file(&id, "/tmp/empty").await.unwrap(), Vec::<u8>::new());
+    assert_eq!(
+        p.read_file(&id, "/tmp/empty").await.unwrap(),
+        Vec::<u8>::new()
+    );
 }
 
 #[tokio::test]
@@ -337,8 +434,16 @@ async fn bytes_cross_unchanged_both_ways() {
         assert_eq!(inside, sha256_hex(data), "{path}: bytes inside the sandbox");
     }
     // Written in the sandbox, read out exactly.
-    sh_ok(&p, &id, "printf '\\000\\001\\377\\r\\n' > /tmp/bytes/from-inside").await;
-    assert_eq!(p.read_file(&id, "/tmp/bytes/from-inside").await.unwrap(), b"\x00\x01\xff\r\n");
+    sh_ok(
+        &p,
+        &id,
+        "printf '\\000\\001\\377\\r\\n' > /tmp/bytes/from-inside",
+    )
+    .await;
+    assert_eq!(
+        p.read_file(&id, "/tmp/bytes/from-inside").await.unwrap(),
+        b"\x00\x01\xff\r\n"
+    );
 }
 
 #[tokio::test]
@@ -346,9 +451,15 @@ async fn write_creates_parents_replaces_whole_files_and_leaves_existing_dirs_alo
     let p = provider().await;
     let (id, _g) = container("write", Spec::default()).await;
     let path = "/srv/new/deeper/still/file.txt";
-    p.write_file(&id, path, b"a long first version of the file", 0o640).await.unwrap();
+    p.write_file(&id, path, b"a long first version of the file", 0o640)
+        .await
+        .unwrap();
     p.write_file(&id, path, b"short", 0o640).await.unwrap();
-    assert_eq!(p.read_file(&id, path).await.unwrap(), b"short", "replaced, not appended or overlaid");
+    assert_eq!(
+        p.read_file(&id, path).await.unwrap(),
+        b"short",
+        "replaced, not appended or overlaid"
+    );
     assert_eq!(
         sh_ok(&p, &id, "stat -c '%a %u:%g' /srv/new /srv/new/deeper /srv/new/deeper/still /srv/new/deeper/still/file.txt").await,
         "755 0:0\n755 0:0\n755 0:0\n640 0:0"
@@ -358,25 +469,48 @@ async fn write_creates_parents_replaces_whole_files_and_leaves_existing_dirs_alo
     assert_eq!(sh_ok(&p, &id, "stat -c %a /tmp").await, "1777");
     // Through a symlinked parent.
     sh_ok(&p, &id, "mkdir -p /real && ln -s /real /alias").await;
-    p.write_file(&id, "/alias/via-link", b"linked", 0o644).await.unwrap();
+    p.write_file(&id, "/alias/via-link", b"linked", 0o644)
+        .await
+        .unwrap();
     assert_eq!(sh_ok(&p, &id, "cat /real/via-link").await, "linked");
-    assert_eq!(p.read_file(&id, "/alias/via-link").await.unwrap(), b"linked");
+    assert_eq!(
+        p.read_file(&id, "/alias/via-link").await.unwrap(),
+        b"linked"
+    );
 }
 
 #[tokio::test]
 async fn write_never_sets_setuid_and_never_replaces_a_directory() {
     let p = provider().await;
     let (id, _g) = container("write-mode", Spec::default()).await;
-    p.write_file(&id, "/tmp/tool", b"#!/bin/sh\n", 0o4755).await.unwrap();
-    p.write_file(&id, "/tmp/tool2", b"#!/bin/sh\n", 0o2775).await.unwrap();
-    assert_eq!(sh_ok(&p, &id, "stat -c '%a %u' /tmp/tool /tmp/tool2").await, "755 0\n775 0");
+    p.write_file(&id, "/tmp/tool", b"#!/bin/sh\n", 0o4755)
+        .await
+        .unwrap();
+    p.write_file(&id, "/tmp/tool2", b"#!/bin/sh\n", 0o2775)
+        .await
+        .unwrap();
+    assert_eq!(
+        sh_ok(&p, &id, "stat -c '%a %u' /tmp/tool /tmp/tool2").await,
+        "755 0\n775 0"
+    );
 
-    sh_ok(&p, &id, "mkdir -p /tmp/dir/inner && echo keep > /tmp/dir/inner/f").await;
-    let err = p.write_file(&id, "/tmp/dir", b"clobber", 0o644).await.unwrap_err();
+    sh_ok(
+        &p,
+        &id,
+        "mkdir -p /tmp/dir/inner && echo keep > /tmp/dir/inner/f",
+    )
+    .await;
+    let err = p
+        .write_file(&id, "/tmp/dir", b"clobber", 0o644)
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
     assert_eq!(sh_ok(&p, &id, "cat /tmp/dir/inner/f").await, "keep");
     // A parent that is a file.
-    let err = p.write_file(&id, "/tmp/tool/child", b"x", 0o644).await.unwrap_err();
+    let err = p
+        .write_file(&id, "/tmp/tool/child", b"x", 0o644)
+        .await
+        .unwrap_err();
     assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
     let err = p.write_file(&id, "/", b"x", 0o644).await.unwrap_err();
     assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
@@ -386,29 +520,53 @@ async fn write_never_sets_setuid_and_never_replaces_a_directory() {
 async fn list_dir_is_one_level_exact_and_rejects_what_is_absent() {
     let p = provider().await;
     let (id, _g) = container("list", Spec::default()).await;
-    p.write_file(&id, "/data/a.txt", b"12345", 0o644).await.unwrap();
-    p.write_file(&id, "/data/sub/deep.txt", b"x", 0o644).await.unwrap();
+    p.write_file(&id, "/data/a.txt", b"12345", 0o644)
+        .await
+        .unwrap();
+    p.write_file(&id, "/data/sub/deep.txt", b"x", 0o644)
+        .await
+        .unwrap();
     sh_ok(&p, &id, "ln -s /etc/hostname /data/link && touch \"/data/$(printf 'new\\nline\\ttab')\" && mkdir /empty").await;
 
     let listed = p.list_dir(&id, "/data").await.unwrap();
     let names: Vec<&str> = listed.iter().map(|e| e.name.as_str()).collect();
-    assert_eq!(names, ["a.txt", "link", "new\nline\ttab", "sub"], "one level, names only, exact");
+    assert_eq!(
+        names,
+        ["a.txt", "link", "new\nline\ttab", "sub"],
+        "one level, names only, exact"
+    );
     let a = &listed[0];
     assert_eq!((a.kind, a.size), (EntryKind::File, Some(5)));
     assert_eq!(listed[1].kind, EntryKind::Symlink);
     assert_eq!(listed[1].symlink_target.as_deref(), Some("/etc/hostname"));
     assert_eq!(listed[3].kind, EntryKind::Directory);
 
-    assert_eq!(p.list_dir(&id, "/empty").await.unwrap(), vec![], "exists and is empty");
+    assert_eq!(
+        p.list_dir(&id, "/empty").await.unwrap(),
+        vec![],
+        "exists and is empty"
+    );
     let err = p.list_dir(&id, "/no/such/dir").await.unwrap_err();
     assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
     let err = p.list_dir(&id, "/data/a.txt").await.unwrap_err();
     assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
-    let root: Vec<String> = p.list_dir(&id, "/").await.unwrap().into_iter().map(|e| e.name).collect();
+    let root: Vec<String> = p
+        .list_dir(&id, "/")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
     for expected in ["etc", "tmp", "data", "empty"] {
-        assert!(root.iter().any(|n| n == expected), "/ lists {expected}: {root:?}");
+        assert!(
+            root.iter().any(|n| n == expected),
+            "/ lists {expected}: {root:?}"
+        );
     }
-    assert!(root.iter().all(|n| !n.contains('/')), "names, never paths: {root:?}");
+    assert!(
+        root.iter().all(|n| !n.contains('/')),
+        "names, never paths: {root:?}"
+    );
 
     // A stopped sandbox is listed from its archive, with the same answer.
     stop(&id).await;
@@ -422,9 +580,21 @@ async fn list_dir_is_one_level_exact_and_rejects_what_is_absent() {
 #[tokio::test]
 async fn files_work_on_a_stopped_sandbox_and_delete_needs_a_running_one() {
     let p = provider().await;
-    let (id, _g) = container("stopped-files", Spec { start: false, ..Default::default() }).await;
-    p.write_file(&id, "/opt/cold/file", b"written while stopped", 0o600).await.unwrap();
-    assert_eq!(p.read_file(&id, "/opt/cold/file").await.unwrap(), b"written while stopped");
+    let (id, _g) = container(
+        "stopped-files",
+        Spec {
+            start: false,
+            ..Default::default()
+        },
+    )
+    .await;
+    p.write_file(&id, "/opt/cold/file", b"written while stopped", 0o600)
+        .await
+        .unwrap();
+    assert_eq!(
+        p.read_file(&id, "/opt/cold/file").await.unwrap(),
+        b"written while stopped"
+    );
     let err = p.delete_path(&id, "/opt/cold/file").await.unwrap_err();
     assert!(matches!(err, ProviderError::Conflict(_)), "{err:?}");
 
@@ -433,9 +603,14 @@ async fn files_work_on_a_stopped_sandbox_and_delete_needs_a_running_one() {
     let err = p.read_file(&id, "/opt/cold/file").await.unwrap_err();
     assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
     // Trees, absent paths (success) and "/" (refused).
-    p.write_file(&id, "/opt/tree/a/b/c", b"x", 0o644).await.unwrap();
+    p.write_file(&id, "/opt/tree/a/b/c", b"x", 0o644)
+        .await
+        .unwrap();
     p.delete_path(&id, "/opt/tree").await.unwrap();
-    assert!(matches!(p.list_dir(&id, "/opt/tree").await, Err(ProviderError::NotFound(_))));
+    assert!(matches!(
+        p.list_dir(&id, "/opt/tree").await,
+        Err(ProviderError::NotFound(_))
+    ));
     p.delete_path(&id, "/opt/never-existed").await.unwrap();
     for bad in ["/", "//", "/opt/.."] {
         let err = p.delete_path(&id, bad).await.unwrap_err();
@@ -478,20 +653,38 @@ async fn export_is_rooted_at_the_last_segment_and_import_is_its_inverse() {
     let p = provider().await;
     let (id, _g) = container("export", Spec::default()).await;
     let blob = random_bytes(300_000, 7);
-    p.write_file(&id, "/workspace/app/src/main.rs", b"fn main() {}\n", 0o644).await.unwrap();
-    p.write_file(&id, "/workspace/app/data.bin", &blob, 0o600).await.unwrap();
+    p.write_file(&id, "/workspace/app/src/main.rs", b"fn main() {}\n", 0o644)
+        .await
+        .unwrap();
+    p.write_file(&id, "/workspace/app/data.bin", &blob, 0o600)
+        .await
+        .unwrap();
 
     let archive = collect(&p, &id, "/workspace/app").await;
     let listing = tar_listing(&archive);
-    assert!(listing.keys().all(|k| k == "app/" || k.starts_with("app/")), "rooted at app/: {:?}", listing.keys());
+    assert!(
+        listing.keys().all(|k| k == "app/" || k.starts_with("app/")),
+        "rooted at app/: {:?}",
+        listing.keys()
+    );
     assert_eq!(listing["app/src/main.rs"].1, b"fn main() {}\n");
     assert!(listing["app/data.bin"].1 == blob);
 
     // The inverse: import(dirname(path)) into another sandbox reproduces the tree.
     let (other, _g2) = container("import-target", Spec::default()).await;
     p.import(&other, "/workspace", archive).await.unwrap();
-    assert_eq!(p.read_file(&other, "/workspace/app/src/main.rs").await.unwrap(), b"fn main() {}\n");
-    assert!(p.read_file(&other, "/workspace/app/data.bin").await.unwrap() == blob);
+    assert_eq!(
+        p.read_file(&other, "/workspace/app/src/main.rs")
+            .await
+            .unwrap(),
+        b"fn main() {}\n"
+    );
+    assert!(
+        p.read_file(&other, "/workspace/app/data.bin")
+            .await
+            .unwrap()
+            == blob
+    );
 
     let err = p.export(&id, "/").await.err().unwrap();
     assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
@@ -506,28 +699,64 @@ async fn import_never_restores_setuid_or_ownership_and_refuses_escapes() {
 
     let mut a = Vec::new();
     raw_entry(&mut a, "bin/", tar::EntryType::Directory, 0o6777, 1234, b"");
-    raw_entry(&mut a, "bin/escalate", tar::EntryType::Regular, 0o4755, 1234, b"#!/bin/sh\nid\n");
-    raw_entry(&mut a, "bin/group", tar::EntryType::Regular, 0o2755, 1234, b"g");
+    raw_entry(
+        &mut a,
+        "bin/escalate",
+        tar::EntryType::Regular,
+        0o4755,
+        1234,
+        b"#!/bin/sh\nid\n",
+    );
+    raw_entry(
+        &mut a,
+        "bin/group",
+        tar::EntryType::Regular,
+        0o2755,
+        1234,
+        b"g",
+    );
     raw_entry(&mut a, "dev-node", tar::EntryType::Char, 0o666, 0, b"");
-    p.import(&id, "/imported/here", end_archive(a)).await.unwrap();
+    p.import(&id, "/imported/here", end_archive(a))
+        .await
+        .unwrap();
     assert_eq!(
         sh_ok(&p, &id, "stat -c '%a %u:%g' /imported/here/bin /imported/here/bin/escalate /imported/here/bin/group").await,
         "777 0:0\n755 0:0\n755 0:0"
     );
-    assert_eq!(sh_ok(&p, &id, "test -e /imported/here/dev-node && echo present || echo absent").await, "absent");
+    assert_eq!(
+        sh_ok(
+            &p,
+            &id,
+            "test -e /imported/here/dev-node && echo present || echo absent"
+        )
+        .await,
+        "absent"
+    );
 
-    for (hostile, name) in [
-        ("../escape", "escape"),
-        ("/abs-escape", "abs-escape"),
-    ] {
+    for (hostile, name) in [("../escape", "escape"), ("/abs-escape", "abs-escape")] {
         let mut a = Vec::new();
-        raw_entry(&mut a, "fine.txt", tar::EntryType::Regular, 0o644, 0, b"fine");
+        raw_entry(
+            &mut a,
+            "fine.txt",
+            tar::EntryType::Regular,
+            0o644,
+            0,
+            b"fine",
+        );
         raw_entry(&mut a, hostile, tar::EntryType::Regular, 0o644, 0, b"evil");
         let err = p.import(&id, "/target", end_archive(a)).await.unwrap_err();
-        assert!(matches!(err, ProviderError::Invalid(_)), "{hostile}: {err:?}");
+        assert!(
+            matches!(err, ProviderError::Invalid(_)),
+            "{hostile}: {err:?}"
+        );
         // Refused whole: nothing landed, not even the harmless member before it.
         assert_eq!(
-            sh_ok(&p, &id, &format!("ls /{name} /target/fine.txt 2>/dev/null | wc -l")).await,
+            sh_ok(
+                &p,
+                &id,
+                &format!("ls /{name} /target/fine.txt 2>/dev/null | wc -l")
+            )
+            .await,
             "0",
             "{hostile}"
         );
@@ -540,10 +769,25 @@ async fn import_never_restores_setuid_or_ownership_and_refuses_escapes() {
     let mut b = tar::Builder::new(Vec::new());
     b.append_link(&mut link, "etc-link", "/etc").unwrap();
     a.extend_from_slice(&b.into_inner().unwrap()[..512]);
-    raw_entry(&mut a, "etc-link/evil.conf", tar::EntryType::Regular, 0o644, 0, b"evil");
+    raw_entry(
+        &mut a,
+        "etc-link/evil.conf",
+        tar::EntryType::Regular,
+        0o644,
+        0,
+        b"evil",
+    );
     let err = p.import(&id, "/target2", end_archive(a)).await.unwrap_err();
     assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
-    assert_eq!(sh_ok(&p, &id, "test -e /etc/evil.conf && echo present || echo absent").await, "absent");
+    assert_eq!(
+        sh_ok(
+            &p,
+            &id,
+            "test -e /etc/evil.conf && echo present || echo absent"
+        )
+        .await,
+        "absent"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -579,9 +823,24 @@ async fn capacity_of_an_unreachable_engine_is_an_error_not_zeros() {
 #[tokio::test]
 async fn egress_verdicts_are_observations() {
     let p = provider().await;
-    let (none, _g1) = container("egress-none", Spec { network_mode: Some("none"), ..Default::default() }).await;
+    let (none, _g1) = container(
+        "egress-none",
+        Spec {
+            network_mode: Some("none"),
+            ..Default::default()
+        },
+    )
+    .await;
     let (bridged, _g2) = container("egress-bridge", Spec::default()).await;
-    let (stopped, _g3) = container("egress-stopped", Spec { network_mode: Some("none"), start: false, ..Default::default() }).await;
+    let (stopped, _g3) = container(
+        "egress-stopped",
+        Spec {
+            network_mode: Some("none"),
+            start: false,
+            ..Default::default()
+        },
+    )
+    .await;
 
     let v = p.egress_verdict(&none).await.unwrap();
     assert_eq!(v.state, EgressState::Filtered, "{v:?}");
@@ -590,10 +849,19 @@ async fn egress_verdicts_are_observations() {
 
     let v = p.egress_verdict(&bridged).await.unwrap();
     assert_eq!(v.state, EgressState::Open, "{v:?}");
-    assert!(v.remediation.as_deref().is_some_and(|r| r.contains("allowedDomains")), "{v:?}");
+    assert!(
+        v.remediation
+            .as_deref()
+            .is_some_and(|r| r.contains("allowedDomains")),
+        "{v:?}"
+    );
 
     let v = p.egress_verdict(&stopped).await.unwrap();
-    assert_eq!(v.state, EgressState::Inconclusive, "a stopped sandbox cannot be observed: {v:?}");
+    assert_eq!(
+        v.state,
+        EgressState::Inconclusive,
+        "a stopped sandbox cannot be observed: {v:?}"
+    );
 
     let err = p.egress_verdict(&unique("absent")).await.unwrap_err();
     assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
@@ -602,6 +870,41 @@ async fn egress_verdicts_are_observations() {
 // ---------------------------------------------------------------------------------------------
 // events
 // ---------------------------------------------------------------------------------------------
+
+/// Reads events until every `(uid, action)` in `wanted` has been seen (30 s deadline),
+/// asserting on the way that each event belongs to one of `allowed` and is not an exec's.
+async fn wait_for_events(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<
+        Result<sandbox_operator::provider::ProviderEvent, ProviderError>,
+    >,
+    seen: &mut Vec<(String, String)>,
+    wanted: &[(String, &str)],
+    allowed: &[&Owner],
+) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !wanted
+        .iter()
+        .all(|(u, a)| seen.iter().any(|(su, sa)| su == u && sa == a))
+    {
+        let ev = tokio::time::timeout_at(deadline.into(), rx.recv())
+            .await
+            .unwrap_or_else(|_| panic!("events {wanted:?} still missing after 30 s; saw {seen:?}"))
+            .expect("event stream ended");
+        let ev = ev.expect("event stream error");
+        if ev.owner.uid == "marker" {
+            continue;
+        }
+        assert!(
+            allowed.contains(&&ev.owner),
+            "only our own resources' events arrive: {ev:?}"
+        );
+        assert!(
+            !ev.action.starts_with("exec"),
+            "exec events are filtered out: {ev:?}"
+        );
+        seen.push((ev.owner.uid, ev.action));
+    }
+}
 
 #[tokio::test]
 async fn events_map_managed_changes_to_their_owner_and_nothing_else() {
@@ -623,8 +926,19 @@ async fn events_map_managed_changes_to_their_owner_and_nothing_else() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut markers = Vec::new();
     'ready: loop {
-        assert!(Instant::now() < deadline, "the event subscription never delivered the marker's event");
-        let (name, guard) = container("marker", Spec { labels: labels_of(&marker), start: false, ..Default::default() }).await;
+        assert!(
+            Instant::now() < deadline,
+            "the event subscription never delivered the marker's event"
+        );
+        let (name, guard) = container(
+            "marker",
+            Spec {
+                labels: labels_of(&marker),
+                start: false,
+                ..Default::default()
+            },
+        )
+        .await;
         markers.push(guard);
         let _ = name;
         let until = Instant::now() + Duration::from_millis(500);
@@ -642,11 +956,42 @@ async fn events_map_managed_changes_to_their_owner_and_nothing_else() {
         ..owner(&instance, &unique("vuid"))
     };
     let theirs = owner(&unique("other-instance"), "foreign");
-    let (id, _g) = container("ev-ours", Spec { labels: labels_of(&ours), ..Default::default() }).await;
+    let (id, _g) = container(
+        "ev-ours",
+        Spec {
+            labels: labels_of(&ours),
+            ..Default::default()
+        },
+    )
+    .await;
     let (_unlabelled, _g2) = container("ev-unlabelled", Spec::default()).await;
-    let (_foreign, _g3) = container("ev-foreign", Spec { labels: labels_of(&theirs), ..Default::default() }).await;
+    let (_foreign, _g3) = container(
+        "ev-foreign",
+        Spec {
+            labels: labels_of(&theirs),
+            ..Default::default()
+        },
+    )
+    .await;
     sh_ok(&p, &id, "true").await; // exec events must not come through
     stop(&id).await;
+    let mut seen: Vec<(String, String)> = Vec::new();
+    let container_wanted = [
+        (ours.uid.clone(), "create"),
+        (ours.uid.clone(), "start"),
+        (ours.uid.clone(), "die"),
+        (ours.uid.clone(), "stop"),
+    ];
+    wait_for_events(
+        &mut rx,
+        &mut seen,
+        &container_wanted,
+        &[&ours, &ours_volume],
+    )
+    .await;
+
+    // A volume's create is mapped by inspecting it, so remove it only once that was seen
+    // (as in real life: nothing deletes a volume in the instant it is created).
     let volume = unique("vol");
     let _vg = VolumeGuard(volume.clone());
     docker
@@ -657,30 +1002,16 @@ async fn events_map_managed_changes_to_their_owner_and_nothing_else() {
         })
         .await
         .unwrap();
-    docker.remove_volume(&volume, None::<bollard::query_parameters::RemoveVolumeOptions>).await.unwrap();
-
-    let wanted = [
-        (ours.uid.clone(), "create"),
-        (ours.uid.clone(), "start"),
-        (ours.uid.clone(), "die"),
-        (ours.uid.clone(), "stop"),
-        (ours_volume.uid.clone(), "create"),
-        (ours_volume.uid.clone(), "destroy"),
-    ];
-    let mut seen: Vec<(String, String)> = Vec::new();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !wanted.iter().all(|(u, a)| seen.iter().any(|(su, sa)| su == u && sa == a)) {
-        let ev = tokio::time::timeout_at(deadline.into(), rx.recv())
-            .await
-            .unwrap_or_else(|_| panic!("events still missing after 30 s; saw {seen:?}"))
-            .expect("event stream ended");
-        let ev = ev.expect("event stream error");
-        if ev.owner.uid == "marker" {
-            continue;
-        }
-        assert!(ev.owner == ours || ev.owner == ours_volume, "only our own resources' events arrive: {ev:?}");
-        assert!(!ev.action.starts_with("exec"), "exec events are filtered out: {ev:?}");
-        seen.push((ev.owner.uid, ev.action));
-    }
+    let created = [(ours_volume.uid.clone(), "create")];
+    wait_for_events(&mut rx, &mut seen, &created, &[&ours, &ours_volume]).await;
+    docker
+        .remove_volume(
+            &volume,
+            None::<bollard::query_parameters::RemoveVolumeOptions>,
+        )
+        .await
+        .unwrap();
+    let destroyed = [(ours_volume.uid.clone(), "destroy")];
+    wait_for_events(&mut rx, &mut seen, &destroyed, &[&ours, &ours_volume]).await;
     pump.abort();
 }

@@ -691,13 +691,14 @@ async fn a_committed_template_boots_with_rootfs_and_volume_files() {
     assert!(templates.get_template(&id).await.unwrap().unwrap().in_use);
     assert!(templates.list_templates(Some(&id)).await.unwrap()[0].in_use);
 
-    // Re-committing replaces it.
+    // Re-committing replaces it, also from a stopped sandbox (volume paths included).
     env.sh(&source, "echo second > /opt/app/rootfs.txt").await;
+    env.provider.stop(&source).await.unwrap();
     let second = templates
         .commit(&CommitRequest {
             sandbox_id: source.clone(),
             template_id: id.clone(),
-            capture_paths: vec!["/opt/app".into()],
+            capture_paths: vec!["/opt/app".into(), "/data/project/sub".into()],
             label: None,
             owner,
         })
@@ -709,6 +710,24 @@ async fn a_committed_template_boots_with_rootfs_and_volume_files() {
         "the old capture still backs a sandbox booted from this id"
     );
     assert_eq!(templates.list_templates(Some(&id)).await.unwrap().len(), 1);
+    let rebooted = env.name("boot2");
+    let mut request = env.request(&rebooted);
+    request.template = Some(id.clone());
+    env.provider.create(&request).await.unwrap();
+    env.provider.start(&rebooted).await.unwrap();
+    assert_eq!(
+        env.sh(&rebooted, "cat /opt/app/rootfs.txt").await,
+        "second\n"
+    );
+    assert_eq!(
+        env.sh(&rebooted, "cat /data/project/sub/file.txt").await,
+        "on-volume\n"
+    );
+    assert_eq!(
+        env.sh(&rebooted, "ls /data/project").await,
+        "sub\n",
+        "only the captured subtree, under a scaffolded parent"
+    );
 }
 
 #[tokio::test]
@@ -938,6 +957,14 @@ async fn sleep_wake_and_stop_are_idempotent() {
         env.provider.describe(&name).await.unwrap().unwrap().state,
         SandboxState::Running
     );
+    // A sleeping sandbox can be destroyed.
+    env.provider.sleep(&name).await.unwrap();
+    env.provider.destroy(&name).await.unwrap();
+    assert_eq!(env.provider.describe(&name).await.unwrap(), None);
+    assert!(matches!(
+        env.provider.wake(&name).await,
+        Err(ProviderError::NotFound(_))
+    ));
 }
 
 #[tokio::test]
@@ -1123,5 +1150,61 @@ async fn bench_create_start_vs_docker_run() {
         r.as_secs_f64() * 1e3,
         p.as_secs_f64() / c.as_secs_f64(),
         p.as_secs_f64() / r.as_secs_f64(),
+    );
+}
+
+/// Not a correctness test: how long `find` takes over many labelled containers (a sweep
+/// enumerates every one), against the bare list call it starts with. `SANDBOX_BENCH_FIND_N`
+/// containers (default 300) are created with the docker CLI, never started.
+/// Run with `cargo test --test docker_provider -- --ignored --nocapture bench_`.
+#[tokio::test]
+#[ignore]
+async fn bench_find_over_many_containers() {
+    let n: usize = std::env::var("SANDBOX_BENCH_FIND_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let env = TestEnv::new("benchfind").await;
+    let label = format!("{MANAGED_BY}={}", env.instance);
+    let script = format!(
+        "seq {n} | xargs -P 8 -I{{}} docker create --label {label} --name {}-{{}} {} >/dev/null",
+        env.instance,
+        base_image()
+    );
+    let status = std::process::Command::new("sh")
+        .args(["-c", &script])
+        .status()
+        .unwrap();
+    assert!(status.success());
+
+    let query = SandboxQuery {
+        labels: env.instance_labels(),
+        ..Default::default()
+    };
+    let t = Instant::now();
+    let found = env.provider.find(&query).await.unwrap();
+    let find = t.elapsed();
+    assert_eq!(found.len(), n);
+
+    let docker = engine().await;
+    let filters = std::collections::HashMap::from([("label".to_string(), vec![label.clone()])]);
+    let t = Instant::now();
+    let listed = docker
+        .list_containers(Some(
+            bollard::query_parameters::ListContainersOptionsBuilder::default()
+                .all(true)
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .unwrap();
+    let list = t.elapsed();
+    assert_eq!(listed.len(), n);
+    println!(
+        "find over {n} containers: {:.0} ms ({:.2} ms each; {:.1} s per 10,000); the list call alone: {:.0} ms",
+        find.as_secs_f64() * 1e3,
+        find.as_secs_f64() * 1e3 / n as f64,
+        find.as_secs_f64() * 10_000.0 / n as f64,
+        list.as_secs_f64() * 1e3,
     );
 }

@@ -39,11 +39,21 @@ fn ready_of(s: &Sandbox) -> Option<(String, String)> {
 }
 
 /// Polls the Sandbox until `check` accepts it.
-async fn wait_sandbox<F>(api: &Api<Sandbox>, name: &str, op: &Operator, what: &str, timeout: Duration, check: F) -> Sandbox
+async fn wait_sandbox<F>(
+    api: &Api<Sandbox>,
+    name: &str,
+    op: &Operator,
+    what: &str,
+    timeout: Duration,
+    check: F,
+) -> Sandbox
 where
     F: Fn(&Sandbox) -> Result<(), String>,
 {
-    let desc = format!("Sandbox {name}: {what} (operator log: {})", op.log.display());
+    let desc = format!(
+        "Sandbox {name}: {what} (operator log: {})",
+        op.log.display()
+    );
     wait_for(&desc, timeout, || async {
         let s = api.get(name).await.map_err(|e| e.to_string())?;
         check(&s).map(|()| s)
@@ -56,7 +66,9 @@ fn is_ready(s: &Sandbox) -> Result<(), String> {
     let gen_ok = s.status.as_ref().and_then(|st| st.observed_generation) == s.metadata.generation;
     match ready_of(s) {
         Some((st, _)) if st == "True" && gen_ok => Ok(()),
-        other => Err(format!("ready={other:?} observedGeneration matches={gen_ok}")),
+        other => Err(format!(
+            "ready={other:?} observedGeneration matches={gen_ok}"
+        )),
     }
 }
 
@@ -68,7 +80,11 @@ async fn wait_gone(api: &Api<Sandbox>, name: &str, timeout: Duration) {
     wait_for(&format!("Sandbox {name} to be gone"), timeout, || async {
         match api.get_opt(name).await {
             Ok(None) => Ok(()),
-            Ok(Some(s)) => Err(format!("still there, finalizers {:?}, ready {:?}", s.metadata.finalizers, ready_of(&s))),
+            Ok(Some(s)) => Err(format!(
+                "still there, finalizers {:?}, ready {:?}",
+                s.metadata.finalizers,
+                ready_of(&s)
+            )),
             Err(e) => Err(e.to_string()),
         }
     })
@@ -76,30 +92,49 @@ async fn wait_gone(api: &Api<Sandbox>, name: &str, timeout: Duration) {
 }
 
 async fn delete_and_wait_gone(api: &Api<Sandbox>, name: &str) {
-    api.delete(name, &DeleteParams::default()).await.expect("delete");
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete");
     wait_gone(api, name, READY_TIMEOUT).await;
 }
 
 fn apply(manifest: &str, ns: &str) {
     let out = apply_yaml(manifest, ns);
-    assert!(out.status.success(), "kubectl apply failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// A Sandbox manifest running the base image with `extra` spec lines (indented two spaces).
 fn sandbox_yaml(name: &str, extra: &str) -> String {
-    format!("apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: {name}\nspec:\n  image: {}\n{extra}", base_image())
+    format!(
+        "apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: {name}\nspec:\n  image: {}\n{extra}",
+        base_image()
+    )
 }
 
 async fn containers_on(docker: &Docker, uid: &str) -> Vec<bollard::models::ContainerSummary> {
-    let filters = HashMap::from([("label".to_string(), vec![format!("sandboxes.dev/owner-uid={uid}")])]);
+    let filters = HashMap::from([(
+        "label".to_string(),
+        vec![format!("sandboxes.dev/owner-uid={uid}")],
+    )]);
     docker
-        .list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() }))
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
         .await
         .expect("list containers")
 }
 
 async fn inspect_on(docker: &Docker, name: &str) -> bollard::models::ContainerInspectResponse {
-    docker.inspect_container(name, None::<InspectContainerOptions>).await.expect("inspect")
+    docker
+        .inspect_container(name, None::<InspectContainerOptions>)
+        .await
+        .expect("inspect")
 }
 
 fn uid_of(s: &Sandbox) -> String {
@@ -107,7 +142,10 @@ fn uid_of(s: &Sandbox) -> String {
 }
 
 fn external_of(s: &Sandbox) -> String {
-    s.status.as_ref().and_then(|st| st.external_name.clone()).expect("status.externalName")
+    s.status
+        .as_ref()
+        .and_then(|st| st.external_name.clone())
+        .expect("status.externalName")
 }
 
 /// events.k8s.io/v1 Events about object `name` in `ns`: (type, reason, note).
@@ -119,7 +157,13 @@ async fn events_about(ns: &str, name: &str) -> Vec<(String, String, String)> {
         .items
         .into_iter()
         .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| (e.type_.unwrap_or_default(), e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            )
+        })
         .collect()
 }
 
@@ -130,7 +174,11 @@ fn docker_cli(host: Option<&str>, args: &[&str]) -> String {
         cmd.arg("-H").arg(h);
     }
     let out = cmd.args(args).output().expect("run docker");
-    assert!(out.status.success(), "docker {args:?} failed: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "docker {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -138,7 +186,11 @@ fn docker_cli(host: Option<&str>, args: &[&str]) -> String {
 /// series is absent or the server does not answer.
 fn sample(op: &Operator, series: &str) -> Option<f64> {
     let body = op.http_get("/metrics")?;
-    body.lines().find_map(|l| l.strip_prefix(series).and_then(|rest| rest.strip_prefix(' ')).and_then(|v| v.trim().parse().ok()))
+    body.lines().find_map(|l| {
+        l.strip_prefix(series)
+            .and_then(|rest| rest.strip_prefix(' '))
+            .and_then(|v| v.trim().parse().ok())
+    })
 }
 
 fn leader_gauge(op: &Operator) -> Option<f64> {
@@ -151,7 +203,10 @@ fn sandbox_reconciles(op: &Operator) -> Option<f64> {
 
 async fn lease_holder(ns: &str, instance: &str) -> Option<String> {
     let api: Api<Lease> = Api::namespaced(client().await, ns);
-    let lease = api.get_opt(&format!("sandbox-operator-{instance}")).await.expect("read lease")?;
+    let lease = api
+        .get_opt(&format!("sandbox-operator-{instance}"))
+        .await
+        .expect("read lease")?;
     lease.spec?.holder_identity.filter(|h| !h.is_empty())
 }
 
@@ -160,9 +215,18 @@ async fn lease_holder(ns: &str, instance: &str) -> Option<String> {
 async fn wait_single_leader(ops: &[&Operator], timeout: Duration) -> usize {
     wait_for("exactly one leader", timeout, || async {
         let gauges: Vec<Option<f64>> = ops.iter().map(|o| leader_gauge(o)).collect();
-        let leaders: Vec<usize> = gauges.iter().enumerate().filter(|(_, g)| **g == Some(1.0)).map(|(i, _)| i).collect();
+        let leaders: Vec<usize> = gauges
+            .iter()
+            .enumerate()
+            .filter(|(_, g)| **g == Some(1.0))
+            .map(|(i, _)| i)
+            .collect();
         let followers = gauges.iter().filter(|g| **g == Some(0.0)).count();
-        if leaders.len() == 1 && followers == ops.len() - 1 { Ok(leaders[0]) } else { Err(format!("leader gauges {gauges:?}")) }
+        if leaders.len() == 1 && followers == ops.len() - 1 {
+            Ok(leaders[0])
+        } else {
+            Err(format!("leader gauges {gauges:?}"))
+        }
     })
     .await
 }
@@ -189,7 +253,11 @@ impl IsolatedEngine {
             .args([cmd, name])
             .output()
             .expect("run tests/setup/isolated-docker.sh");
-        assert!(out.status.success(), "isolated-docker.sh {cmd} {name} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "isolated-docker.sh {cmd} {name} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).trim().to_string()
     }
 
@@ -197,10 +265,16 @@ impl IsolatedEngine {
         let dir = cache().join(format!("docker-{name}"));
         std::fs::create_dir_all(&dir).expect("engine state dir");
         let file = std::fs::File::create(dir.join("test.lock")).expect("lock file");
-        let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive).map_err(|(_, e)| e).expect("lock the engine");
+        let lock = nix::fcntl::Flock::lock(file, nix::fcntl::FlockArg::LockExclusive)
+            .map_err(|(_, e)| e)
+            .expect("lock the engine");
         let host = Self::script("start", name);
         assert!(host.starts_with("unix:///"), "socket {host}");
-        IsolatedEngine { name: name.into(), host, _lock: lock }
+        IsolatedEngine {
+            name: name.into(),
+            host,
+            _lock: lock,
+        }
     }
 
     fn start(&self) {
@@ -223,7 +297,10 @@ impl IsolatedEngine {
 
 impl Drop for IsolatedEngine {
     fn drop(&mut self) {
-        let _ = Command::new("bash").arg(repo().join("tests/setup/isolated-docker.sh")).args(["down", &self.name]).output();
+        let _ = Command::new("bash")
+            .arg(repo().join("tests/setup/isolated-docker.sh"))
+            .args(["down", &self.name])
+            .output();
     }
 }
 
@@ -234,7 +311,10 @@ async fn engine_outage_reports_provider_unavailable_and_recovers_the_same_contai
     let docker = engine.client().await;
     let ns = namespace("e2e-outage").await;
     let opts = OperatorOptions {
-        config_extra: format!("providers:\n  - name: docker\n    type: docker\n    docker:\n      endpoint: {}\n", engine.host),
+        config_extra: format!(
+            "providers:\n  - name: docker\n    type: docker\n    docker:\n      endpoint: {}\n",
+            engine.host
+        ),
         ..Default::default()
     };
     let op = Operator::start(&ns, &ns, &opts);
@@ -244,40 +324,166 @@ async fn engine_outage_reports_provider_unavailable_and_recovers_the_same_contai
     let uid = uid_of(&s);
     let external = external_of(&s);
     let before = inspect_on(&docker, &external).await;
-    assert!(docker_cli(None, &["ps", "-aq", "--filter", &format!("label=sandboxes.dev/owner-uid={uid}")]).trim().is_empty(), "created on the isolated engine, not the shared one");
+    assert!(
+        docker_cli(
+            None,
+            &[
+                "ps",
+                "-aq",
+                "--filter",
+                &format!("label=sandboxes.dev/owner-uid={uid}")
+            ]
+        )
+        .trim()
+        .is_empty(),
+        "created on the isolated engine, not the shared one"
+    );
 
     // Engine gone: Ready=False with the provider's reason, nothing deleted.
     let stopped_at = Instant::now();
     engine.stop();
-    let s = wait_sandbox(&api, "steady", &op, "Ready=False ProviderUnavailable", EVENT_TIMEOUT, |s| match ready_of(s) {
-        Some((st, reason)) if st == "False" && reason == "ProviderUnavailable" => Ok(()),
-        other => Err(format!("ready={other:?}")),
-    })
+    let s = wait_sandbox(
+        &api,
+        "steady",
+        &op,
+        "Ready=False ProviderUnavailable",
+        EVENT_TIMEOUT,
+        |s| match ready_of(s) {
+            Some((st, reason)) if st == "False" && reason == "ProviderUnavailable" => Ok(()),
+            other => Err(format!("ready={other:?}")),
+        },
+    )
     .await;
-    eprintln!("outage noticed {} after the engine stopped", took(stopped_at));
-    let msg = cond(&s, "Ready").map(|c| c.message.clone()).unwrap_or_default();
-    assert!(msg.to_lowercase().contains("docker"), "the message names the engine: {msg}");
-    assert_eq!(cond(&s, "Reconciling").map(|c| c.status.as_str()), Some("True"), "an outage is retried, not stalled");
+    eprintln!(
+        "outage noticed {} after the engine stopped",
+        took(stopped_at)
+    );
+    let msg = cond(&s, "Ready")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    assert!(
+        msg.to_lowercase().contains("docker"),
+        "the message names the engine: {msg}"
+    );
+    assert_eq!(
+        cond(&s, "Reconciling").map(|c| c.status.as_str()),
+        Some("True"),
+        "an outage is retried, not stalled"
+    );
     assert!(cond(&s, "Stalled").is_none(), "an outage is not Stalled");
     assert!(s.metadata.deletion_timestamp.is_none());
-    assert!(s.metadata.finalizers.iter().flatten().any(|f| f == "sandboxes.dev/cleanup"), "finalizer kept");
-    assert_eq!(s.status.as_ref().and_then(|st| st.sandbox_id.clone()), Some(before.id.clone().expect("id")), "status keeps the container id");
+    assert!(
+        s.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "sandboxes.dev/cleanup"),
+        "finalizer kept"
+    );
+    assert_eq!(
+        s.status.as_ref().and_then(|st| st.sandbox_id.clone()),
+        Some(external.clone()),
+        "status keeps the sandbox id"
+    );
+    // A longer outage: several retries, each failing, backing off, and destroying nothing.
+    let series = "sandbox_operator_reconcile_errors_total{kind=\"Sandbox\",category=\"ProviderUnavailable\"}";
+    wait_for(
+        "four failed retries during the outage",
+        READY_TIMEOUT,
+        || async {
+            match sample(&op, series) {
+                Some(n) if n >= 4.0 => Ok(()),
+                other => Err(format!("{series} = {other:?}")),
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "outage lasted {} before the engine was started again",
+        took(stopped_at)
+    );
+    let s = api.get("steady").await.expect("still there");
+    assert_eq!(
+        ready_of(&s).map(|r| r.1).as_deref(),
+        Some("ProviderUnavailable")
+    );
+    assert!(s.metadata.deletion_timestamp.is_none());
 
     // Engine back (live-restore: the container survived): Ready again on the same container.
     let restarted_at = Instant::now();
     engine.start();
-    wait_sandbox(&api, "steady", &op, "Ready again after the engine returned", READY_TIMEOUT, is_ready).await;
-    eprintln!("recovered {} after the engine started again", took(restarted_at));
+    wait_sandbox(
+        &api,
+        "steady",
+        &op,
+        "Ready again after the engine returned",
+        READY_TIMEOUT,
+        is_ready,
+    )
+    .await;
+    eprintln!(
+        "recovered {} after the engine started again",
+        took(restarted_at)
+    );
     let docker = engine.client().await;
     let after = inspect_on(&docker, &external).await;
     assert_eq!(after.id, before.id, "the same container");
-    assert_eq!(after.state.as_ref().and_then(|s| s.started_at.clone()), before.state.as_ref().and_then(|s| s.started_at.clone()), "never restarted");
+    assert_eq!(
+        after.state.as_ref().and_then(|s| s.started_at.clone()),
+        before.state.as_ref().and_then(|s| s.started_at.clone()),
+        "never restarted"
+    );
     assert_eq!(after.state.as_ref().and_then(|s| s.running), Some(true));
     let all = containers_on(&docker, &uid).await;
     assert_eq!(all.len(), 1, "nothing duplicated: {all:?}");
+    let events = events_about(&ns, "steady").await;
+    let count = |reason: &str| events.iter().filter(|(_, r, _)| r == reason).count();
+    assert_eq!(count("Created"), 1, "created once: {events:?}");
+    assert_eq!(
+        count("SandboxVanished") + count("Destroyed") + count("Recreating"),
+        0,
+        "an outage is not a vanished sandbox: {events:?}"
+    );
+
+    // The Docker event stream was resubscribed: a container removed behind the operator's back
+    // on the restarted engine is noticed (and recreated, restartPolicy Always) by its event.
+    let old_id = after.id.clone().expect("id");
+    let removed_at = Instant::now();
+    docker_cli(Some(&engine.host), &["rm", "-f", &external]);
+    wait_for(
+        "the removed container to be recreated on the restarted engine",
+        EVENT_TIMEOUT,
+        || async {
+            match docker
+                .inspect_container(&external, None::<InspectContainerOptions>)
+                .await
+            {
+                Ok(c) if c.id.as_deref() != Some(old_id.as_str()) => Ok(()),
+                Ok(_) => Err("still the old container".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
+    .await;
+    eprintln!(
+        "event stream after the restart: recreated {} after docker rm -f",
+        took(removed_at)
+    );
+    wait_sandbox(
+        &api,
+        "steady",
+        &op,
+        "Ready on the recreated container",
+        READY_TIMEOUT,
+        is_ready,
+    )
+    .await;
 
     delete_and_wait_gone(&api, "steady").await;
-    assert!(containers_on(&docker, &uid).await.is_empty(), "delete still removes the container");
+    assert!(
+        containers_on(&docker, &uid).await.is_empty(),
+        "delete still removes the container"
+    );
     drop(op);
     eprintln!("engine_outage test took {}", took(t0));
 }
@@ -290,8 +496,14 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_within_the_lease()
     let t0 = Instant::now();
     let ns = namespace("e2e-leader").await;
     let _purge = Purge(ns.clone());
-    let opts = OperatorOptions { lease_secs: Some(4), ..Default::default() };
-    let mut ops = [Operator::start(&ns, &ns, &opts), Operator::start(&ns, &ns, &opts)];
+    let opts = OperatorOptions {
+        lease_secs: Some(4),
+        ..Default::default()
+    };
+    let mut ops = [
+        Operator::start(&ns, &ns, &opts),
+        Operator::start(&ns, &ns, &opts),
+    ];
     let leader = wait_single_leader(&[&ops[0], &ops[1]], READY_TIMEOUT).await;
     let follower = 1 - leader;
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
@@ -299,23 +511,37 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_within_the_lease()
     // Only the leader acts.
     apply(&sandbox_yaml("first", ""), &ns);
     let first = wait_ready(&api, "first", &ops[leader]).await;
-    assert!(sandbox_reconciles(&ops[leader]).unwrap_or(0.0) >= 1.0, "the leader reconciled");
+    assert!(
+        sandbox_reconciles(&ops[leader]).unwrap_or(0.0) >= 1.0,
+        "the leader reconciled"
+    );
     assert_eq!(leader_gauge(&ops[follower]), Some(0.0), "still following");
     assert_eq!(leader_gauge(&ops[leader]), Some(1.0), "still leading");
-    assert_eq!(sandbox_reconciles(&ops[follower]).unwrap_or(0.0), 0.0, "the follower never reconciles");
+    assert_eq!(
+        sandbox_reconciles(&ops[follower]).unwrap_or(0.0),
+        0.0,
+        "the follower never reconciles"
+    );
     let follower_log = std::fs::read_to_string(&ops[follower].log).unwrap_or_default();
-    assert!(!follower_log.contains("starting controllers"), "the follower started controllers:\n{follower_log}");
+    assert!(
+        !follower_log.contains("starting controllers"),
+        "the follower started controllers:\n{follower_log}"
+    );
     let holder = lease_holder(&ns, &ns).await.expect("a holder");
 
     // SIGKILL the leader: the follower takes over once the Lease expires (4 s) plus a margin.
     let killed_at = Instant::now();
     ops[leader].kill();
-    wait_for("the follower to take over", Duration::from_secs(4 + 8), || async {
-        match leader_gauge(&ops[follower]) {
-            Some(v) if v == 1.0 => Ok(()),
-            other => Err(format!("gauge {other:?}")),
-        }
-    })
+    wait_for(
+        "the follower to take over",
+        Duration::from_secs(4 + 8),
+        || async {
+            match leader_gauge(&ops[follower]) {
+                Some(1.0) => Ok(()),
+                other => Err(format!("gauge {other:?}")),
+            }
+        },
+    )
     .await;
     eprintln!("failover after SIGKILL took {}", took(killed_at));
     let new_holder = lease_holder(&ns, &ns).await.expect("a holder");
@@ -326,7 +552,11 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_within_the_lease()
     let second = wait_ready(&api, "second", &ops[follower]).await;
     let docker = docker().await;
     assert_eq!(containers_on(&docker, &uid_of(&second)).await.len(), 1);
-    assert_eq!(containers_on(&docker, &uid_of(&first)).await.len(), 1, "the first sandbox is adopted, not duplicated");
+    assert_eq!(
+        containers_on(&docker, &uid_of(&first)).await.len(),
+        1,
+        "the first sandbox is adopted, not duplicated"
+    );
     delete_and_wait_gone(&api, "first").await;
     delete_and_wait_gone(&api, "second").await;
     assert!(containers_on(&docker, &uid_of(&first)).await.is_empty());
@@ -341,8 +571,14 @@ async fn sigterm_releases_the_lease_so_the_standby_takes_over_at_once() {
     let _purge = Purge(ns.clone());
     // A long lease: without the release on SIGTERM the standby would wait ~20 s.
     let lease = 20u64;
-    let opts = OperatorOptions { lease_secs: Some(lease), ..Default::default() };
-    let mut ops = [Operator::start(&ns, &ns, &opts), Operator::start(&ns, &ns, &opts)];
+    let opts = OperatorOptions {
+        lease_secs: Some(lease),
+        ..Default::default()
+    };
+    let mut ops = [
+        Operator::start(&ns, &ns, &opts),
+        Operator::start(&ns, &ns, &opts),
+    ];
     let leader = wait_single_leader(&[&ops[0], &ops[1]], READY_TIMEOUT).await;
     let standby = 1 - leader;
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
@@ -354,15 +590,26 @@ async fn sigterm_releases_the_lease_so_the_standby_takes_over_at_once() {
     let status = ops[leader].terminate().expect("the leader was running");
     assert!(status.success(), "SIGTERM exits 0, got {status:?}");
     let exited = took(term_at);
-    assert_ne!(lease_holder(&ns, &ns).await.as_deref(), Some(holder.as_str()), "the Lease is released on exit");
-    wait_for("the standby to take over", Duration::from_secs(lease / 2), || async {
-        match leader_gauge(&ops[standby]) {
-            Some(v) if v == 1.0 => Ok(()),
-            other => Err(format!("gauge {other:?}")),
-        }
-    })
+    assert_ne!(
+        lease_holder(&ns, &ns).await.as_deref(),
+        Some(holder.as_str()),
+        "the Lease is released on exit"
+    );
+    wait_for(
+        "the standby to take over",
+        Duration::from_secs(lease / 2),
+        || async {
+            match leader_gauge(&ops[standby]) {
+                Some(1.0) => Ok(()),
+                other => Err(format!("gauge {other:?}")),
+            }
+        },
+    )
     .await;
-    eprintln!("SIGTERM: leader exited after {exited}, standby leading {} after the signal (lease {lease} s)", took(term_at));
+    eprintln!(
+        "SIGTERM: leader exited after {exited}, standby leading {} after the signal (lease {lease} s)",
+        took(term_at)
+    );
 
     apply(&sandbox_yaml("after", ""), &ns);
     let after = wait_ready(&api, "after", &ops[standby]).await;
@@ -395,31 +642,77 @@ async fn a_removed_container_is_recreated_or_reported_per_restart_policy() {
     // Always: recreated under the same name, with a new id, and a Warning says why.
     let removed_at = Instant::now();
     docker_cli(None, &["rm", "-f", &phoenix_name]);
-    let new = wait_for("a new, running container under the same name", EVENT_TIMEOUT, || async {
-        match docker.inspect_container(&phoenix_name, None::<InspectContainerOptions>).await {
-            Ok(c) if c.id.as_deref() != Some(old_id.as_str()) && c.state.as_ref().and_then(|s| s.running) == Some(true) => Ok(c),
-            Ok(c) => Err(format!("id {:?} running {:?}", c.id, c.state.and_then(|s| s.running))),
-            Err(e) => Err(e.to_string()),
-        }
-    })
+    let new = wait_for(
+        "a new, running container under the same name",
+        EVENT_TIMEOUT,
+        || async {
+            match docker
+                .inspect_container(&phoenix_name, None::<InspectContainerOptions>)
+                .await
+            {
+                Ok(c)
+                    if c.id.as_deref() != Some(old_id.as_str())
+                        && c.state.as_ref().and_then(|s| s.running) == Some(true) =>
+                {
+                    Ok(c)
+                }
+                Ok(c) => Err(format!(
+                    "id {:?} running {:?}",
+                    c.id,
+                    c.state.and_then(|s| s.running)
+                )),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
     .await;
     eprintln!("Always: recreated {} after docker rm -f", took(removed_at));
-    let started = new.state.as_ref().and_then(|s| s.started_at.clone()).expect("startedAt");
-    let s = wait_sandbox(&api, "phoenix", &op, "Ready on the new container", EVENT_TIMEOUT, |s| {
-        is_ready(s)?;
-        // status.startedAt is the new container's (seconds precision).
-        match s.status.as_ref().and_then(|st| st.started_at.clone()) {
-            Some(at) if started.starts_with(at.trim_end_matches('Z')) => Ok(()),
-            other => Err(format!("startedAt {other:?}, container started {started}")),
-        }
-    })
+    let started = new
+        .state
+        .as_ref()
+        .and_then(|s| s.started_at.clone())
+        .expect("startedAt");
+    let s = wait_sandbox(
+        &api,
+        "phoenix",
+        &op,
+        "Ready on the new container",
+        EVENT_TIMEOUT,
+        |s| {
+            is_ready(s)?;
+            // status.startedAt is the new container's (seconds precision).
+            match s.status.as_ref().and_then(|st| st.started_at.clone()) {
+                Some(at) if started.starts_with(at.trim_end_matches('Z')) => Ok(()),
+                other => Err(format!("startedAt {other:?}, container started {started}")),
+            }
+        },
+    )
     .await;
-    assert_eq!(new.name.as_deref(), Some(format!("/{phoenix_name}").as_str()), "same name");
-    assert_eq!(containers_on(&docker, &uid_of(&s)).await.len(), 1, "exactly one container");
-    let events = wait_for("a SandboxVanished Warning on phoenix", EVENT_TIMEOUT, || async {
-        let ev = events_about(&ns, "phoenix").await;
-        if ev.iter().any(|(t, r, _)| t == "Warning" && r == "SandboxVanished") { Ok(ev) } else { Err(format!("{ev:?}")) }
-    })
+    assert_eq!(
+        new.name.as_deref(),
+        Some(format!("/{phoenix_name}").as_str()),
+        "same name"
+    );
+    assert_eq!(
+        containers_on(&docker, &uid_of(&s)).await.len(),
+        1,
+        "exactly one container"
+    );
+    let events = wait_for(
+        "a SandboxVanished Warning on phoenix",
+        EVENT_TIMEOUT,
+        || async {
+            let ev = events_about(&ns, "phoenix").await;
+            if ev
+                .iter()
+                .any(|(t, r, _)| t == "Warning" && r == "SandboxVanished")
+            {
+                Ok(ev)
+            } else {
+                Err(format!("{ev:?}"))
+            }
+        },
+    )
     .await;
     assert!(events.iter().any(|(_, r, _)| r == "Created"), "{events:?}");
 
@@ -427,30 +720,70 @@ async fn a_removed_container_is_recreated_or_reported_per_restart_policy() {
     let mortal_name = external_of(&mortal);
     let removed_at = Instant::now();
     docker_cli(None, &["rm", "-f", &mortal_name]);
-    let s = wait_sandbox(&api, "mortal", &op, "Stalled SandboxGone", EVENT_TIMEOUT, |s| {
-        match (ready_of(s), cond(s, "Stalled").map(|c| (c.status.as_str(), c.reason.as_str()))) {
+    let s = wait_sandbox(
+        &api,
+        "mortal",
+        &op,
+        "Stalled SandboxGone",
+        EVENT_TIMEOUT,
+        |s| match (
+            ready_of(s),
+            cond(s, "Stalled").map(|c| (c.status.as_str(), c.reason.as_str())),
+        ) {
             (Some((r, _)), Some(("True", "SandboxGone"))) if r == "False" => Ok(()),
             (r, st) => Err(format!("ready={r:?} stalled={st:?}")),
-        }
-    })
+        },
+    )
     .await;
-    eprintln!("Never: reported gone {} after docker rm -f", took(removed_at));
+    eprintln!(
+        "Never: reported gone {} after docker rm -f",
+        took(removed_at)
+    );
     assert_eq!(ready_of(&s).map(|r| r.1).as_deref(), Some("SandboxGone"));
-    assert!(containers_on(&docker, &uid_of(&s)).await.is_empty(), "restartPolicy Never creates nothing");
+    assert!(
+        containers_on(&docker, &uid_of(&s)).await.is_empty(),
+        "restartPolicy Never creates nothing"
+    );
     let events = events_about(&ns, "mortal").await;
-    assert!(events.iter().any(|(t, r, _)| t == "Warning" && (r == "SandboxVanished" || r == "SandboxGone")), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|(t, r, _)| t == "Warning" && (r == "SandboxVanished" || r == "SandboxGone")),
+        "{events:?}"
+    );
     // Still nothing after the operator has seen the object again (a spec-neutral touch).
-    let out = kubectl(&["annotate", "-n", &ns, "sandbox/mortal", "touched=1"], None);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = kubectl(
+        &["annotate", "-n", &ns, "sandbox/mortal", "touched=1"],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let reconciles = sandbox_reconciles(&op).unwrap_or(0.0);
-    wait_for("the operator to reconcile the touched Sandbox", EVENT_TIMEOUT, || async {
-        let now = sandbox_reconciles(&op).unwrap_or(0.0);
-        if now > reconciles { Ok(()) } else { Err(format!("reconciles {now}")) }
-    })
+    wait_for(
+        "the operator to reconcile the touched Sandbox",
+        EVENT_TIMEOUT,
+        || async {
+            let now = sandbox_reconciles(&op).unwrap_or(0.0);
+            if now > reconciles {
+                Ok(())
+            } else {
+                Err(format!("reconciles {now}"))
+            }
+        },
+    )
     .await;
     let s = api.get("mortal").await.expect("mortal");
-    assert_eq!(cond(&s, "Stalled").map(|c| c.reason.as_str()), Some("SandboxGone"));
-    assert!(containers_on(&docker, &uid_of(&s)).await.is_empty(), "restartPolicy Never creates nothing");
+    assert_eq!(
+        cond(&s, "Stalled").map(|c| c.reason.as_str()),
+        Some("SandboxGone")
+    );
+    assert!(
+        containers_on(&docker, &uid_of(&s)).await.is_empty(),
+        "restartPolicy Never creates nothing"
+    );
 
     delete_and_wait_gone(&api, "phoenix").await;
     delete_and_wait_gone(&api, "mortal").await;
@@ -473,10 +806,19 @@ async fn env_from_reaches_the_container_and_self_delivered_env_leaks_nowhere() {
         "stringData": {"DB_PASSWORD": VALUE},
     }))
     .expect("secret");
-    secrets.create(&PostParams::default(), &secret).await.expect("create secret");
+    secrets
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
     let op = Operator::start(&ns, &ns, &OperatorOptions::default());
     let api: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
-    apply(&sandbox_yaml("plain", "  envFrom:\n    - secretRef: {name: app-secrets}\n"), &ns);
+    apply(
+        &sandbox_yaml(
+            "plain",
+            "  envFrom:\n    - secretRef: {name: app-secrets}\n",
+        ),
+        &ns,
+    );
     // The main process records whether the env file was there when it started.
     apply(
         &sandbox_yaml(
@@ -496,31 +838,70 @@ async fn env_from_reaches_the_container_and_self_delivered_env_leaks_nowhere() {
 
     // selfDeliveredEnv: in the file, exactly, mode 600, before the main process started.
     let name = external_of(&private);
-    let printed = docker_cli(None, &["exec", &name, "sh", "-c", "set -a; . /run/sandboxes.dev/env; printf %s \"$DB_PASSWORD\""]);
+    let printed = docker_cli(
+        None,
+        &[
+            "exec",
+            &name,
+            "sh",
+            "-c",
+            "set -a; . /run/sandboxes.dev/env; printf %s \"$DB_PASSWORD\"",
+        ],
+    );
     assert_eq!(printed, VALUE);
-    assert_eq!(docker_cli(None, &["exec", &name, "stat", "-c", "%a", "/run/sandboxes.dev/env"]).trim(), "600");
+    assert_eq!(
+        docker_cli(
+            None,
+            &["exec", &name, "stat", "-c", "%a", "/run/sandboxes.dev/env"]
+        )
+        .trim(),
+        "600"
+    );
     docker_cli(None, &["exec", &name, "test", "-f", "/tmp/env-was-there"]);
 
     // ... and nowhere else: not in the container's configuration, the Sandbox, its Events or
     // the operator's log, in any of the forms it passed through.
-    let b64 = serde_json::to_value(k8s_openapi::ByteString(VALUE.as_bytes().to_vec())).expect("base64");
+    let b64 =
+        serde_json::to_value(k8s_openapi::ByteString(VALUE.as_bytes().to_vec())).expect("base64");
     let b64 = b64.as_str().expect("a string").to_string();
     let needles = ["s3cr3t", b64.as_str(), &b64[..12]];
     let inspect = docker_cli(None, &["inspect", &name]);
     let object = serde_json::to_string(&api.get("private").await.expect("get")).expect("json");
     let events = format!("{:?}", events_about(&ns, "private").await);
     let log = std::fs::read_to_string(&op.log).expect("operator log");
-    for (what, text) in [("docker inspect", &inspect), ("the Sandbox", &object), ("its Events", &events), ("the operator log", &log)] {
+    for (what, text) in [
+        ("docker inspect", &inspect),
+        ("the Sandbox", &object),
+        ("its Events", &events),
+        ("the operator log", &log),
+    ] {
         for needle in needles {
-            assert!(!text.contains(needle), "the self-delivered secret leaked into {what} ({needle:?})");
+            assert!(
+                !text.contains(needle),
+                "the self-delivered secret leaked into {what} ({needle:?})"
+            );
         }
     }
-    assert!(!inspect.contains("DB_PASSWORD"), "not even the key is in the container config");
+    assert!(
+        !inspect.contains("DB_PASSWORD"),
+        "not even the key is in the container config"
+    );
     let st = private.status.clone().expect("status");
-    let version = secrets.get("app-secrets").await.expect("secret").metadata.resource_version;
-    assert_eq!(st.self_delivered_env_hash, version, "status records only the Secret's resourceVersion");
+    let version = secrets
+        .get("app-secrets")
+        .await
+        .expect("secret")
+        .metadata
+        .resource_version;
+    assert_eq!(
+        st.self_delivered_env_hash, version,
+        "status records only the Secret's resourceVersion"
+    );
     // The plain sandbox's log lines do not carry it either (its value is in its config by design).
-    assert!(!log.contains(VALUE), "the operator never logs Secret values");
+    assert!(
+        !log.contains(VALUE),
+        "the operator never logs Secret values"
+    );
 
     delete_and_wait_gone(&api, "plain").await;
     delete_and_wait_gone(&api, "private").await;
@@ -537,37 +918,67 @@ async fn lifetime_deletes_or_stops_when_the_ttl_runs_out() {
     let _purge = Purge(ns.clone());
     let op = Operator::start(&ns, &ns, &OperatorOptions::default());
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    apply(&sandbox_yaml("ephemeral", "  lifetime: {ttlSeconds: 5, action: Delete}\n"), &ns);
-    apply(&sandbox_yaml("napper", "  lifetime: {ttlSeconds: 5}\n"), &ns);
+    apply(
+        &sandbox_yaml("ephemeral", "  lifetime: {ttlSeconds: 5, action: Delete}\n"),
+        &ns,
+    );
+    apply(
+        &sandbox_yaml("napper", "  lifetime: {ttlSeconds: 5}\n"),
+        &ns,
+    );
     let docker = docker().await;
 
     // Delete: the object goes away by itself, and its container with it.
     let ephemeral = wait_sandbox(&api, "ephemeral", &op, "a container", READY_TIMEOUT, |s| {
-        s.status.as_ref().and_then(|st| st.sandbox_id.clone()).map(drop).ok_or_else(|| "no sandboxId".to_string())
+        s.status
+            .as_ref()
+            .and_then(|st| st.sandbox_id.clone())
+            .map(drop)
+            .ok_or_else(|| "no sandboxId".to_string())
     })
     .await;
     let uid = uid_of(&ephemeral);
     wait_gone(&api, "ephemeral", Duration::from_secs(5) + READY_TIMEOUT).await;
     eprintln!("Delete: gone {} after the test began", took(t0));
-    assert!(containers_on(&docker, &uid).await.is_empty(), "the container went with it");
+    assert!(
+        containers_on(&docker, &uid).await.is_empty(),
+        "the container went with it"
+    );
     let events = events_about(&ns, "ephemeral").await;
-    assert!(events.iter().any(|(_, r, _)| r == "LifetimeExpired"), "{events:?}");
+    assert!(
+        events.iter().any(|(_, r, _)| r == "LifetimeExpired"),
+        "{events:?}"
+    );
 
     // Stop (the default action): the object stays, Ready with reason Stopped, container stopped.
-    let s = wait_sandbox(&api, "napper", &op, "Ready=True Stopped", READY_TIMEOUT, |s| {
-        is_ready(s)?;
-        match ready_of(s) {
-            Some((_, reason)) if reason == "Stopped" => Ok(()),
-            other => Err(format!("ready={other:?}")),
-        }
-    })
+    let s = wait_sandbox(
+        &api,
+        "napper",
+        &op,
+        "Ready=True Stopped",
+        READY_TIMEOUT,
+        |s| {
+            is_ready(s)?;
+            match ready_of(s) {
+                Some((_, reason)) if reason == "Stopped" => Ok(()),
+                other => Err(format!("ready={other:?}")),
+            }
+        },
+    )
     .await;
     eprintln!("Stop: stopped {} after the test began", took(t0));
     let c = inspect_on(&docker, &external_of(&s)).await;
     let state = c.state.expect("state");
     assert_eq!(state.running, Some(false), "stopped");
-    assert!(state.started_at.is_some_and(|t| !t.starts_with("0001")), "it ran before its lifetime ended");
-    assert_eq!(containers_on(&docker, &uid_of(&s)).await.len(), 1, "stopped, not removed");
+    assert!(
+        state.started_at.is_some_and(|t| !t.starts_with("0001")),
+        "it ran before its lifetime ended"
+    );
+    assert_eq!(
+        containers_on(&docker, &uid_of(&s)).await.len(),
+        1,
+        "stopped, not removed"
+    );
 
     delete_and_wait_gone(&api, "napper").await;
     eprintln!("lifetime test took {}", took(t0));

@@ -26,10 +26,13 @@ async fn wait_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
     let what = format!("Sandbox {name} Ready (operator log: {})", op.log.display());
     wait_for(&what, READY_TIMEOUT, || async {
         let s = sandbox(api, name).await?;
-        let gen_ok = s.status.as_ref().and_then(|st| st.observed_generation) == s.metadata.generation;
+        let gen_ok =
+            s.status.as_ref().and_then(|st| st.observed_generation) == s.metadata.generation;
         match ready(&s) {
             Some((st, _)) if st == "True" && gen_ok => Ok(s),
-            other => Err(format!("ready={other:?} observedGeneration matches={gen_ok}")),
+            other => Err(format!(
+                "ready={other:?} observedGeneration matches={gen_ok}"
+            )),
         }
     })
     .await
@@ -37,26 +40,46 @@ async fn wait_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
 
 async fn containers_of(uid: &str) -> Vec<bollard::models::ContainerSummary> {
     let docker = docker().await;
-    let filters = std::collections::HashMap::from([("label".to_string(), vec![format!("sandboxes.dev/owner-uid={uid}")])]);
+    let filters = std::collections::HashMap::from([(
+        "label".to_string(),
+        vec![format!("sandboxes.dev/owner-uid={uid}")],
+    )]);
     docker
-        .list_containers(Some(ListContainersOptions { all: true, filters: Some(filters), ..Default::default() }))
+        .list_containers(Some(ListContainersOptions {
+            all: true,
+            filters: Some(filters),
+            ..Default::default()
+        }))
         .await
         .expect("list containers")
 }
 
 async fn inspect(name: &str) -> bollard::models::ContainerInspectResponse {
-    docker().await.inspect_container(name, None::<InspectContainerOptions>).await.expect("inspect")
+    docker()
+        .await
+        .inspect_container(name, None::<InspectContainerOptions>)
+        .await
+        .expect("inspect")
 }
 
 async fn delete_and_wait_gone(api: &Api<Sandbox>, name: &str) {
-    api.delete(name, &DeleteParams::default()).await.expect("delete");
-    wait_for(&format!("Sandbox {name} to be gone"), READY_TIMEOUT, || async {
-        match api.get_opt(name).await {
-            Ok(None) => Ok(()),
-            Ok(Some(s)) => Err(format!("still there, finalizers {:?}", s.metadata.finalizers)),
-            Err(e) => Err(e.to_string()),
-        }
-    })
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_for(
+        &format!("Sandbox {name} to be gone"),
+        READY_TIMEOUT,
+        || async {
+            match api.get_opt(name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(s)) => Err(format!(
+                    "still there, finalizers {:?}",
+                    s.metadata.finalizers
+                )),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
     .await;
 }
 
@@ -70,29 +93,63 @@ async fn apply_creates_a_matching_container_and_delete_removes_it() {
     let s = wait_ready(&api, "demo", &op).await;
     let uid = s.metadata.uid.clone().expect("uid");
     let status = s.status.clone().expect("status");
-    assert_eq!(status.external_name.as_deref(), Some(format!("sbx-{uid}").as_str()));
+    assert_eq!(
+        status.external_name.as_deref(),
+        Some(format!("sbx-{uid}").as_str())
+    );
     assert_eq!(status.provider.as_deref(), Some("docker"));
     assert!(status.started_at.is_some(), "startedAt set");
-    assert!(s.metadata.finalizers.iter().flatten().any(|f| f == "sandboxes.dev/cleanup"));
+    assert!(
+        s.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == "sandboxes.dev/cleanup")
+    );
 
     // The container matches the spec.
     let c = inspect(&format!("sbx-{uid}")).await;
-    let labels = c.config.as_ref().and_then(|c| c.labels.clone()).unwrap_or_default();
+    let labels = c
+        .config
+        .as_ref()
+        .and_then(|c| c.labels.clone())
+        .unwrap_or_default();
     assert_eq!(labels.get("sandboxes.dev/managed-by"), Some(&ns));
     assert_eq!(labels.get("sandboxes.dev/owner-uid"), Some(&uid));
-    assert_eq!(labels.get("sandboxes.dev/owner"), Some(&format!("{ns}.demo")));
-    assert_eq!(labels.get("sandboxes.dev/kind").map(String::as_str), Some("Sandbox"));
+    assert_eq!(
+        labels.get("sandboxes.dev/owner"),
+        Some(&format!("{ns}.demo"))
+    );
+    assert_eq!(
+        labels.get("sandboxes.dev/kind").map(String::as_str),
+        Some("Sandbox")
+    );
     assert_eq!(labels.get("team").map(String::as_str), Some("examples"));
-    let env = c.config.as_ref().and_then(|c| c.env.clone()).unwrap_or_default();
+    let env = c
+        .config
+        .as_ref()
+        .and_then(|c| c.env.clone())
+        .unwrap_or_default();
     assert!(env.contains(&"GREETING=hello".to_string()), "env {env:?}");
-    let cmd = c.config.as_ref().and_then(|c| c.cmd.clone()).unwrap_or_default();
+    let cmd = c
+        .config
+        .as_ref()
+        .and_then(|c| c.cmd.clone())
+        .unwrap_or_default();
     assert_eq!(cmd.first().map(String::as_str), Some("perl"));
     let host = c.host_config.clone().expect("host config");
     assert_eq!(host.memory, Some(256 * 1024 * 1024));
     assert_eq!(host.nano_cpus, Some(500_000_000));
     assert_eq!(host.pids_limit, Some(256));
-    let restart = host.restart_policy.and_then(|r| r.name).map(|n| format!("{n:?}")).unwrap_or_default();
-    assert!(restart.to_lowercase().contains("on") && restart.to_lowercase().contains("failure"), "restart policy {restart}");
+    let restart = host
+        .restart_policy
+        .and_then(|r| r.name)
+        .map(|n| format!("{n:?}"))
+        .unwrap_or_default();
+    assert!(
+        restart.to_lowercase().contains("on") && restart.to_lowercase().contains("failure"),
+        "restart policy {restart}"
+    );
 
     // The published port answers on loopback, at the URL status gives.
     let url = status.url.clone().expect("status.url");
@@ -100,14 +157,21 @@ async fn apply_creates_a_matching_container_and_delete_removes_it() {
     let addr = url.trim_start_matches("http://").to_string();
     let body = wait_for("the sandbox's HTTP server", Duration::from_secs(30), || {
         let addr = addr.clone();
-        async move { http_get(&addr, "/").filter(|r| r.contains("hello from sandbox")).ok_or_else(|| "no answer yet".to_string()) }
+        async move {
+            http_get(&addr, "/")
+                .filter(|r| r.contains("hello from sandbox"))
+                .ok_or_else(|| "no answer yet".to_string())
+        }
     })
     .await;
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
 
     // Delete: container gone, finalizer released.
     delete_and_wait_gone(&api, "demo").await;
-    assert!(containers_of(&uid).await.is_empty(), "container left behind");
+    assert!(
+        containers_of(&uid).await.is_empty(),
+        "container left behind"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -131,39 +195,78 @@ spec:
         base_image()
     );
     let out = apply_yaml(&manifest, &ns);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
     let s = wait_ready(&api, "counter", &op).await;
-    let name = s.status.as_ref().and_then(|s| s.external_name.clone()).expect("external name");
+    let name = s
+        .status
+        .as_ref()
+        .and_then(|s| s.external_name.clone())
+        .expect("external name");
     let first_id = inspect(&name).await.id;
 
     // Resources change in place (same container).
     let patch = |v: serde_json::Value| Patch::Merge(v);
-    api.patch("counter", &PatchParams::default(), &patch(serde_json::json!({"spec": {"resources": {"memory": "192Mi", "cpu": "500m"}}})))
-        .await
-        .expect("patch resources");
+    api.patch(
+        "counter",
+        &PatchParams::default(),
+        &patch(serde_json::json!({"spec": {"resources": {"memory": "192Mi", "cpu": "500m"}}})),
+    )
+    .await
+    .expect("patch resources");
     wait_ready(&api, "counter", &op).await;
     let c = inspect(&name).await;
     assert_eq!(c.id, first_id, "resources must not recreate");
     let hc = c.host_config.expect("host config");
-    assert_eq!((hc.memory, hc.nano_cpus), (Some(192 * 1024 * 1024), Some(500_000_000)));
+    assert_eq!(
+        (hc.memory, hc.nano_cpus),
+        (Some(192 * 1024 * 1024), Some(500_000_000))
+    );
 
     // Sleeping = paused, processes preserved.
-    api.patch("counter", &PatchParams::default(), &patch(serde_json::json!({"spec": {"state": "Sleeping"}}))).await.expect("patch");
+    api.patch(
+        "counter",
+        &PatchParams::default(),
+        &patch(serde_json::json!({"spec": {"state": "Sleeping"}})),
+    )
+    .await
+    .expect("patch");
     let s = wait_ready(&api, "counter", &op).await;
     let state = inspect(&name).await.state.expect("state");
     assert_eq!(state.paused, Some(true));
-    let hib = s.status.and_then(|st| st.last_hibernation).expect("lastHibernation");
-    assert!(hib.processes_preserved, "pause preserves processes: {hib:?}");
+    let hib = s
+        .status
+        .and_then(|st| st.last_hibernation)
+        .expect("lastHibernation");
+    assert!(
+        hib.processes_preserved,
+        "pause preserves processes: {hib:?}"
+    );
 
     // Stopped = exited.
-    api.patch("counter", &PatchParams::default(), &patch(serde_json::json!({"spec": {"state": "Stopped"}}))).await.expect("patch");
+    api.patch(
+        "counter",
+        &PatchParams::default(),
+        &patch(serde_json::json!({"spec": {"state": "Stopped"}})),
+    )
+    .await
+    .expect("patch");
     wait_ready(&api, "counter", &op).await;
     let state = inspect(&name).await.state.expect("state");
     assert_eq!((state.running, state.paused), (Some(false), Some(false)));
 
     // Back to Running, same container.
-    api.patch("counter", &PatchParams::default(), &patch(serde_json::json!({"spec": {"state": "Running"}}))).await.expect("patch");
+    api.patch(
+        "counter",
+        &PatchParams::default(),
+        &patch(serde_json::json!({"spec": {"state": "Running"}})),
+    )
+    .await
+    .expect("patch");
     wait_ready(&api, "counter", &op).await;
     let c = inspect(&name).await;
     assert_eq!(c.state.and_then(|s| s.running), Some(true));
@@ -208,29 +311,81 @@ spec:
         base_image()
     );
     let out = apply_yaml(&manifest, &ns);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let client = client().await;
     let api: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
     let vols: Api<SandboxVolume> = Api::namespaced(client, &ns);
     let s = wait_ready(&api, "worker", &op).await;
-    let keep = vols.get("keep").await.expect("keep").status.and_then(|s| s.volume_name).expect("volume name");
-    let scratch = vols.get("scratch").await.expect("scratch").status.and_then(|s| s.volume_name).expect("volume name");
-    let c = inspect(s.status.and_then(|s| s.external_name).as_deref().expect("name")).await;
-    let mounts: Vec<(String, String)> =
-        c.mounts.unwrap_or_default().into_iter().map(|m| (m.name.unwrap_or_default(), m.destination.unwrap_or_default())).collect();
-    assert!(mounts.contains(&(keep.clone(), "/data".into())), "{mounts:?}");
-    assert!(mounts.contains(&(scratch.clone(), "/scratch".into())), "{mounts:?}");
+    let keep = vols
+        .get("keep")
+        .await
+        .expect("keep")
+        .status
+        .and_then(|s| s.volume_name)
+        .expect("volume name");
+    let scratch = vols
+        .get("scratch")
+        .await
+        .expect("scratch")
+        .status
+        .and_then(|s| s.volume_name)
+        .expect("volume name");
+    let c = inspect(
+        s.status
+            .and_then(|s| s.external_name)
+            .as_deref()
+            .expect("name"),
+    )
+    .await;
+    let mounts: Vec<(String, String)> = c
+        .mounts
+        .unwrap_or_default()
+        .into_iter()
+        .map(|m| {
+            (
+                m.name.unwrap_or_default(),
+                m.destination.unwrap_or_default(),
+            )
+        })
+        .collect();
+    assert!(
+        mounts.contains(&(keep.clone(), "/data".into())),
+        "{mounts:?}"
+    );
+    assert!(
+        mounts.contains(&(scratch.clone(), "/scratch".into())),
+        "{mounts:?}"
+    );
 
     // While the sandbox holds it, a Delete volume is not removed: the object waits.
-    vols.delete("scratch", &DeleteParams::default()).await.expect("delete scratch");
-    wait_for("scratch to report VolumeAttached", READY_TIMEOUT, || async {
-        let v = vols.get("scratch").await.map_err(|e| e.to_string())?;
-        let reason = v.status.as_ref().and_then(|s| condition(&s.conditions, "Ready")).map(|c| c.reason.clone());
-        (reason.as_deref() == Some("VolumeAttached")).then_some(()).ok_or(format!("reason {reason:?}"))
-    })
+    vols.delete("scratch", &DeleteParams::default())
+        .await
+        .expect("delete scratch");
+    wait_for(
+        "scratch to report VolumeAttached",
+        READY_TIMEOUT,
+        || async {
+            let v = vols.get("scratch").await.map_err(|e| e.to_string())?;
+            let reason = v
+                .status
+                .as_ref()
+                .and_then(|s| condition(&s.conditions, "Ready"))
+                .map(|c| c.reason.clone());
+            (reason.as_deref() == Some("VolumeAttached"))
+                .then_some(())
+                .ok_or(format!("reason {reason:?}"))
+        },
+    )
     .await;
     let docker = docker().await;
-    assert!(docker.inspect_volume(&scratch).await.is_ok(), "attached volume must survive");
+    assert!(
+        docker.inspect_volume(&scratch).await.is_ok(),
+        "attached volume must survive"
+    );
 
     delete_and_wait_gone(&api, "worker").await;
     wait_for("scratch object gone", READY_TIMEOUT, || async {
@@ -240,8 +395,13 @@ spec:
         }
     })
     .await;
-    assert!(docker.inspect_volume(&scratch).await.is_err(), "Delete volume must be removed");
-    vols.delete("keep", &DeleteParams::default()).await.expect("delete keep");
+    assert!(
+        docker.inspect_volume(&scratch).await.is_err(),
+        "Delete volume must be removed"
+    );
+    vols.delete("keep", &DeleteParams::default())
+        .await
+        .expect("delete keep");
     wait_for("keep object gone", READY_TIMEOUT, || async {
         match vols.get_opt("keep").await {
             Ok(None) => Ok(()),
@@ -249,7 +409,10 @@ spec:
         }
     })
     .await;
-    assert!(docker.inspect_volume(&keep).await.is_ok(), "Retain volume must survive");
+    assert!(
+        docker.inspect_volume(&keep).await.is_ok(),
+        "Retain volume must survive"
+    );
     drop(op);
 }
 
@@ -276,9 +439,21 @@ async fn missing_template_stalls_and_creates_nothing() {
     let st = s.status.clone().expect("status");
     let stalled = condition(&st.conditions, "Stalled").expect("stalled");
     assert_eq!(stalled.reason, "TemplateNotFound");
-    assert!(stalled.message.contains("does-not-exist"), "{}", stalled.message);
-    assert_eq!(condition(&st.conditions, "Ready").map(|c| c.status.as_str()), Some("False"));
-    assert!(containers_of(s.metadata.uid.as_deref().expect("uid")).await.is_empty(), "never boots the plain image");
+    assert!(
+        stalled.message.contains("does-not-exist"),
+        "{}",
+        stalled.message
+    );
+    assert_eq!(
+        condition(&st.conditions, "Ready").map(|c| c.status.as_str()),
+        Some("False")
+    );
+    assert!(
+        containers_of(s.metadata.uid.as_deref().expect("uid"))
+            .await
+            .is_empty(),
+        "never boots the plain image"
+    );
     delete_and_wait_gone(&api, "fromtpl").await;
 }
 
@@ -286,9 +461,15 @@ async fn missing_template_stalls_and_creates_nothing() {
 async fn crash_between_create_and_status_write_adopts_instead_of_duplicating() {
     let ns = namespace("e2e-crash").await;
     let _purge = Purge(ns.clone());
-    let crashing = OperatorOptions { env: vec![("SANDBOX_OPERATOR_FAILPOINT".into(), "after-create".into())], ..Default::default() };
+    let crashing = OperatorOptions {
+        env: vec![("SANDBOX_OPERATOR_FAILPOINT".into(), "after-create".into())],
+        ..Default::default()
+    };
     let mut op = Operator::start(&ns, &ns, &crashing);
-    let manifest = format!("apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: crashy\nspec:\n  image: {}\n", base_image());
+    let manifest = format!(
+        "apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: crashy\nspec:\n  image: {}\n",
+        base_image()
+    );
     assert!(apply_yaml(&manifest, &ns).status.success());
     let status = op.wait_exit(READY_TIMEOUT).await;
     assert!(!status.success(), "the failpoint aborts the process");
@@ -296,11 +477,21 @@ async fn crash_between_create_and_status_write_adopts_instead_of_duplicating() {
     let s = sandbox(&api, "crashy").await.expect("get");
     let uid = s.metadata.uid.clone().expect("uid");
     assert_eq!(containers_of(&uid).await.len(), 1, "the create happened");
-    assert!(s.status.as_ref().and_then(|s| s.sandbox_id.clone()).is_none(), "but was not recorded");
+    assert!(
+        s.status
+            .as_ref()
+            .and_then(|s| s.sandbox_id.clone())
+            .is_none(),
+        "but was not recorded"
+    );
 
     let op = Operator::start(&ns, &ns, &OperatorOptions::default());
     wait_ready(&api, "crashy", &op).await;
-    assert_eq!(containers_of(&uid).await.len(), 1, "exactly one container after restart");
+    assert_eq!(
+        containers_of(&uid).await.len(),
+        1,
+        "exactly one container after restart"
+    );
     delete_and_wait_gone(&api, "crashy").await;
 }
 
@@ -308,9 +499,16 @@ async fn crash_between_create_and_status_write_adopts_instead_of_duplicating() {
 async fn invalid_manifests_are_rejected_by_the_api_server_with_their_message() {
     let ns = namespace("e2e-invalid").await;
     let dir = repo().join("examples/invalid");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).expect("examples/invalid").map(|e| e.expect("entry").path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .expect("examples/invalid")
+        .map(|e| e.expect("entry").path())
+        .collect();
     files.sort();
-    assert!(files.len() >= 15, "at least 15 invalid manifests, have {}", files.len());
+    assert!(
+        files.len() >= 15,
+        "at least 15 invalid manifests, have {}",
+        files.len()
+    );
     let mut failures = Vec::new();
     for file in &files {
         let text = std::fs::read_to_string(file).expect("read");
@@ -320,10 +518,17 @@ async fn invalid_manifests_are_rejected_by_the_api_server_with_their_message() {
             .unwrap_or_else(|| panic!("{} has no '# expect:' line", file.display()))
             .trim()
             .to_string();
-        let out = kubectl(&["apply", "-n", &ns, "-f", "-"], Some(&retarget(&text, &ns)));
+        let out = kubectl(
+            &["apply", "-n", &ns, "-f", "-"],
+            Some(&retarget(&text, &ns)),
+        );
         let stderr = String::from_utf8_lossy(&out.stderr).to_string();
         if out.status.success() || !stderr.contains(&expect) {
-            failures.push(format!("{}: expected rejection containing {expect:?}, got success={} stderr={stderr}", file.display(), out.status.success()));
+            failures.push(format!(
+                "{}: expected rejection containing {expect:?}, got success={} stderr={stderr}",
+                file.display(),
+                out.status.success()
+            ));
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));

@@ -129,9 +129,15 @@ struct Release {
 impl Drop for Release {
     fn drop(&mut self) {
         let mut cmd = Command::new(helm_bin());
-        cmd.args(["uninstall", &self.name, "-n", &self.namespace, "--wait=false"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
+        cmd.args([
+            "uninstall",
+            &self.name,
+            "-n",
+            &self.namespace,
+            "--wait=false",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
         match &self.kubeconfig {
             Some(k) => cmd.env("KUBECONFIG", k),
             None => cmd.env("KUBECONFIG", kubeconfig()),
@@ -257,27 +263,71 @@ fn wrong_values_fail_with_a_message_naming_them() {
         "providers:\n  - name: f\n    type: fly\n    docker: {host: \"tcp://d:2375\"}\n",
     );
     let cases: Vec<(Vec<&str>, Vec<&str>)> = vec![
-        (vec!["--set", "replicas=two"], vec!["/replicas", "want integer"]),
-        (vec!["--set", "logFormat=xml"], vec!["/logFormat", "'text', 'json'"]),
+        (
+            vec!["--set", "replicas=two"],
+            vec!["/replicas", "want integer"],
+        ),
+        (
+            vec!["--set", "logFormat=xml"],
+            vec!["/logFormat", "'text', 'json'"],
+        ),
         (vec!["--set", "replica=2"], vec!["'replica' not allowed"]),
-        (vec!["--set", "leaseDurationSeconds=1"], vec!["/leaseDurationSeconds"]),
-        (vec!["--set", "image.pullPolicy=Sometimes"], vec!["/image/pullPolicy"]),
+        (
+            vec!["--set", "leaseDurationSeconds=1"],
+            vec!["/leaseDurationSeconds"],
+        ),
+        (
+            vec!["--set", "image.pullPolicy=Sometimes"],
+            vec!["/image/pullPolicy"],
+        ),
         (vec!["--set", "instance=Team_A"], vec!["/instance"]),
-        (vec!["--set", "rbac.secretAccess=everywhere"], vec!["/rbac/secretAccess"]),
-        (vec!["--set", "rbac.secretAccess=listed"], vec!["/rbac/secretNamespaces"]),
-        (vec!["--set", "sweeper.maxDeletionsPerPass=0"], vec!["/sweeper/maxDeletionsPerPass"]),
-        (vec!["--set", "sweeper.intervalSec=5"], vec!["/sweeper", "'intervalSec' not allowed"]),
-        (vec!["-f", &inline_token], vec!["/providers/0/fly/token", "want object"]),
-        (vec!["-f", &inline_key], vec!["/providers/0/e2b/apiKey", "'value' not allowed"]),
-        (vec!["-f", &inline_s3], vec!["/templateStores/0/credentials", "'secretAccessKey' not allowed"]),
+        (
+            vec!["--set", "rbac.secretAccess=everywhere"],
+            vec!["/rbac/secretAccess"],
+        ),
+        (
+            vec!["--set", "rbac.secretAccess=listed"],
+            vec!["/rbac/secretNamespaces"],
+        ),
+        (
+            vec!["--set", "sweeper.maxDeletionsPerPass=0"],
+            vec!["/sweeper/maxDeletionsPerPass"],
+        ),
+        (
+            vec!["--set", "sweeper.intervalSec=5"],
+            vec!["/sweeper", "'intervalSec' not allowed"],
+        ),
+        (
+            vec!["-f", &inline_token],
+            vec!["/providers/0/fly/token", "want object"],
+        ),
+        (
+            vec!["-f", &inline_key],
+            vec!["/providers/0/e2b/apiKey", "'value' not allowed"],
+        ),
+        (
+            vec!["-f", &inline_s3],
+            vec![
+                "/templateStores/0/credentials",
+                "'secretAccessKey' not allowed",
+            ],
+        ),
         (vec!["-f", &both_engines], vec!["/providers/0/docker"]),
-        (vec!["-f", &wrong_block], vec!["/providers/0", "missing property 'fly'"]),
+        (
+            vec!["-f", &wrong_block],
+            vec!["/providers/0", "missing property 'fly'"],
+        ),
         (
             vec!["--set", "extraArgs[0]=--concurrency=3"],
             vec!["extraArgs: --concurrency is set by the chart"],
         ),
         (
-            vec!["--set", "serviceMonitor.enabled=true", "--set", "metrics.service.enabled=false"],
+            vec![
+                "--set",
+                "serviceMonitor.enabled=true",
+                "--set",
+                "metrics.service.enabled=false",
+            ],
             vec!["serviceMonitor.enabled needs metrics.service.enabled"],
         ),
     ];
@@ -289,7 +339,10 @@ fn wrong_values_fail_with_a_message_naming_them() {
         let message = text(&out);
         assert!(!out.status.success(), "helm accepted {extra:?}");
         for e in expected {
-            assert!(message.contains(e), "helm {extra:?}: {e:?} not in:\n{message}");
+            assert!(
+                message.contains(e),
+                "helm {extra:?}: {e:?} not in:\n{message}"
+            );
         }
         assert!(!message.contains("SECRET") || !message.contains("kind: ConfigMap"));
     }
@@ -297,7 +350,15 @@ fn wrong_values_fail_with_a_message_naming_them() {
     // The same check stops a real `helm install` before anything is created.
     let ns = tokio_block(namespace("helm-badvalues"));
     let release = unique("bad");
-    let out = helm(&["install", &release, &chart, "-n", &ns, "--set", "replicas=two"]);
+    let out = helm(&[
+        "install",
+        &release,
+        &chart,
+        "-n",
+        &ns,
+        "--set",
+        "replicas=two",
+    ]);
     assert!(!out.status.success());
     assert!(text(&out).contains("/replicas"), "{}", text(&out));
     let list = helm_ok(&["list", "-n", &ns, "-q"]);
@@ -317,7 +378,15 @@ fn tokio_block<F: std::future::Future>(f: F) -> F::Output {
 /// The monitoring.coreos.com API (prometheus-operator) is not part of the test control plane,
 /// so ServiceMonitors can only be dry-run where it is installed.
 fn servicemonitor_api_served() -> bool {
-    let out = kubectl(&["api-resources", "--api-group=monitoring.coreos.com", "-o", "name"], None);
+    let out = kubectl(
+        &[
+            "api-resources",
+            "--api-group=monitoring.coreos.com",
+            "-o",
+            "name",
+        ],
+        None,
+    );
     String::from_utf8_lossy(&out.stdout).contains("servicemonitors")
 }
 
@@ -343,12 +412,17 @@ async fn rendered_manifests_pass_a_server_side_dry_run() {
         "Deployment",
         "PodDisruptionBudget",
     ] {
-        assert!(kinds.contains(kind), "default render has no {kind}: {kinds:?}");
+        assert!(
+            kinds.contains(kind),
+            "default render has no {kind}: {kinds:?}"
+        );
     }
     assert!(!kinds.contains("ServiceMonitor"));
     let out = kubectl_ok(&["apply", "--dry-run=server", "-f", "-"], Some(&yaml));
     assert_eq!(
-        out.lines().filter(|l| l.contains("(server dry run)")).count(),
+        out.lines()
+            .filter(|l| l.contains("(server dry run)"))
+            .count(),
         docs.len(),
         "{out}"
     );
@@ -359,16 +433,29 @@ async fn rendered_manifests_pass_a_server_side_dry_run() {
     let yaml = render(
         "dry",
         &ns,
-        &["--include-crds", "-f", &full_values(), "--set", &watch, "--set", &namespaces],
+        &[
+            "--include-crds",
+            "-f",
+            &full_values(),
+            "--set",
+            &watch,
+            "--set",
+            &namespaces,
+        ],
     );
     let docs = documents(&yaml);
     let monitor = one(&docs, "ServiceMonitor");
     let service = one(&docs, "Service");
     let deployment = one(&docs, "Deployment");
     // The ServiceMonitor selects the metrics Service and scrapes its named port.
-    let selector = monitor["spec"]["selector"]["matchLabels"].as_object().unwrap();
+    let selector = monitor["spec"]["selector"]["matchLabels"]
+        .as_object()
+        .unwrap();
     for (k, v) in selector {
-        assert_eq!(&service["metadata"]["labels"][k], v, "Service lacks label {k}");
+        assert_eq!(
+            &service["metadata"]["labels"][k], v,
+            "Service lacks label {k}"
+        );
     }
     assert_eq!(monitor["spec"]["endpoints"][0]["port"], "metrics");
     assert_eq!(monitor["spec"]["endpoints"][0]["path"], "/metrics");
@@ -396,20 +483,39 @@ async fn rendered_manifests_pass_a_server_side_dry_run() {
             )
         })
         .collect();
-    assert!(roles.contains(&(watched.clone(), "sbx-op".into())), "{roles:?}");
-    assert!(roles.contains(&(watched.clone(), "sbx-op-secrets".into())), "{roles:?}");
-    assert!(roles.contains(&(secrets.clone(), "sbx-op-secrets".into())), "{roles:?}");
-    assert!(roles.contains(&(ns.clone(), "sbx-op-leader-election".into())), "{roles:?}");
+    assert!(
+        roles.contains(&(watched.clone(), "sbx-op".into())),
+        "{roles:?}"
+    );
+    assert!(
+        roles.contains(&(watched.clone(), "sbx-op-secrets".into())),
+        "{roles:?}"
+    );
+    assert!(
+        roles.contains(&(secrets.clone(), "sbx-op-secrets".into())),
+        "{roles:?}"
+    );
+    assert!(
+        roles.contains(&(ns.clone(), "sbx-op-leader-election".into())),
+        "{roles:?}"
+    );
     assert!(of_kind(&docs, "ClusterRole").is_empty());
 
     let to_apply: Vec<&Value> = if servicemonitor_api_served() {
         docs.iter().collect()
     } else {
-        docs.iter().filter(|d| d["kind"] != "ServiceMonitor").collect()
+        docs.iter()
+            .filter(|d| d["kind"] != "ServiceMonitor")
+            .collect()
     };
-    let out = kubectl_ok(&["apply", "--dry-run=server", "-f", "-"], Some(&to_stream(&to_apply)));
+    let out = kubectl_ok(
+        &["apply", "--dry-run=server", "-f", "-"],
+        Some(&to_stream(&to_apply)),
+    );
     assert_eq!(
-        out.lines().filter(|l| l.contains("(server dry run)")).count(),
+        out.lines()
+            .filter(|l| l.contains("(server dry run)"))
+            .count(),
         to_apply.len(),
         "{out}"
     );
@@ -424,7 +530,10 @@ fn deployment_is_hardened_and_probes_the_operators_endpoints() {
     assert_eq!(pod["securityContext"]["runAsNonRoot"], true);
     assert_eq!(pod["securityContext"]["runAsUser"], 65532);
     assert_eq!(pod["securityContext"]["runAsGroup"], 65532);
-    assert_eq!(pod["securityContext"]["seccompProfile"]["type"], "RuntimeDefault");
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
     assert_eq!(pod["serviceAccountName"], "hard-sandbox-operator");
     let containers = pod["containers"].as_array().unwrap();
     assert_eq!(containers.len(), 1);
@@ -446,10 +555,18 @@ fn deployment_is_hardened_and_probes_the_operators_endpoints() {
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["readinessProbe"]["httpGet"]["port"], "metrics");
     assert_eq!(c["ports"][0]["containerPort"], 8080);
-    let args: Vec<&str> = c["args"].as_array().unwrap().iter().map(|a| a.as_str().unwrap()).collect();
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
     assert_eq!(args[0], "run");
     assert!(args.contains(&"--metrics-addr=0.0.0.0:8080"), "{args:?}");
-    assert!(args.contains(&"--config=/etc/sandbox-operator/config.yaml"), "{args:?}");
+    assert!(
+        args.contains(&"--config=/etc/sandbox-operator/config.yaml"),
+        "{args:?}"
+    );
     assert!(args.contains(&"--log-format=json"), "{args:?}");
     let env: BTreeMap<&str, &Value> = c["env"]
         .as_array()
@@ -457,8 +574,14 @@ fn deployment_is_hardened_and_probes_the_operators_endpoints() {
         .iter()
         .map(|e| (e["name"].as_str().unwrap(), e))
         .collect();
-    assert_eq!(env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.namespace");
-    assert_eq!(env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"], "metadata.name");
+    assert_eq!(
+        env["POD_NAMESPACE"]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    assert_eq!(
+        env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
     // A writable /tmp on a read-only root; the config from the ConfigMap, read-only.
     let mounts: BTreeMap<&str, &Value> = c["volumeMounts"]
         .as_array()
@@ -469,16 +592,26 @@ fn deployment_is_hardened_and_probes_the_operators_endpoints() {
     assert!(mounts.contains_key("/tmp"));
     assert_eq!(mounts["/etc/sandbox-operator"]["readOnly"], true);
     // Two replicas and a PodDisruptionBudget that keeps a standby through drains.
-    assert_eq!(one(&docs, "PodDisruptionBudget")["spec"]["maxUnavailable"], 1);
+    assert_eq!(
+        one(&docs, "PodDisruptionBudget")["spec"]["maxUnavailable"],
+        1
+    );
     // The config change rolls the pods.
-    assert!(deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"].is_string());
+    assert!(
+        deployment["spec"]["template"]["metadata"]["annotations"]["checksum/config"].is_string()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn pod_security_restricted_admits_the_tcp_engine_pod_and_names_the_socket_mount() {
     let ns = namespace("helm-psa").await;
     kubectl_ok(
-        &["label", "namespace", &ns, "pod-security.kubernetes.io/enforce=restricted"],
+        &[
+            "label",
+            "namespace",
+            &ns,
+            "pod-security.kubernetes.io/enforce=restricted",
+        ],
         None,
     );
     let dir = tempfile::tempdir().unwrap();
@@ -501,15 +634,30 @@ async fn pod_security_restricted_admits_the_tcp_engine_pod_and_names_the_socket_
         .unwrap()
     };
     // The pod the chart renders for a TCP engine passes the "restricted" level.
-    let out = kubectl(&["create", "--dry-run=server", "-f", "-"], Some(&pod_of(&["-f", &tcp])));
-    assert!(out.status.success(), "restricted refused the pod: {}", text(&out));
+    let out = kubectl(
+        &["create", "--dry-run=server", "-f", "-"],
+        Some(&pod_of(&["-f", &tcp])),
+    );
+    assert!(
+        out.status.success(),
+        "restricted refused the pod: {}",
+        text(&out)
+    );
     assert!(!text(&out).contains("Warning"), "{}", text(&out));
     // With the node's Docker socket, only the hostPath mount is refused — as values.yaml says.
-    let out = kubectl(&["create", "--dry-run=server", "-f", "-"], Some(&pod_of(&[])));
+    let out = kubectl(
+        &["create", "--dry-run=server", "-f", "-"],
+        Some(&pod_of(&[])),
+    );
     assert!(!out.status.success(), "restricted admitted a hostPath pod");
     let message = text(&out);
     assert!(message.contains("hostPath"), "{message}");
-    for other in ["allowPrivilegeEscalation", "runAsNonRoot", "seccompProfile", "capabilities"] {
+    for other in [
+        "allowPrivilegeEscalation",
+        "runAsNonRoot",
+        "seccompProfile",
+        "capabilities",
+    ] {
         assert!(!message.contains(other), "{other} flagged: {message}");
     }
 }
@@ -520,23 +668,26 @@ async fn pod_security_restricted_admits_the_tcp_engine_pod_and_names_the_socket_
 fn rendered_config_and_args_are_accepted_by_the_operator() {
     use sandbox_operator::config::OperatorConfig;
     let dir = tempfile::tempdir().unwrap();
-    for (label, extra) in [("default", vec![]), ("full", vec!["-f".to_string(), full_values()])] {
+    for (label, extra) in [
+        ("default", vec![]),
+        ("full", vec!["-f".to_string(), full_values()]),
+    ] {
         let extra: Vec<&str> = extra.iter().map(String::as_str).collect();
         let docs = documents(&render("cfg", "sandbox-system", &extra));
         let cm = one(&docs, "ConfigMap");
         let config_text = cm["data"]["config.yaml"].as_str().expect("config.yaml");
-        let config = OperatorConfig::from_yaml(config_text)
-            .unwrap_or_else(|e| panic!("{label}: the operator cannot parse the config: {e}\n{config_text}"));
-        config
-            .validate()
-            .unwrap_or_else(|e| panic!("{label}: the operator refuses the config: {e}\n{config_text}"));
+        let config = OperatorConfig::from_yaml(config_text).unwrap_or_else(|e| {
+            panic!("{label}: the operator cannot parse the config: {e}\n{config_text}")
+        });
+        config.validate().unwrap_or_else(|e| {
+            panic!("{label}: the operator refuses the config: {e}\n{config_text}")
+        });
 
         // Every {env: NAME} in the config is a secretKeyRef in the Deployment, and the
         // ConfigMap holds no Secret names or values.
-        let config_json: Value = serde_json::to_value(
-            serde_yaml::from_str::<serde_yaml::Value>(config_text).unwrap(),
-        )
-        .unwrap();
+        let config_json: Value =
+            serde_json::to_value(serde_yaml::from_str::<serde_yaml::Value>(config_text).unwrap())
+                .unwrap();
         let mut referenced = Vec::new();
         collect_env_refs(&config_json, &mut referenced);
         let deployment = one(&docs, "Deployment");
@@ -548,9 +699,9 @@ fn rendered_config_and_args_are_accepted_by_the_operator() {
             .map(|e| (e["name"].as_str().unwrap().to_string(), e.clone()))
             .collect();
         for name in &referenced {
-            let entry = env
-                .get(name)
-                .unwrap_or_else(|| panic!("{label}: config references {name}, the Deployment does not set it"));
+            let entry = env.get(name).unwrap_or_else(|| {
+                panic!("{label}: config references {name}, the Deployment does not set it")
+            });
             assert!(
                 entry["valueFrom"]["secretKeyRef"]["name"].is_string(),
                 "{label}: {name} is not from a Secret: {entry}"
@@ -564,7 +715,10 @@ fn rendered_config_and_args_are_accepted_by_the_operator() {
                 .values()
                 .filter_map(|e| {
                     let r = &e["valueFrom"]["secretKeyRef"];
-                    Some((r["name"].as_str()?.to_string(), r["key"].as_str()?.to_string()))
+                    Some((
+                        r["name"].as_str()?.to_string(),
+                        r["key"].as_str()?.to_string(),
+                    ))
                 })
                 .collect();
             for (name, key) in [
@@ -574,8 +728,14 @@ fn rendered_config_and_args_are_accepted_by_the_operator() {
                 ("template-store-s3", "secret-access-key"),
                 ("template-store-s3", "session-token"),
             ] {
-                assert!(secrets.contains(&(name.into(), key.into())), "{label}: no secretKeyRef {name}/{key}");
-                assert!(!cm_text.contains(name), "{label}: the ConfigMap names Secret {name}");
+                assert!(
+                    secrets.contains(&(name.into(), key.into())),
+                    "{label}: no secretKeyRef {name}/{key}"
+                );
+                assert!(
+                    !cm_text.contains(name),
+                    "{label}: the ConfigMap names Secret {name}"
+                );
             }
         }
 
@@ -588,7 +748,11 @@ fn rendered_config_and_args_are_accepted_by_the_operator() {
             .iter()
             .map(|a| {
                 let a = a.as_str().unwrap();
-                if a.starts_with("--config=") { format!("--config={config_path}") } else { a.to_string() }
+                if a.starts_with("--config=") {
+                    format!("--config={config_path}")
+                } else {
+                    a.to_string()
+                }
             })
             .collect();
         let mut child = Command::new(env!("CARGO_BIN_EXE_sandbox-operator"))
@@ -648,8 +812,18 @@ fn can_i(sa: &(String, String), verb: &str, resource: &str, namespace: Option<&s
         _ => (resource, None),
     };
     let mut args = vec![
-        "auth", "can-i", verb, resource, "--as", &user, "--as-group", "system:serviceaccounts",
-        "--as-group", &group, "--as-group", "system:authenticated",
+        "auth",
+        "can-i",
+        verb,
+        resource,
+        "--as",
+        &user,
+        "--as-group",
+        "system:serviceaccounts",
+        "--as-group",
+        &group,
+        "--as-group",
+        "system:authenticated",
     ];
     match namespace {
         Some(ns) => args.extend(["-n", ns]),
@@ -684,13 +858,22 @@ fn check_matrix(sa: &(String, String), cases: &[(bool, &str, &str, Option<&str>)
             )
         })
         .collect();
-    assert!(wrong.is_empty(), "RBAC of {}:{} is wrong:\n  {}", sa.0, sa.1, wrong.join("\n  "));
+    assert!(
+        wrong.is_empty(),
+        "RBAC of {}:{} is wrong:\n  {}",
+        sa.0,
+        sa.1,
+        wrong.join("\n  ")
+    );
 }
 
 /// `kubectl auth can-i --list` rows (whitespace-normalised) of the account in `namespace`.
 fn permissions(sa: &(String, String), namespace: &str) -> BTreeSet<String> {
     let user = format!("system:serviceaccount:{}:{}", sa.0, sa.1);
-    let out = kubectl_ok(&["auth", "can-i", "--list", "--as", &user, "-n", namespace], None);
+    let out = kubectl_ok(
+        &["auth", "can-i", "--list", "--as", &user, "-n", namespace],
+        None,
+    );
     out.lines()
         .skip(1)
         .map(|l| l.split_whitespace().collect::<Vec<_>>().join(" "))
@@ -702,7 +885,10 @@ fn permissions(sa: &(String, String), namespace: &str) -> BTreeSet<String> {
 /// self-reviews): the rows of `--list` that a ServiceAccount without bindings does not have.
 fn granted(sa: &(String, String), namespace: &str) -> BTreeSet<String> {
     let baseline = permissions(&(sa.0.clone(), "no-bindings-at-all".into()), namespace);
-    permissions(sa, namespace).difference(&baseline).cloned().collect()
+    permissions(sa, namespace)
+        .difference(&baseline)
+        .cloned()
+        .collect()
 }
 
 fn set(rows: &[&str]) -> BTreeSet<String> {
@@ -719,8 +905,11 @@ async fn install_where_crds_exist_and_the_account_can_do_what_it_needs_and_nothi
     // Helm skipped the existing CRDs; they are (still) Established.
     kubectl_ok(
         &[
-            "wait", "--for=condition=Established", "--timeout=60s",
-            "crd/sandboxes.sandboxes.dev", "crd/sandboxvolumes.sandboxes.dev",
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/sandboxes.sandboxes.dev",
+            "crd/sandboxvolumes.sandboxes.dev",
             "crd/sandboxtemplates.sandboxes.dev",
         ],
         None,
@@ -739,7 +928,14 @@ async fn install_where_crds_exist_and_the_account_can_do_what_it_needs_and_nothi
     ] {
         kubectl_ok(&["get", &object, "-n", &ns], None);
     }
-    kubectl_ok(&["get", &format!("clusterrole/{name}-{ns}"), &format!("clusterrolebinding/{name}-{ns}")], None);
+    kubectl_ok(
+        &[
+            "get",
+            &format!("clusterrole/{name}-{ns}"),
+            &format!("clusterrolebinding/{name}-{ns}"),
+        ],
+        None,
+    );
 
     let sa = (ns.clone(), name.clone());
     let lease = format!("leases.coordination.k8s.io/sandbox-operator-{release}");
@@ -794,10 +990,30 @@ async fn install_where_crds_exist_and_the_account_can_do_what_it_needs_and_nothi
             (false, "create", "leases.coordination.k8s.io", o),
             (false, "get", "leases.coordination.k8s.io", o),
             (false, "list", "leases.coordination.k8s.io", n),
-            (false, "create", "customresourcedefinitions.apiextensions.k8s.io", None),
-            (false, "update", "customresourcedefinitions.apiextensions.k8s.io", None),
-            (false, "create", "clusterrolebindings.rbac.authorization.k8s.io", None),
-            (false, "escalate", "clusterroles.rbac.authorization.k8s.io", None),
+            (
+                false,
+                "create",
+                "customresourcedefinitions.apiextensions.k8s.io",
+                None,
+            ),
+            (
+                false,
+                "update",
+                "customresourcedefinitions.apiextensions.k8s.io",
+                None,
+            ),
+            (
+                false,
+                "create",
+                "clusterrolebindings.rbac.authorization.k8s.io",
+                None,
+            ),
+            (
+                false,
+                "escalate",
+                "clusterroles.rbac.authorization.k8s.io",
+                None,
+            ),
             (false, "impersonate", "users", None),
             (false, "get", "nodes", None),
             (false, "list", "namespaces", None),
@@ -825,7 +1041,10 @@ async fn install_where_crds_exist_and_the_account_can_do_what_it_needs_and_nothi
         &format!("leases.coordination.k8s.io [] [sandbox-operator-{release}] [get update]"),
     ]);
     assert_eq!(
-        in_own.difference(&granted(&sa, &other)).cloned().collect::<BTreeSet<_>>(),
+        in_own
+            .difference(&granted(&sa, &other))
+            .cloned()
+            .collect::<BTreeSet<_>>(),
         lease_rows
     );
 }
@@ -842,10 +1061,21 @@ async fn namespaced_install_limits_the_account_to_the_watched_and_listed_namespa
     let _release = install(
         &release,
         &ns,
-        &["--set", &watch, "--set", "rbac.secretAccess=listed", "--set", &secret_namespaces],
+        &[
+            "--set",
+            &watch,
+            "--set",
+            "rbac.secretAccess=listed",
+            "--set",
+            &secret_namespaces,
+        ],
     );
     let sa = (ns.clone(), fullname(&release));
-    let (w, l, o) = (Some(watched.as_str()), Some(listed.as_str()), Some(other.as_str()));
+    let (w, l, o) = (
+        Some(watched.as_str()),
+        Some(listed.as_str()),
+        Some(other.as_str()),
+    );
     check_matrix(
         &sa,
         &[
@@ -869,7 +1099,10 @@ async fn namespaced_install_limits_the_account_to_the_watched_and_listed_namespa
 
     // secretAccess=none renders no Secret rule anywhere.
     let docs = documents(&render("none", &ns, &["--set", "rbac.secretAccess=none"]));
-    for role in of_kind(&docs, "ClusterRole").into_iter().chain(of_kind(&docs, "Role")) {
+    for role in of_kind(&docs, "ClusterRole")
+        .into_iter()
+        .chain(of_kind(&docs, "Role"))
+    {
         let rules = serde_json::to_string(&role["rules"]).unwrap();
         assert!(!rules.contains("secrets"), "{rules}");
     }
@@ -886,7 +1119,10 @@ struct PrivateCluster {
 
 impl PrivateCluster {
     fn start() -> PrivateCluster {
-        let dir = tempfile::Builder::new().prefix("sbx-private-cluster-").tempdir().unwrap();
+        let dir = tempfile::Builder::new()
+            .prefix("sbx-private-cluster-")
+            .tempdir()
+            .unwrap();
         let bin = dir.path().join("bin");
         std::fs::create_dir_all(&bin).unwrap();
         for entry in std::fs::read_dir(cache().join("bin")).unwrap() {
@@ -918,7 +1154,11 @@ impl PrivateCluster {
             kubeconfig: dir.path().join("cluster/kubeconfig"),
             dir,
         };
-        assert!(out.status.success(), "private control plane did not start:\n{}", text(&out));
+        assert!(
+            out.status.success(),
+            "private control plane did not start:\n{}",
+            text(&out)
+        );
         cluster
     }
 
@@ -928,11 +1168,20 @@ impl PrivateCluster {
             .args(args)
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() });
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            });
         let mut child = cmd.spawn().expect("spawn");
         if let Some(input) = stdin {
             use std::io::Write;
-            child.stdin.take().unwrap().write_all(input.as_bytes()).unwrap();
+            child
+                .stdin
+                .take()
+                .unwrap()
+                .write_all(input.as_bytes())
+                .unwrap();
         }
         child.wait_with_output().unwrap()
     }
@@ -943,7 +1192,12 @@ impl PrivateCluster {
 
     fn helm_ok(&self, args: &[&str]) -> String {
         let out = self.run(&helm_bin(), args, None);
-        assert!(out.status.success(), "helm {} failed:\n{}", args.join(" "), text(&out));
+        assert!(
+            out.status.success(),
+            "helm {} failed:\n{}",
+            args.join(" "),
+            text(&out)
+        );
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
@@ -958,16 +1212,40 @@ impl Drop for PrivateCluster {
     }
 }
 
+fn columns_of(cluster: &PrivateCluster) -> String {
+    let out = cluster.kubectl(
+        &[
+            "get",
+            "crd",
+            "sandboxes.sandboxes.dev",
+            "-o",
+            "jsonpath={.spec.versions[0].additionalPrinterColumns[*].name}",
+        ],
+        None,
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 #[test]
 fn fresh_cluster_install_creates_the_crds_and_the_documented_upgrade_path_updates_them() {
     let cluster = PrivateCluster::start();
     let out = cluster.kubectl(&["get", "crd", "-o", "name"], None);
     assert!(out.status.success(), "{}", text(&out));
-    assert!(!text(&out).contains("sandboxes.dev"), "a fresh cluster already has the CRDs");
+    assert!(
+        !text(&out).contains("sandboxes.dev"),
+        "a fresh cluster already has the CRDs"
+    );
 
     // First install: Helm creates the CRDs from the chart's crds/, and they become Established.
     let chart_dir = chart_arg();
-    cluster.helm_ok(&["install", "sbx", &chart_dir, "-n", "sandbox-system", "--create-namespace"]);
+    cluster.helm_ok(&[
+        "install",
+        "sbx",
+        &chart_dir,
+        "-n",
+        "sandbox-system",
+        "--create-namespace",
+    ]);
     let crds: Vec<String> = CRD_NAMES.iter().map(|c| format!("crd/{c}")).collect();
     let mut wait = vec!["wait", "--for=condition=Established", "--timeout=60s"];
     wait.extend(crds.iter().map(String::as_str));
@@ -976,47 +1254,125 @@ fn fresh_cluster_install_creates_the_crds_and_the_documented_upgrade_path_update
     let crd_dir = chart().join("crds");
     let crd_dir = crd_dir.to_string_lossy();
     // What Helm created is exactly the chart's CRDs: a server-side diff finds nothing.
-    let out = cluster.kubectl(&["diff", "--server-side", "--force-conflicts", "-f", &crd_dir], None);
-    assert_eq!(out.status.code(), Some(0), "installed CRDs differ from the chart's:\n{}", text(&out));
+    let out = cluster.kubectl(
+        &["diff", "--server-side", "--force-conflicts", "-f", &crd_dir],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "installed CRDs differ from the chart's:\n{}",
+        text(&out)
+    );
 
     // An older chart's CRDs: the printer columns are missing.
-    for crd in CRD_NAMES {
-        let out = cluster.kubectl(
-            &["patch", "crd", crd, "--type=json", "-p", r#"[{"op":"remove","path":"/spec/versions/0/additionalPrinterColumns"}]"#],
-            None,
-        );
-        assert!(out.status.success(), "{}", text(&out));
-    }
-    let columns = |cluster: &PrivateCluster| -> String {
-        let out = cluster.kubectl(
-            &["get", "crd", "sandboxes.sandboxes.dev", "-o", "jsonpath={.spec.versions[0].additionalPrinterColumns[*].name}"],
-            None,
-        );
-        String::from_utf8_lossy(&out.stdout).into_owned()
+    let remove_columns = |cluster: &PrivateCluster| {
+        for crd in CRD_NAMES {
+            let out = cluster.kubectl(
+                &[
+                    "patch",
+                    "crd",
+                    crd,
+                    "--type=json",
+                    "-p",
+                    r#"[{"op":"remove","path":"/spec/versions/0/additionalPrinterColumns"}]"#,
+                ],
+                None,
+            );
+            assert!(out.status.success(), "{}", text(&out));
+        }
     };
+    assert!(columns_of(&cluster).contains("Ready"));
+    remove_columns(&cluster);
+    let columns = columns_of;
     assert_eq!(columns(&cluster), "");
 
     // `helm upgrade` never touches crds/ (Helm's documented behaviour) ...
     cluster.helm_ok(&["upgrade", "sbx", &chart_dir, "-n", "sandbox-system"]);
-    assert_eq!(columns(&cluster), "", "helm upgrade changed the CRDs after all");
-
-    // ... so the README's upgrade path does, exactly as written there.
-    let readme = std::fs::read_to_string(chart().join("README.md")).unwrap();
-    assert!(
-        readme.contains("helm show crds charts/sandbox-operator | kubectl apply --server-side --force-conflicts -f -"),
-        "the chart README no longer documents the tested command"
+    assert_eq!(
+        columns(&cluster),
+        "",
+        "helm upgrade changed the CRDs after all"
     );
-    let crds_yaml = cluster.helm_ok(&["show", "crds", &chart_dir]);
-    let out = cluster.kubectl(&["apply", "--server-side", "--force-conflicts", "-f", "-"], Some(&crds_yaml));
+
+    // ... so the README's upgrade paths do, exactly as written there: the chart's crds/ ...
+    let readme = std::fs::read_to_string(chart().join("README.md")).unwrap();
+    for documented in [
+        "kubectl apply --server-side --force-conflicts -f charts/sandbox-operator/crds/",
+        "crds | kubectl apply --server-side --force-conflicts -f -",
+    ] {
+        assert!(
+            readme.contains(documented),
+            "the chart README no longer documents `{documented}`"
+        );
+    }
+    let out = cluster.kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            &crd_dir,
+        ],
+        None,
+    );
     assert!(out.status.success(), "{}", text(&out));
-    assert!(columns(&cluster).contains("Ready"), "printer columns not restored: {}", columns(&cluster));
-    let out = cluster.kubectl(&["diff", "--server-side", "--force-conflicts", "-f", &crd_dir], None);
-    assert_eq!(out.status.code(), Some(0), "CRDs still differ after the upgrade path:\n{}", text(&out));
+    assert_eq!(
+        text(&out).matches("serverside-applied").count(),
+        3,
+        "{}",
+        text(&out)
+    );
+    assert!(
+        columns(&cluster).contains("Ready"),
+        "printer columns not restored: {}",
+        columns(&cluster)
+    );
+    let out = cluster.kubectl(
+        &["diff", "--server-side", "--force-conflicts", "-f", &crd_dir],
+        None,
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "CRDs still differ after the upgrade path:\n{}",
+        text(&out)
+    );
     let out = cluster.kubectl(&wait, None);
     assert!(out.status.success(), "{}", text(&out));
+
+    // ... or what the operator binary (the image's entrypoint) prints.
+    remove_columns(&cluster);
+    assert_eq!(columns(&cluster), "");
+    let printed = Command::new(env!("CARGO_BIN_EXE_sandbox-operator"))
+        .arg("crds")
+        .output()
+        .unwrap();
+    assert!(printed.status.success());
+    let out = cluster.kubectl(
+        &["apply", "--server-side", "--force-conflicts", "-f", "-"],
+        Some(&String::from_utf8_lossy(&printed.stdout)),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(
+        text(&out).matches("serverside-applied").count(),
+        3,
+        "{}",
+        text(&out)
+    );
+    let out = cluster.kubectl(
+        &["diff", "--server-side", "--force-conflicts", "-f", &crd_dir],
+        None,
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     // And a Sandbox is accepted by the upgraded CRD.
     let out = cluster.kubectl(
-        &["apply", "--dry-run=server", "-f", &repo().join("examples/sandbox.yaml").to_string_lossy()],
+        &[
+            "apply",
+            "--dry-run=server",
+            "-f",
+            &repo().join("examples/sandbox.yaml").to_string_lossy(),
+        ],
         None,
     );
     assert!(out.status.success(), "{}", text(&out));
@@ -1065,8 +1421,16 @@ impl Drop for Image {
 }
 
 fn docker_ok(args: &[&str]) -> String {
-    let out = Command::new("docker").args(args).output().expect("run docker");
-    assert!(out.status.success(), "docker {} failed:\n{}", args.join(" "), text(&out));
+    let out = Command::new("docker")
+        .args(args)
+        .output()
+        .expect("run docker");
+    assert!(
+        out.status.success(),
+        "docker {} failed:\n{}",
+        args.join(" "),
+        text(&out)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -1074,7 +1438,10 @@ fn docker_ok(args: &[&str]) -> String {
 async fn image_runs_the_charts_pod_spec_with_only_the_charts_rbac() {
     use std::os::unix::fs::MetadataExt;
 
-    let tag = format!("sandbox-operator:test-{}", unique("img").trim_start_matches("img-"));
+    let tag = format!(
+        "sandbox-operator:test-{}",
+        unique("img").trim_start_matches("img-")
+    );
     build_image(&tag);
     let _image = Image(tag.clone());
 
@@ -1082,7 +1449,10 @@ async fn image_runs_the_charts_pod_spec_with_only_the_charts_rbac() {
     let inspect: Value = serde_json::from_str(&docker_ok(&["image", "inspect", &tag])).unwrap();
     let config = &inspect[0]["Config"];
     assert_eq!(config["User"], "65532:65532");
-    assert_eq!(config["Entrypoint"], json!(["/usr/local/bin/sandbox-operator"]));
+    assert_eq!(
+        config["Entrypoint"],
+        json!(["/usr/local/bin/sandbox-operator"])
+    );
     let size = inspect[0]["Size"].as_u64().unwrap();
     assert!(size < 100 * 1024 * 1024, "image is {size} bytes");
     let out = Command::new("docker")
@@ -1091,7 +1461,10 @@ async fn image_runs_the_charts_pod_spec_with_only_the_charts_rbac() {
         .unwrap();
     assert!(!out.status.success(), "the image has a shell");
     let version = docker_ok(&["run", "--rm", &tag, "version"]);
-    assert_eq!(version.trim(), format!("sandbox-operator {}", env!("CARGO_PKG_VERSION")));
+    assert_eq!(
+        version.trim(),
+        format!("sandbox-operator {}", env!("CARGO_PKG_VERSION"))
+    );
 
     // Install the chart for this namespace, with this image and a free metrics port.
     let ns = namespace("helm-image").await;
@@ -1099,7 +1472,11 @@ async fn image_runs_the_charts_pod_spec_with_only_the_charts_rbac() {
     let _purge = Purge(release.clone());
     let socket = Path::new("/var/run/docker.sock");
     let gid = std::fs::metadata(socket).expect("docker socket").gid();
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let (repository, image_tag) = tag.split_once(':').unwrap();
     let dir = tempfile::tempdir().unwrap();
     let values = write_temp(
@@ -1160,7 +1537,10 @@ async fn image_runs_the_charts_pod_spec_with_only_the_charts_rbac() {
     if sc["allowPrivilegeEscalation"] == false {
         run.push("--security-opt=no-new-privileges".into());
     }
-    assert_eq!(psc["seccompProfile"]["type"], "RuntimeDefault", "docker's default profile plays RuntimeDefault");
+    assert_eq!(
+        psc["seccompProfile"]["type"], "RuntimeDefault",
+        "docker's default profile plays RuntimeDefault"
+    );
     let volumes: BTreeMap<&str, &Value> = pod["volumes"]
         .as_array()
         .unwrap()
@@ -1187,7 +1567,10 @@ async fn image_runs_the_charts_pod_spec_with_only_the_charts_rbac() {
     }
     for e in c["env"].as_array().unwrap() {
         let key = e["name"].as_str().unwrap();
-        let value = match (&e["value"], e["valueFrom"]["fieldRef"]["fieldPath"].as_str()) {
+        let value = match (
+            &e["value"],
+            e["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+        ) {
             (Value::String(v), _) => v.clone(),
             (_, Some("metadata.namespace")) => ns.clone(),
             (_, Some("metadata.name")) => pod_name.clone(),
@@ -1205,7 +1588,10 @@ async fn image_runs_the_charts_pod_spec_with_only_the_charts_rbac() {
     docker_ok(&run);
     let _container = Container(name.clone());
     let logs = || {
-        let out = Command::new("docker").args(["logs", "--tail", "40", &name]).output().unwrap();
+        let out = Command::new("docker")
+            .args(["logs", "--tail", "40", &name])
+            .output()
+            .unwrap();
         text(&out)
     };
 
@@ -1220,25 +1606,49 @@ async fn image_runs_the_charts_pod_spec_with_only_the_charts_rbac() {
         async move { result }
     })
     .await;
-    assert!(http_get(&addr, "/healthz").unwrap_or_default().contains(" 200 "));
+    assert!(
+        http_get(&addr, "/healthz")
+            .unwrap_or_default()
+            .contains(" 200 ")
+    );
     // It leads, with the Lease the chart's Role names.
     let lease_name = format!("sandbox-operator-{release}");
     wait_for("the Lease to be held", Duration::from_secs(60), || {
         let out = kubectl(
-            &["get", "lease", &lease_name, "-n", &ns, "-o", "jsonpath={.spec.holderIdentity}"],
+            &[
+                "get",
+                "lease",
+                &lease_name,
+                "-n",
+                &ns,
+                "-o",
+                "jsonpath={.spec.holderIdentity}",
+            ],
             None,
         );
         let holder = String::from_utf8_lossy(&out.stdout).into_owned();
         let pod_name = pod_name.clone();
         async move {
-            if holder.starts_with(&pod_name) { Ok(()) } else { Err(format!("holder {holder:?}")) }
+            if holder.starts_with(&pod_name) {
+                Ok(())
+            } else {
+                Err(format!("holder {holder:?}"))
+            }
         }
     })
     .await;
 
     // A Sandbox with a Secret in envFrom: watch, finalizer patch, Secret get, status patch.
     kubectl_ok(
-        &["create", "secret", "generic", "app-env", "-n", &ns, "--from-literal=GREETING=hello"],
+        &[
+            "create",
+            "secret",
+            "generic",
+            "app-env",
+            "-n",
+            &ns,
+            "--from-literal=GREETING=hello",
+        ],
         None,
     );
     let sandbox = format!(
@@ -1249,17 +1659,40 @@ async fn image_runs_the_charts_pod_spec_with_only_the_charts_rbac() {
     );
     kubectl_ok(&["apply", "-f", "-"], Some(&sandbox));
     let out = kubectl(
-        &["wait", "--for=condition=Ready", "sbx/probe", "-n", &ns, "--timeout=90s"],
+        &[
+            "wait",
+            "--for=condition=Ready",
+            "sbx/probe",
+            "-n",
+            &ns,
+            "--timeout=90s",
+        ],
         None,
     );
-    assert!(out.status.success(), "Sandbox not Ready: {}\n{}", text(&out), logs());
-    let s: Value = serde_json::from_str(&get_json("sbx", "probe", &ns).unwrap()).unwrap();
-    assert_eq!(s["status"]["observedGeneration"], s["metadata"]["generation"]);
     assert!(
-        s["metadata"]["finalizers"].as_array().unwrap().contains(&json!("sandboxes.dev/cleanup"))
+        out.status.success(),
+        "Sandbox not Ready: {}\n{}",
+        text(&out),
+        logs()
+    );
+    let s: Value = serde_json::from_str(&get_json("sbx", "probe", &ns).unwrap()).unwrap();
+    assert_eq!(
+        s["status"]["observedGeneration"],
+        s["metadata"]["generation"]
+    );
+    assert!(
+        s["metadata"]["finalizers"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("sandboxes.dev/cleanup"))
     );
     let uid = s["metadata"]["uid"].as_str().unwrap();
-    let env = docker_ok(&["inspect", "-f", "{{json .Config.Env}}", &format!("sbx-{uid}")]);
+    let env = docker_ok(&[
+        "inspect",
+        "-f",
+        "{{json .Config.Env}}",
+        &format!("sbx-{uid}"),
+    ]);
     assert!(env.contains("GREETING=hello"), "{env}");
     // Events: created by the operator under its own account.
     let events = kubectl_ok(
@@ -1268,31 +1701,61 @@ async fn image_runs_the_charts_pod_spec_with_only_the_charts_rbac() {
     );
     let events: Value = serde_json::from_str(&events).unwrap();
     assert!(
-        events["items"].as_array().unwrap().iter().any(|e| e["regarding"]["name"] == "probe"
-            && e["reportingController"] == "sandbox-operator"),
+        events["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["regarding"]["name"] == "probe"
+                && e["reportingController"] == "sandbox-operator"),
         "no Event from the operator: {events}"
     );
     // Delete: the finalizer is released (a patch) once the container is gone.
-    kubectl_ok(&["delete", "sbx", "probe", "-n", &ns, "--timeout=90s"], None);
-    let out = Command::new("docker").args(["inspect", &format!("sbx-{uid}")]).output().unwrap();
-    assert!(!out.status.success(), "the sandbox's container outlived the Sandbox");
+    kubectl_ok(
+        &["delete", "sbx", "probe", "-n", &ns, "--timeout=90s"],
+        None,
+    );
+    let out = Command::new("docker")
+        .args(["inspect", &format!("sbx-{uid}")])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success(),
+        "the sandbox's container outlived the Sandbox"
+    );
 
     // SIGTERM (what the kubelet sends): a clean exit that releases the Lease.
-    let out = Command::new("docker").args(["stop", "-t", "30", &name]).output().unwrap();
+    let out = Command::new("docker")
+        .args(["stop", "-t", "30", &name])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let code = docker_ok(&["inspect", "-f", "{{.State.ExitCode}}", &name]);
     assert_eq!(code.trim(), "0", "operator exit code; logs:\n{}", logs());
     let holder = kubectl_ok(
-        &["get", "lease", &lease_name, "-n", &ns, "-o", "jsonpath={.spec.holderIdentity}"],
+        &[
+            "get",
+            "lease",
+            &lease_name,
+            "-n",
+            &ns,
+            "-o",
+            "jsonpath={.spec.holderIdentity}",
+        ],
         None,
     );
     assert_eq!(holder, "", "the Lease was not released");
     // JSON logs (logFormat: json), one object per line.
-    let all_logs = Command::new("docker").args(["logs", &name]).output().unwrap();
+    let all_logs = Command::new("docker")
+        .args(["logs", &name])
+        .output()
+        .unwrap();
     let first = String::from_utf8_lossy(&all_logs.stdout)
         .lines()
         .next()
         .unwrap_or_default()
         .to_string();
-    assert!(serde_json::from_str::<Value>(&first).is_ok(), "not a JSON log line: {first:?}");
+    assert!(
+        serde_json::from_str::<Value>(&first).is_ok(),
+        "not a JSON log line: {first:?}"
+    );
 }

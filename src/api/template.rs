@@ -1,13 +1,26 @@
 //! `SandboxTemplate`: a filesystem captured from a Sandbox, which later Sandboxes boot from.
 
 use kube::{CustomResource, KubeSchema};
-use schemars::{Schema, SchemaGenerator, json_schema};
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-use super::common::{Condition, LocalObjectRef, PROVIDER_IMMUTABLE_RULE, no_default};
+use super::common::{
+    Condition, LocalObjectRef, PROVIDER_IMMUTABLE_RULE, no_default, no_description,
+};
 
 /// Characters a capture path may contain (it becomes a shell argument and a tar selector).
 pub const CAPTURE_PATH_PATTERN: &str = r"^/[A-Za-z0-9._+@,=/-]*$";
+
+/// Shape of `spec.templateId`: it becomes an image tag and an object-key segment.
+pub const TEMPLATE_ID_PATTERN: &str = r"^[a-z0-9][a-z0-9._-]*$";
+
+/// `spec.templateId` cannot change: the provider template (and the published copy) are
+/// stored under it.
+const TEMPLATE_ID_IMMUTABLE_RULE: &str = "has(self.templateId) == has(oldSelf.templateId) && (!has(self.templateId) || self.templateId == oldSelf.templateId)";
+/// `spec.source` cannot change (an absent source is `Capture`).
+const SOURCE_IMMUTABLE_RULE: &str = "(has(self.source) ? self.source : 'Capture') == (has(oldSelf.source) ? oldSelf.source : 'Capture')";
+/// Whether the source is `Capture` (the default), in CEL.
+const CAPTURE: &str = "(!has(self.source) || self.source == 'Capture')";
 
 /// Desired state of a SandboxTemplate: which paths of which Sandbox to capture.
 // Several `printcolumn(...)` entries repeat `type_`, which clippy misreads as a duplicate.
@@ -62,6 +75,13 @@ pub const CAPTURE_PATH_PATTERN: &str = r"^/[A-Za-z0-9._+@,=/-]*$";
     )
 )]
 #[x_kube(validation = Rule::new(PROVIDER_IMMUTABLE_RULE).message("spec.provider is immutable: delete and recreate the SandboxTemplate to move it to another provider").field_path(".provider"))]
+#[x_kube(validation = Rule::new(TEMPLATE_ID_IMMUTABLE_RULE).message("spec.templateId is immutable: delete and recreate the SandboxTemplate to store it under another id").field_path(".templateId"))]
+#[x_kube(validation = Rule::new(SOURCE_IMMUTABLE_RULE).message("spec.source is immutable: delete and recreate the SandboxTemplate to change where it comes from").field_path(".source"))]
+#[x_kube(validation = Rule::new(format!("!{CAPTURE} || has(self.sandboxRef)")).message("spec.sandboxRef is required when spec.source is Capture (the default): name the Sandbox to capture").field_path(".sandboxRef").reason(Reason::FieldValueRequired))]
+#[x_kube(validation = Rule::new(format!("!{CAPTURE} || has(self.capturePaths)")).message("spec.capturePaths is required when spec.source is Capture (the default): list the directories to capture").field_path(".capturePaths").reason(Reason::FieldValueRequired))]
+#[x_kube(validation = Rule::new(format!("{CAPTURE} || has(self.templateId)")).message("spec.templateId is required when spec.source is Store: give the id the template was published under").field_path(".templateId").reason(Reason::FieldValueRequired))]
+#[x_kube(validation = Rule::new(format!("{CAPTURE} || (!has(self.sandboxRef) && !has(self.capturePaths))")).message("spec.sandboxRef and spec.capturePaths apply to spec.source Capture only: remove them (a Store template is fetched as it was published)").field_path(".source").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!has(self.templateId) || !self.templateId.contains('..')").message("spec.templateId must not contain '..'").field_path(".templateId"))]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxTemplateSpec {
     /// Name of a provider configured in the operator. The provider of `sandboxRef` is used
@@ -74,16 +94,34 @@ pub struct SandboxTemplateSpec {
     )]
     pub provider: Option<String>,
 
-    /// The Sandbox (in this namespace) whose filesystem is captured. It must exist and have
-    /// been started; the capture happens once, when the template is created.
-    pub sandbox_ref: LocalObjectRef,
+    /// Where the template comes from: `Capture` (the default) captures `capturePaths` of
+    /// the Sandbox `sandboxRef`; `Store` fetches the template published under `templateId`
+    /// from the provider's shared template store (e.g. by another cluster). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<TemplateSource>,
 
-    /// Absolute paths to capture, e.g. `/home/user` or `/opt/venv`: 1 to 32 of them. Only
-    /// these paths are restored into sandboxes booted from the template. Each must be a
-    /// normalised absolute path (no `..`, `.` or empty segments, not `/` itself) of
-    /// letters, digits and `/ . _ - + @ , =` only (no spaces or shell metacharacters).
+    /// The template's id at the provider and in the shared store: stable across clusters,
+    /// so a template published here can be fetched elsewhere (`source: Store`) under the
+    /// same id. `sbxt-<metadata.uid>` when omitted; required for `source: Store`.
+    /// Lowercase letters, digits, `.`, `_` and `-` (no `..`), at most 128. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128), regex(pattern = TEMPLATE_ID_PATTERN))]
+    pub template_id: Option<String>,
+
+    /// The Sandbox (in this namespace) whose filesystem is captured; required for `source:
+    /// Capture`. It must exist and be Ready. Captured once; changing `sandboxRef`,
+    /// `capturePaths` or `label` captures again and replaces the template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sandbox_ref: Option<LocalObjectRef>,
+
+    /// Absolute paths to capture, e.g. `/home/user` or `/opt/venv`: 1 to 32 of them;
+    /// required for `source: Capture`. Only these paths are restored into sandboxes booted
+    /// from a fetched template. Each must be a normalised absolute path (no `..`, `.` or
+    /// empty segments, not `/` itself) of letters, digits and `/ . _ - + @ , =` only (no
+    /// spaces or shell metacharacters).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "capture_paths_schema")]
-    pub capture_paths: Vec<String>,
+    pub capture_paths: Option<Vec<String>>,
 
     /// Free-form label recorded with the template (up to 256 characters).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -94,6 +132,24 @@ pub struct SandboxTemplateSpec {
     /// sandboxes on other hosts can boot from it. `false` when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publish: Option<bool>,
+}
+
+/// Where a SandboxTemplate's filesystem comes from.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default, JsonSchema)]
+#[schemars(transform = no_description)]
+pub enum TemplateSource {
+    /// Captured from a running Sandbox (`sandboxRef`, `capturePaths`).
+    #[default]
+    Capture,
+    /// Fetched from the provider's shared template store by `templateId`.
+    Store,
+}
+
+impl SandboxTemplateSpec {
+    /// The source in force (`Capture` when omitted).
+    pub fn source(&self) -> TemplateSource {
+        self.source.unwrap_or_default()
+    }
 }
 
 /// Schema of `spec.capturePaths`: the list bounds, the character pattern and CEL rules
@@ -166,4 +222,8 @@ pub struct SandboxTemplateStatus {
     /// The provider holding the template.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub provider: Option<String>,
+    /// Hash of the capture inputs (`sandboxRef`, `capturePaths`, `label`) the template at the
+    /// provider was captured from; a spec with other inputs is captured again.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub capture_hash: Option<String>,
 }

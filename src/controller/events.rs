@@ -7,8 +7,14 @@ use super::Context;
 
 /// Publishes one Event on `obj`. A failure to publish is logged, never fatal: an Event is a
 /// notification, and failing a reconcile over it would trade real work for bookkeeping.
-pub async fn publish<K>(ctx: &Context, obj: &K, type_: EventType, reason: &str, action: &str, note: String)
-where
+pub async fn publish<K>(
+    ctx: &Context,
+    obj: &K,
+    type_: EventType,
+    reason: &str,
+    action: &str,
+    note: String,
+) where
     K: Resource<DynamicType = ()>,
 {
     let event = Event {
@@ -24,12 +30,22 @@ where
 }
 
 /// Normal event shorthand.
-pub async fn normal<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K, reason: &str, note: String) {
+pub async fn normal<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    obj: &K,
+    reason: &str,
+    note: String,
+) {
     publish(ctx, obj, EventType::Normal, reason, reason, note).await;
 }
 
 /// Warning event shorthand.
-pub async fn warning<K: Resource<DynamicType = ()>>(ctx: &Context, obj: &K, reason: &str, note: String) {
+pub async fn warning<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    obj: &K,
+    reason: &str,
+    note: String,
+) {
     publish(ctx, obj, EventType::Warning, reason, reason, note).await;
 }
 

@@ -10,6 +10,7 @@ pub mod events;
 pub mod sandbox;
 pub mod status;
 pub mod sweeper;
+pub mod template;
 pub mod volume;
 
 use std::sync::Arc;

@@ -1,8 +1,8 @@
 //! Conditions the way kstatus, Flux and Argo CD read them, and status writes by server-side
 //! apply on `/status` — only when something changed.
 
-use kube::api::{Api, Patch, PatchParams};
 use kube::Resource;
+use kube::api::{Api, Patch, PatchParams};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -34,20 +34,32 @@ pub enum Health {
 impl Health {
     /// Ready shorthand.
     pub fn ready(reason: &str, message: impl Into<String>) -> Self {
-        Health::Ready { reason: reason.into(), message: message.into() }
+        Health::Ready {
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
     /// Progressing shorthand.
     pub fn progressing(reason: &str, message: impl Into<String>) -> Self {
-        Health::Progressing { reason: reason.into(), message: message.into() }
+        Health::Progressing {
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
     /// Stalled shorthand.
     pub fn stalled(reason: &str, message: impl Into<String>) -> Self {
-        Health::Stalled { reason: reason.into(), message: message.into() }
+        Health::Stalled {
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
 
     /// NotReady shorthand.
     pub fn not_ready(reason: &str, message: impl Into<String>) -> Self {
-        Health::NotReady { reason: reason.into(), message: message.into() }
+        Health::NotReady {
+            reason: reason.into(),
+            message: message.into(),
+        }
     }
 
     /// The Ready condition's reason.
@@ -82,12 +94,22 @@ impl Health {
         };
         upsert(conditions, READY, ready, reason, message, generation, now);
         if reconciling {
-            upsert(conditions, RECONCILING, "True", reason, message, generation, now);
+            upsert(
+                conditions,
+                RECONCILING,
+                "True",
+                reason,
+                message,
+                generation,
+                now,
+            );
         } else {
             conditions.retain(|c| c.type_ != RECONCILING);
         }
         if stalled {
-            upsert(conditions, STALLED, "True", reason, message, generation, now);
+            upsert(
+                conditions, STALLED, "True", reason, message, generation, now,
+            );
         } else {
             conditions.retain(|c| c.type_ != STALLED);
         }
@@ -132,7 +154,12 @@ pub fn now() -> String {
 ///
 /// Only `status` is sent, under our field manager, so the operator never owns a field of
 /// `spec` (GitOps tools would read that as drift).
-pub async fn write<K, S>(api: &Api<K>, name: &str, current: Option<&S>, desired: &S) -> kube::Result<bool>
+pub async fn write<K, S>(
+    api: &Api<K>,
+    name: &str,
+    current: Option<&S>,
+    desired: &S,
+) -> kube::Result<bool>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     S: Serialize + PartialEq,
@@ -145,8 +172,12 @@ where
         "kind": K::kind(&()),
         "status": desired,
     });
-    api.patch_status(name, &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
-        .await?;
+    api.patch_status(
+        name,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
     Ok(true)
 }
 
@@ -164,8 +195,14 @@ mod tests {
         assert_eq!(ready.reason, "Starting");
         Health::ready("Running", "z").apply(&mut c, Some(2), "t3");
         let ready = c.iter().find(|c| c.type_ == READY).unwrap();
-        assert_eq!((ready.status.as_str(), ready.last_transition_time.as_deref()), ("True", Some("t3")));
-        assert!(c.iter().all(|c| c.type_ != RECONCILING && c.type_ != STALLED));
+        assert_eq!(
+            (ready.status.as_str(), ready.last_transition_time.as_deref()),
+            ("True", Some("t3"))
+        );
+        assert!(
+            c.iter()
+                .all(|c| c.type_ != RECONCILING && c.type_ != STALLED)
+        );
     }
 
     #[test]
@@ -173,7 +210,10 @@ mod tests {
         let mut c = Vec::new();
         Health::progressing("Creating", "x").apply(&mut c, Some(1), "t1");
         Health::stalled("TemplateNotFound", "gone").apply(&mut c, Some(1), "t2");
-        let types: Vec<_> = c.iter().map(|c| (c.type_.as_str(), c.status.as_str())).collect();
+        let types: Vec<_> = c
+            .iter()
+            .map(|c| (c.type_.as_str(), c.status.as_str()))
+            .collect();
         assert_eq!(types, vec![("Ready", "False"), ("Stalled", "True")]);
     }
 }

@@ -41,6 +41,7 @@ use std::pin::pin;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
+use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::ObjectReference;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::{Client, Resource};
@@ -58,6 +59,11 @@ use crate::registry::{ProviderHandle, ProviderRegistry};
 /// reconciles (which adopt what a crash left half-done) to run before the sweeper judges
 /// the provider, short enough that a restarted operator reclaims promptly.
 pub const FIRST_PASS_DELAY: Duration = Duration::from_secs(30);
+
+/// How many deletions of one pass run at once: removing a running container takes a few
+/// hundred milliseconds, so a backlog of orphans is worth overlapping, while a small bound
+/// leaves most of the provider's concurrency to the controllers.
+pub const DELETE_CONCURRENCY: usize = 4;
 
 /// Why a pass could not build its picture (and so deleted nothing).
 #[derive(Debug, thiserror::Error)]
@@ -213,14 +219,29 @@ impl Sweeper {
             enumerated[kind_index(candidate.kind())] += 1;
         }
 
+        // Deletions run a few at a time (each still confirmed and recorded on its own);
+        // results come back in plan order, so the report reads oldest first.
+        // (The futures are built first and only then streamed: a closure inside the stream
+        // would make the whole pass future too generic for `tokio::spawn`.)
+        let jobs: Vec<_> = plan
+            .deletions()
+            .filter_map(|decision| match decision.verdict {
+                Verdict::Delete(category) => Some(self.reclaim(handle, decision, category)),
+                _ => None,
+            })
+            .collect();
+        let deleted: Vec<Action> = stream::iter(jobs)
+            .buffered(DELETE_CONCURRENCY)
+            .collect()
+            .await;
+        let mut deleted = deleted.into_iter();
         let mut rows = Vec::new();
         let mut owner_alive = 0;
         for decision in &plan.decisions {
             let (category, action) = match &decision.verdict {
-                Verdict::Delete(category) => (
-                    Some(*category),
-                    self.reclaim(handle, decision, *category).await,
-                ),
+                Verdict::Delete(category) => {
+                    (Some(*category), deleted.next().unwrap_or(Action::Kept))
+                }
                 Verdict::Deferred(category) => {
                     self.metrics.sweep_deleted(category.as_str(), "deferred");
                     (Some(*category), Action::Deferred)

@@ -64,7 +64,11 @@ pub async fn reconcile(volume: Arc<SandboxVolume>, ctx: Arc<Context>) -> Result<
 /// Backoff and metrics for failed reconciles.
 pub fn error_policy(volume: Arc<SandboxVolume>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_error(KIND, err.category());
-    let key = format!("{KIND}/{}/{}", volume.namespace().unwrap_or_default(), volume.name_any());
+    let key = format!(
+        "{KIND}/{}/{}",
+        volume.namespace().unwrap_or_default(),
+        volume.name_any()
+    );
     tracing::warn!(volume = %key, error = %err, "reconcile failed");
     Action::requeue(ctx.backoff.next_delay(&key))
 }
@@ -80,16 +84,48 @@ async fn apply(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
 
     let handle = match ctx.providers.resolve(volume.spec.provider.as_deref()) {
         Ok(h) => h.clone(),
-        Err(msg) => return finish(&api, &name, &current, next, Health::stalled("ProviderNotConfigured", msg), generation, ctx).await,
+        Err(msg) => {
+            return finish(
+                &api,
+                &name,
+                &current,
+                next,
+                Health::stalled("ProviderNotConfigured", msg),
+                generation,
+                ctx,
+            )
+            .await;
+        }
     };
     next.provider = Some(handle.name().to_string());
     let Some(volumes) = handle.provider.volumes() else {
-        let msg = format!("provider {:?} has no named volumes; use another provider", handle.name());
-        return finish(&api, &name, &current, next, Health::stalled("VolumesUnsupported", msg), generation, ctx).await;
+        let msg = format!(
+            "provider {:?} has no named volumes; use another provider",
+            handle.name()
+        );
+        return finish(
+            &api,
+            &name,
+            &current,
+            next,
+            Health::stalled("VolumesUnsupported", msg),
+            generation,
+            ctx,
+        )
+        .await;
     };
     let external = external_name(&uid);
     if let Err(msg) = validate::resource_name("volume name", &external) {
-        return finish(&api, &name, &current, next, Health::stalled("InvalidName", msg), generation, ctx).await;
+        return finish(
+            &api,
+            &name,
+            &current,
+            next,
+            Health::stalled("InvalidName", msg),
+            generation,
+            ctx,
+        )
+        .await;
     }
     if current.volume_name.as_deref() != Some(external.as_str()) {
         next.volume_name = Some(external.clone());
@@ -97,15 +133,33 @@ async fn apply(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
     }
     let current = next.clone();
 
-    let info = match handle.call("get_volume", volumes.get_volume(&external)).await {
+    let info = match handle
+        .call("get_volume", volumes.get_volume(&external))
+        .await
+    {
         Ok(Some(info)) => info,
         Ok(None) => {
-            let owner = Owner { instance: ctx.instance.clone(), kind: KIND.into(), namespace: ns.clone(), name: name.clone(), uid: uid.clone() };
+            let owner = Owner {
+                instance: ctx.instance.clone(),
+                kind: KIND.into(),
+                namespace: ns.clone(),
+                name: name.clone(),
+                uid: uid.clone(),
+            };
             let mut labels = owner.labels();
             labels.insert(RECLAIM_POLICY.into(), format!("{:?}", reclaim(&volume)));
-            match handle.call("create_volume", volumes.create_volume(&external, &labels)).await {
+            match handle
+                .call("create_volume", volumes.create_volume(&external, &labels))
+                .await
+            {
                 Ok(info) => {
-                    normal(ctx, volume.as_ref(), "Created", format!("created volume {external} on provider {}", handle.name())).await;
+                    normal(
+                        ctx,
+                        volume.as_ref(),
+                        "Created",
+                        format!("created volume {external} on provider {}", handle.name()),
+                    )
+                    .await;
                     info
                 }
                 Err(e) => return failure(ctx, &api, &volume, &current, next, e, generation).await,
@@ -116,8 +170,19 @@ async fn apply(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
     next.attached = Some(info.attached);
     next.attached_to = info.attached_to.clone();
     next.size_bytes = info.size_bytes.and_then(|b| i64::try_from(b).ok());
-    next.created_at = info.created_at.map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-    finish(&api, &name, &current, next, Health::ready("VolumeReady", format!("volume {external} exists")), generation, ctx).await
+    next.created_at = info
+        .created_at
+        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    finish(
+        &api,
+        &name,
+        &current,
+        next,
+        Health::ready("VolumeReady", format!("volume {external} exists")),
+        generation,
+        ctx,
+    )
+    .await
 }
 
 /// Honour the reclaim policy; an attached volume is refused (condition + Event) and retried
@@ -129,34 +194,70 @@ async fn cleanup(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
     let external = external_name(&uid);
     let current = volume.status.clone().unwrap_or_default();
     if reclaim(&volume) == ReclaimPolicy::Retain {
-        normal(ctx, volume.as_ref(), "Retained", format!("reclaimPolicy Retain: volume {external} is kept on the provider")).await;
+        normal(
+            ctx,
+            volume.as_ref(),
+            "Retained",
+            format!("reclaimPolicy Retain: volume {external} is kept on the provider"),
+        )
+        .await;
         return Ok(Action::await_change());
     }
-    let provider_name = current.provider.clone().or_else(|| volume.spec.provider.clone());
+    let provider_name = current
+        .provider
+        .clone()
+        .or_else(|| volume.spec.provider.clone());
     let handle = match ctx.providers.resolve(provider_name.as_deref()) {
         Ok(h) => h.clone(),
         Err(_) if current.volume_name.is_none() => return Ok(Action::await_change()),
         Err(msg) => return Err(Error::Dependency(format!("cannot remove volume: {msg}"))),
     };
-    let Some(volumes) = handle.provider.volumes() else { return Ok(Action::await_change()) };
-    match handle.call("remove_volume", volumes.remove_volume(&external)).await {
+    let Some(volumes) = handle.provider.volumes() else {
+        return Ok(Action::await_change());
+    };
+    match handle
+        .call("remove_volume", volumes.remove_volume(&external))
+        .await
+    {
         Ok(()) => {}
         Err(ProviderError::Conflict(msg)) => {
             let mut next = current.clone();
             let mut conditions = next.conditions.clone();
-            Health::progressing("VolumeAttached", format!("waiting to delete: {msg}")).apply(&mut conditions, volume.metadata.generation, &status::now());
+            Health::progressing("VolumeAttached", format!("waiting to delete: {msg}")).apply(
+                &mut conditions,
+                volume.metadata.generation,
+                &status::now(),
+            );
             next.conditions = conditions;
             next.attached = Some(true);
             status::write(&api, &volume.name_any(), Some(&current), &next).await?;
-            warning(ctx, volume.as_ref(), "VolumeAttached", format!("not removing volume {external} while it is attached: {msg}")).await;
+            warning(
+                ctx,
+                volume.as_ref(),
+                "VolumeAttached",
+                format!("not removing volume {external} while it is attached: {msg}"),
+            )
+            .await;
             return Err(Error::Provider(ProviderError::Conflict(msg)));
         }
         Err(e) => return Err(e.into()),
     }
-    if handle.call("get_volume", volumes.get_volume(&external)).await?.is_some() {
-        return Err(Error::Provider(ProviderError::Transient(format!("volume {external} still present after removal"))));
+    if handle
+        .call("get_volume", volumes.get_volume(&external))
+        .await?
+        .is_some()
+    {
+        return Err(Error::Provider(ProviderError::Transient(format!(
+            "volume {external} still present after removal"
+        ))));
     }
-    normal(ctx, volume.as_ref(), "Deleted", format!("removed volume {external} (reclaimPolicy Delete)")).await;
+    normal(
+        ctx,
+        volume.as_ref(),
+        "Deleted",
+        format!("removed volume {external} (reclaimPolicy Delete)"),
+    )
+    .await;
     Ok(Action::await_change())
 }
 
@@ -169,16 +270,35 @@ async fn failure(
     err: ProviderError,
     generation: Option<i64>,
 ) -> Result<Action> {
-    warning(ctx, volume, Error::Provider(err.clone()).category(), err.to_string()).await;
+    warning(
+        ctx,
+        volume,
+        Error::Provider(err.clone()).category(),
+        err.to_string(),
+    )
+    .await;
     if err.is_retryable() {
         let mut next = next;
         let mut conditions = next.conditions.clone();
-        Health::progressing(Error::Provider(err.clone()).category(), err.to_string()).apply(&mut conditions, current.observed_generation, &status::now());
+        Health::progressing(Error::Provider(err.clone()).category(), err.to_string()).apply(
+            &mut conditions,
+            current.observed_generation,
+            &status::now(),
+        );
         next.conditions = conditions;
         let _ = status::write(api, &volume.name_any(), Some(current), &next).await;
         return Err(err.into());
     }
-    finish(api, &volume.name_any(), current, next, Health::stalled(Error::Provider(err.clone()).category(), err.to_string()), generation, ctx).await
+    finish(
+        api,
+        &volume.name_any(),
+        current,
+        next,
+        Health::stalled(Error::Provider(err.clone()).category(), err.to_string()),
+        generation,
+        ctx,
+    )
+    .await
 }
 
 async fn finish(
@@ -195,7 +315,9 @@ async fn finish(
     next.conditions = conditions;
     next.observed_generation = generation;
     status::write(api, name, Some(current), &next).await?;
-    Ok(Action::requeue(super::sandbox::apply::jittered(ctx.resync, name)))
+    Ok(Action::requeue(super::sandbox::apply::jittered(
+        ctx.resync, name,
+    )))
 }
 
 /// Runs the SandboxVolume controller until `shutdown` resolves.

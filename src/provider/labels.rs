@@ -46,7 +46,10 @@ impl Owner {
         BTreeMap::from([
             (MANAGED_BY.to_string(), self.instance.clone()),
             (OWNER_UID.to_string(), self.uid.clone()),
-            (OWNER.to_string(), format!("{}.{}", self.namespace, self.name)),
+            (
+                OWNER.to_string(),
+                format!("{}.{}", self.namespace, self.name),
+            ),
             (KIND.to_string(), self.kind.clone()),
         ])
     }
@@ -110,7 +113,11 @@ mod tests {
     #[test]
     fn caller_labels_cannot_use_the_reserved_prefix() {
         let caller = BTreeMap::from([("sandboxes.dev/owner-uid".to_string(), "x".to_string())]);
-        assert!(merge_labels(&owner(), &caller).unwrap_err().contains("reserved prefix"));
+        assert!(
+            merge_labels(&owner(), &caller)
+                .unwrap_err()
+                .contains("reserved prefix")
+        );
         let ok = BTreeMap::from([("team".to_string(), "a".to_string())]);
         let merged = merge_labels(&owner(), &ok).unwrap();
         assert_eq!(merged.get("team").map(String::as_str), Some("a"));

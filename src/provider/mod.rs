@@ -198,8 +198,11 @@ pub trait SetResources: Send + Sync {
     /// Changes only the fields present. A ceiling the provider cannot change in place is
     /// `Unsupported` (rule 10): an unenforced limit the caller believes in is worse than a
     /// visible failure.
-    async fn set_resources(&self, id: &str, resources: &Resources)
-    -> ProviderResult<AppliedResources>;
+    async fn set_resources(
+        &self,
+        id: &str,
+        resources: &Resources,
+    ) -> ProviderResult<AppliedResources>;
 }
 
 /// Headroom measurement.
@@ -221,8 +224,7 @@ pub trait Files: Send + Sync {
 
     /// Creates or replaces a whole file (never appends), creating parent directories.
     /// `mode` is masked: setuid/setgid are never written.
-    async fn write_file(&self, id: &str, path: &str, data: &[u8], mode: u32)
-    -> ProviderResult<()>;
+    async fn write_file(&self, id: &str, path: &str, data: &[u8], mode: u32) -> ProviderResult<()>;
 
     /// Lists one directory level.
     ///
@@ -238,8 +240,11 @@ pub trait Files: Send + Sync {
 pub trait BulkFiles: Send + Sync {
     /// Streams `path` out as a POSIX tar rooted at its LAST SEGMENT
     /// (`/workspace/app` → `app/…`). An absent path is `NotFound`.
-    async fn export(&self, id: &str, path: &str)
-    -> ProviderResult<BoxStream<'static, ProviderResult<bytes::Bytes>>>;
+    async fn export(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> ProviderResult<BoxStream<'static, ProviderResult<bytes::Bytes>>>;
 
     /// Extracts a tar archive at `path` (the inverse of export is `import(dirname(p))`).
     ///

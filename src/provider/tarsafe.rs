@@ -116,7 +116,9 @@ fn check_not_through_symlink(
 }
 
 fn io_err(context: &str, e: std::io::Error) -> TarsafeError {
-    TarsafeError(format!("{context}: {e}; send an uncompressed POSIX tar archive"))
+    TarsafeError(format!(
+        "{context}: {e}; send an uncompressed POSIX tar archive"
+    ))
 }
 
 /// A fresh header of the given type, owned by root, with only the fields we choose.
@@ -145,8 +147,12 @@ pub fn sanitise(input: &[u8], prefix: &str) -> Result<Sanitised, TarsafeError> {
 
     for depth in 1..=prefix_parts.len() {
         let mut h = fresh_header(EntryType::Directory, PREFIX_DIR_MODE, 0, 0);
-        out.append_data(&mut h, as_path(&join(&prefix_parts[..depth])), std::io::empty())
-            .map_err(|e| io_err("writing a prefix directory", e))?;
+        out.append_data(
+            &mut h,
+            as_path(&join(&prefix_parts[..depth])),
+            std::io::empty(),
+        )
+        .map_err(|e| io_err("writing a prefix directory", e))?;
         result.entries += 1;
     }
 
@@ -183,7 +189,9 @@ pub fn sanitise(input: &[u8], prefix: &str) -> Result<Sanitised, TarsafeError> {
 
         let name_parts = components("member", &raw_name)?;
         if name_parts.is_empty() {
-            result.dropped.push(format!("{shown} (the destination itself)"));
+            result
+                .dropped
+                .push(format!("{shown} (the destination itself)"));
             continue;
         }
         check_not_through_symlink("member", &name_parts, &symlinks)?;
@@ -225,9 +233,12 @@ pub fn sanitise(input: &[u8], prefix: &str) -> Result<Sanitised, TarsafeError> {
                 symlinks.remove(&rel_name);
             }
             EntryType::Symlink => {
-                let target = entry.link_name_bytes().map(|t| t.into_owned()).ok_or_else(|| {
-                    TarsafeError(format!("archive symlink {shown:?} has no target"))
-                })?;
+                let target = entry
+                    .link_name_bytes()
+                    .map(|t| t.into_owned())
+                    .ok_or_else(|| {
+                        TarsafeError(format!("archive symlink {shown:?} has no target"))
+                    })?;
                 if target.is_empty() || target.contains(&0) {
                     return Err(TarsafeError(format!(
                         "archive symlink {shown:?} has an empty or invalid target"
@@ -239,9 +250,12 @@ pub fn sanitise(input: &[u8], prefix: &str) -> Result<Sanitised, TarsafeError> {
                 symlinks.insert(rel_name);
             }
             EntryType::Link => {
-                let target = entry.link_name_bytes().map(|t| t.into_owned()).ok_or_else(|| {
-                    TarsafeError(format!("archive hard link {shown:?} has no target"))
-                })?;
+                let target = entry
+                    .link_name_bytes()
+                    .map(|t| t.into_owned())
+                    .ok_or_else(|| {
+                        TarsafeError(format!("archive hard link {shown:?} has no target"))
+                    })?;
                 let target_parts = components("hard link target", &target)?;
                 if target_parts.is_empty() {
                     return Err(TarsafeError(format!(
@@ -282,7 +296,14 @@ mod tests {
 
     /// Writes a raw header with an arbitrary (possibly hostile) name, bypassing the tar
     /// crate's own refusal to write `..` or absolute names.
-    fn raw_entry(out: &mut Vec<u8>, name: &[u8], kind: EntryType, link: &[u8], mode: u32, data: &[u8]) {
+    fn raw_entry(
+        out: &mut Vec<u8>,
+        name: &[u8],
+        kind: EntryType,
+        link: &[u8],
+        mode: u32,
+        data: &[u8],
+    ) {
         let mut h = Header::new_old();
         {
             let old = h.as_old_mut();
@@ -352,7 +373,14 @@ mod tests {
         let err = sanitise(&finish(a), "").unwrap_err();
         assert!(err.0.contains("'..'"), "{err}");
         let mut a = Vec::new();
-        raw_entry(&mut a, b"a/b/../../../x", EntryType::Regular, b"", 0o644, b"evil");
+        raw_entry(
+            &mut a,
+            b"a/b/../../../x",
+            EntryType::Regular,
+            b"",
+            0o644,
+            b"evil",
+        );
         assert!(sanitise(&finish(a), "").is_err());
     }
 
@@ -389,7 +417,14 @@ mod tests {
     #[test]
     fn setuid_setgid_sticky_and_ownership_never_survive() {
         let mut a = Vec::new();
-        raw_entry(&mut a, b"bin/su", EntryType::Regular, b"", 0o4755, b"#!/bin/sh\n");
+        raw_entry(
+            &mut a,
+            b"bin/su",
+            EntryType::Regular,
+            b"",
+            0o4755,
+            b"#!/bin/sh\n",
+        );
         raw_entry(&mut a, b"bin/sg", EntryType::Regular, b"", 0o2711, b"x");
         raw_entry(&mut a, b"shared/", EntryType::Directory, b"", 0o3777, b"");
         let out = sanitise(&finish(a), "").unwrap();
@@ -398,7 +433,13 @@ mod tests {
         let seen = read_back(&out.archive);
         assert_eq!(seen.len(), 3);
         for s in &seen {
-            assert_eq!(s.mode & 0o7000, 0, "{} kept special bits: {:o}", s.name, s.mode);
+            assert_eq!(
+                s.mode & 0o7000,
+                0,
+                "{} kept special bits: {:o}",
+                s.name,
+                s.mode
+            );
             assert_eq!((s.uid, s.gid), (0, 0), "{} kept its owner", s.name);
         }
         assert_eq!(seen[0].mode, 0o755);
@@ -411,7 +452,14 @@ mod tests {
     fn writing_through_a_symlink_from_the_same_archive_is_refused() {
         let mut a = Vec::new();
         raw_entry(&mut a, b"link", EntryType::Symlink, b"/etc", 0o777, b"");
-        raw_entry(&mut a, b"link/passwd", EntryType::Regular, b"", 0o644, b"root::0:0::/:/bin/sh\n");
+        raw_entry(
+            &mut a,
+            b"link/passwd",
+            EntryType::Regular,
+            b"",
+            0o644,
+            b"root::0:0::/:/bin/sh\n",
+        );
         let err = sanitise(&finish(a), "").unwrap_err();
         assert!(err.0.contains("symlink"), "{err}");
 
@@ -429,10 +477,31 @@ mod tests {
     #[test]
     fn plain_symlinks_are_kept_and_a_replaced_symlink_no_longer_blocks() {
         let mut a = Vec::new();
-        raw_entry(&mut a, b"current", EntryType::Symlink, b"releases/v1", 0o777, b"");
-        raw_entry(&mut a, b"abs", EntryType::Symlink, b"/usr/bin/env", 0o777, b"");
+        raw_entry(
+            &mut a,
+            b"current",
+            EntryType::Symlink,
+            b"releases/v1",
+            0o777,
+            b"",
+        );
+        raw_entry(
+            &mut a,
+            b"abs",
+            EntryType::Symlink,
+            b"/usr/bin/env",
+            0o777,
+            b"",
+        );
         raw_entry(&mut a, b"current", EntryType::Directory, b"", 0o755, b"");
-        raw_entry(&mut a, b"current/file", EntryType::Regular, b"", 0o644, b"ok");
+        raw_entry(
+            &mut a,
+            b"current/file",
+            EntryType::Regular,
+            b"",
+            0o644,
+            b"ok",
+        );
         let seen = read_back(&sanitise(&finish(a), "").unwrap().archive);
         assert_eq!(seen[0].link.as_deref(), Some("releases/v1"));
         assert_eq!(seen[1].link.as_deref(), Some("/usr/bin/env"));
@@ -459,7 +528,10 @@ mod tests {
     fn pax_records_such_as_file_capabilities_are_not_carried() {
         let mut b = Builder::new(Vec::new());
         b.append_pax_extensions([
-            ("SCHILY.xattr.security.capability", &b"\x01\x00\x00\x02\xff\xff\xff\xff"[..]),
+            (
+                "SCHILY.xattr.security.capability",
+                &b"\x01\x00\x00\x02\xff\xff\xff\xff"[..],
+            ),
             ("path", &b"very/long/name/from/pax.bin"[..]),
         ])
         .unwrap();
@@ -472,7 +544,10 @@ mod tests {
         let out = sanitise(&b.into_inner().unwrap(), "").unwrap();
         let seen = read_back(&out.archive);
         assert_eq!(seen.len(), 1);
-        assert_eq!(seen[0].name, "very/long/name/from/pax.bin", "pax path is honoured");
+        assert_eq!(
+            seen[0].name, "very/long/name/from/pax.bin",
+            "pax path is honoured"
+        );
         assert!(!seen[0].pax, "pax records must not be copied");
         assert_eq!(seen[0].data, b"abc");
     }

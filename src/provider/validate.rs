@@ -20,7 +20,9 @@ pub fn capture_path(path: &str) -> Result<(), String> {
         ));
     }
     if path == "/" {
-        return Err("capture path \"/\" would capture the whole filesystem; name a directory".into());
+        return Err(
+            "capture path \"/\" would capture the whole filesystem; name a directory".into(),
+        );
     }
     if let Some(bad) = path.chars().find(|c| !is_plain_path_char(*c)) {
         return Err(format!(
@@ -29,7 +31,11 @@ pub fn capture_path(path: &str) -> Result<(), String> {
     }
     for segment in path.trim_end_matches('/').split('/').skip(1) {
         match segment {
-            "" => return Err(format!("capture path {path:?} contains an empty segment (//)")),
+            "" => {
+                return Err(format!(
+                    "capture path {path:?} contains an empty segment (//)"
+                ));
+            }
             "." | ".." => {
                 return Err(format!(
                     "capture path {path:?} contains a {segment:?} segment; give a normalised absolute path"

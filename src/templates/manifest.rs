@@ -38,6 +38,10 @@ pub const EXIT_NO_TEMP: i64 = 94;
 pub const EXIT_HARDLINK_ESCAPE: i64 = 95;
 /// Exit status: the archive holds a device node.
 pub const EXIT_DEVICE_NODE: i64 = 96;
+/// Exit status: a member would be written through a symlink that already exists in the
+/// restoring sandbox and leads out of the capture paths (or a capture path lies at or below
+/// such a symlink).
+pub const EXIT_SYMLINK_ESCAPE: i64 = 97;
 /// Printed on stderr by the capture when tar saw files change while reading (a warning).
 pub const TAR_CHANGED_MARKER: &str = "SBX_TAR_FILES_CHANGED";
 
@@ -66,7 +70,10 @@ impl Manifest {
     /// content is checked again before it drives a restore.
     pub fn validate(&self) -> Result<(), String> {
         if self.schema != MANIFEST_SCHEMA {
-            return Err(format!("manifest schema {} is not supported (want {MANIFEST_SCHEMA})", self.schema));
+            return Err(format!(
+                "manifest schema {} is not supported (want {MANIFEST_SCHEMA})",
+                self.schema
+            ));
         }
         validate::resource_name("template id", &self.id)?;
         if self.capture_paths.is_empty() {
@@ -89,7 +96,10 @@ pub struct Keys {
 impl Keys {
     /// Keys for `template_id` under `prefix` (no trailing slash needed).
     pub fn new(prefix: &str, template_id: &str) -> Self {
-        Keys { prefix: prefix.trim_end_matches('/').to_string(), id: template_id.to_string() }
+        Keys {
+            prefix: prefix.trim_end_matches('/').to_string(),
+            id: template_id.to_string(),
+        }
     }
     /// `<prefix>/<id>/`, everything of this template.
     pub fn root(&self) -> String {
@@ -115,10 +125,17 @@ impl Keys {
 
 /// Whether any lease still belongs to a live restore. A lease whose timestamp cannot be read
 /// counts as live: an unreadable answer resolves to "in use", never to "free".
-pub fn has_live_lease(lease_times: &[Option<DateTime<Utc>>], ttl_secs: u64, now: DateTime<Utc>) -> bool {
+pub fn has_live_lease(
+    lease_times: &[Option<DateTime<Utc>>],
+    ttl_secs: u64,
+    now: DateTime<Utc>,
+) -> bool {
     lease_times.iter().any(|t| match t {
         None => true,
-        Some(t) => now.signed_duration_since(*t).num_seconds() < i64::try_from(ttl_secs).unwrap_or(i64::MAX),
+        Some(t) => {
+            now.signed_duration_since(*t).num_seconds()
+                < i64::try_from(ttl_secs).unwrap_or(i64::MAX)
+        }
     })
 }
 
@@ -172,38 +189,74 @@ curl --fail-with-body -sS -X PUT -T "$tmp" {url} || exit {EXIT_TRANSFER_FAILED}
 /// 1. Download to a FILE (a failed download is never "extracted" as a truncated stream).
 /// 2. Refuse device nodes and hard links that point outside the capture paths (a hard link
 ///    to e.g. `etc/shadow` would otherwise put a file outside the tree into the template).
-/// 3. Extract ONLY the manifest's capture paths as member selectors, with
-///    `--no-same-owner --no-same-permissions`. GNU tar strips a leading `/`, refuses members
-///    containing `..`, and will not write through a symlink it extracted; any refusal is a
+/// 3. Refuse writing through a symlink that ALREADY EXISTS in the restoring sandbox (one the
+///    base image ships) and leads out of the capture paths: GNU tar guards against symlinks
+///    it extracted itself, but follows existing ones, so a member `opt/x/evil` below a
+///    base-image symlink `/opt/x -> /etc` would land in `/etc`. A capture path that lies at
+///    or below a symlink is refused for the same reason.
+/// 4. Extract ONLY the manifest's capture paths as member selectors (`--no-wildcards`: a
+///    selector is a literal name), with `--no-same-owner --no-same-permissions`. GNU tar
+///    strips a leading `/`, refuses members containing `..`, and will not write through a
+///    symlink it extracted (it holds a placeholder file until the end); any refusal is a
 ///    non-zero exit that fails the restore.
-/// 4. Strip setuid/setgid from everything extracted, then ASSERT none survived.
+/// 5. Strip setuid/setgid from everything extracted, then ASSERT none survived.
 pub fn restore_script(paths: &[String], get_url: &str) -> Result<String, String> {
     let members = members(paths)?;
     let selectors = members.join(" ");
     let url = quote(get_url)?;
-    let abs: Vec<String> = paths.iter().map(|p| quote(&format!("/{}", validate::archive_member(p)))).collect::<Result<_, _>>()?;
-    let abs = abs.join(" ");
-    let allowed: Vec<String> = paths
+    let abs: Vec<String> = paths
         .iter()
-        .map(|p| {
-            let m = validate::archive_member(p);
-            format!("{m}|{m}/*")
-        })
-        .collect();
-    let allowed = allowed.join("|");
+        .map(|p| quote(&format!("/{}", validate::archive_member(p))))
+        .collect::<Result<_, _>>()?;
+    let abs = abs.join(" ");
+    let allowed = |absolute: bool| {
+        paths
+            .iter()
+            .map(|p| {
+                let m = validate::archive_member(p);
+                let m = if absolute {
+                    format!("/{m}")
+                } else {
+                    m.to_string()
+                };
+                format!("{m}|{m}/*")
+            })
+            .collect::<Vec<_>>()
+            .join("|")
+    };
+    let (allowed_rel, allowed_abs) = (allowed(false), allowed(true));
     Ok(format!(
         r#"set -u
 tmp=$(mktemp /tmp/sbx-restore-XXXXXX.tar.gz) || exit {EXIT_NO_TEMP}
 list=$(mktemp /tmp/sbx-restore-XXXXXX.list) || exit {EXIT_NO_TEMP}
-trap 'rm -f "$tmp" "$list"' EXIT
+links=$(mktemp /tmp/sbx-restore-XXXXXX.links) || exit {EXIT_NO_TEMP}
+trap 'rm -f "$tmp" "$list" "$links"' EXIT
 curl --fail-with-body -sS -o "$tmp" {url} || exit {EXIT_TRANSFER_FAILED}
 tar -tvzf "$tmp" > "$list" || exit {EXIT_TAR_FAILED}
 if grep -q '^[bc]' "$list"; then echo "archive contains a device node" >&2; exit {EXIT_DEVICE_NODE}; fi
 sed -n 's/^h.* link to //p' "$list" | while IFS= read -r target; do
   target=${{target#/}}
-  case "$target" in {allowed}) ;; *) echo "hard link to $target leaves the capture paths" >&2; exit {EXIT_HARDLINK_ESCAPE};; esac
+  case "$target" in {allowed_rel}) ;; *) echo "hard link to $target leaves the capture paths" >&2; exit {EXIT_HARDLINK_ESCAPE};; esac
 done || exit {EXIT_HARDLINK_ESCAPE}
-tar -xzf "$tmp" -C / --no-same-owner --no-same-permissions -- {selectors} || exit {EXIT_TAR_FAILED}
+for p in {abs}; do
+  d=$p
+  while [ -n "$d" ]; do
+    if [ -L "$d" ]; then echo "capture path $p lies at or below the symlink $d of the restoring sandbox" >&2; exit {EXIT_SYMLINK_ESCAPE}; fi
+    d=${{d%/*}}
+  done
+  [ -d "$p" ] || continue
+  find "$p" -xdev -type l | while IFS= read -r l; do
+    t=$(readlink -f -- "$l") || t=/
+    case "$t" in {allowed_abs}) ;; *) printf '%s\n' "${{l#/}}";; esac
+  done >> "$links" || exit {EXIT_SYMLINK_ESCAPE}
+done
+if [ -s "$links" ]; then
+  tar -tzf "$tmp" | awk 'NR == FNR {{ bad[$0] = 1; next }}
+    {{ name = $0; sub(/^(\.?\/)+/, "", name); n = split(name, part, "/"); pre = ""
+       for (i = 1; i < n; i++) {{ pre = (i == 1 ? part[i] : pre "/" part[i])
+         if (pre in bad) {{ print "member " $0 " would be written through the existing symlink /" pre > "/dev/stderr"; exit 1 }} }} }}' "$links" - || exit {EXIT_SYMLINK_ESCAPE}
+fi
+tar -xzf "$tmp" -C / --no-same-owner --no-same-permissions --no-wildcards -- {selectors} || exit {EXIT_TAR_FAILED}
 for p in {abs}; do
   [ -e "$p" ] || continue
   find "$p" -xdev -perm /6000 -exec chmod a-s {{}} + || exit {EXIT_SETUID_SURVIVED}
@@ -227,7 +280,9 @@ mod tests {
 
     #[test]
     fn unreadable_lease_times_are_live_and_old_ones_expire() {
-        let now = DateTime::parse_from_rfc3339("2026-01-01T01:00:00Z").unwrap().with_timezone(&Utc);
+        let now = DateTime::parse_from_rfc3339("2026-01-01T01:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
         let old = Some(now - chrono::Duration::seconds(2000));
         let fresh = Some(now - chrono::Duration::seconds(10));
         assert!(!has_live_lease(&[old], 1020, now));
@@ -250,14 +305,70 @@ mod tests {
         assert!(s.contains("curl --fail-with-body -sS -o \"$tmp\" 'http://s3/x?sig=1&b=2'"));
         assert!(restore_script(&["/a;b".into()], "u").is_err());
         assert!(capture_script(&["/a".into()], "http://x/'oops'", 10).is_err());
-        let c = capture_script(&["/workspace/app/".into(), "/opt/x".into()], "http://u", 10).unwrap();
+        let c =
+            capture_script(&["/workspace/app/".into(), "/opt/x".into()], "http://u", 10).unwrap();
         assert!(c.contains("-- 'workspace/app' 'opt/x'"));
         assert!(c.contains("-T \"$tmp\""), "uploads a file, not a pipe");
     }
 
     #[test]
+    fn restore_guards_every_escape_route() {
+        let s = restore_script(&["/workspace/app".into(), "/opt/venv".into()], "http://u").unwrap();
+        // Literal member selectors, nothing else extracted.
+        assert!(
+            s.contains("--no-wildcards -- 'workspace/app' 'opt/venv' || exit 92"),
+            "{s}"
+        );
+        // Hard links may only point into the capture paths (archive-relative names).
+        assert!(
+            s.contains("case \"$target\" in workspace/app|workspace/app/*|opt/venv|opt/venv/*)"),
+            "{s}"
+        );
+        // Existing symlinks are judged by where they resolve (absolute names).
+        assert!(
+            s.contains("case \"$t\" in /workspace/app|/workspace/app/*|/opt/venv|/opt/venv/*)"),
+            "{s}"
+        );
+        assert!(s.contains(&format!("exit {EXIT_SYMLINK_ESCAPE}")));
+        // The setuid/setgid sweep is followed by an assertion.
+        assert!(s.contains("-perm /6000 -exec chmod a-s"));
+        assert!(s.contains(&format!(
+            "survived under $p\" >&2; exit {EXIT_SETUID_SURVIVED}"
+        )));
+        // Downloaded to a file, never piped into tar.
+        assert!(s.contains("curl --fail-with-body -sS -o \"$tmp\""));
+        assert!(!s.contains("| tar -x"));
+    }
+
+    #[test]
+    fn scripts_are_valid_posix_shell() {
+        let scripts = [
+            restore_script(&["/workspace/app".into()], "http://u/x?a=1&b=2").unwrap(),
+            capture_script(&["/workspace/app".into()], "http://u/x?a=1&b=2", 10).unwrap(),
+        ];
+        for script in scripts {
+            let out = std::process::Command::new("sh")
+                .args(["-n", "-c", &script])
+                .output()
+                .expect("sh");
+            assert!(
+                out.status.success(),
+                "{}\n{script}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+
+    #[test]
     fn manifests_are_revalidated() {
-        let mut m = Manifest { schema: 1, id: "t1".into(), capture_paths: vec!["/w".into()], created_at: "x".into(), size_bytes: 1, label: None };
+        let mut m = Manifest {
+            schema: 1,
+            id: "t1".into(),
+            capture_paths: vec!["/w".into()],
+            created_at: "x".into(),
+            size_bytes: 1,
+            label: None,
+        };
         assert!(m.validate().is_ok());
         m.capture_paths.push("/w/../etc".into());
         assert!(m.validate().is_err());

@@ -9,7 +9,9 @@
 
 use std::time::Duration;
 
-use aws_sdk_s3::config::{BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::config::{
+    BehaviorVersion, Credentials, Region, RequestChecksumCalculation, ResponseChecksumValidation,
+};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::presigning::PresigningConfig;
 use aws_sdk_s3::primitives::ByteStream;
@@ -31,7 +33,9 @@ pub const DEFAULT_REGION: &str = "auto";
 pub enum StoreError {
     /// Settings are missing. Reported as configuration, never as a network failure, so an
     /// operator looks at the settings and not at the network.
-    #[error("template store {store:?} is not configured: missing {missing}; set them in the operator configuration (templateStores) or the environment")]
+    #[error(
+        "template store {store:?} is not configured: missing {missing}; set them in the operator configuration (templateStores) or the environment"
+    )]
     Unconfigured {
         /// Store name.
         store: String,
@@ -88,20 +92,35 @@ impl StoreSettings {
     /// (`BUCKET_NAME`, `AWS_ENDPOINT_URL_S3`, `AWS_REGION`, `AWS_ACCESS_KEY_ID`,
     /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`). A partial configuration is an error that
     /// names every missing setting.
-    pub fn resolve(config: &TemplateStoreConfig, env: impl Fn(&str) -> Option<String>) -> Result<StoreSettings, StoreError> {
+    pub fn resolve(
+        config: &TemplateStoreConfig,
+        env: impl Fn(&str) -> Option<String>,
+    ) -> Result<StoreSettings, StoreError> {
         let store = config.name.clone();
-        let secret = |src: &Option<crate::config::SecretSource>, field: &str, var: &str| -> Result<Option<String>, StoreError> {
+        let secret = |src: &Option<crate::config::SecretSource>,
+                      field: &str,
+                      var: &str|
+         -> Result<Option<String>, StoreError> {
             match src {
                 Some(s) => s
                     .resolve_for(&format!("templateStores[{store}].{field}"))
                     .map(Some)
-                    .map_err(|e| StoreError::Secret { store: store.clone(), message: e.to_string() }),
+                    .map_err(|e| StoreError::Secret {
+                        store: store.clone(),
+                        message: e.to_string(),
+                    }),
                 None => Ok(env(var).filter(|v| !v.is_empty())),
             }
         };
-        let bucket = Some(config.bucket.clone()).filter(|b| !b.is_empty()).or_else(|| env("BUCKET_NAME"));
+        let bucket = Some(config.bucket.clone())
+            .filter(|b| !b.is_empty())
+            .or_else(|| env("BUCKET_NAME"));
         let access = secret(&config.access_key_id, "accessKeyId", "AWS_ACCESS_KEY_ID")?;
-        let secret_key = secret(&config.secret_access_key, "secretAccessKey", "AWS_SECRET_ACCESS_KEY")?;
+        let secret_key = secret(
+            &config.secret_access_key,
+            "secretAccessKey",
+            "AWS_SECRET_ACCESS_KEY",
+        )?;
         let token = secret(&config.session_token, "sessionToken", "AWS_SESSION_TOKEN")?;
         let mut missing = Vec::new();
         if bucket.is_none() {
@@ -117,15 +136,30 @@ impl StoreSettings {
             (Some(bucket), Some(access_key_id), Some(secret_access_key)) => Ok(StoreSettings {
                 name: store,
                 bucket,
-                endpoint: config.endpoint.clone().or_else(|| env("AWS_ENDPOINT_URL_S3")),
-                region: config.region.clone().or_else(|| env("AWS_REGION")).unwrap_or_else(|| DEFAULT_REGION.into()),
+                endpoint: config
+                    .endpoint
+                    .clone()
+                    .or_else(|| env("AWS_ENDPOINT_URL_S3")),
+                region: config
+                    .region
+                    .clone()
+                    .or_else(|| env("AWS_REGION"))
+                    .unwrap_or_else(|| DEFAULT_REGION.into()),
                 access_key_id,
                 secret_access_key,
                 session_token: token,
                 path_style: config.path_style.unwrap_or(false),
-                prefix: config.prefix.clone().unwrap_or_else(|| DEFAULT_PREFIX.into()).trim_matches('/').to_string(),
+                prefix: config
+                    .prefix
+                    .clone()
+                    .unwrap_or_else(|| DEFAULT_PREFIX.into())
+                    .trim_matches('/')
+                    .to_string(),
             }),
-            _ => Err(StoreError::Unconfigured { store, missing: missing.join(", ") }),
+            _ => Err(StoreError::Unconfigured {
+                store,
+                missing: missing.join(", "),
+            }),
         }
     }
 }
@@ -150,7 +184,9 @@ pub struct TemplateStore {
 
 impl std::fmt::Debug for TemplateStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("TemplateStore").field("settings", &self.settings).finish_non_exhaustive()
+        f.debug_struct("TemplateStore")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
     }
 }
 
@@ -170,7 +206,10 @@ where
     ProviderError::Transient(format!("template store: {what} {key:?} failed: {detail}"))
 }
 
-fn is_not_found<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>, raw_status: impl Fn(&R) -> u16) -> bool {
+fn is_not_found<E: ProvideErrorMetadata, R>(
+    err: &SdkError<E, R>,
+    raw_status: impl Fn(&R) -> u16,
+) -> bool {
     match err {
         SdkError::ServiceError(e) => {
             matches!(e.err().code(), Some("NoSuchKey" | "NotFound")) || raw_status(e.raw()) == 404
@@ -205,7 +244,10 @@ impl TemplateStore {
         if let Some(ep) = &settings.endpoint {
             builder = builder.endpoint_url(ep);
         }
-        TemplateStore { client: aws_sdk_s3::Client::from_conf(builder.build()), settings }
+        TemplateStore {
+            client: aws_sdk_s3::Client::from_conf(builder.build()),
+            settings,
+        }
     }
 
     /// The settings in use.
@@ -242,7 +284,10 @@ impl TemplateStore {
                     last_modified: to_chrono(o.last_modified()),
                 });
             }
-            match (page.is_truncated().unwrap_or(false), page.next_continuation_token()) {
+            match (
+                page.is_truncated().unwrap_or(false),
+                page.next_continuation_token(),
+            ) {
                 (false, _) => return Ok(out),
                 (true, Some(t)) => token = Some(t.to_string()),
                 (true, None) => {
@@ -256,10 +301,20 @@ impl TemplateStore {
 
     /// One object's metadata; `Ok(None)` only when it does not exist.
     pub async fn head(&self, key: &str) -> Result<Option<StoredObject>, ProviderError> {
-        match self.client.head_object().bucket(&self.settings.bucket).key(key).send().await {
+        match self
+            .client
+            .head_object()
+            .bucket(&self.settings.bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(o) => Ok(Some(StoredObject {
                 key: key.to_string(),
-                size: o.content_length().and_then(|s| u64::try_from(s).ok()).unwrap_or(0),
+                size: o
+                    .content_length()
+                    .and_then(|s| u64::try_from(s).ok())
+                    .unwrap_or(0),
                 last_modified: to_chrono(o.last_modified()),
             })),
             Err(e) if is_not_found(&e, |r| r.status().as_u16()) => Ok(None),
@@ -269,17 +324,28 @@ impl TemplateStore {
 
     /// A small object's body as text; `Ok(None)` only when it does not exist.
     pub async fn get_text(&self, key: &str) -> Result<Option<String>, ProviderError> {
-        match self.client.get_object().bucket(&self.settings.bucket).key(key).send().await {
+        match self
+            .client
+            .get_object()
+            .bucket(&self.settings.bucket)
+            .key(key)
+            .send()
+            .await
+        {
             Ok(o) => {
                 let bytes = o
                     .body
                     .collect()
                     .await
-                    .map_err(|e| ProviderError::Transient(format!("template store: reading {key:?} failed: {e}")))?
+                    .map_err(|e| {
+                        ProviderError::Transient(format!(
+                            "template store: reading {key:?} failed: {e}"
+                        ))
+                    })?
                     .into_bytes();
-                String::from_utf8(bytes.to_vec())
-                    .map(Some)
-                    .map_err(|_| ProviderError::Invalid(format!("template store: {key:?} is not UTF-8 text")))
+                String::from_utf8(bytes.to_vec()).map(Some).map_err(|_| {
+                    ProviderError::Invalid(format!("template store: {key:?} is not UTF-8 text"))
+                })
             }
             Err(e) if is_not_found(&e, |r| r.status().as_u16()) => Ok(None),
             Err(e) => Err(store_err("get", key, e)),
@@ -287,7 +353,12 @@ impl TemplateStore {
     }
 
     /// Writes a small text object.
-    pub async fn put_text(&self, key: &str, body: &str, content_type: &str) -> Result<(), ProviderError> {
+    pub async fn put_text(
+        &self,
+        key: &str,
+        body: &str,
+        content_type: &str,
+    ) -> Result<(), ProviderError> {
         self.client
             .put_object()
             .bucket(&self.settings.bucket)
@@ -313,7 +384,9 @@ impl TemplateStore {
                 .set_objects(Some(objects))
                 .quiet(true)
                 .build()
-                .map_err(|e| ProviderError::Invalid(format!("template store: bad delete request: {e}")))?;
+                .map_err(|e| {
+                    ProviderError::Invalid(format!("template store: bad delete request: {e}"))
+                })?;
             let out = self
                 .client
                 .delete_objects()
@@ -344,7 +417,9 @@ impl TemplateStore {
             .key(key)
             .presigned(cfg)
             .await
-            .map_err(|e| ProviderError::Invalid(format!("template store: cannot presign PUT {key:?}: {e}")))?;
+            .map_err(|e| {
+                ProviderError::Invalid(format!("template store: cannot presign PUT {key:?}: {e}"))
+            })?;
         Ok(req.uri().to_string())
     }
 
@@ -358,7 +433,9 @@ impl TemplateStore {
             .key(key)
             .presigned(cfg)
             .await
-            .map_err(|e| ProviderError::Invalid(format!("template store: cannot presign GET {key:?}: {e}")))?;
+            .map_err(|e| {
+                ProviderError::Invalid(format!("template store: cannot presign GET {key:?}: {e}"))
+            })?;
         Ok(req.uri().to_string())
     }
 }
@@ -378,10 +455,18 @@ mod tests {
 
     #[test]
     fn partial_configuration_names_every_missing_setting() {
-        let err = StoreSettings::resolve(&cfg(), |k| (k == "AWS_ACCESS_KEY_ID").then(|| "AK".to_string())).unwrap_err();
+        let err = StoreSettings::resolve(&cfg(), |k| {
+            (k == "AWS_ACCESS_KEY_ID").then(|| "AK".to_string())
+        })
+        .unwrap_err();
         let msg = err.to_string();
         assert!(msg.contains("not configured"), "{msg}");
-        assert!(msg.contains("bucket") && msg.contains("secretAccessKey") && !msg.contains("accessKeyId (or"), "{msg}");
+        assert!(
+            msg.contains("bucket")
+                && msg.contains("secretAccessKey")
+                && !msg.contains("accessKeyId (or"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -394,7 +479,10 @@ mod tests {
             _ => None,
         };
         let s = StoreSettings::resolve(&cfg(), env).unwrap();
-        assert_eq!((s.bucket.as_str(), s.region.as_str(), s.prefix.as_str()), ("b", DEFAULT_REGION, DEFAULT_PREFIX));
+        assert_eq!(
+            (s.bucket.as_str(), s.region.as_str(), s.prefix.as_str()),
+            ("b", DEFAULT_REGION, DEFAULT_PREFIX)
+        );
         assert_eq!(s.endpoint.as_deref(), Some("http://127.0.0.1:9000"));
         assert!(!format!("{s:?}").contains("very-secret"));
     }

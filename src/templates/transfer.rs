@@ -3,13 +3,18 @@
 //! sandbox can reach, so the Docker provider's publish/fetch and a provider without image
 //! commit (Fly) share this one code path — including its security boundary.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::Utc;
 
 use super::manifest::{self, Keys, MANIFEST_SCHEMA, Manifest};
 use super::store::TemplateStore;
-use crate::provider::{ExecRequest, Provider, ProviderError, ProviderResult, validate};
+use crate::provider::labels::Owner;
+use crate::provider::{
+    CommitRequest, CreateRequest, ExecRequest, Provider, ProviderError, ProviderResult, Resources,
+    RestartPolicy, Template, validate,
+};
 
 /// Transfer limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,9 +49,22 @@ impl Limits {
 
 /// Keeps presigned signatures out of messages that reach events and logs.
 fn redact(text: &str) -> String {
-    let tail: String = text.chars().rev().take(600).collect::<Vec<_>>().into_iter().rev().collect();
+    let tail: String = text
+        .chars()
+        .rev()
+        .take(600)
+        .collect::<Vec<_>>()
+        .into_iter()
+        .rev()
+        .collect();
     tail.split_whitespace()
-        .map(|w| if w.contains("X-Amz-Signature") || w.contains("X-Amz-Credential") { "<presigned-url>" } else { w })
+        .map(|w| {
+            if w.contains("X-Amz-Signature") || w.contains("X-Amz-Credential") {
+                "<presigned-url>"
+            } else {
+                w
+            }
+        })
         .collect::<Vec<_>>()
         .join(" ")
 }
@@ -65,12 +83,17 @@ pub async fn capture(
 ) -> ProviderResult<Manifest> {
     validate::resource_name("template id", template_id).map_err(ProviderError::Invalid)?;
     if paths.is_empty() {
-        return Err(ProviderError::Invalid("capturePaths is empty: name the directories to capture".into()));
+        return Err(ProviderError::Invalid(
+            "capturePaths is empty: name the directories to capture".into(),
+        ));
     }
     let keys = Keys::new(&store.settings().prefix, template_id);
     let url = store.presign_put(&keys.archive(), limits.presign).await?;
-    let script = manifest::capture_script(paths, &url, limits.max_archive_bytes).map_err(ProviderError::Invalid)?;
-    let out = provider.exec(sandbox_id, &ExecRequest::shell(script, limits.transfer)).await?;
+    let script = manifest::capture_script(paths, &url, limits.max_archive_bytes)
+        .map_err(ProviderError::Invalid)?;
+    let out = provider
+        .exec(sandbox_id, &ExecRequest::shell(script, limits.transfer))
+        .await?;
     match out.exit_code {
         0 => {}
         manifest::EXIT_TOO_LARGE => {
@@ -86,10 +109,9 @@ pub async fn capture(
             )));
         }
     }
-    let archive = store
-        .head(&keys.archive())
-        .await?
-        .ok_or_else(|| ProviderError::Transient(format!("capture uploaded nothing to {}", keys.archive())))?;
+    let archive = store.head(&keys.archive()).await?.ok_or_else(|| {
+        ProviderError::Transient(format!("capture uploaded nothing to {}", keys.archive()))
+    })?;
     let m = Manifest {
         schema: MANIFEST_SCHEMA,
         id: template_id.to_string(),
@@ -98,21 +120,37 @@ pub async fn capture(
         size_bytes: archive.size,
         label,
     };
-    let body = serde_json::to_string_pretty(&m).map_err(|e| ProviderError::Invalid(format!("manifest: {e}")))?;
-    store.put_text(&keys.manifest(), &body, "application/json").await?;
+    let body = serde_json::to_string_pretty(&m)
+        .map_err(|e| ProviderError::Invalid(format!("manifest: {e}")))?;
+    store
+        .put_text(&keys.manifest(), &body, "application/json")
+        .await?;
     Ok(m)
 }
 
 /// Reads a template's manifest. `Ok(None)` only when the manifest genuinely does not exist;
 /// a failed lookup is `Err` (rule 3), and so is a manifest that fails validation.
-pub async fn manifest(store: &TemplateStore, template_id: &str) -> ProviderResult<Option<Manifest>> {
+pub async fn manifest(
+    store: &TemplateStore,
+    template_id: &str,
+) -> ProviderResult<Option<Manifest>> {
     let keys = Keys::new(&store.settings().prefix, template_id);
-    let Some(text) = store.get_text(&keys.manifest()).await? else { return Ok(None) };
-    let m: Manifest = serde_json::from_str(&text)
-        .map_err(|e| ProviderError::Invalid(format!("template store: manifest of {template_id:?} is unreadable: {e}")))?;
-    m.validate().map_err(|e| ProviderError::Invalid(format!("template store: manifest of {template_id:?}: {e}")))?;
+    let Some(text) = store.get_text(&keys.manifest()).await? else {
+        return Ok(None);
+    };
+    let m: Manifest = serde_json::from_str(&text).map_err(|e| {
+        ProviderError::Invalid(format!(
+            "template store: manifest of {template_id:?} is unreadable: {e}"
+        ))
+    })?;
+    m.validate().map_err(|e| {
+        ProviderError::Invalid(format!("template store: manifest of {template_id:?}: {e}"))
+    })?;
     if m.id != template_id {
-        return Err(ProviderError::Invalid(format!("template store: manifest under {template_id:?} names {:?}", m.id)));
+        return Err(ProviderError::Invalid(format!(
+            "template store: manifest under {template_id:?} names {:?}",
+            m.id
+        )));
     }
     Ok(Some(m))
 }
@@ -143,10 +181,18 @@ pub async fn restore(
     template_id: &str,
     limits: Limits,
 ) -> ProviderResult<Option<Manifest>> {
-    let Some(m) = manifest(store, template_id).await? else { return Ok(None) };
+    let Some(m) = manifest(store, template_id).await? else {
+        return Ok(None);
+    };
     let keys = Keys::new(&store.settings().prefix, template_id);
-    let lease_key = keys.lease(&format!("{}-{}", Utc::now().timestamp_millis(), fastrand::u64(..)));
-    store.put_text(&lease_key, &Utc::now().to_rfc3339(), "text/plain").await?;
+    let lease_key = keys.lease(&format!(
+        "{}-{}",
+        Utc::now().timestamp_millis(),
+        fastrand::u64(..)
+    ));
+    store
+        .put_text(&lease_key, &Utc::now().to_rfc3339(), "text/plain")
+        .await?;
     let result = run_restore(provider, sandbox_id, store, &keys, &m, limits).await;
     // Best effort: a stale lease only delays an eviction until it ages out.
     if let Err(e) = store.remove(std::slice::from_ref(&lease_key)).await {
@@ -164,24 +210,46 @@ async fn run_restore(
     limits: Limits,
 ) -> ProviderResult<()> {
     let url = store.presign_get(&keys.archive(), limits.presign).await?;
-    let script = manifest::restore_script(&m.capture_paths, &url).map_err(ProviderError::Invalid)?;
-    let out = provider.exec(sandbox_id, &ExecRequest::shell(script, limits.transfer)).await?;
+    let script =
+        manifest::restore_script(&m.capture_paths, &url).map_err(ProviderError::Invalid)?;
+    let out = provider
+        .exec(sandbox_id, &ExecRequest::shell(script, limits.transfer))
+        .await?;
     let stderr = redact(&String::from_utf8_lossy(&out.stderr));
     match out.exit_code {
         0 => Ok(()),
-        manifest::EXIT_TRANSFER_FAILED => Err(ProviderError::Transient(format!("restore download failed: {stderr}"))),
-        manifest::EXIT_SETUID_SURVIVED => Err(ProviderError::Invalid(format!("restore refused: a setuid/setgid file survived: {stderr}"))),
-        manifest::EXIT_HARDLINK_ESCAPE => Err(ProviderError::Invalid(format!("restore refused: {stderr}"))),
-        manifest::EXIT_DEVICE_NODE => Err(ProviderError::Invalid(format!("restore refused: {stderr}"))),
-        manifest::EXIT_TAR_FAILED => Err(ProviderError::Invalid(format!("restore refused by tar (a member outside the tree, '..', or a symlink escape): {stderr}"))),
-        code => Err(ProviderError::Transient(format!("restore failed (exit {code}): {stderr}"))),
+        manifest::EXIT_TRANSFER_FAILED => Err(ProviderError::Transient(format!(
+            "restore download failed: {stderr}"
+        ))),
+        manifest::EXIT_SETUID_SURVIVED => Err(ProviderError::Invalid(format!(
+            "restore refused: a setuid/setgid file survived: {stderr}"
+        ))),
+        manifest::EXIT_HARDLINK_ESCAPE => {
+            Err(ProviderError::Invalid(format!("restore refused: {stderr}")))
+        }
+        manifest::EXIT_DEVICE_NODE => {
+            Err(ProviderError::Invalid(format!("restore refused: {stderr}")))
+        }
+        manifest::EXIT_SYMLINK_ESCAPE => Err(ProviderError::Invalid(format!(
+            "restore refused: a symlink of the restoring sandbox leads out of the capture paths: {stderr}"
+        ))),
+        manifest::EXIT_TAR_FAILED => Err(ProviderError::Invalid(format!(
+            "restore refused by tar (a member outside the tree, '..', or a symlink escape): {stderr}"
+        ))),
+        code => Err(ProviderError::Transient(format!(
+            "restore failed (exit {code}): {stderr}"
+        ))),
     }
 }
 
 /// Removes a template from the store, refusing while a live restore lease exists.
 /// Removing an absent template is a success. The manifest goes first, so the template stops
 /// existing before its archive does.
-pub async fn remove(store: &TemplateStore, template_id: &str, limits: Limits) -> ProviderResult<()> {
+pub async fn remove(
+    store: &TemplateStore,
+    template_id: &str,
+    limits: Limits,
+) -> ProviderResult<()> {
     let keys = Keys::new(&store.settings().prefix, template_id);
     let leases = store.list(&keys.leases()).await?;
     let times: Vec<_> = leases.iter().map(|l| l.last_modified).collect();
@@ -191,8 +259,187 @@ pub async fn remove(store: &TemplateStore, template_id: &str, limits: Limits) ->
         )));
     }
     store.remove(&[keys.manifest()]).await?;
-    let rest: Vec<String> = store.list(&keys.root()).await?.into_iter().map(|o| o.key).collect();
+    let rest: Vec<String> = store
+        .list(&keys.root())
+        .await?
+        .into_iter()
+        .map(|o| o.key)
+        .collect();
     store.remove(&rest).await
+}
+
+/// The main process of a transfer helper sandbox: idles, and exits promptly on SIGTERM.
+const HELPER_COMMAND: &[&str] = &["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"];
+
+/// Name prefix of the short-lived sandboxes a publish or a fetch runs in. They carry the
+/// owning SandboxTemplate's owner labels, so whoever owns the template can find and destroy
+/// one that a crash left behind.
+pub const HELPER_PREFIX: &str = "sbxt-transfer-";
+
+/// A unique helper sandbox name for `op` on `template_id`.
+fn helper_name(op: &str, template_id: &str) -> String {
+    let id: String = template_id.chars().take(64).collect();
+    format!("{HELPER_PREFIX}{op}-{id}-{:016x}", fastrand::u64(..))
+}
+
+/// Whether a provider sandbox name is a transfer helper's.
+pub fn is_helper(name: &str) -> bool {
+    name.starts_with(HELPER_PREFIX)
+}
+
+/// Keeps an error's category (what the caller does next) and puts `what` in front of it.
+fn context(what: &str, e: ProviderError) -> ProviderError {
+    let msg = format!("{what}: {}", e.message());
+    match e {
+        ProviderError::NotFound(_) => ProviderError::NotFound(msg),
+        ProviderError::Unsupported(_) => ProviderError::Unsupported(msg),
+        ProviderError::Conflict(_) => ProviderError::Conflict(msg),
+        ProviderError::Transient(_) => ProviderError::Transient(msg),
+        ProviderError::Invalid(_) => ProviderError::Invalid(msg),
+    }
+}
+
+fn helper_request(
+    name: &str,
+    owner: &Owner,
+    image: Option<&str>,
+    template: Option<&str>,
+) -> CreateRequest {
+    CreateRequest {
+        name: name.to_string(),
+        owner: owner.clone(),
+        image: image.map(str::to_string),
+        template: template.map(str::to_string),
+        command: Some(HELPER_COMMAND.iter().map(|s| s.to_string()).collect()),
+        restart_policy: RestartPolicy::Never,
+        env: BTreeMap::new(),
+        labels: BTreeMap::new(),
+        resources: Resources::default(),
+        ports: Vec::new(),
+        volumes: Vec::new(),
+        // The helper talks to the store over presigned URLs.
+        allowed_domains: None,
+        idle_action: None,
+    }
+}
+
+/// Destroys a helper, retrying once; a failure is logged (the helper carries its owner's
+/// labels, so the owner's next reconcile finds and destroys it).
+async fn destroy_helper(provider: &dyn Provider, name: &str) -> ProviderResult<()> {
+    let first = provider.destroy(name).await;
+    let result = match first {
+        Ok(()) => Ok(()),
+        Err(_) => provider.destroy(name).await,
+    };
+    if let Err(e) = &result {
+        tracing::error!(helper = name, error = %e, "transfer helper sandbox could not be destroyed");
+    }
+    result
+}
+
+/// Publishes the provider template `template_id` into the store: a helper sandbox is booted
+/// from the template, its `paths` are captured into the store (see [`capture`]), and the
+/// helper is destroyed whatever happened. For providers whose templates are host-local
+/// images (Docker).
+pub async fn publish_template(
+    provider: &dyn Provider,
+    store: &TemplateStore,
+    template_id: &str,
+    paths: &[String],
+    label: Option<String>,
+    owner: &Owner,
+    limits: Limits,
+) -> ProviderResult<Manifest> {
+    validate::resource_name("template id", template_id).map_err(ProviderError::Invalid)?;
+    if paths.is_empty() {
+        return Err(ProviderError::Invalid(format!(
+            "template {template_id:?} records no capture paths, so there is nothing to publish; \
+             recapture it with spec.capturePaths"
+        )));
+    }
+    let name = helper_name("publish", template_id);
+    provider
+        .create(&helper_request(&name, owner, None, Some(template_id)))
+        .await
+        .map_err(|e| {
+            context(
+                &format!("creating the publish sandbox for template {template_id}"),
+                e,
+            )
+        })?;
+    let result = async {
+        provider.start(&name).await?;
+        capture(provider, &name, store, template_id, paths, label, limits).await
+    }
+    .await;
+    // A helper that could not be destroyed is logged and found again by its owner labels;
+    // the published template itself is complete.
+    let _ = destroy_helper(provider, &name).await;
+    result
+}
+
+/// Fetches `template_id` from the store onto the provider: a FRESH helper sandbox is made
+/// from `image` (the provider's default image when `None`), the archive is restored into it
+/// through the security boundary ([`restore`]), and the helper is committed as the template
+/// with `owner`'s labels and the manifest's capture paths. `Ok(None)` when the store does not
+/// have the template.
+///
+/// Rule 11: a restore that fails or is refused destroys the helper; nothing of it is ever
+/// committed or handed out. The helper is destroyed after a successful commit, too.
+pub async fn fetch_into(
+    provider: &dyn Provider,
+    store: &TemplateStore,
+    template_id: &str,
+    owner: &Owner,
+    image: Option<&str>,
+    limits: Limits,
+) -> ProviderResult<Option<Template>> {
+    validate::resource_name("template id", template_id).map_err(ProviderError::Invalid)?;
+    let templates = provider.templates().ok_or_else(|| {
+        ProviderError::Unsupported(format!(
+            "provider {:?} cannot hold templates, so template {template_id} cannot be fetched onto it",
+            provider.name()
+        ))
+    })?;
+    // No sandbox is made for a template the store does not have.
+    if manifest(store, template_id).await?.is_none() {
+        return Ok(None);
+    }
+    let name = helper_name("fetch", template_id);
+    provider
+        .create(&helper_request(&name, owner, image, None))
+        .await
+        .map_err(|e| {
+            context(
+                &format!("creating the restore sandbox for template {template_id}"),
+                e,
+            )
+        })?;
+    let result = async {
+        provider.start(&name).await?;
+        let Some(m) = restore(provider, &name, store, template_id, limits).await? else {
+            // Removed from the store between the lookup and the restore.
+            return Ok(None);
+        };
+        let commit = CommitRequest {
+            sandbox_id: name.clone(),
+            template_id: template_id.to_string(),
+            capture_paths: m.capture_paths.clone(),
+            label: m.label.clone(),
+            owner: owner.clone(),
+        };
+        templates.commit(&commit).await.map(Some)
+    }
+    .await;
+    let destroyed = destroy_helper(provider, &name).await;
+    match (result, destroyed) {
+        (Err(e), Err(d)) => Err(ProviderError::Transient(format!(
+            "{e}; and the restore sandbox {name} could not be destroyed yet ({d}): it is never handed \
+             out, and is destroyed on the next attempt"
+        ))),
+        (Err(e), Ok(())) => Err(e),
+        (Ok(t), _) => Ok(t),
+    }
 }
 
 #[cfg(test)]
@@ -201,7 +448,9 @@ mod tests {
 
     #[test]
     fn presigned_urls_are_redacted() {
-        let r = redact("curl: (22) error for http://h/b/k?X-Amz-Credential=AK%2F&X-Amz-Signature=abc failed");
+        let r = redact(
+            "curl: (22) error for http://h/b/k?X-Amz-Credential=AK%2F&X-Amz-Signature=abc failed",
+        );
         assert!(!r.contains("abc") && r.contains("<presigned-url>"), "{r}");
     }
 }

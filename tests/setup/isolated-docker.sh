@@ -110,14 +110,22 @@ wait_answer() {
     done
 }
 
+# The rootfs tarball base-image.sh caches (empty when there is none yet).
+cached_rootfs() {
+    local f
+    for f in "$CACHE_DIR"/rootfs-*.tar; do
+        if [ -s "$f" ]; then printf '%s\n' "$f"; return 0; fi
+    done
+}
+
 ensure_image() {
     if dk image inspect "$TAG" >/dev/null 2>&1; then return 0; fi
     local tarball
-    tarball="$(ls -1 "$CACHE_DIR"/rootfs-*.tar 2>/dev/null | head -n1 || true)"
+    tarball="$(cached_rootfs)"
     if [ -z "$tarball" ]; then
         # No cached rootfs yet: base-image.sh builds it (and the image on the shared engine).
         "$HERE/base-image.sh" >&2
-        tarball="$(ls -1 "$CACHE_DIR"/rootfs-*.tar 2>/dev/null | head -n1 || true)"
+        tarball="$(cached_rootfs)"
         [ -n "$tarball" ] || die "no cached rootfs tarball in $CACHE_DIR after base-image.sh"
     fi
     log "importing $tarball as $TAG into engine $NAME"
@@ -125,37 +133,41 @@ ensure_image() {
         "$tarball" "$TAG" >/dev/null || die "docker import into engine $NAME failed"
 }
 
-do_start() {
+start_daemon() {
     local pid from
     if pid="$(daemon_pid)"; then
         wait_answer "$pid" "$(stat -c %s "$LOG_FILE" 2>/dev/null || echo 0)"
-    else
-        command -v dockerd >/dev/null 2>&1 || "$HERE/docker.sh"
-        mkdir -p "$DATA_ROOT"
-        "${SUDO[@]}" mkdir -p "$EXEC_ROOT"
-        [ -s "$CONFIG_FILE" ] || printf '{}\n' >"$CONFIG_FILE"
-        ensure_bridge
-        # A socket left by a daemon that died uncleanly makes the new one fail to listen.
-        "${SUDO[@]}" rm -f "$SOCK" "$PID_FILE"
-        from="$(stat -c %s "$LOG_FILE" 2>/dev/null || echo 0)"
-        printf '\n===== %s: isolated-docker.sh start %s =====\n' "$(date -Is)" "$NAME" >>"$LOG_FILE"
-        # setsid: survives the caller; 9>&-: must not hold the lock forever.
-        "${SUDO[@]}" setsid nohup dockerd \
-            --config-file "$CONFIG_FILE" \
-            --storage-driver overlay2 \
-            --data-root "$DATA_ROOT" \
-            --exec-root "$EXEC_ROOT" \
-            --pidfile "$PID_FILE" \
-            -H "$HOST" \
-            -b "$BRIDGE" \
-            --iptables=false \
-            --ip-masq=false \
-            --live-restore \
-            --cgroup-parent "/sandbox-docker-$NAME" \
-            </dev/null >>"$LOG_FILE" 2>&1 9>&- &
-        pid=$!
-        wait_answer "$pid" "$from"
+        return 0
     fi
+    command -v dockerd >/dev/null 2>&1 || "$HERE/docker.sh"
+    mkdir -p "$DATA_ROOT"
+    "${SUDO[@]}" mkdir -p "$EXEC_ROOT"
+    [ -s "$CONFIG_FILE" ] || printf '{}\n' >"$CONFIG_FILE"
+    ensure_bridge
+    # A socket left by a daemon that died uncleanly makes the new one fail to listen.
+    "${SUDO[@]}" rm -f "$SOCK" "$PID_FILE"
+    from="$(stat -c %s "$LOG_FILE" 2>/dev/null || echo 0)"
+    printf '\n===== %s: isolated-docker.sh start %s =====\n' "$(date -Is)" "$NAME" >>"$LOG_FILE"
+    # setsid: survives the caller; 9>&-: must not hold the lock forever.
+    "${SUDO[@]}" setsid nohup dockerd \
+        --config-file "$CONFIG_FILE" \
+        --storage-driver overlay2 \
+        --data-root "$DATA_ROOT" \
+        --exec-root "$EXEC_ROOT" \
+        --pidfile "$PID_FILE" \
+        -H "$HOST" \
+        -b "$BRIDGE" \
+        --iptables=false \
+        --ip-masq=false \
+        --live-restore \
+        --cgroup-parent "/sandbox-docker-$NAME" \
+        </dev/null >>"$LOG_FILE" 2>&1 9>&- &
+    pid=$!
+    wait_answer "$pid" "$from"
+}
+
+do_start() {
+    start_daemon
     ensure_image
     printf '%s\n' "$HOST"
 }
@@ -174,14 +186,20 @@ do_stop() {
 }
 
 do_down() {
-    local ids cpid deadline
-    if daemon_pid >/dev/null; then
+    local ids cpid deadline mp
+    # Never started (or already taken down): nothing runs, nothing to remove.
+    if [ -d "$DATA_ROOT" ] && { daemon_pid >/dev/null || [ -d "$EXEC_ROOT" ]; }; then
+        # Containers outlive a stopped live-restore daemon: bring it back to remove them.
+        start_daemon
         ids="$(dk ps -aq)"
         # shellcheck disable=SC2086
         [ -z "$ids" ] || dk rm -f -v $ids >/dev/null
+        ids="$(dk volume ls -q)"
+        # shellcheck disable=SC2086
+        [ -z "$ids" ] || dk volume rm -f $ids >/dev/null
     fi
     do_stop
-    # The managed containerd outlives a live-restore dockerd; with no containers left it can go.
+    # The managed containerd normally exits with dockerd; make sure it is gone.
     if [ -s "$EXEC_ROOT/containerd/containerd.pid" ]; then
         cpid="$(cat "$EXEC_ROOT/containerd/containerd.pid")"
         if [ -n "$cpid" ] && kill -0 "$cpid" 2>/dev/null && grep -qa containerd "/proc/$cpid/cmdline"; then
@@ -193,6 +211,12 @@ do_down() {
             done
         fi
     fi
+    # What dockerd leaves mounted: network namespaces under the exec root, the data root's
+    # private bind mount. The data itself (the imported image) is kept for the next start.
+    while read -r mp; do
+        "${SUDO[@]}" umount -l "$mp" 2>/dev/null || true
+    done < <(findmnt -rn -o TARGET | grep -E "^($EXEC_ROOT|$DATA_ROOT)(/|\$)" | sort -r)
+    "${SUDO[@]}" rm -rf --one-file-system "$EXEC_ROOT"
     if ip link show dev "$BRIDGE" >/dev/null 2>&1; then
         "${SUDO[@]}" ip link del dev "$BRIDGE"
     fi

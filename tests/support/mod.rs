@@ -21,9 +21,12 @@ pub fn repo() -> PathBuf {
 
 /// Where the test infrastructure caches its binaries and state.
 pub fn cache() -> PathBuf {
-    std::env::var_os("SANDBOX_CACHE").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cache/sandbox-operator")
-    })
+    std::env::var_os("SANDBOX_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+                .join(".cache/sandbox-operator")
+        })
 }
 
 /// The base image tests boot.
@@ -40,19 +43,55 @@ static CLUSTER: OnceLock<ClusterInfo> = OnceLock::new();
 /// Starts (or reuses) the control plane and installs the CRDs, once per test binary.
 fn cluster() -> &'static ClusterInfo {
     CLUSTER.get_or_init(|| {
-        let up = Command::new("bash").arg(repo().join("tests/cluster/up.sh")).output().expect("run tests/cluster/up.sh");
-        assert!(up.status.success(), "tests/cluster/up.sh failed:\n{}", String::from_utf8_lossy(&up.stderr));
+        let up = Command::new("bash")
+            .arg(repo().join("tests/cluster/up.sh"))
+            .output()
+            .expect("run tests/cluster/up.sh");
+        assert!(
+            up.status.success(),
+            "tests/cluster/up.sh failed:\n{}",
+            String::from_utf8_lossy(&up.stderr)
+        );
         let kubeconfig = cache().join("cluster/kubeconfig");
-        assert!(kubeconfig.exists(), "no kubeconfig at {}", kubeconfig.display());
+        assert!(
+            kubeconfig.exists(),
+            "no kubeconfig at {}",
+            kubeconfig.display()
+        );
         let info = ClusterInfo { kubeconfig };
-        let out = kubectl_with(&info.kubeconfig, &["apply", "--server-side", "--force-conflicts", "-f", &repo().join("crds").to_string_lossy()], None);
-        assert!(out.status.success(), "installing CRDs failed: {}", String::from_utf8_lossy(&out.stderr));
         let out = kubectl_with(
             &info.kubeconfig,
-            &["wait", "--for=condition=Established", "--timeout=60s", "crd/sandboxes.sandboxes.dev", "crd/sandboxvolumes.sandboxes.dev", "crd/sandboxtemplates.sandboxes.dev"],
+            &[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                &repo().join("crds").to_string_lossy(),
+            ],
             None,
         );
-        assert!(out.status.success(), "CRDs not Established: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "installing CRDs failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = kubectl_with(
+            &info.kubeconfig,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/sandboxes.sandboxes.dev",
+                "crd/sandboxvolumes.sandboxes.dev",
+                "crd/sandboxtemplates.sandboxes.dev",
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "CRDs not Established: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         info
     })
 }
@@ -69,14 +108,22 @@ pub fn kubectl_bin() -> PathBuf {
 
 fn kubectl_with(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
     let mut cmd = Command::new(kubectl_bin());
-    cmd.env("KUBECONFIG", kubeconfig).args(args).stdout(Stdio::piped()).stderr(Stdio::piped());
+    cmd.env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     if stdin.is_some() {
         cmd.stdin(Stdio::piped());
     }
     let mut child = cmd.spawn().expect("spawn kubectl");
     if let Some(input) = stdin {
         use std::io::Write;
-        child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write kubectl stdin");
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write kubectl stdin");
     }
     child.wait_with_output().expect("kubectl output")
 }
@@ -90,13 +137,19 @@ pub fn kubectl(args: &[&str], stdin: Option<&str>) -> Output {
 pub async fn client() -> Client {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
     let kc = Kubeconfig::read_from(kubeconfig()).expect("read kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await.expect("kube config");
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kube config");
     Client::try_from(config).expect("kube client")
 }
 
 /// A Docker client (API version negotiated: Debian's engine speaks 1.41).
 pub async fn docker() -> Docker {
-    Docker::connect_with_defaults().expect("docker").negotiate_version().await.expect("negotiate docker API")
+    Docker::connect_with_defaults()
+        .expect("docker")
+        .negotiate_version()
+        .await
+        .expect("negotiate docker API")
 }
 
 /// A unique, DNS-safe name with a prefix.
@@ -108,8 +161,15 @@ pub fn unique(prefix: &str) -> String {
 /// with `kubectl apply`, as a user would. Panics with kubectl's error output on failure.
 pub fn apply_example(file: &str, namespace: &str) {
     let text = std::fs::read_to_string(repo().join("examples").join(file)).expect("read example");
-    let out = kubectl(&["apply", "-n", namespace, "-f", "-"], Some(&retarget(&text, namespace)));
-    assert!(out.status.success(), "kubectl apply {file} failed: {}", String::from_utf8_lossy(&out.stderr));
+    let out = kubectl(
+        &["apply", "-n", namespace, "-f", "-"],
+        Some(&retarget(&text, namespace)),
+    );
+    assert!(
+        out.status.success(),
+        "kubectl apply {file} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Rewrites `metadata.namespace` of every document to `namespace`.
@@ -131,7 +191,10 @@ pub fn retarget(yaml: &str, namespace: &str) -> String {
 
 /// Applies an inline manifest into `namespace`.
 pub fn apply_yaml(yaml: &str, namespace: &str) -> Output {
-    kubectl(&["apply", "-n", namespace, "-f", "-"], Some(&retarget(yaml, namespace)))
+    kubectl(
+        &["apply", "-n", namespace, "-f", "-"],
+        Some(&retarget(yaml, namespace)),
+    )
 }
 
 /// Polls `check` every 200 ms until it returns `Some`, or panics after `timeout` with `what`
@@ -147,7 +210,10 @@ where
             Ok(v) => return v,
             Err(why) => why,
         };
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}; last: {last}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}; last: {last}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -157,8 +223,11 @@ pub async fn namespace(prefix: &str) -> String {
     use k8s_openapi::api::core::v1::Namespace;
     let name = unique(prefix);
     let api: kube::Api<Namespace> = kube::Api::all(client().await);
-    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("ns");
-    api.create(&Default::default(), &ns).await.expect("create namespace");
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("ns");
+    api.create(&Default::default(), &ns)
+        .await
+        .expect("create namespace");
     name
 }
 
@@ -191,7 +260,11 @@ impl Operator {
     pub fn start(namespace: &str, instance: &str, opts: &OperatorOptions) -> Operator {
         let dir = repo().join("target/e2e");
         std::fs::create_dir_all(&dir).expect("log dir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0").expect("free port").local_addr().expect("addr").port();
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("free port")
+            .local_addr()
+            .expect("addr")
+            .port();
         let metrics_addr = format!("127.0.0.1:{port}");
         let config = dir.join(format!("{instance}.yaml"));
         let mut text = format!("instance: {instance}\nresyncSecs: 600\n");
@@ -222,7 +295,13 @@ impl Operator {
             cmd.env(k, v);
         }
         let child = cmd.spawn().expect("start operator");
-        Operator { child: Some(child), instance: instance.into(), namespace: namespace.into(), metrics_addr, log }
+        Operator {
+            child: Some(child),
+            instance: instance.into(),
+            namespace: namespace.into(),
+            metrics_addr,
+            log,
+        }
     }
 
     /// SIGKILL, as a crash.
@@ -236,7 +315,10 @@ impl Operator {
     /// SIGTERM, and wait for a graceful exit (bounded).
     pub fn terminate(&mut self) -> Option<std::process::ExitStatus> {
         let mut c = self.child.take()?;
-        let _ = Command::new("kill").arg("-TERM").arg(c.id().to_string()).status();
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(c.id().to_string())
+            .status();
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Ok(Some(status)) = c.try_wait() {
@@ -295,14 +377,22 @@ pub fn http_get(addr: &str, path: &str) -> Option<String> {
 /// failed before its own cleanup ran).
 pub fn purge_instance(instance: &str) {
     let filter = format!("label=sandboxes.dev/managed-by={instance}");
-    if let Ok(out) = Command::new("docker").args(["ps", "-aq", "--filter", &filter]).output() {
+    if let Ok(out) = Command::new("docker")
+        .args(["ps", "-aq", "--filter", &filter])
+        .output()
+    {
         for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
             let _ = Command::new("docker").args(["rm", "-f", "-v", id]).output();
         }
     }
-    if let Ok(out) = Command::new("docker").args(["volume", "ls", "-q", "--filter", &filter]).output() {
+    if let Ok(out) = Command::new("docker")
+        .args(["volume", "ls", "-q", "--filter", &filter])
+        .output()
+    {
         for id in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-            let _ = Command::new("docker").args(["volume", "rm", "-f", id]).output();
+            let _ = Command::new("docker")
+                .args(["volume", "rm", "-f", id])
+                .output();
         }
     }
 }
@@ -338,8 +428,15 @@ pub fn helm(args: &[&str]) -> Output {
 pub fn ensure_tools() {
     static TOOLS: OnceLock<()> = OnceLock::new();
     TOOLS.get_or_init(|| {
-        let out = Command::new("bash").arg(repo().join("tests/setup/tools.sh")).output().expect("run tests/setup/tools.sh");
-        assert!(out.status.success(), "tests/setup/tools.sh failed:\n{}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new("bash")
+            .arg(repo().join("tests/setup/tools.sh"))
+            .output()
+            .expect("run tests/setup/tools.sh");
+        assert!(
+            out.status.success(),
+            "tests/setup/tools.sh failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     });
 }
 
@@ -353,9 +450,18 @@ pub fn pipe(program: &Path, args: &[&str], input: &str) -> (bool, String, String
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("spawn {}: {e}", program.display()));
-    child.stdin.take().expect("stdin").write_all(input.as_bytes()).expect("write stdin");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write stdin");
     let out = child.wait_with_output().expect("wait");
-    (out.status.success(), String::from_utf8_lossy(&out.stdout).into_owned(), String::from_utf8_lossy(&out.stderr).into_owned())
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
 }
 
 /// How the kstatus library (sigs.k8s.io/cli-utils, as used by Flux) reads an object given as
@@ -364,7 +470,10 @@ pub fn kstatus(object_json: &str) -> (String, String) {
     ensure_tools();
     let (ok, out, err) = pipe(&cache().join("bin/kstatus"), &[], object_json);
     assert!(ok, "kstatus failed: {err}");
-    let (status, message) = out.trim_end_matches('\n').split_once('\t').unwrap_or((out.trim(), ""));
+    let (status, message) = out
+        .trim_end_matches('\n')
+        .split_once('\t')
+        .unwrap_or((out.trim(), ""));
     (status.to_string(), message.to_string())
 }
 
@@ -374,16 +483,26 @@ pub fn argocd_health(interpreter: &str, object_json: &str) -> (String, String) {
     ensure_tools();
     let harness = repo().join("tests/tools/argocd/run-health.lua");
     let script = repo().join("deploy/argocd/health.lua");
-    let (ok, out, err) = pipe(Path::new(interpreter), &[&harness.to_string_lossy(), &script.to_string_lossy()], object_json);
+    let (ok, out, err) = pipe(
+        Path::new(interpreter),
+        &[&harness.to_string_lossy(), &script.to_string_lossy()],
+        object_json,
+    );
     assert!(ok, "{interpreter} health.lua failed: {err}");
-    let (status, message) = out.trim_end_matches('\n').split_once('\t').unwrap_or((out.trim(), ""));
+    let (status, message) = out
+        .trim_end_matches('\n')
+        .split_once('\t')
+        .unwrap_or((out.trim(), ""));
     (status.to_string(), message.to_string())
 }
 
 /// `kubectl get <resource> <name> -n <namespace> -o json`, as text; `Err` with kubectl's
 /// message when it fails.
 pub fn get_json(resource: &str, name: &str, namespace: &str) -> Result<String, String> {
-    let out = kubectl(&["get", resource, name, "-n", namespace, "-o", "json"], None);
+    let out = kubectl(
+        &["get", resource, name, "-n", namespace, "-o", "json"],
+        None,
+    );
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     } else {

@@ -34,7 +34,9 @@ pub async fn apply(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     let ns = sandbox.namespace().unwrap_or_default();
     let api: Api<Sandbox> = Api::namespaced(ctx.client.clone(), &ns);
     let name = sandbox.name_any();
-    let uid = sandbox.uid().ok_or_else(|| Error::InvalidSpec("object has no UID".into()))?;
+    let uid = sandbox
+        .uid()
+        .ok_or_else(|| Error::InvalidSpec("object has no UID".into()))?;
     let current = sandbox.status.clone().unwrap_or_default();
     let mut next = current.clone();
     let generation = sandbox.metadata.generation;
@@ -44,7 +46,17 @@ pub async fn apply(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     let handle = match ctx.providers.resolve(sandbox.spec.provider.as_deref()) {
         Ok(h) => h.clone(),
         Err(msg) => {
-            return finish(ctx, &api, &sandbox, &current, next, Health::stalled("ProviderNotConfigured", msg), generation, None).await;
+            return finish(
+                ctx,
+                &api,
+                &sandbox,
+                &current,
+                next,
+                Health::stalled("ProviderNotConfigured", msg),
+                generation,
+                None,
+            )
+            .await;
         }
     };
     next.provider = Some(handle.name().to_string());
@@ -54,6 +66,16 @@ pub async fn apply(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     let external = build::external_name(&uid);
     if current.external_name.as_deref() != Some(external.as_str()) {
         next.external_name = Some(external.clone());
+        // This first write also says "working on it" at this generation, so kstatus (Flux
+        // `wait: true`) reads InProgress instead of a premature Current.
+        let mut conditions = next.conditions.clone();
+        Health::progressing("Creating", format!("creating sandbox {external}")).apply(
+            &mut conditions,
+            generation,
+            &status::now(),
+        );
+        next.conditions = conditions;
+        next.observed_generation = generation;
         status::write(&api, &name, Some(&current), &next).await?;
     }
     let current = next.clone();
@@ -66,10 +88,28 @@ pub async fn apply(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         .and_then(|t| DateTime::<Utc>::from_timestamp(t.0.as_second(), 0));
     let deadline = match lifetime::evaluate(sandbox.spec.lifetime.as_ref(), created, Utc::now()) {
         Ok(d) => d,
-        Err(msg) => return finish(ctx, &api, &sandbox, &current, next, Health::stalled("InvalidSpec", msg), generation, None).await,
+        Err(msg) => {
+            return finish(
+                ctx,
+                &api,
+                &sandbox,
+                &current,
+                next,
+                Health::stalled("InvalidSpec", msg),
+                generation,
+                None,
+            )
+            .await;
+        }
     };
     if deadline == Deadline::Delete {
-        normal(ctx, sandbox.as_ref(), "LifetimeExpired", "spec.lifetime reached: deleting the Sandbox".into()).await;
+        normal(
+            ctx,
+            sandbox.as_ref(),
+            "LifetimeExpired",
+            "spec.lifetime reached: deleting the Sandbox".into(),
+        )
+        .await;
         api.delete(&name, &DeleteParams::default()).await?;
         return Ok(Action::await_change());
     }
@@ -77,17 +117,33 @@ pub async fn apply(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     // Dereference.
     let resolved = match resolve::references(&sandbox, ctx, &handle).await {
         Ok(r) => r,
-        Err(blocked) => return blocked_outcome(ctx, &api, &sandbox, &current, next, blocked, generation).await,
+        Err(blocked) => {
+            return blocked_outcome(ctx, &api, &sandbox, &current, next, blocked, generation).await;
+        }
     };
     let env = match resolve::self_delivered_env(&sandbox, ctx).await {
         Ok(e) => e,
-        Err(blocked) => return blocked_outcome(ctx, &api, &sandbox, &current, next, blocked, generation).await,
+        Err(blocked) => {
+            return blocked_outcome(ctx, &api, &sandbox, &current, next, blocked, generation).await;
+        }
     };
 
     // Build (pure).
     let mut desired = match build::desired(&sandbox, &ctx.instance, &resolved) {
         Ok(d) => d,
-        Err(msg) => return finish(ctx, &api, &sandbox, &current, next, Health::stalled("InvalidSpec", msg), generation, None).await,
+        Err(msg) => {
+            return finish(
+                ctx,
+                &api,
+                &sandbox,
+                &current,
+                next,
+                Health::stalled("InvalidSpec", msg),
+                generation,
+                None,
+            )
+            .await;
+        }
     };
     if deadline == Deadline::Stop {
         desired.state = DesiredState::Stopped;
@@ -96,12 +152,24 @@ pub async fn apply(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     // Observe.
     let observed = match observe(&handle, &external, &uid).await {
         Ok(o) => o,
-        Err(e) => return provider_failure(ctx, &api, &sandbox, &current, next, e, generation).await,
+        Err(e) => {
+            return provider_failure(ctx, &api, &sandbox, &current, next, e, generation, false)
+                .await;
+        }
     };
     if let Some(d) = &observed
         && current.sandbox_id.is_none()
     {
-        normal(ctx, sandbox.as_ref(), "Adopted", format!("found existing sandbox {} by its owner label; adopting it", d.id)).await;
+        normal(
+            ctx,
+            sandbox.as_ref(),
+            "Adopted",
+            format!(
+                "found existing sandbox {} by its owner label; adopting it",
+                d.id
+            ),
+        )
+        .await;
     }
 
     // Decide (pure).
@@ -112,7 +180,8 @@ pub async fn apply(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
             existed_before: current.sandbox_id.is_some(),
             spec_changed: generation != current.observed_generation,
             wants_env: env.is_some(),
-            env_delivered: env.as_ref().map(|e| e.version.as_str()) == current.self_delivered_env_hash.as_deref()
+            env_delivered: env.as_ref().map(|e| e.version.as_str())
+                == current.self_delivered_env_hash.as_deref()
                 && current.sandbox_id.is_some(),
         },
     );
@@ -122,30 +191,87 @@ pub async fn apply(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         let health = match hold {
             Hold::Gone => {
                 warning(ctx, sandbox.as_ref(), "SandboxVanished", format!("provider {} no longer holds sandbox {external}; restartPolicy Never keeps it down", handle.name())).await;
-                Health::stalled("SandboxGone", format!("the provider no longer holds sandbox {external} and restartPolicy is Never; delete the Sandbox, or change restartPolicy or the spec to recreate it"))
+                Health::stalled(
+                    "SandboxGone",
+                    format!(
+                        "the provider no longer holds sandbox {external} and restartPolicy is Never; delete the Sandbox, or change restartPolicy or the spec to recreate it"
+                    ),
+                )
             }
-            Hold::Exited(code) => Health::not_ready("ProcessExited", format!("the main process exited with code {}; restartPolicy keeps it down — change spec.state or the spec to start it again", code.map_or("unknown".into(), |c| c.to_string()))),
+            // Stalled, not merely not-ready: nothing changes until the user does something,
+            // and kstatus must read that as Failed rather than InProgress forever.
+            Hold::Exited(code) => Health::stalled(
+                "ProcessExited",
+                format!(
+                    "the main process exited with code {}; restartPolicy keeps it down — change spec.state or the spec to start it again",
+                    code.map_or("unknown".into(), |c| c.to_string())
+                ),
+            ),
         };
-        next.phase = Some(match hold { Hold::Gone => "Gone", Hold::Exited(_) => "Exited" }.into());
+        next.phase = Some(
+            match hold {
+                Hold::Gone => "Gone",
+                Hold::Exited(_) => "Exited",
+            }
+            .into(),
+        );
         if let Some(d) = &observed {
             record(&mut next, d, &sandbox);
         }
-        return finish(ctx, &api, &sandbox, &current, next, health, generation, None).await;
+        return finish(
+            ctx, &api, &sandbox, &current, next, health, generation, None,
+        )
+        .await;
     }
 
     // Act.
     if observed.is_none() && current.sandbox_id.is_some() && !plan.steps.is_empty() {
-        warning(ctx, sandbox.as_ref(), "SandboxVanished", format!("provider {} no longer holds sandbox {external}; recreating it per restartPolicy", handle.name())).await;
+        warning(
+            ctx,
+            sandbox.as_ref(),
+            "SandboxVanished",
+            format!(
+                "provider {} no longer holds sandbox {external}; recreating it per restartPolicy",
+                handle.name()
+            ),
+        )
+        .await;
     }
     if let Some(reason) = &plan.recreate_reason {
-        normal(ctx, sandbox.as_ref(), "Recreating", format!("recreating sandbox {external}: {reason}; data outside SandboxVolumes is not kept")).await;
+        normal(
+            ctx,
+            sandbox.as_ref(),
+            "Recreating",
+            format!(
+                "recreating sandbox {external}: {reason}; data outside SandboxVolumes is not kept"
+            ),
+        )
+        .await;
     }
     let mut acted = false;
     for step in &plan.steps {
         acted = true;
-        if let Err(e) = act(ctx, &api, &sandbox, &handle, &desired, env.as_ref(), *step, &mut next).await {
-            warning(ctx, sandbox.as_ref(), e.category(), format!("{step:?} failed: {e}")).await;
-            return provider_failure(ctx, &api, &sandbox, &current, next, e, generation).await;
+        if let Err(e) = act(
+            ctx,
+            &api,
+            &sandbox,
+            &handle,
+            &desired,
+            env.as_ref(),
+            *step,
+            &mut next,
+        )
+        .await
+        {
+            warning(
+                ctx,
+                sandbox.as_ref(),
+                e.category(),
+                format!("{step:?} failed: {e}"),
+            )
+            .await;
+            return provider_failure(ctx, &api, &sandbox, &current, next, e, generation, true)
+                .await;
         }
     }
 
@@ -153,13 +279,26 @@ pub async fn apply(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     let observed = if acted {
         match observe(&handle, &external, &uid).await {
             Ok(o) => o,
-            Err(e) => return provider_failure(ctx, &api, &sandbox, &current, next, e, generation).await,
+            Err(e) => {
+                return provider_failure(ctx, &api, &sandbox, &current, next, e, generation, false)
+                    .await;
+            }
         }
     } else {
         observed
     };
     let Some(descriptor) = observed else {
-        return finish(ctx, &api, &sandbox, &current, next, Health::progressing("Creating", "waiting for the provider to report the sandbox"), generation, Some(WAIT)).await;
+        return finish(
+            ctx,
+            &api,
+            &sandbox,
+            &current,
+            next,
+            Health::progressing("Creating", "waiting for the provider to report the sandbox"),
+            generation,
+            Some(WAIT),
+        )
+        .await;
     };
     record(&mut next, &descriptor, &sandbox);
     if acted || next.egress.is_none() {
@@ -173,13 +312,23 @@ pub async fn apply(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         (None, Deadline::At(at)) => Some(until(*at).min(jittered(ctx.resync, &uid))),
         _ => None,
     };
-    finish(ctx, &api, &sandbox, &current, next, health, generation, requeue).await
+    finish(
+        ctx, &api, &sandbox, &current, next, health, generation, requeue,
+    )
+    .await
 }
 
 /// Describes the sandbox by its deterministic name, falling back to its owner-uid label (a
 /// provider that assigns its own ids, or a resource created under an older name).
-pub async fn observe(handle: &ProviderHandle, external: &str, uid: &str) -> Result<Option<SandboxDescriptor>, ProviderError> {
-    if let Some(d) = handle.call("describe", handle.provider.describe(external)).await? {
+pub async fn observe(
+    handle: &ProviderHandle,
+    external: &str,
+    uid: &str,
+) -> Result<Option<SandboxDescriptor>, ProviderError> {
+    if let Some(d) = handle
+        .call("describe", handle.provider.describe(external))
+        .await?
+    {
         return Ok(Some(d));
     }
     let query = SandboxQuery {
@@ -187,7 +336,7 @@ pub async fn observe(handle: &ProviderHandle, external: &str, uid: &str) -> Resu
         ..SandboxQuery::default()
     };
     let mut found = handle.call("find", handle.provider.find(&query)).await?;
-    found.sort_by(|a, b| a.created_at.cmp(&b.created_at));
+    found.sort_by_key(|d| d.created_at);
     Ok(found.into_iter().next())
 }
 
@@ -207,14 +356,26 @@ async fn act(
     match step {
         Step::Destroy => {
             handle.call("destroy", p.destroy(id)).await?;
-            normal(ctx, sandbox, "Destroyed", format!("destroyed sandbox {id} before recreating it")).await;
+            normal(
+                ctx,
+                sandbox,
+                "Destroyed",
+                format!("destroyed sandbox {id} before recreating it"),
+            )
+            .await;
             next.self_delivered_env_hash = None;
         }
         Step::Create => {
             match handle.call("create", p.create(&desired.request)).await {
                 Ok(d) => {
                     ctx.failpoint("after-create");
-                    normal(ctx, sandbox, "Created", format!("created sandbox {} on provider {}", d.id, handle.name())).await;
+                    normal(
+                        ctx,
+                        sandbox,
+                        "Created",
+                        format!("created sandbox {} on provider {}", d.id, handle.name()),
+                    )
+                    .await;
                     next.sandbox_id = Some(d.id.clone());
                     next.self_delivered_env_hash = None;
                     // Record the id right away: a crash after this write is an adoption,
@@ -225,7 +386,9 @@ async fn act(
                 // Someone (a previous incarnation of us) created it between our observe and
                 // this create: adopt on the next pass instead of creating a second one.
                 Err(ProviderError::Conflict(msg)) => {
-                    return Err(Error::Provider(ProviderError::Transient(format!("sandbox {id} appeared during create ({msg}); adopting it on retry"))));
+                    return Err(Error::Provider(ProviderError::Transient(format!(
+                        "sandbox {id} appeared during create ({msg}); adopting it on retry"
+                    ))));
                 }
                 Err(e) => return Err(e.into()),
             }
@@ -239,10 +402,19 @@ async fn act(
                 )))
             })?;
             handle
-                .call("write_file", files.write_file(id, SELF_DELIVERED_ENV_PATH, env.content.as_bytes(), 0o600))
+                .call(
+                    "write_file",
+                    files.write_file(id, SELF_DELIVERED_ENV_PATH, env.content.as_bytes(), 0o600),
+                )
                 .await?;
             next.self_delivered_env_hash = Some(env.version.clone());
-            normal(ctx, sandbox, "EnvDelivered", format!("delivered spec.selfDeliveredEnv into {SELF_DELIVERED_ENV_PATH}")).await;
+            normal(
+                ctx,
+                sandbox,
+                "EnvDelivered",
+                format!("delivered spec.selfDeliveredEnv into {SELF_DELIVERED_ENV_PATH}"),
+            )
+            .await;
         }
         Step::Start => {
             handle.call("start", p.start(id)).await?;
@@ -254,19 +426,53 @@ async fn act(
         }
         Step::Hibernate | Step::Resume => {
             let outcome = match p.hibernation() {
-                Some(h) if step == Step::Hibernate => handle.call("hibernate", h.hibernate(id)).await?,
+                Some(h) if step == Step::Hibernate => {
+                    handle.call("hibernate", h.hibernate(id)).await?
+                }
                 Some(h) => handle.call("resume", h.resume(id)).await?,
                 None if step == Step::Hibernate => {
                     handle.call("sleep", p.sleep(id)).await?;
-                    HibernationOutcome { processes_preserved: false, mechanism: "sleep".into(), detail: Some("provider cannot report process survival; assume processes are gone".into()) }
+                    HibernationOutcome {
+                        processes_preserved: false,
+                        mechanism: "sleep".into(),
+                        detail: Some(
+                            "provider cannot report process survival; assume processes are gone"
+                                .into(),
+                        ),
+                    }
                 }
                 None => {
                     handle.call("wake", p.wake(id)).await?;
-                    HibernationOutcome { processes_preserved: false, mechanism: "wake".into(), detail: Some("provider cannot report process survival; assume processes are gone".into()) }
+                    HibernationOutcome {
+                        processes_preserved: false,
+                        mechanism: "wake".into(),
+                        detail: Some(
+                            "provider cannot report process survival; assume processes are gone"
+                                .into(),
+                        ),
+                    }
                 }
             };
-            let verb = if step == Step::Hibernate { "Hibernated" } else { "Resumed" };
-            normal(ctx, sandbox, verb, format!("{verb} sandbox {id} by {}: processes {}", outcome.mechanism, if outcome.processes_preserved { "preserved" } else { "NOT preserved" })).await;
+            let verb = if step == Step::Hibernate {
+                "Hibernated"
+            } else {
+                "Resumed"
+            };
+            normal(
+                ctx,
+                sandbox,
+                verb,
+                format!(
+                    "{verb} sandbox {id} by {}: processes {}",
+                    outcome.mechanism,
+                    if outcome.processes_preserved {
+                        "preserved"
+                    } else {
+                        "NOT preserved"
+                    }
+                ),
+            )
+            .await;
             next.last_hibernation = Some(HibernationStatus {
                 processes_preserved: outcome.processes_preserved,
                 mechanism: outcome.mechanism,
@@ -281,8 +487,19 @@ async fn act(
                     handle.name()
                 )))
             })?;
-            handle.call("set_resources", setter.set_resources(id, &desired.request.resources)).await?;
-            normal(ctx, sandbox, "ResourcesUpdated", format!("updated resource ceilings of sandbox {id}")).await;
+            handle
+                .call(
+                    "set_resources",
+                    setter.set_resources(id, &desired.request.resources),
+                )
+                .await?;
+            normal(
+                ctx,
+                sandbox,
+                "ResourcesUpdated",
+                format!("updated resource ceilings of sandbox {id}"),
+            )
+            .await;
         }
     }
     Ok(())
@@ -299,14 +516,18 @@ fn record(next: &mut SandboxStatus, d: &SandboxDescriptor, sandbox: &Sandbox) {
         .ports
         .iter()
         .map(|m| PortStatus {
-            name: names.clone().find(|p| p.port == i32::from(m.sandbox_port)).and_then(|p| p.name.clone()),
+            name: names
+                .clone()
+                .find(|p| p.port == i32::from(m.sandbox_port))
+                .and_then(|p| p.name.clone()),
             sandbox_port: i32::from(m.sandbox_port),
             protocol: m.protocol.clone(),
             host: m.host.clone(),
             host_port: i32::from(m.port),
         })
         .collect();
-    next.ports.sort_by_key(|p| (p.sandbox_port, p.protocol.clone()));
+    next.ports
+        .sort_by_key(|p| (p.sandbox_port, p.protocol.clone()));
     next.url = next
         .ports
         .iter()
@@ -327,7 +548,11 @@ async fn egress(handle: &ProviderHandle, id: &str) -> Option<EgressStatus> {
     let verdict = match handle.call("egress_verdict", cap.egress_verdict(id)).await {
         Ok(v) => v,
         Err(e) => {
-            return Some(EgressStatus { state: "inconclusive".into(), detail: format!("egress check failed: {e}"), remediation: None });
+            return Some(EgressStatus {
+                state: "inconclusive".into(),
+                detail: format!("egress check failed: {e}"),
+                remediation: None,
+            });
         }
     };
     Some(EgressStatus {
@@ -359,7 +584,10 @@ fn health_of(desired: &Desired, d: &SandboxDescriptor) -> (Health, Option<Durati
         (Health::ready(reason, msg), None)
     } else {
         (
-            Health::progressing("Converging", format!("sandbox is {:?}, want {:?}", d.state, desired.state)),
+            Health::progressing(
+                "Converging",
+                format!("sandbox is {:?}, want {:?}", d.state, desired.state),
+            ),
             Some(WAIT),
         )
     }
@@ -385,18 +613,41 @@ async fn blocked_outcome(
 ) -> Result<Action> {
     match blocked {
         Blocked::Stall(reason, msg) => {
-            finish(ctx, api, sandbox, current, next, Health::stalled(reason, msg), generation, None).await
+            finish(
+                ctx,
+                api,
+                sandbox,
+                current,
+                next,
+                Health::stalled(reason, msg),
+                generation,
+                None,
+            )
+            .await
         }
         Blocked::Wait(reason, msg) => {
-            finish(ctx, api, sandbox, current, next, Health::progressing(reason, msg), generation, Some(WAIT)).await
+            finish(
+                ctx,
+                api,
+                sandbox,
+                current,
+                next,
+                Health::progressing(reason, msg),
+                generation,
+                Some(WAIT),
+            )
+            .await
         }
-        Blocked::Failed(Error::Provider(e)) => provider_failure(ctx, api, sandbox, current, next, e, generation).await,
+        Blocked::Failed(Error::Provider(e)) => {
+            provider_failure(ctx, api, sandbox, current, next, e, generation, false).await
+        }
         Blocked::Failed(e) => Err(e),
     }
 }
 
 /// A provider error: retryable ones report `Ready=False` and back off; the rest stall.
 /// Nothing is ever deleted because a provider failed.
+#[allow(clippy::too_many_arguments)]
 async fn provider_failure(
     ctx: &Context,
     api: &Api<Sandbox>,
@@ -405,20 +656,38 @@ async fn provider_failure(
     mut next: SandboxStatus,
     err: impl Into<Error>,
     generation: Option<i64>,
+    announced: bool,
 ) -> Result<Action> {
     let err = err.into();
-    let retryable = matches!(&err, Error::Provider(p) if p.is_retryable()) || matches!(err, Error::Kube(_));
+    let retryable =
+        matches!(&err, Error::Provider(p) if p.is_retryable()) || matches!(err, Error::Kube(_));
     if retryable {
         // Keep the previous observedGeneration: this generation is not done.
         next.observed_generation = current.observed_generation;
         let mut conditions = next.conditions.clone();
-        Health::progressing(err.category(), err.to_string()).apply(&mut conditions, current.observed_generation, &status::now());
+        Health::progressing(err.category(), err.to_string()).apply(
+            &mut conditions,
+            current.observed_generation,
+            &status::now(),
+        );
         next.conditions = conditions;
         let _ = status::write(api, &sandbox.name_any(), Some(current), &next).await;
+        if !announced {
+            warning(ctx, sandbox, err.category(), err.to_string()).await;
+        }
         return Err(err);
     }
-    warning(ctx, sandbox, err.category(), err.to_string()).await;
-    finish(ctx, api, sandbox, current, next, Health::stalled(err.category(), err.to_string()), generation, None).await
+    finish(
+        ctx,
+        api,
+        sandbox,
+        current,
+        next,
+        Health::stalled(err.category(), err.to_string()),
+        generation,
+        None,
+    )
+    .await
 }
 
 /// Writes conditions + observedGeneration and decides when to look again.
@@ -441,7 +710,8 @@ async fn finish(
     if stalled && next.phase.is_none() {
         next.phase = Some("Stalled".into());
     }
-    let previous_reason = crate::api::condition(&current.conditions, status::READY).map(|c| c.reason.clone());
+    let previous_reason =
+        crate::api::condition(&current.conditions, status::READY).map(|c| c.reason.clone());
     if stalled && previous_reason.as_deref() != Some(health.reason()) {
         warning(ctx, sandbox, health.reason(), health.message().to_string()).await;
     }
@@ -457,16 +727,21 @@ async fn finish(
 /// The resync period ±10%, spread deterministically by UID so 5,000 objects created together
 /// do not all resync in the same second.
 pub fn jittered(base: Duration, uid: &str) -> Duration {
-    let spread = uid.bytes().fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b))) % 201;
+    let spread = uid
+        .bytes()
+        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b)))
+        % 201;
     let factor = 0.9 + (spread as f64) / 1000.0;
     base.mul_f64(factor)
 }
 
 fn until(at: DateTime<Utc>) -> Duration {
-    (at - Utc::now()).to_std().unwrap_or(Duration::from_secs(1)).max(Duration::from_secs(1))
+    (at - Utc::now())
+        .to_std()
+        .unwrap_or(Duration::from_secs(1))
+        .max(Duration::from_secs(1))
 }
 
 fn rfc3339(t: DateTime<Utc>) -> String {
     t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
-

@@ -151,7 +151,7 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
             allowed_domains: spec.egress.as_ref().and_then(|e| e.allowed_domains.clone()),
             idle_action,
         },
-        state: spec.state.clone().unwrap_or(DesiredState::Running),
+        state: spec.state.unwrap_or(DesiredState::Running),
         spec_hash,
     })
 }
@@ -165,17 +165,26 @@ pub fn resources(spec: &SandboxSpec) -> Result<Resources, String> {
         cpu_millis: r
             .cpu
             .as_ref()
-            .map(|q| q.to_millis().map_err(|e| format!("spec.resources.cpu: {e}")))
+            .map(|q| {
+                q.to_millis()
+                    .map_err(|e| format!("spec.resources.cpu: {e}"))
+            })
             .transpose()?,
         memory_bytes: r
             .memory
             .as_ref()
-            .map(|q| q.to_bytes().map_err(|e| format!("spec.resources.memory: {e}")))
+            .map(|q| {
+                q.to_bytes()
+                    .map_err(|e| format!("spec.resources.memory: {e}"))
+            })
             .transpose()?,
         disk_bytes: r
             .disk
             .as_ref()
-            .map(|q| q.to_bytes().map_err(|e| format!("spec.resources.disk: {e}")))
+            .map(|q| {
+                q.to_bytes()
+                    .map_err(|e| format!("spec.resources.disk: {e}"))
+            })
             .transpose()?,
         pids: r.pids,
     })
@@ -208,8 +217,8 @@ pub fn spec_hash(spec: &SandboxSpec, resolved: &Resolved) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{EnvVar, PortSpec, ResourcesSpec, SandboxSpec};
     use crate::api::Quantity;
+    use crate::api::{EnvVar, PortSpec, ResourcesSpec, SandboxSpec};
 
     fn sandbox(spec: SandboxSpec) -> Sandbox {
         let mut s = Sandbox::new("web", spec);
@@ -231,14 +240,25 @@ mod tests {
             disk: None,
             pids: Some(64),
         });
-        spec.ports = Some(vec![PortSpec { name: None, port: 8080, protocol: None }]);
+        spec.ports = Some(vec![PortSpec {
+            name: None,
+            port: 8080,
+            protocol: None,
+        }]);
         let d = desired(&sandbox(spec), "ops", &Resolved::default()).unwrap();
         assert_eq!(d.request.name, "sbx-u-1");
         assert_eq!(d.request.resources.cpu_millis, Some(500));
         assert_eq!(d.request.resources.memory_bytes, Some(256 * 1024 * 1024));
         assert_eq!(d.request.ports[0].sandbox_port, 8080);
         assert_eq!(d.request.labels.get(SPEC_HASH), Some(&d.spec_hash));
-        assert_eq!(d.request.owner.labels().get("sandboxes.dev/owner").map(String::as_str), Some("team.web"));
+        assert_eq!(
+            d.request
+                .owner
+                .labels()
+                .get("sandboxes.dev/owner")
+                .map(String::as_str),
+            Some("team.web")
+        );
         assert_eq!(d.state, DesiredState::Running);
     }
 
@@ -247,17 +267,31 @@ mod tests {
         let a = base_spec();
         let mut b = base_spec();
         b.state = Some(DesiredState::Sleeping);
-        b.resources = Some(ResourcesSpec { cpu: Some(Quantity("2".into())), memory: None, disk: None, pids: None });
-        assert_eq!(spec_hash(&a, &Resolved::default()), spec_hash(&b, &Resolved::default()));
+        b.resources = Some(ResourcesSpec {
+            cpu: Some(Quantity("2".into())),
+            memory: None,
+            disk: None,
+            pids: None,
+        });
+        assert_eq!(
+            spec_hash(&a, &Resolved::default()),
+            spec_hash(&b, &Resolved::default())
+        );
         let mut c = base_spec();
         c.command = Some(vec!["sleep".into(), "1".into()]);
-        assert_ne!(spec_hash(&a, &Resolved::default()), spec_hash(&c, &Resolved::default()));
+        assert_ne!(
+            spec_hash(&a, &Resolved::default()),
+            spec_hash(&c, &Resolved::default())
+        );
     }
 
     #[test]
     fn secret_values_do_not_change_the_hash_but_clashes_are_errors() {
         let mut spec = base_spec();
-        spec.env = Some(vec![EnvVar { name: "A".into(), value: "1".into() }]);
+        spec.env = Some(vec![EnvVar {
+            name: "A".into(),
+            value: "1".into(),
+        }]);
         let mut r1 = Resolved::default();
         r1.secret_env.insert("B".into(), "secret-1".into());
         let mut r2 = Resolved::default();
@@ -268,13 +302,26 @@ mod tests {
         assert!(!format!("{d:?}").contains("secret-1"));
         let mut clash = Resolved::default();
         clash.secret_env.insert("A".into(), "x".into());
-        assert!(desired(&sandbox(spec), "ops", &clash).unwrap_err().contains("both in spec.env"));
+        assert!(
+            desired(&sandbox(spec), "ops", &clash)
+                .unwrap_err()
+                .contains("both in spec.env")
+        );
     }
 
     #[test]
     fn bad_quantities_name_the_field() {
         let mut spec = base_spec();
-        spec.resources = Some(ResourcesSpec { cpu: None, memory: Some(Quantity("lots".into())), disk: None, pids: None });
-        assert!(desired(&sandbox(spec), "ops", &Resolved::default()).unwrap_err().contains("spec.resources.memory"));
+        spec.resources = Some(ResourcesSpec {
+            cpu: None,
+            memory: Some(Quantity("lots".into())),
+            disk: None,
+            pids: None,
+        });
+        assert!(
+            desired(&sandbox(spec), "ops", &Resolved::default())
+                .unwrap_err()
+                .contains("spec.resources.memory")
+        );
     }
 }

@@ -5,7 +5,9 @@
 
 use crate::api::DesiredState;
 use crate::provider::labels::SPEC_HASH;
-use crate::provider::{AppliedResources, Resources, RestartPolicy, SandboxDescriptor, SandboxState};
+use crate::provider::{
+    AppliedResources, Resources, RestartPolicy, SandboxDescriptor, SandboxState,
+};
 
 use super::build::Desired;
 
@@ -71,9 +73,15 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
     let restart = desired.request.restart_policy;
     let Some(current) = observed.descriptor else {
         if observed.existed_before && restart == RestartPolicy::Never && !observed.spec_changed {
-            return Plan { hold: Some(Hold::Gone), ..Plan::default() };
+            return Plan {
+                hold: Some(Hold::Gone),
+                ..Plan::default()
+            };
         }
-        return Plan { steps: fresh(desired.state, observed.wants_env), ..Plan::default() };
+        return Plan {
+            steps: fresh(desired.state, observed.wants_env),
+            ..Plan::default()
+        };
     };
 
     let hash = current.labels.get(SPEC_HASH);
@@ -112,7 +120,10 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
     let power: &[Step] = match (&desired.state, current.state) {
         (D::Running, S::Running) | (D::Sleeping, S::Sleeping) | (D::Stopped, S::Stopped) => &[],
         (D::Running | D::Sleeping, S::Stopped) if exited_by_itself => {
-            return Plan { hold: Some(Hold::Exited(current.exit_code)), ..Plan::default() };
+            return Plan {
+                hold: Some(Hold::Exited(current.exit_code)),
+                ..Plan::default()
+            };
         }
         (D::Running, S::Creating | S::Stopped) => &[Step::Start],
         (D::Running, S::Sleeping) => &[Step::Resume],
@@ -125,7 +136,10 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
         (D::Stopped, S::Sleeping) => &[Step::Resume, Step::Stop],
     };
     steps.extend_from_slice(power);
-    Plan { steps, ..Plan::default() }
+    Plan {
+        steps,
+        ..Plan::default()
+    }
 }
 
 /// Steps for a sandbox that does not exist yet: create, deliver env before the main process
@@ -178,7 +192,10 @@ mod tests {
                 restart_policy: restart,
                 env: BTreeMap::new(),
                 labels: BTreeMap::new(),
-                resources: Resources { memory_bytes: Some(100), ..Resources::default() },
+                resources: Resources {
+                    memory_bytes: Some(100),
+                    ..Resources::default()
+                },
                 ports: vec![],
                 volumes: vec![],
                 allowed_domains: None,
@@ -189,7 +206,12 @@ mod tests {
         }
     }
 
-    fn descriptor(state: SandboxState, hash: &str, started: bool, exit: Option<i64>) -> SandboxDescriptor {
+    fn descriptor(
+        state: SandboxState,
+        hash: &str,
+        started: bool,
+        exit: Option<i64>,
+    ) -> SandboxDescriptor {
         SandboxDescriptor {
             id: "sbx-1".into(),
             state,
@@ -201,7 +223,10 @@ mod tests {
             image: None,
             volumes: vec![],
             ports: vec![],
-            resources: AppliedResources { memory_bytes: Some(100), ..AppliedResources::default() },
+            resources: AppliedResources {
+                memory_bytes: Some(100),
+                ..AppliedResources::default()
+            },
             command: None,
             restart_policy: RestartPolicy::Never,
             env: BTreeMap::new(),
@@ -209,7 +234,13 @@ mod tests {
     }
 
     fn obs(d: Option<&SandboxDescriptor>) -> Observed<'_> {
-        Observed { descriptor: d, existed_before: false, spec_changed: false, wants_env: false, env_delivered: true }
+        Observed {
+            descriptor: d,
+            existed_before: false,
+            spec_changed: false,
+            wants_env: false,
+            env_delivered: true,
+        }
     }
 
     use DesiredState as D;
@@ -231,9 +262,13 @@ mod tests {
             (D::Stopped, S::Stopped, true, vec![]),
         ];
         for (want, have, started, steps) in cases {
-            let d = desired(want.clone(), RestartPolicy::Never);
+            let d = desired(want, RestartPolicy::Never);
             let cur = descriptor(have, "h1", started, None);
-            assert_eq!(decide(&d, &obs(Some(&cur))).steps, steps, "{want:?} from {have:?}");
+            assert_eq!(
+                decide(&d, &obs(Some(&cur))).steps,
+                steps,
+                "{want:?} from {have:?}"
+            );
         }
     }
 
@@ -242,7 +277,10 @@ mod tests {
         let d = desired(D::Sleeping, RestartPolicy::Never);
         let mut o = obs(None);
         o.wants_env = true;
-        assert_eq!(decide(&d, &o).steps, vec![Create, DeliverEnv, Start, Hibernate]);
+        assert_eq!(
+            decide(&d, &o).steps,
+            vec![Create, DeliverEnv, Start, Hibernate]
+        );
         let d = desired(D::Stopped, RestartPolicy::Never);
         assert_eq!(decide(&d, &obs(None)).steps, vec![Create, Start, Stop]);
     }
@@ -257,7 +295,10 @@ mod tests {
         assert_eq!(always.steps, vec![Create, Start]);
         // A spec change is the user asking again: recreate even under Never.
         o.spec_changed = true;
-        assert_eq!(decide(&desired(D::Running, RestartPolicy::Never), &o).steps, vec![Create, Start]);
+        assert_eq!(
+            decide(&desired(D::Running, RestartPolicy::Never), &o).steps,
+            vec![Create, Start]
+        );
     }
 
     #[test]
@@ -265,14 +306,23 @@ mod tests {
         let cur = descriptor(S::Stopped, "h1", true, Some(3));
         let p = decide(&desired(D::Running, RestartPolicy::Never), &obs(Some(&cur)));
         assert_eq!(p.hold, Some(Hold::Exited(Some(3))));
-        let p = decide(&desired(D::Running, RestartPolicy::OnFailure), &obs(Some(&cur)));
+        let p = decide(
+            &desired(D::Running, RestartPolicy::OnFailure),
+            &obs(Some(&cur)),
+        );
         assert_eq!(p.steps, vec![Start]);
         let clean = descriptor(S::Stopped, "h1", true, Some(0));
-        let p = decide(&desired(D::Running, RestartPolicy::OnFailure), &obs(Some(&clean)));
+        let p = decide(
+            &desired(D::Running, RestartPolicy::OnFailure),
+            &obs(Some(&clean)),
+        );
         assert_eq!(p.hold, Some(Hold::Exited(Some(0))));
         let mut o = obs(Some(&cur));
         o.spec_changed = true;
-        assert_eq!(decide(&desired(D::Running, RestartPolicy::Never), &o).steps, vec![Start]);
+        assert_eq!(
+            decide(&desired(D::Running, RestartPolicy::Never), &o).steps,
+            vec![Start]
+        );
     }
 
     #[test]
@@ -286,13 +336,19 @@ mod tests {
         let mut o = obs(Some(&cur));
         o.wants_env = true;
         o.env_delivered = false;
-        assert_eq!(decide(&desired(D::Running, RestartPolicy::Never), &o).steps, vec![SetResources, DeliverEnv]);
+        assert_eq!(
+            decide(&desired(D::Running, RestartPolicy::Never), &o).steps,
+            vec![SetResources, DeliverEnv]
+        );
     }
 
     #[test]
     fn unset_ceilings_are_not_compared() {
         let want = Resources::default();
-        let have = AppliedResources { cpu_millis: Some(1000), ..AppliedResources::default() };
+        let have = AppliedResources {
+            cpu_millis: Some(1000),
+            ..AppliedResources::default()
+        };
         assert!(!resources_differ(&want, &have));
     }
 }

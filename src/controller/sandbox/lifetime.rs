@@ -23,13 +23,17 @@ pub fn evaluate(
     created: Option<DateTime<Utc>>,
     now: DateTime<Utc>,
 ) -> Result<Deadline, String> {
-    let Some(l) = lifetime else { return Ok(Deadline::None) };
+    let Some(l) = lifetime else {
+        return Ok(Deadline::None);
+    };
     let at = match (&l.shutdown_at, l.ttl_seconds) {
         (Some(t), _) => DateTime::parse_from_rfc3339(t)
             .map_err(|e| format!("spec.lifetime.shutdownAt {t:?} is not an RFC 3339 time: {e}"))?
             .with_timezone(&Utc),
         (None, Some(ttl)) => {
-            let Some(created) = created else { return Ok(Deadline::None) };
+            let Some(created) = created else {
+                return Ok(Deadline::None);
+            };
             created + chrono::Duration::seconds(ttl.max(0))
         }
         (None, None) => return Ok(Deadline::None),
@@ -53,18 +57,46 @@ mod tests {
 
     #[test]
     fn ttl_counts_from_creation_and_action_defaults_to_stop() {
-        let l = Lifetime { shutdown_at: None, ttl_seconds: Some(60), action: None };
+        let l = Lifetime {
+            shutdown_at: None,
+            ttl_seconds: Some(60),
+            action: None,
+        };
         let created = Some(t("2026-01-01T00:00:00Z"));
-        assert_eq!(evaluate(Some(&l), created, t("2026-01-01T00:00:30Z")), Ok(Deadline::At(t("2026-01-01T00:01:00Z"))));
-        assert_eq!(evaluate(Some(&l), created, t("2026-01-01T00:01:00Z")), Ok(Deadline::Stop));
+        assert_eq!(
+            evaluate(Some(&l), created, t("2026-01-01T00:00:30Z")),
+            Ok(Deadline::At(t("2026-01-01T00:01:00Z")))
+        );
+        assert_eq!(
+            evaluate(Some(&l), created, t("2026-01-01T00:01:00Z")),
+            Ok(Deadline::Stop)
+        );
     }
 
     #[test]
     fn shutdown_at_with_delete() {
-        let l = Lifetime { shutdown_at: Some("2026-01-01T00:00:00Z".into()), ttl_seconds: None, action: Some(LifetimeAction::Delete) };
-        assert_eq!(evaluate(Some(&l), None, t("2026-02-01T00:00:00Z")), Ok(Deadline::Delete));
-        let bad = Lifetime { shutdown_at: Some("tomorrow".into()), ttl_seconds: None, action: None };
-        assert!(evaluate(Some(&bad), None, t("2026-02-01T00:00:00Z")).unwrap_err().contains("spec.lifetime.shutdownAt"));
-        assert_eq!(evaluate(None, None, t("2026-02-01T00:00:00Z")), Ok(Deadline::None));
+        let l = Lifetime {
+            shutdown_at: Some("2026-01-01T00:00:00Z".into()),
+            ttl_seconds: None,
+            action: Some(LifetimeAction::Delete),
+        };
+        assert_eq!(
+            evaluate(Some(&l), None, t("2026-02-01T00:00:00Z")),
+            Ok(Deadline::Delete)
+        );
+        let bad = Lifetime {
+            shutdown_at: Some("tomorrow".into()),
+            ttl_seconds: None,
+            action: None,
+        };
+        assert!(
+            evaluate(Some(&bad), None, t("2026-02-01T00:00:00Z"))
+                .unwrap_err()
+                .contains("spec.lifetime.shutdownAt")
+        );
+        assert_eq!(
+            evaluate(None, None, t("2026-02-01T00:00:00Z")),
+            Ok(Deadline::None)
+        );
     }
 }

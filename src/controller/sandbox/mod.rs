@@ -51,7 +51,11 @@ pub async fn reconcile(sandbox: Arc<Sandbox>, ctx: Arc<Context>) -> Result<Actio
 /// Retries with per-object exponential backoff and counts the error by category.
 pub fn error_policy(sandbox: Arc<Sandbox>, err: &Error, ctx: Arc<Context>) -> Action {
     ctx.metrics.reconcile_error(KIND, err.category());
-    let key = format!("{KIND}/{}/{}", sandbox.namespace().unwrap_or_default(), sandbox.name_any());
+    let key = format!(
+        "{KIND}/{}/{}",
+        sandbox.namespace().unwrap_or_default(),
+        sandbox.name_any()
+    );
     let delay = ctx.backoff.next_delay(&key);
     tracing::warn!(sandbox = %key, error = %err, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
@@ -63,7 +67,10 @@ pub fn error_policy(sandbox: Arc<Sandbox>, err: &Error, ctx: Arc<Context>) -> Ac
 pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     let uid = sandbox.uid().unwrap_or_default();
     let status = sandbox.status.clone().unwrap_or_default();
-    let provider_name = status.provider.clone().or_else(|| sandbox.spec.provider.clone());
+    let provider_name = status
+        .provider
+        .clone()
+        .or_else(|| sandbox.spec.provider.clone());
     let handle = match ctx.providers.resolve(provider_name.as_deref()) {
         Ok(h) => h.clone(),
         // Never created anywhere: nothing to clean up.
@@ -92,12 +99,17 @@ pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     // Confirm: only a provider that no longer holds anything releases the finalizer.
     let left = apply::observe(&handle, &external, &uid).await?;
     if let Some(d) = left {
-        return Err(Error::Provider(crate::provider::ProviderError::Transient(format!(
-            "sandbox {} is still present after destroy; retrying",
-            d.id
-        ))));
+        return Err(Error::Provider(crate::provider::ProviderError::Transient(
+            format!("sandbox {} is still present after destroy; retrying", d.id),
+        )));
     }
-    normal(ctx, sandbox.as_ref(), "Destroyed", format!("destroyed sandbox {external} on provider {}", handle.name())).await;
+    normal(
+        ctx,
+        sandbox.as_ref(),
+        "Destroyed",
+        format!("destroyed sandbox {external} on provider {}", handle.name()),
+    )
+    .await;
     Ok(Action::await_change())
 }
 

@@ -68,27 +68,43 @@ pub async fn references(
         let Some(id) = status.template_id.filter(|_| ready) else {
             return Err(Blocked::Wait(
                 "TemplateNotReady",
-                format!("waiting for SandboxTemplate {:?} to become Ready", tref.name),
+                format!(
+                    "waiting for SandboxTemplate {:?} to become Ready",
+                    tref.name
+                ),
             ));
         };
         let Some(templates) = handle.provider.templates() else {
             return Err(Blocked::Stall(
                 "TemplatesUnsupported",
-                format!("provider {:?} cannot boot from templates; remove spec.templateRef or use another provider", handle.name()),
+                format!(
+                    "provider {:?} cannot boot from templates; remove spec.templateRef or use another provider",
+                    handle.name()
+                ),
             ));
         };
-        match handle.call("get_template", templates.get_template(&id)).await {
+        match handle
+            .call("get_template", templates.get_template(&id))
+            .await
+        {
             Ok(Some(_)) => resolved.template_id = Some(id),
-            Ok(None) => {
-                return Err(Blocked::Stall(
-                    "TemplateNotFound",
-                    format!(
-                        "spec.templateRef: SandboxTemplate {:?} is not present at provider {:?}; recapture it (the sandbox is never booted from the plain image instead)",
-                        tref.name,
-                        handle.name()
-                    ),
-                ));
-            }
+            // Absent here is not the end of the lookup: the provider's shared store may have
+            // it (published elsewhere). A fetch restores it through the security boundary;
+            // a provider that cannot fetch (no store) leaves it absent.
+            Ok(None) => match handle.call("fetch", templates.fetch(&id)).await {
+                Ok(Some(_)) => resolved.template_id = Some(id),
+                Ok(None) | Err(crate::provider::ProviderError::Unsupported(_)) => {
+                    return Err(Blocked::Stall(
+                        "TemplateNotFound",
+                        format!(
+                            "spec.templateRef: SandboxTemplate {:?} is not present at provider {:?} nor in its shared template store; recapture it (the sandbox is never booted from the plain image instead)",
+                            tref.name,
+                            handle.name()
+                        ),
+                    ));
+                }
+                Err(e) => return Err(Blocked::Failed(e.into())),
+            },
             Err(e) => return Err(Blocked::Failed(e.into())),
         }
     }
@@ -99,10 +115,17 @@ pub async fn references(
         let Some(volume) = volumes.get_opt(name).await? else {
             return Err(Blocked::Wait(
                 "VolumeNotFound",
-                format!("spec.volumes[{i}].volumeRef: SandboxVolume {name:?} does not exist in namespace {ns:?} yet"),
+                format!(
+                    "spec.volumes[{i}].volumeRef: SandboxVolume {name:?} does not exist in namespace {ns:?} yet"
+                ),
             ));
         };
-        let vprovider = volume.spec.provider.clone().or_else(|| ctx.providers.resolve(None).ok().map(|h| h.name().to_string()));
+        let vprovider = volume.spec.provider.clone().or_else(|| {
+            ctx.providers
+                .resolve(None)
+                .ok()
+                .map(|h| h.name().to_string())
+        });
         if vprovider.as_deref() != Some(handle.name()) {
             return Err(Blocked::Stall(
                 "VolumeProviderMismatch",
@@ -127,14 +150,22 @@ pub async fn references(
 
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     for (i, from) in spec.env_from.iter().flatten().enumerate() {
-        let data = secret_data(&secrets, &from.secret_ref.name, &format!("spec.envFrom[{i}].secretRef")).await?;
+        let data = secret_data(
+            &secrets,
+            &from.secret_ref.name,
+            &format!("spec.envFrom[{i}].secretRef"),
+        )
+        .await?;
         let prefix = from.prefix.clone().unwrap_or_default();
         for (key, value) in data {
             let name = format!("{prefix}{key}");
             if !valid_env_name(&name) {
                 return Err(Blocked::Stall(
                     "InvalidSecretKey",
-                    format!("spec.envFrom[{i}]: Secret {:?} key {key:?} is not a valid environment variable name", from.secret_ref.name),
+                    format!(
+                        "spec.envFrom[{i}]: Secret {:?} key {key:?} is not a valid environment variable name",
+                        from.secret_ref.name
+                    ),
                 ));
             }
             resolved.secret_env.insert(name, value);
@@ -144,14 +175,22 @@ pub async fn references(
 }
 
 /// Reads and renders the `selfDeliveredEnv` Secret, when the Sandbox has one.
-pub async fn self_delivered_env(sandbox: &Sandbox, ctx: &Context) -> Result<Option<SelfDeliveredEnv>, Blocked> {
-    let Some(sref) = &sandbox.spec.self_delivered_env else { return Ok(None) };
+pub async fn self_delivered_env(
+    sandbox: &Sandbox,
+    ctx: &Context,
+) -> Result<Option<SelfDeliveredEnv>, Blocked> {
+    let Some(sref) = &sandbox.spec.self_delivered_env else {
+        return Ok(None);
+    };
     let ns = sandbox.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let Some(secret) = secrets.get_opt(&sref.name).await? else {
         return Err(Blocked::Wait(
             "SecretNotFound",
-            format!("spec.selfDeliveredEnv: Secret {:?} does not exist in namespace {ns:?} yet", sref.name),
+            format!(
+                "spec.selfDeliveredEnv: Secret {:?} does not exist in namespace {ns:?} yet",
+                sref.name
+            ),
         ));
     };
     let data = decode(&secret, "spec.selfDeliveredEnv")?;
@@ -159,7 +198,10 @@ pub async fn self_delivered_env(sandbox: &Sandbox, ctx: &Context) -> Result<Opti
         if !valid_env_name(key) {
             return Err(Blocked::Stall(
                 "InvalidSecretKey",
-                format!("spec.selfDeliveredEnv: Secret {:?} key {key:?} is not a valid environment variable name", sref.name),
+                format!(
+                    "spec.selfDeliveredEnv: Secret {:?} key {key:?} is not a valid environment variable name",
+                    sref.name
+                ),
             ));
         }
     }
@@ -169,9 +211,16 @@ pub async fn self_delivered_env(sandbox: &Sandbox, ctx: &Context) -> Result<Opti
     }))
 }
 
-async fn secret_data(api: &Api<Secret>, name: &str, field: &str) -> Result<BTreeMap<String, String>, Blocked> {
+async fn secret_data(
+    api: &Api<Secret>,
+    name: &str,
+    field: &str,
+) -> Result<BTreeMap<String, String>, Blocked> {
     let Some(secret) = api.get_opt(name).await? else {
-        return Err(Blocked::Wait("SecretNotFound", format!("{field}: Secret {name:?} does not exist yet")));
+        return Err(Blocked::Wait(
+            "SecretNotFound",
+            format!("{field}: Secret {name:?} does not exist yet"),
+        ));
     };
     decode(&secret, field)
 }
@@ -180,7 +229,10 @@ fn decode(secret: &Secret, field: &str) -> Result<BTreeMap<String, String>, Bloc
     let mut out = BTreeMap::new();
     for (key, value) in secret.data.iter().flatten() {
         let text = String::from_utf8(value.0.clone()).map_err(|_| {
-            Blocked::Stall("InvalidSecretValue", format!("{field}: Secret key {key:?} is not UTF-8 text"))
+            Blocked::Stall(
+                "InvalidSecretValue",
+                format!("{field}: Secret key {key:?} is not UTF-8 text"),
+            )
         })?;
         out.insert(key.clone(), text);
     }
@@ -193,7 +245,9 @@ fn decode(secret: &Secret, field: &str) -> Result<BTreeMap<String, String>, Bloc
 /// `[A-Za-z_][A-Za-z0-9_]*`.
 pub fn valid_env_name(name: &str) -> bool {
     let mut chars = name.chars();
-    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
@@ -215,7 +269,10 @@ mod tests {
             ("A".to_string(), "it's $HOME".to_string()),
             ("B".to_string(), "line1\nline2".to_string()),
         ]);
-        assert_eq!(render_env_file(&data), "A='it'\\''s $HOME'\nB='line1\nline2'\n");
+        assert_eq!(
+            render_env_file(&data),
+            "A='it'\\''s $HOME'\nB='line1\nline2'\n"
+        );
     }
 
     #[test]

@@ -499,7 +499,7 @@ fn judge(
             attached_to,
         } => {
             match candidate.labels.get(RECLAIM_POLICY) {
-                Some(p) if p == RECLAIM_DELETE => {}
+                Some(_) => {}
                 other => return keep(Keep::Retained(other.cloned())),
             }
             if *attached {

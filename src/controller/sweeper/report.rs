@@ -333,7 +333,8 @@ mod tests {
         assert!(lines[2].contains("1h2m"));
         assert!(lines[2].ends_with("deleted"));
         assert!(lines[3].starts_with("volume sbxv-2"));
-        assert_eq!(lines[3].find('-'), lines[1].find("OWNER"));
+        let owner_col = lines[1].find("OWNER").expect("OWNER column");
+        assert!(lines[3][owner_col..].starts_with("- "), "{}", lines[3]);
         assert!(lines[3].contains(" ? "));
         assert_eq!(lines.len(), 4);
     }

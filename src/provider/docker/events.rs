@@ -14,8 +14,9 @@
 //!   The stream therefore seeds a name → owner map from one labelled volume listing, learns
 //!   new volumes by inspecting them on `create`, and maps `destroy` through the map. The
 //!   events are requested from just before the listing (`since`), so nothing that happens
-//!   while the map is seeded is missed. A managed volume destroyed before the subscription
-//!   and never listed cannot be mapped; the periodic resync covers it.
+//!   while the map is seeded is missed. A managed volume that is gone before the stream
+//!   could inspect it (destroyed before the subscription, or in the instant after its
+//!   creation) cannot be mapped; the periodic resync covers it.
 //!
 //! Events whose resource lacks any of the four owner labels, or carries another instance's,
 //! are skipped. When either subscription fails or ends, the merged stream yields one `Err`
@@ -192,10 +193,10 @@ fn volume_events(
         events: None,
     };
     stream::unfold(watch, |mut watch| async move {
-        if watch.events.is_none() {
-            if let Err(e) = watch.seed().await {
-                return Some((Err(e), watch));
-            }
+        if watch.events.is_none()
+            && let Err(e) = watch.seed().await
+        {
+            return Some((Err(e), watch));
         }
         loop {
             let next = watch.events.as_mut()?.next().await;

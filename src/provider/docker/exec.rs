@@ -144,14 +144,14 @@ impl DockerProvider {
                 .inspect_exec(&created.id)
                 .await
                 .map_err(|e| exec_error(id, "reading an exec's exit code", e))?;
-            if inspected.running != Some(true) {
-                if let Some(code) = inspected.exit_code {
-                    return Ok(ExecOutput {
-                        stdout,
-                        stderr,
-                        exit_code: code,
-                    });
-                }
+            if inspected.running != Some(true)
+                && let Some(code) = inspected.exit_code
+            {
+                return Ok(ExecOutput {
+                    stdout,
+                    stderr,
+                    exit_code: code,
+                });
             }
             if Instant::now() >= deadline {
                 // Unreachable in practice: the caller's timeout fires first.

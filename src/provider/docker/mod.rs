@@ -95,6 +95,13 @@ pub struct DockerProvider {
     pub(crate) docker: Docker,
     /// Set once the API version has been negotiated (shared by clones, like the client).
     negotiated: Arc<OnceCell<()>>,
+    /// The shared S3 template store `publish`/`fetch` use, and their transfer limits; `None`
+    /// when the provider names no store (both are then `Unsupported`). See
+    /// [`DockerProvider::with_template_store`].
+    pub(crate) template_store: Option<(
+        Arc<crate::templates::store::TemplateStore>,
+        crate::templates::transfer::Limits,
+    )>,
 }
 
 impl DockerProvider {
@@ -126,7 +133,20 @@ impl DockerProvider {
             config,
             docker,
             negotiated: Arc::new(OnceCell::new()),
+            template_store: None,
         })
+    }
+
+    /// Wires a shared S3 template store: `publish` archives a template's capture paths into
+    /// it and `fetch` restores one from it into a fresh container (the restore is the
+    /// security boundary, see [`crate::templates::transfer`]).
+    pub fn with_template_store(
+        mut self,
+        store: Arc<crate::templates::store::TemplateStore>,
+        limits: crate::templates::transfer::Limits,
+    ) -> Self {
+        self.template_store = Some((store, limits));
+        self
     }
 
     /// Like [`connect`](Self::connect), then negotiates the API version right away, so an

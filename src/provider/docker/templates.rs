@@ -765,19 +765,125 @@ impl Templates for DockerProvider {
     }
 
     async fn publish(&self, template_id: &str) -> ProviderResult<()> {
-        Err(ProviderError::Unsupported(format!(
-            "no template store is configured for Docker provider {:?}, so template {template_id} cannot be \
-             published; set templateStore on that provider in the operator configuration",
-            self.config.name
-        )))
+        let Some((store, limits)) = self.template_store.clone() else {
+            return Err(ProviderError::Unsupported(format!(
+                "no template store is configured for Docker provider {:?}, so template {template_id} cannot be \
+                 published; set templateStore on that provider in the operator configuration",
+                self.config.name
+            )));
+        };
+        self.publish_to_store(template_id, &store, limits).await
     }
 
     async fn fetch(&self, template_id: &str) -> ProviderResult<Option<Template>> {
-        Err(ProviderError::Unsupported(format!(
-            "no template store is configured for Docker provider {:?}, so template {template_id} cannot be \
-             fetched; set templateStore on that provider in the operator configuration",
-            self.config.name
-        )))
+        let Some((store, limits)) = self.template_store.clone() else {
+            return Err(ProviderError::Unsupported(format!(
+                "no template store is configured for Docker provider {:?}, so template {template_id} cannot be \
+                 fetched; set templateStore on that provider in the operator configuration",
+                self.config.name
+            )));
+        };
+        self.fetch_from_store(template_id, &store, limits).await
+    }
+}
+
+/// Publish and fetch through the shared S3 template store (provider-neutral transfer code in
+/// [`crate::templates::transfer`]; the restore there is the security boundary).
+impl DockerProvider {
+    /// `publish`: a helper container booted from the template image (owned by the
+    /// template's owner) archives the capture paths recorded on the image into the store;
+    /// the helper is destroyed whatever happens.
+    async fn publish_to_store(
+        &self,
+        template_id: &str,
+        store: &crate::templates::store::TemplateStore,
+        limits: crate::templates::transfer::Limits,
+    ) -> ProviderResult<()> {
+        validate::resource_name("template", template_id).map_err(ProviderError::Invalid)?;
+        let image = self.template_inspect(template_id).await?.ok_or_else(|| {
+            ProviderError::NotFound(format!(
+                "template {template_id} does not exist on Docker provider {:?}, so it cannot be published; \
+                 capture it first",
+                self.config.name
+            ))
+        })?;
+        let labels: BTreeMap<String, String> = image
+            .config
+            .and_then(|c| c.labels)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let paths: Vec<String> = match labels.get(CAPTURE_PATHS_LABEL) {
+            Some(json) => serde_json::from_str(json).map_err(|e| {
+                ProviderError::Invalid(format!(
+                    "template {template_id}: the capture paths recorded on its image are unreadable ({e}); \
+                     recapture it"
+                ))
+            })?,
+            None => Vec::new(),
+        };
+        let owner = crate::provider::labels::Owner::from_labels(&labels).ok_or_else(|| {
+            ProviderError::Invalid(format!(
+                "template {template_id} carries no owner labels, so no helper can be made for publishing \
+                 it; recapture it through its SandboxTemplate"
+            ))
+        })?;
+        let label = labels
+            .get(TEMPLATE_LABEL_LABEL)
+            .filter(|l| !l.is_empty())
+            .cloned();
+        crate::templates::transfer::publish_template(
+            self,
+            store,
+            template_id,
+            &paths,
+            label,
+            &owner,
+            limits,
+        )
+        .await
+        .map(|_| ())
+    }
+
+    /// `fetch`: the store's archive is restored into a fresh container of the provider's
+    /// default image and committed as `<template_repository>:<template id>`; a failed or
+    /// refused restore destroys that container and commits nothing.
+    ///
+    /// The trait call names no owner, so the fetched image carries EMPTY owner labels: no
+    /// sweeper claims it, and the SandboxTemplate whose id it is removes it by that id. (The
+    /// SandboxTemplate controller fetches through [`crate::templates::transfer::fetch_into`]
+    /// with its own owner labels instead.)
+    async fn fetch_from_store(
+        &self,
+        template_id: &str,
+        store: &crate::templates::store::TemplateStore,
+        limits: crate::templates::transfer::Limits,
+    ) -> ProviderResult<Option<Template>> {
+        validate::resource_name("template", template_id).map_err(ProviderError::Invalid)?;
+        let Some(image) = self.config.default_image.clone() else {
+            return Err(ProviderError::Invalid(format!(
+                "fetching template {template_id} needs an image to restore it into, and Docker provider {:?} \
+                 has none; set docker.defaultImage on that provider in the operator configuration (an image \
+                 with GNU tar, gzip, find and curl)",
+                self.config.name
+            )));
+        };
+        let unowned = crate::provider::labels::Owner {
+            instance: String::new(),
+            kind: "SandboxTemplate".into(),
+            namespace: String::new(),
+            name: String::new(),
+            uid: String::new(),
+        };
+        crate::templates::transfer::fetch_into(
+            self,
+            store,
+            template_id,
+            &unowned,
+            Some(&image),
+            limits,
+        )
+        .await
     }
 }
 
