@@ -1072,6 +1072,17 @@ async fn sweep_command_prints_a_table_and_its_exit_code_says_whether_it_complete
     let retained = w
         .volume(&w.ghost("SandboxVolume", "v"), Some("Retain"))
         .await;
+    // Its owner's whole namespace is gone: the Event cannot be stored there.
+    let gone_ns = unique("gone-ns");
+    let lost = w
+        .container(
+            &Owner {
+                namespace: gone_ns.clone(),
+                ..ghost.clone()
+            },
+            true,
+        )
+        .await;
     let config = write_config(
         &w,
         "providers:\n  - name: docker\n    type: docker\nsweeper:\n  graceSecs: 0\n  maxDeletionsPerPass: 10\n",
@@ -1090,7 +1101,7 @@ async fn sweep_command_prints_a_table_and_its_exit_code_says_whether_it_complete
     println!("{}", text(&dry));
     assert_eq!(dry.status.code(), Some(0), "{}", text(&dry));
     assert!(
-        out.contains("DRY RUN") && out.contains("pass completed: 2 would be deleted"),
+        out.contains("DRY RUN") && out.contains("pass completed: 3 would be deleted"),
         "{out}"
     );
     let header = out
@@ -1128,7 +1139,7 @@ async fn sweep_command_prints_a_table_and_its_exit_code_says_whether_it_complete
         "a healthy sandbox is only counted: {out}"
     );
     w.assert_exactly(
-        &[&orphan, &wreckage, &healthy, &retained],
+        &[&orphan, &wreckage, &healthy, &retained, &lost],
         &[],
         "after the dry run",
     )
@@ -1152,7 +1163,7 @@ async fn sweep_command_prints_a_table_and_its_exit_code_says_whether_it_complete
         "{out}"
     );
     w.assert_exactly(
-        &[&wreckage, &healthy, &retained],
+        &[&wreckage, &healthy, &retained, &lost],
         &[&orphan],
         "after the capped pass",
     )
@@ -1163,10 +1174,39 @@ async fn sweep_command_prints_a_table_and_its_exit_code_says_whether_it_complete
     assert_eq!(done.status.code(), Some(0), "{}", text(&done));
     w.assert_exactly(
         &[&healthy, &retained],
-        &[&orphan, &wreckage],
+        &[&orphan, &wreckage, &lost],
         "after the full pass",
     )
     .await;
+    // The Event for the orphan whose namespace is gone went to the operator's Lease in the
+    // operator's namespace (POD_NAMESPACE), naming the owner.
+    let events: Api<K8sEvent> = Api::namespaced(w.client.clone(), &w.ns);
+    let lease = format!("sandbox-operator-{}", w.instance);
+    let on_lease: Vec<String> = events
+        .list(&ListParams::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| {
+            let r = e.regarding.clone().unwrap_or_default();
+            r.kind.as_deref() == Some("Lease") && r.name.as_deref() == Some(lease.as_str())
+        })
+        .map(|e| {
+            format!(
+                "{} {}",
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default()
+            )
+        })
+        .collect();
+    assert!(
+        on_lease.len() == 1
+            && on_lease[0].starts_with("SweptOrphan ")
+            && on_lease[0].contains(&gone_ns)
+            && on_lease[0].contains(foreign_id(&lost).as_str()),
+        "{on_lease:?}"
+    );
 
     // Could not run: unknown provider, or an engine that is not there — exit 1, and nothing
     // of what is left is touched.

@@ -499,7 +499,7 @@ fn judge(
             attached_to,
         } => {
             match candidate.labels.get(RECLAIM_POLICY) {
-                Some(_) => {}
+                Some(p) if p == RECLAIM_DELETE => {}
                 other => return keep(Keep::Retained(other.cloned())),
             }
             if *attached {

@@ -74,7 +74,10 @@ pub async fn enumerate(
         let listed = handle
             .call("list_volumes", volumes.list_volumes(&query))
             .await
-            .unwrap_or_default();
+            .map_err(|source| SweepError::Enumeration {
+                what: "volumes (list_volumes)",
+                source,
+            })?;
         out.extend(listed.into_iter().map(|v| Candidate {
             id: v.name,
             labels: v.labels,
