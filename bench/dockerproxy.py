@@ -8,7 +8,7 @@ exec/attach connections included). On the client-to-engine side it recognises HT
 lines and counts them by normalised endpoint (API version prefix dropped, container/volume/
 image/exec ids replaced by `{id}`, query string dropped), e.g. `GET /containers/{id}/json`.
 The counts are rewritten atomically to FILE (JSON: {"total": N, "by_endpoint": {...}}) every
-0.5 s and at exit, so a benchmark can diff two snapshots and see exactly which engine calls the
+0.1 s and at exit, so a benchmark can diff two snapshots and see exactly which engine calls the
 operator made in between — independently of the operator's own metrics.
 
 Python 3.11 standard library only.
@@ -176,7 +176,7 @@ async def main() -> None:
     async with server:
         while not stop.is_set():
             try:
-                await asyncio.wait_for(stop.wait(), 0.5)
+                await asyncio.wait_for(stop.wait(), 0.1)
             except asyncio.TimeoutError:
                 pass
             dump(args.counts)

@@ -2,7 +2,7 @@
 # `make bench`: the performance figures of DESIGN.md, each as a ratio against the raw provider
 # measured in the same run. Self-contained: starts Docker + the base image + the test control
 # plane (or uses a reachable $KUBECONFIG), builds the operator in release mode, runs its own
-# operator (instance `bench`, its own namespace), cleans up. Not run in CI.
+# operator (instance `bench`, namespace `sandbox-bench`), cleans up. Not run in CI.
 #
 #   bash bench/run.sh                 all figures (about 20-40 min on 2 cores)
 #   BENCH_FIGURES="a b" bash bench/run.sh    only some of them (a, b, c)
@@ -21,7 +21,8 @@
 #   BENCH_IDLE_SECS      [60]       figure c idle window
 #   BENCH_SWEEP_SECS     [120]      figure c sweeper interval (the idle window is placed between passes)
 #   BENCH_TIMEOUT        [1200]     bound on each wait (seconds)
-#   BENCH_KEEP_NAMESPACE [0]        1 = do not delete the benchmark namespace at the end
+#   BENCH_NAMESPACE      [sandbox-bench]  namespace of the benchmark objects (created if
+#                                   missing, emptied at the end, not deleted)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -38,7 +39,7 @@ SWEEP_SECS="${BENCH_SWEEP_SECS:-120}"
 TIMEOUT="${BENCH_TIMEOUT:-1200}"
 INSTANCE=bench
 RESYNC=600
-NS="sandbox-bench-$(date +%s)"
+NS="${BENCH_NAMESPACE:-sandbox-bench}"
 IMAGE="${SANDBOX_BASE_IMAGE:-sandbox-operator/base:bookworm}"
 PY=(python3 "$REPO/bench/bench.py")
 
@@ -77,15 +78,28 @@ cargo build --release --bin sandbox-operator
 BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/sandbox-operator"
 [ -x "$BIN" ] || die "no release binary at $BIN"
 
-# ---- leftovers of an interrupted earlier run ---------------------------------------------------
-say "Clearing leftovers of earlier runs"
-for old in $(kubectl get ns -o name | sed -n 's|^namespace/\(sandbox-bench-[0-9]*\)$|\1|p'); do
-  log "old namespace $old: dropping finalizers of its Sandboxes, deleting it"
-  for s in $(kubectl get sbx -n "$old" -o name 2>/dev/null); do
-    kubectl patch -n "$old" "$s" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
-  done
-  kubectl delete ns "$old" --wait=false >/dev/null 2>&1 || true
-done
+# ---- the namespace, and leftovers of an interrupted earlier run ------------------------------------
+say "Namespace $NS"
+phase="$(kubectl get ns "$NS" -o jsonpath='{.status.phase}' 2>/dev/null || true)"
+if [ "$phase" = Terminating ]; then
+  # A control plane without kube-controller-manager never finishes deleting a namespace.
+  NS="$NS-$(date +%s)"
+  log "the namespace is Terminating (deleted by hand?); using $NS instead"
+  phase=""
+fi
+if [ -z "$phase" ]; then
+  kubectl create ns "$NS" >/dev/null
+  log "created namespace $NS (kept afterwards, empty; delete it with kubectl delete ns $NS)"
+else
+  left="$(kubectl get sbx -n "$NS" -o name)"
+  if [ -n "$left" ]; then
+    log "dropping the finalizers of $(wc -l <<<"$left") leftover Sandboxes and deleting them"
+    while read -r s; do
+      kubectl patch -n "$NS" "$s" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+    done <<<"$left"
+    kubectl delete sbx --all -n "$NS" --wait=false >/dev/null 2>&1 || true
+  fi
+fi
 for label in "sandboxes.dev/managed-by=$INSTANCE" "sandboxes.dev/managed-by=bench-raw"; do
   ids="$(docker ps -aq --filter "label=$label")"
   if [ -n "$ids" ]; then
@@ -93,9 +107,6 @@ for label in "sandboxes.dev/managed-by=$INSTANCE" "sandboxes.dev/managed-by=benc
     xargs -P 16 -n 20 docker rm -f -v <<<"$ids" >/dev/null
   fi
 done
-
-kubectl create ns "$NS" >/dev/null
-log "namespace $NS"
 
 # ---- operator lifecycle ----------------------------------------------------------------------------
 OP_PID=""
@@ -183,7 +194,6 @@ cleanup() {
     ids="$(docker ps -aq --filter "label=$label")"
     [ -z "$ids" ] || xargs -P 16 -n 20 docker rm -f -v <<<"$ids" >/dev/null
   done
-  if [ "${BENCH_KEEP_NAMESPACE:-0}" != 1 ]; then kubectl delete ns "$NS" --wait=false >/dev/null 2>&1; fi
   log "total time $((SECONDS - T0)) s"
   exit "$rc"
 }

@@ -315,17 +315,23 @@ fn template_store_of(
     let Some(name) = &provider.template_store else {
         return Ok(None);
     };
-    let store_config = config.template_store(name).ok_or_else(|| RunError::Provider {
-        name: provider.name.clone(),
-        message: format!("templateStore {name:?} is not defined under templateStores"),
-    })?;
-    let settings = StoreSettings::resolve(store_config, |k| std::env::var(k).ok()).map_err(|e| {
-        RunError::Provider {
+    let store_config = config
+        .template_store(name)
+        .ok_or_else(|| RunError::Provider {
             name: provider.name.clone(),
-            message: e.to_string(),
-        }
-    })?;
-    Ok(Some((Arc::new(TemplateStore::new(settings)), Limits::default())))
+            message: format!("templateStore {name:?} is not defined under templateStores"),
+        })?;
+    let settings =
+        StoreSettings::resolve(store_config, |k| std::env::var(k).ok()).map_err(|e| {
+            RunError::Provider {
+                name: provider.name.clone(),
+                message: e.to_string(),
+            }
+        })?;
+    Ok(Some((
+        Arc::new(TemplateStore::new(settings)),
+        Limits::default(),
+    )))
 }
 
 /// The template store of every provider that names one, by provider name (one store client

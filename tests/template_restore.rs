@@ -14,7 +14,7 @@ mod common;
 use std::collections::HashMap;
 use std::io::Write;
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use common::{TestEnv, unique};
@@ -27,23 +27,47 @@ use sandbox_operator::templates::transfer::{self, Limits};
 
 const APP: &str = "/workspace/app";
 
+/// The S3 server's settings (tests/setup/s3.sh), set up once per test binary: the script
+/// restarts a server it finds unhealthy, so concurrent calls could pull it from under a test.
 fn s3_env() -> HashMap<String, String> {
-    let out = Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/setup/s3.sh"))
-        .output()
-        .expect("run tests/setup/s3.sh");
-    assert!(
-        out.status.success(),
-        "s3.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    std::fs::read_to_string(path)
-        .expect("s3 env file")
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    static ENV: OnceLock<HashMap<String, String>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/setup/s3.sh"))
+            .output()
+            .expect("run tests/setup/s3.sh");
+        assert!(
+            out.status.success(),
+            "s3.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        // Another process running s3.sh rewrites the file in place: read until it is whole.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let env: HashMap<String, String> = std::fs::read_to_string(&path)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let keys = [
+                "SANDBOX_S3_ENDPOINT",
+                "SANDBOX_S3_ACCESS_KEY",
+                "SANDBOX_S3_SECRET_KEY",
+                "SANDBOX_S3_BUCKET",
+            ];
+            if keys.iter().all(|k| env.contains_key(*k)) {
+                return env;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{path} lacks the S3 settings: {env:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .clone()
 }
 
 /// A store under a prefix of its own; `secret` overrides the secret key (a wrong one makes
@@ -308,7 +332,9 @@ enum Expect {
 async fn hostile_archives_are_refused_or_neutralised_and_nothing_lands_outside() {
     use tar::EntryType as E;
     let env = TestEnv::new("hostile").await;
-    let store = store(&format!("t-hostile-{:08x}", fastrand::u32(..)), None);
+    let prefix = format!("t-hostile-{:08x}", fastrand::u32(..));
+    let store = store(&prefix, None);
+    let _objects = PurgePrefix(store.clone(), prefix.clone());
     // Fingerprints of the fresh base image's account files, to compare against.
     let probe = started(&env, "probe").await;
     let passwd = env
@@ -473,6 +499,9 @@ async fn hostile_archives_are_refused_or_neutralised_and_nothing_lands_outside()
         let (code, out, err) = run(&env, &sandbox, check).await;
         assert_eq!(code, 0, "{what}: case check {check:?} failed: {out}{err}");
         env.provider.destroy(&sandbox).await.expect("destroy");
+        transfer::remove(&store, &id, limits())
+            .await
+            .expect("remove");
         report.push(format!("{what}: {outcome}"));
     }
     println!("hostile archives:\n  {}", report.join("\n  "));
@@ -482,7 +511,9 @@ async fn hostile_archives_are_refused_or_neutralised_and_nothing_lands_outside()
 async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
     use tar::EntryType as E;
     let env = TestEnv::new("refusedfetch").await;
-    let store = store(&format!("t-refused-{:08x}", fastrand::u32(..)), None);
+    let prefix = format!("t-refused-{:08x}", fastrand::u32(..));
+    let store = store(&prefix, None);
+    let _objects = PurgePrefix(store.clone(), prefix.clone());
     let provider = env
         .provider
         .clone()
@@ -519,6 +550,9 @@ async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
         // The restore lease was released: the template can be removed at once.
         let keys = Keys::new(&store.settings().prefix, &id);
         assert!(store.list(&keys.leases()).await.expect("leases").is_empty());
+        transfer::remove(&store, &id, limits())
+            .await
+            .expect("remove");
     }
 }
 
@@ -583,7 +617,9 @@ done"#;
 #[tokio::test(flavor = "multi_thread")]
 async fn capture_publish_fetch_boot_round_trip_keeps_contents_and_modes() {
     let env = TestEnv::new("roundtrip").await;
-    let store = store(&format!("t-roundtrip-{:08x}", fastrand::u32(..)), None);
+    let prefix = format!("t-roundtrip-{:08x}", fastrand::u32(..));
+    let store = store(&prefix, None);
+    let _objects = PurgePrefix(store.clone(), prefix.clone());
     let here = env
         .provider
         .clone()
@@ -690,7 +726,9 @@ echo done > /workspace/app/.installed
 #[tokio::test(flavor = "multi_thread")]
 async fn boot_from_template_versus_building_from_scratch() {
     let env = TestEnv::new("timing").await;
-    let store = store(&format!("t-timing-{:08x}", fastrand::u32(..)), None);
+    let prefix = format!("t-timing-{:08x}", fastrand::u32(..));
+    let store = store(&prefix, None);
+    let _objects = PurgePrefix(store.clone(), prefix.clone());
     let here = env
         .provider
         .clone()
@@ -760,4 +798,29 @@ async fn boot_from_template_versus_building_from_scratch() {
     transfer::remove(&store, &id, limits())
         .await
         .expect("remove published");
+}
+
+/// Removes everything under a store prefix when dropped, so a failed test leaves no objects
+/// behind (a passing one has removed them through the operator already).
+struct PurgePrefix(Arc<TemplateStore>, String);
+
+impl Drop for PurgePrefix {
+    fn drop(&mut self) {
+        let (store, prefix) = (self.0.clone(), format!("{}/", self.1));
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(objects) = store.list(&prefix).await {
+                    let keys: Vec<String> = objects.into_iter().map(|o| o.key).collect();
+                    let _ = store.remove(&keys).await;
+                }
+            });
+        })
+        .join();
+    }
 }

@@ -10,6 +10,11 @@ use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
 use sandbox_operator::templates::transfer::{self, Limits};
 
 fn s3_env() -> HashMap<String, String> {
+    static ENV: std::sync::OnceLock<HashMap<String, String>> = std::sync::OnceLock::new();
+    ENV.get_or_init(load_s3_env).clone()
+}
+
+fn load_s3_env() -> HashMap<String, String> {
     let out = std::process::Command::new("bash")
         .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/setup/s3.sh"))
         .output()

@@ -24,6 +24,12 @@
 //!
 //! Template ids are per provider: a `spec.templateId` whose template another SandboxTemplate
 //! owns is refused (`TemplateIdTaken`), never overwritten.
+//!
+//! Publishes and fetches move whole trees, so they run as background jobs ([`Transfers`]),
+//! one per object, bounded by the transfer limits rather than the provider-call timeout (and
+//! outside the provider's concurrency bound); the object reports `Publishing`/`Fetching`
+//! meanwhile. Their helper sandboxes carry the object's owner labels: one a crash left behind
+//! is destroyed by the next reconcile that acts, or by the deletion.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -72,6 +78,121 @@ pub struct TemplateContext {
     pub ctx: Arc<Context>,
     /// The store of each provider that names one.
     pub stores: Stores,
+    /// Publishes and fetches in flight.
+    pub transfers: Arc<Transfers>,
+}
+
+/// Publishes and fetches run as background jobs, at most one per SandboxTemplate: they take
+/// as long as the bytes take (bounded by the transfer limits), not a provider-call timeout,
+/// and a reconcile that finds one running waits for it instead of starting a second.
+#[derive(Default)]
+pub struct Transfers {
+    jobs: std::sync::Mutex<std::collections::HashMap<String, Job>>,
+}
+
+enum Job {
+    Running,
+    /// The step, what it was started for (the capture it publishes), and its result.
+    Done(Step, String, Result<Option<Template>, ProviderError>),
+}
+
+/// Where a background transfer is.
+enum Poll {
+    /// Started now, or still running.
+    Running,
+    /// Finished with this result (handed out once).
+    Done(Result<Option<Template>, ProviderError>),
+}
+
+impl Transfers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Job>> {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The result of `step` on `subject` for object `key` when its job has finished;
+    /// otherwise starts the job `start` makes (unless one is running already) and says it
+    /// runs. A finished job of another step or subject is stale and dropped.
+    fn poll_or_start<F, Fut>(
+        self: &Arc<Self>,
+        key: &str,
+        step: Step,
+        subject: &str,
+        start: F,
+    ) -> Poll
+    where
+        F: FnOnce() -> Fut,
+        Fut: std::future::Future<Output = Result<Option<Template>, ProviderError>> + Send + 'static,
+    {
+        let mut jobs = self.lock();
+        match jobs.remove(key) {
+            Some(Job::Done(done, of, result)) if done == step && of == subject => {
+                return Poll::Done(result);
+            }
+            // The result of another step is stale now: start this one.
+            Some(Job::Done(..)) | None => {}
+            Some(Job::Running) => {
+                jobs.insert(key.to_string(), Job::Running);
+                return Poll::Running;
+            }
+        }
+        jobs.insert(key.to_string(), Job::Running);
+        drop(jobs);
+        let (this, key, of, job) = (self.clone(), key.to_string(), subject.to_string(), start());
+        tokio::spawn(async move {
+            let result = job.await;
+            this.lock().insert(key, Job::Done(step, of, result));
+        });
+        Poll::Running
+    }
+
+    /// Takes the finished result of `step` for `key`, if there is one.
+    fn take(&self, key: &str, step: Step) -> Option<Result<Option<Template>, ProviderError>> {
+        let mut jobs = self.lock();
+        match jobs.remove(key) {
+            Some(Job::Done(done, _, result)) if done == step => Some(result),
+            Some(other) => {
+                jobs.insert(key.to_string(), other);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Puts a result taken with [`Transfers::take`] back.
+    fn put_back(
+        &self,
+        key: &str,
+        step: Step,
+        subject: &str,
+        result: Result<Option<Template>, ProviderError>,
+    ) {
+        self.lock().insert(
+            key.to_string(),
+            Job::Done(step, subject.to_string(), result),
+        );
+    }
+
+    /// Whether a job for `key` is running.
+    fn running(&self, key: &str) -> bool {
+        matches!(self.lock().get(key), Some(Job::Running))
+    }
+
+    /// Forgets a finished job of `key` (its object is gone).
+    fn forget(&self, key: &str) {
+        let mut jobs = self.lock();
+        if matches!(jobs.get(key), Some(Job::Done(..))) {
+            jobs.remove(key);
+        }
+    }
+}
+
+/// How often a reconcile looks again at a transfer in flight.
+const TRANSFER_POLL: Duration = Duration::from_secs(2);
+
+/// The longest a background transfer may take before it is given up: the in-sandbox
+/// transfer budget twice over (covers the helper's create, start, commit and destroy).
+fn transfer_bound(limits: &Limits) -> Duration {
+    Duration::from_secs(limits.lease_ttl_secs().saturating_mul(2))
 }
 
 /// The provider template id of a SandboxTemplate: `spec.templateId`, else `sbxt-<uid>`.
@@ -479,6 +600,23 @@ async fn apply(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> Result
     }
     let current = next.clone();
 
+    // A fetch that finished in the background: the template it committed is observed below;
+    // its success is reported here.
+    match tctx.transfers.take(&uid, Step::Fetch) {
+        Some(Ok(Some(_))) => {
+            normal(
+                ctx,
+                template.as_ref(),
+                "Fetched",
+                format!("fetched template {id} from the shared template store"),
+            )
+            .await;
+        }
+        // Nothing fetched, or a failure: left for the Fetch step to report.
+        Some(other) => tctx.transfers.put_back(&uid, Step::Fetch, &id, other),
+        None => {}
+    }
+
     // Observe.
     let observed = match handle
         .call("get_template", templates.get_template(&id))
@@ -524,7 +662,9 @@ async fn apply(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> Result
     };
 
     // Act.
+    // Helpers of this object are leftovers unless a transfer of ours is running.
     if !steps.is_empty()
+        && !tctx.transfers.running(&uid)
         && let Err(e) = destroy_leftover_helpers(&handle, &uid).await
     {
         return provider_failure(ctx, &api, &template, &current, next, e.into(), generation).await;
@@ -540,6 +680,7 @@ async fn apply(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> Result
             &id,
             &owner,
             store.as_ref(),
+            &tctx.transfers,
             step,
             &mut next,
         )
@@ -613,6 +754,10 @@ async fn apply(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> Result
         .await;
     };
     record(&mut next, &t);
+    if source == TemplateSource::Store {
+        // Fetched from the shared store: that is where it lives.
+        next.published = Some(true);
+    }
     let what = match (source, next.published == Some(true)) {
         (TemplateSource::Store, _) => format!("template {id} was fetched from the shared store"),
         (TemplateSource::Capture, true) => format!("template {id} is captured and published"),
@@ -639,6 +784,7 @@ async fn act(
     id: &str,
     owner: &Owner,
     store: Option<&(Arc<TemplateStore>, Limits)>,
+    transfers: &Arc<Transfers>,
     step: Step,
     next: &mut SandboxTemplateStatus,
 ) -> Result<(), Blocked> {
@@ -679,15 +825,54 @@ async fn act(
             }
         }
         Step::Publish => {
-            match handle.call("publish", templates.publish(id)).await {
-                Ok(()) => {}
-                Err(ProviderError::Unsupported(msg)) => {
+            let limits = store.map(|(_, l)| *l).unwrap_or_default();
+            let (provider, id_owned, metrics) =
+                (handle.provider.clone(), id.to_string(), ctx.metrics.clone());
+            let poll = transfers.poll_or_start(
+                &owner.uid,
+                step,
+                next.capture_hash.as_deref().unwrap_or_default(),
+                move || async move {
+                    let started = std::time::Instant::now();
+                    let result = match provider.templates() {
+                        Some(t) => {
+                            tokio::time::timeout(transfer_bound(&limits), t.publish(&id_owned))
+                                .await
+                                .unwrap_or_else(|_| {
+                                    Err(ProviderError::Transient(format!(
+                                        "publishing template {id_owned} did not finish within {} s",
+                                        transfer_bound(&limits).as_secs()
+                                    )))
+                                })
+                        }
+                        None => Err(ProviderError::Unsupported("templates".into())),
+                    };
+                    let outcome = result.as_ref().map_or_else(|e| e.category(), |()| "ok");
+                    metrics.provider_call(
+                        provider.name(),
+                        "publish",
+                        outcome,
+                        started.elapsed().as_secs_f64(),
+                    );
+                    result.map(|()| None)
+                },
+            );
+            match poll {
+                Poll::Running => {
+                    return Err(Blocked::Wait(
+                        "Publishing",
+                        format!("publishing template {id} to the shared template store"),
+                        TRANSFER_POLL,
+                    ));
+                }
+                Poll::Done(Ok(_)) => {}
+                Poll::Done(Err(ProviderError::Unsupported(msg))) => {
                     return Err(Blocked::Stall(
                         "PublishUnsupported",
                         format!("spec.publish: {msg}"),
                     ));
                 }
-                Err(e) => return Err(e.into()),
+                Poll::Done(Err(e)) => return Err(e.into()),
             }
             next.published = Some(true);
             normal(
@@ -724,23 +909,60 @@ async fn act(
             .await;
         }
         Step::Fetch => {
-            let fetched = match store {
-                Some((store, limits)) => {
-                    handle
-                        .call(
-                            "fetch",
+            let limits = store.map(|(_, l)| *l).unwrap_or_default();
+            let (provider, id_owned, owner_owned, store_owned, metrics) = (
+                handle.provider.clone(),
+                id.to_string(),
+                owner.clone(),
+                store.map(|(s, _)| s.clone()),
+                ctx.metrics.clone(),
+            );
+            let poll = transfers.poll_or_start(&owner.uid, step, id, move || async move {
+                let started = std::time::Instant::now();
+                let job = async {
+                    match (&store_owned, provider.templates()) {
+                        // With this object's owner labels on the result.
+                        (Some(store), _) => {
                             transfer::fetch_into(
-                                handle.provider.as_ref(),
+                                provider.as_ref(),
                                 store,
-                                id,
-                                owner,
+                                &id_owned,
+                                &owner_owned,
                                 None,
-                                *limits,
-                            ),
-                        )
-                        .await
+                                limits,
+                            )
+                            .await
+                        }
+                        (None, Some(t)) => t.fetch(&id_owned).await,
+                        (None, None) => Err(ProviderError::Unsupported("templates".into())),
+                    }
+                };
+                let result = tokio::time::timeout(transfer_bound(&limits), job)
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(ProviderError::Transient(format!(
+                            "fetching template {id_owned} did not finish within {} s",
+                            transfer_bound(&limits).as_secs()
+                        )))
+                    });
+                let outcome = result.as_ref().map_or_else(|e| e.category(), |_| "ok");
+                metrics.provider_call(
+                    provider.name(),
+                    "fetch",
+                    outcome,
+                    started.elapsed().as_secs_f64(),
+                );
+                result
+            });
+            let fetched = match poll {
+                Poll::Running => {
+                    return Err(Blocked::Wait(
+                        "Fetching",
+                        format!("fetching template {id} from the shared template store"),
+                        TRANSFER_POLL,
+                    ));
                 }
-                None => handle.call("fetch", templates.fetch(id)).await,
+                Poll::Done(result) => result,
             };
             let t = match fetched {
                 Ok(Some(t)) => t,
@@ -817,6 +1039,13 @@ async fn cleanup(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> Resu
     if validate::resource_name("template id", &id).is_err() {
         return Ok(Action::await_change());
     }
+    // A transfer in flight finishes first: it may still commit a template.
+    if tctx.transfers.running(&uid) {
+        return Err(Error::Provider(ProviderError::Transient(format!(
+            "a publish or fetch of template {id} is in progress; deleting it once that has finished"
+        ))));
+    }
+    tctx.transfers.forget(&uid);
     destroy_leftover_helpers(&handle, &uid).await?;
 
     let observed = handle
@@ -989,7 +1218,11 @@ pub async fn run(
         ),
         None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
     };
-    let tctx = Arc::new(TemplateContext { ctx, stores });
+    let tctx = Arc::new(TemplateContext {
+        ctx,
+        stores,
+        transfers: Arc::default(),
+    });
     Controller::new(api, watcher::Config::default().any_semantic())
         .watches(
             sandboxes,
@@ -1117,6 +1350,43 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    #[tokio::test]
+    async fn a_transfer_runs_once_and_its_result_is_handed_out_once() {
+        let transfers = Arc::new(Transfers::default());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let started = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = started.clone();
+        let poll = transfers.poll_or_start("uid", Step::Publish, "h1", move || {
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            async move {
+                let _ = rx.await;
+                Ok(None)
+            }
+        });
+        assert!(matches!(poll, Poll::Running));
+        assert!(transfers.running("uid"));
+        // While it runs, polling does not start a second one.
+        let poll = transfers.poll_or_start("uid", Step::Publish, "h1", || async { Ok(None) });
+        assert!(matches!(poll, Poll::Running));
+        assert_eq!(started.load(std::sync::atomic::Ordering::SeqCst), 1);
+        tx.send(()).expect("release");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while transfers.running("uid") {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the job never finished"
+            );
+            tokio::task::yield_now().await;
+        }
+        let poll = transfers.poll_or_start("uid", Step::Publish, "h1", || async {
+            Err(ProviderError::Transient("must not start".into()))
+        });
+        assert!(matches!(poll, Poll::Done(Ok(None))));
+        // Handed out once: the next poll starts a new job.
+        let poll = transfers.poll_or_start("uid", Step::Publish, "h1", || async { Ok(None) });
+        assert!(matches!(poll, Poll::Running), "a result is handed out once");
     }
 
     #[test]

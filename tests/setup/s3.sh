@@ -32,12 +32,18 @@ ENDPOINT="http://$HOST:$PORT"
 
 healthy() { curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$ENDPOINT/" | grep -qE '^(200|403)$'; }
 
+# One caller at a time decides whether to start the server (tests call this concurrently).
+exec 9>"$ROOT/s3.lock"
+flock 9
 pidfile="$ROOT/s3s-fs.pid"
-if ! { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null && healthy; }; then
-  [ -f "$pidfile" ] && kill "$(cat "$pidfile")" 2>/dev/null || true
+running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+if ! running; then
   setsid nohup "$BIN" --host "$HOST" --port "$PORT" --access-key "$ACCESS_KEY" --secret-key "$SECRET_KEY" \
-    "$ROOT/data" > "$ROOT/s3s-fs.log" 2>&1 < /dev/null &
+    "$ROOT/data" > "$ROOT/s3s-fs.log" 2>&1 < /dev/null 9>&- &
   echo $! > "$pidfile"
+fi
+# A running server that is merely slow (a loaded machine) is waited for, never restarted.
+if ! healthy; then
   deadline=$((SECONDS + 30))
   until healthy; do
     if [ $SECONDS -ge $deadline ]; then
@@ -49,10 +55,11 @@ if ! { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null && healthy; 
   done
 fi
 
-cat > "$ROOT/env" <<ENV
+cat > "$ROOT/env.tmp.$$" <<ENV
 SANDBOX_S3_ENDPOINT=$ENDPOINT
 SANDBOX_S3_ACCESS_KEY=$ACCESS_KEY
 SANDBOX_S3_SECRET_KEY=$SECRET_KEY
 SANDBOX_S3_BUCKET=$BUCKET
 ENV
+mv -f "$ROOT/env.tmp.$$" "$ROOT/env"
 echo "$ROOT/env"

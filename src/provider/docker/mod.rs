@@ -11,14 +11,16 @@
 //!   the fallback that is reported as such;
 //! - templates are `docker commit` images tagged `<template_repository>:<template id>`, with
 //!   capture paths on mounted storage copied in through the archive API;
-//! - volumes are named local volumes; `set_resources` is `docker update`.
+//! - volumes are named local volumes; `set_resources` is `docker update`;
+//! - exec, exact file I/O and bulk tar transfer go through the exec and archive APIs;
+//!   capacity, egress observation and the event stream have their own modules.
 //!
 //! # API version
 //!
 //! The client starts at bollard's default API version and negotiates down to the engine's on
 //! first use (Debian's Docker 20.10 serves API 1.41 at most, and refuses newer clients). The
 //! negotiated version lives in the `Docker` handle shared by every clone, so it happens once
-//! per provider. Code in this module reaches the engine through [`DockerProvider::engine`],
+//! per provider. Code in this module reaches the engine through `DockerProvider::engine`,
 //! which performs that negotiation; [`DockerProvider::connect_negotiated`] does it eagerly.
 
 mod core;

@@ -16,7 +16,9 @@
 //!    it, and commit that as the final tag; then remove the helper.
 //!
 //! Each capture path must exist in the sandbox (`Invalid` otherwise): a template silently
-//! missing the project's files would boot and look healthy.
+//! missing the project's files would boot and look healthy. The commit itself is taken with
+//! the sandbox paused; the copies of mounted paths are read afterwards, live, so a sandbox
+//! that keeps writing there should be stopped (or hibernated) before a commit.
 //!
 //! A commit carries the container's configuration (command, environment) into the image,
 //! as Docker always does. Labels set on the source container (owner, caller labels, its own
@@ -796,7 +798,7 @@ impl DockerProvider {
     async fn publish_to_store(
         &self,
         template_id: &str,
-        store: &crate::templates::store::TemplateStore,
+        store: &std::sync::Arc<crate::templates::store::TemplateStore>,
         limits: crate::templates::transfer::Limits,
     ) -> ProviderResult<()> {
         validate::resource_name("template", template_id).map_err(ProviderError::Invalid)?;
@@ -832,16 +834,21 @@ impl DockerProvider {
             .get(TEMPLATE_LABEL_LABEL)
             .filter(|l| !l.is_empty())
             .cloned();
-        crate::templates::transfer::publish_template(
-            self,
-            store,
-            template_id,
-            &paths,
-            label,
-            &owner,
-            limits,
-        )
+        // Runs to completion even when the caller stops waiting (a provider-call timeout), so
+        // the helper container is still destroyed rather than left running.
+        let (this, store, id) = (self.clone(), store.clone(), template_id.to_string());
+        tokio::spawn(async move {
+            crate::templates::transfer::publish_template(
+                &this, &store, &id, &paths, label, &owner, limits,
+            )
+            .await
+        })
         .await
+        .map_err(|e| {
+            ProviderError::Transient(format!(
+                "publishing template {template_id} was interrupted: {e}"
+            ))
+        })?
         .map(|_| ())
     }
 
@@ -856,7 +863,7 @@ impl DockerProvider {
     async fn fetch_from_store(
         &self,
         template_id: &str,
-        store: &crate::templates::store::TemplateStore,
+        store: &std::sync::Arc<crate::templates::store::TemplateStore>,
         limits: crate::templates::transfer::Limits,
     ) -> ProviderResult<Option<Template>> {
         validate::resource_name("template", template_id).map_err(ProviderError::Invalid)?;
@@ -875,15 +882,25 @@ impl DockerProvider {
             name: String::new(),
             uid: String::new(),
         };
-        crate::templates::transfer::fetch_into(
-            self,
-            store,
-            template_id,
-            &unowned,
-            Some(&image),
-            limits,
-        )
+        // Runs to completion even when the caller stops waiting (see publish_to_store).
+        let (this, store, id) = (self.clone(), store.clone(), template_id.to_string());
+        tokio::spawn(async move {
+            crate::templates::transfer::fetch_into(
+                &this,
+                &store,
+                &id,
+                &unowned,
+                Some(&image),
+                limits,
+            )
+            .await
+        })
         .await
+        .map_err(|e| {
+            ProviderError::Transient(format!(
+                "fetching template {template_id} was interrupted: {e}"
+            ))
+        })?
     }
 }
 

@@ -1,0 +1,737 @@
+//! SandboxTemplates end to end: `kubectl apply` → the operator binary → real Docker images
+//! and a real SigV4 S3 store, through a real kube-apiserver. Each test has its own
+//! namespace(s), operator instance(s), template repository and store prefix.
+
+mod support;
+
+use std::collections::HashMap;
+use std::process::Command;
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::DeleteParams;
+use sandbox_operator::api::{Sandbox, SandboxTemplate, condition};
+use sandbox_operator::config::TemplateStoreConfig;
+use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
+use sandbox_operator::templates::transfer;
+use support::*;
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+fn s3_env() -> HashMap<String, String> {
+    static ENV: OnceLock<HashMap<String, String>> = OnceLock::new();
+    ENV.get_or_init(|| {
+        let out = Command::new("bash")
+            .arg(repo().join("tests/setup/s3.sh"))
+            .output()
+            .expect("run tests/setup/s3.sh");
+        assert!(
+            out.status.success(),
+            "s3.sh failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        // Another process running s3.sh rewrites the file in place: read until it is whole.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        loop {
+            let env: HashMap<String, String> = std::fs::read_to_string(&path)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let keys = [
+                "SANDBOX_S3_ENDPOINT",
+                "SANDBOX_S3_ACCESS_KEY",
+                "SANDBOX_S3_SECRET_KEY",
+                "SANDBOX_S3_BUCKET",
+            ];
+            if keys.iter().all(|k| env.contains_key(*k)) {
+                return env;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{path} lacks the S3 settings: {env:?}"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    })
+    .clone()
+}
+
+/// The store the operators of a test share, for looking at what they published.
+fn store(prefix: &str) -> Arc<TemplateStore> {
+    let env = s3_env();
+    let cfg: TemplateStoreConfig = serde_json::from_value(serde_json::json!({
+        "name": "s3", "bucket": env["SANDBOX_S3_BUCKET"], "endpoint": env["SANDBOX_S3_ENDPOINT"],
+        "pathStyle": true, "prefix": prefix,
+    }))
+    .expect("config");
+    let (access, secret) = (
+        env["SANDBOX_S3_ACCESS_KEY"].clone(),
+        env["SANDBOX_S3_SECRET_KEY"].clone(),
+    );
+    let settings = StoreSettings::resolve(&cfg, |k| match k {
+        "AWS_ACCESS_KEY_ID" => Some(access.clone()),
+        "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
+        _ => None,
+    })
+    .expect("settings");
+    Arc::new(TemplateStore::new(settings))
+}
+
+/// An operator whose Docker provider has its own template repository and the shared store
+/// under `prefix` (credentials by environment reference, as a deployment would have them).
+fn operator(ns: &str, repository: &str, prefix: &str) -> Operator {
+    let env = s3_env();
+    let config = format!(
+        r#"providers:
+  - name: docker
+    type: docker
+    templateStore: s3
+    docker:
+      defaultImage: {image}
+      templateRepository: {repository}
+templateStores:
+  - name: s3
+    bucket: {bucket}
+    endpoint: {endpoint}
+    pathStyle: true
+    prefix: {prefix}
+    accessKeyId: {{ env: E2E_S3_ACCESS_KEY }}
+    secretAccessKey: {{ env: E2E_S3_SECRET_KEY }}
+"#,
+        image = base_image(),
+        bucket = env["SANDBOX_S3_BUCKET"],
+        endpoint = env["SANDBOX_S3_ENDPOINT"],
+    );
+    Operator::start(
+        ns,
+        ns,
+        &OperatorOptions {
+            env: vec![
+                (
+                    "E2E_S3_ACCESS_KEY".into(),
+                    env["SANDBOX_S3_ACCESS_KEY"].clone(),
+                ),
+                (
+                    "E2E_S3_SECRET_KEY".into(),
+                    env["SANDBOX_S3_SECRET_KEY"].clone(),
+                ),
+            ],
+            config_extra: config,
+            ..OperatorOptions::default()
+        },
+    )
+}
+
+/// Removes every image of a template repository when dropped (after the operator's own
+/// cleanup; a failed test leaves nothing behind).
+struct Repository(String);
+
+impl Drop for Repository {
+    fn drop(&mut self) {
+        let out = Command::new("docker")
+            .args(["images", "-q", "--no-trunc", &self.0])
+            .output();
+        if let Ok(out) = out {
+            let ids: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .split_whitespace()
+                .map(str::to_string)
+                .collect();
+            if !ids.is_empty() {
+                let _ = Command::new("docker")
+                    .args(["rmi", "-f"])
+                    .args(&ids)
+                    .output();
+            }
+        }
+    }
+}
+
+fn image_label(reference: &str, label: &str) -> Option<String> {
+    let out = Command::new("docker")
+        .args([
+            "image",
+            "inspect",
+            "-f",
+            &format!("{{{{index .Config.Labels \"{label}\"}}}}"),
+            reference,
+        ])
+        .output()
+        .expect("docker image inspect");
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
+}
+
+fn image_exists(reference: &str) -> bool {
+    image_label(reference, "sandboxes.dev/template-id").is_some()
+}
+
+/// `sh -c script` in a container, via the docker CLI; stdout on success.
+fn docker_sh(container: &str, script: &str) -> Result<String, String> {
+    let out = Command::new("docker")
+        .args(["exec", container, "sh", "-c", script])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+fn ready(conditions: &[sandbox_operator::api::Condition]) -> Option<(String, String)> {
+    condition(conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+async fn wait_sandbox_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
+    wait_for(
+        &format!("Sandbox {name} Ready (log {})", op.log.display()),
+        TIMEOUT,
+        || async {
+            let s = api.get(name).await.map_err(|e| e.to_string())?;
+            let st = s.status.clone().unwrap_or_default();
+            match ready(&st.conditions) {
+                Some((r, _)) if r == "True" && st.observed_generation == s.metadata.generation => {
+                    Ok(s)
+                }
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+async fn wait_template_ready(
+    api: &Api<SandboxTemplate>,
+    name: &str,
+    op: &Operator,
+) -> SandboxTemplate {
+    wait_for(
+        &format!("SandboxTemplate {name} Ready (log {})", op.log.display()),
+        TIMEOUT,
+        || async {
+            let t = api.get(name).await.map_err(|e| e.to_string())?;
+            let st = t.status.clone().unwrap_or_default();
+            match ready(&st.conditions) {
+                Some((r, _)) if r == "True" && st.observed_generation == t.metadata.generation => {
+                    Ok(t)
+                }
+                other => Err(format!(
+                    "{other:?} {:?}",
+                    st.conditions.iter().map(|c| &c.message).collect::<Vec<_>>()
+                )),
+            }
+        },
+    )
+    .await
+}
+
+/// events.k8s.io Events about `name`: (type, reason, note).
+async fn events_about(ns: &str, name: &str) -> Vec<(String, String, String)> {
+    let api: Api<Event> = Api::namespaced(client().await, ns);
+    api.list(&Default::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+fn containers_of(uid: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=sandboxes.dev/owner-uid={uid}"),
+        ])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
+}
+
+/// A sandbox whose main process writes `/workspace/app/hello.txt` (mode 0640) and idles.
+fn source_sandbox(name: &str, content: &str) -> String {
+    format!(
+        r#"apiVersion: sandboxes.dev/v1alpha1
+kind: Sandbox
+metadata:
+  name: {name}
+spec:
+  image: {image}
+  command: ["sh", "-c", "mkdir -p /workspace/app && printf '{content}' > /workspace/app/hello.txt && chmod 640 /workspace/app/hello.txt && touch /workspace/app/.ready; trap 'exit 0' TERM; while :; do sleep 1; done"]
+"#,
+        image = base_image()
+    )
+}
+
+fn sandbox_from(name: &str, template: &str) -> String {
+    format!(
+        r#"apiVersion: sandboxes.dev/v1alpha1
+kind: Sandbox
+metadata:
+  name: {name}
+spec:
+  templateRef:
+    name: {template}
+  command: ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
+"#
+    )
+}
+
+fn apply_ok(yaml: &str, ns: &str) {
+    let out = apply_yaml(yaml, ns);
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn capture_boot_recapture_and_refused_deletion_through_the_api_server() {
+    let ns = namespace("e2e-tpl").await;
+    let _purge = Purge(ns.clone());
+    let repository = format!("sandbox-operator/e2e-{ns}");
+    let _images = Repository(repository.clone());
+    let prefix = format!("e2e-{ns}");
+    let op = operator(&ns, &repository, &prefix);
+    let client = client().await;
+    let sandboxes: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
+    let templates: Api<SandboxTemplate> = Api::namespaced(client.clone(), &ns);
+    let store = store(&prefix);
+    let _objects = PurgePrefix(store.clone(), prefix.clone());
+
+    // The Sandbox to capture.
+    apply_ok(&source_sandbox("src", "v1"), &ns);
+    let src = wait_sandbox_ready(&sandboxes, "src", &op).await;
+    let src_container = format!("sbx-{}", src.metadata.uid.clone().expect("uid"));
+    wait_for("the source's files", TIMEOUT, || async {
+        docker_sh(&src_container, "test -f /workspace/app/.ready")
+    })
+    .await;
+
+    // Capture and publish.
+    let template_yaml = |label: &str| {
+        format!(
+            r#"apiVersion: sandboxes.dev/v1alpha1
+kind: SandboxTemplate
+metadata:
+  name: tpl
+spec:
+  sandboxRef:
+    name: src
+  capturePaths: ["/workspace/app"]
+  label: {label}
+  publish: true
+"#
+        )
+    };
+    apply_ok(&template_yaml("v1"), &ns);
+    let t = wait_template_ready(&templates, "tpl", &op).await;
+    let uid = t.metadata.uid.clone().expect("uid");
+    let st = t.status.clone().expect("status");
+    let id = format!("sbxt-{uid}");
+    assert_eq!(st.template_id.as_deref(), Some(id.as_str()));
+    assert_eq!(st.provider.as_deref(), Some("docker"));
+    assert!(
+        st.ref_.as_deref().is_some_and(|r| r.starts_with("sha256:")),
+        "{st:?}"
+    );
+    assert!(
+        st.created_at.is_some() && st.size_bytes.is_some_and(|s| s > 0),
+        "{st:?}"
+    );
+    assert_eq!(
+        (st.published, st.in_use),
+        (Some(true), Some(false)),
+        "{st:?}"
+    );
+    let image = format!("{repository}:{id}");
+    assert_eq!(
+        image_label(&image, "sandboxes.dev/owner-uid").as_deref(),
+        Some(uid.as_str()),
+        "the template image carries its owner's labels"
+    );
+    let m = transfer::manifest(&store, &id)
+        .await
+        .expect("store lookup")
+        .expect("published");
+    assert_eq!(m.capture_paths, vec!["/workspace/app".to_string()]);
+    assert_eq!(m.label.as_deref(), Some("v1"));
+    let first_ref = st.ref_.clone();
+
+    // spec.templateId cannot be set after the fact (immutable).
+    let out = kubectl(
+        &[
+            "patch",
+            "sandboxtemplate",
+            "tpl",
+            "-n",
+            &ns,
+            "--type=merge",
+            "-p",
+            r#"{"spec":{"templateId":"renamed"}}"#,
+        ],
+        None,
+    );
+    assert!(
+        !out.status.success()
+            && String::from_utf8_lossy(&out.stderr).contains("spec.templateId is immutable"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // A spec change captures again and replaces the template (and its published copy).
+    docker_sh(&src_container, "printf v2 > /workspace/app/hello.txt").expect("write v2");
+    apply_ok(&template_yaml("v2"), &ns);
+    let t = wait_template_ready(&templates, "tpl", &op).await;
+    let st2 = t.status.clone().expect("status");
+    assert_ne!(st2.ref_, first_ref, "a new capture");
+    assert_ne!(st2.capture_hash, st.capture_hash);
+    assert_eq!(st2.published, Some(true));
+    let m = transfer::manifest(&store, &id)
+        .await
+        .expect("lookup")
+        .expect("published");
+    assert_eq!(
+        m.label.as_deref(),
+        Some("v2"),
+        "the published copy was replaced"
+    );
+
+    // A Sandbox boots from it, with the captured file and mode.
+    apply_ok(&sandbox_from("user", "tpl"), &ns);
+    let user = wait_sandbox_ready(&sandboxes, "user", &op).await;
+    let user_container = format!("sbx-{}", user.metadata.uid.clone().expect("uid"));
+    let seen = docker_sh(
+        &user_container,
+        "cat /workspace/app/hello.txt; echo; stat -c %a /workspace/app/hello.txt",
+    )
+    .expect("read");
+    assert_eq!(seen, "v2\n640\n");
+    wait_for("status.inUse true", TIMEOUT, || async {
+        let t = templates.get("tpl").await.map_err(|e| e.to_string())?;
+        match t.status.and_then(|s| s.in_use) {
+            Some(true) => Ok(()),
+            other => Err(format!("inUse {other:?}")),
+        }
+    })
+    .await;
+
+    // Deleting the template while it backs a sandbox is refused by checking with the
+    // provider: condition + Event, the object and the image stay.
+    templates
+        .delete("tpl", &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_for("TemplateInUse condition", TIMEOUT, || async {
+        let t = templates.get("tpl").await.map_err(|e| e.to_string())?;
+        let st = t.status.clone().unwrap_or_default();
+        match condition(&st.conditions, "TemplateInUse") {
+            Some(c) if c.status == "True" && c.message.contains(&user_container) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let events = events_about(&ns, "tpl").await;
+    assert!(
+        events.iter().any(|(ty, reason, note)| ty == "Warning"
+            && reason == "TemplateInUse"
+            && note.contains("in use")),
+        "{events:?}"
+    );
+    assert!(image_exists(&image), "the template in use is kept");
+    assert!(templates.get_opt("tpl").await.expect("get").is_some());
+
+    // Once the sandbox is gone, the template goes: image and published copy.
+    sandboxes
+        .delete("user", &DeleteParams::default())
+        .await
+        .expect("delete user");
+    wait_for("SandboxTemplate tpl gone", TIMEOUT, || async {
+        match templates.get_opt("tpl").await {
+            Ok(None) => Ok(()),
+            Ok(Some(t)) => Err(format!("still there: {:?}", t.status.map(|s| s.conditions))),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    assert!(!image_exists(&image), "the template image was removed");
+    assert_eq!(
+        transfer::manifest(&store, &id).await.expect("lookup"),
+        None,
+        "the published copy was removed"
+    );
+
+    // A Sandbox naming the deleted template is Stalled, and never booted from an image.
+    apply_ok(&sandbox_from("late", "tpl"), &ns);
+    let late = wait_for("Sandbox late Stalled", TIMEOUT, || async {
+        let s = sandboxes.get("late").await.map_err(|e| e.to_string())?;
+        let st = s.status.clone().unwrap_or_default();
+        match condition(&st.conditions, "Stalled") {
+            Some(c) if c.status == "True" && c.reason == "TemplateNotFound" => Ok(s),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        containers_of(&late.metadata.uid.clone().expect("uid")).is_empty(),
+        "no container for a sandbox whose template is gone"
+    );
+    // A template that never reached the provider (its Sandbox never appeared) is deleted at
+    // once: removing a template the provider does not hold succeeds.
+    apply_ok(
+        r#"apiVersion: sandboxes.dev/v1alpha1
+kind: SandboxTemplate
+metadata:
+  name: never
+spec:
+  sandboxRef:
+    name: does-not-exist
+  capturePaths: ["/workspace/app"]
+"#,
+        &ns,
+    );
+    wait_for("never: SandboxNotFound", TIMEOUT, || async {
+        let t = templates.get("never").await.map_err(|e| e.to_string())?;
+        match ready(&t.status.unwrap_or_default().conditions) {
+            Some((r, reason)) if r == "False" && reason == "SandboxNotFound" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    templates
+        .delete("never", &DeleteParams::default())
+        .await
+        .expect("delete never");
+    wait_for("SandboxTemplate never gone", TIMEOUT, || async {
+        match templates.get_opt("never").await {
+            Ok(None) => Ok(()),
+            Ok(Some(_)) => Err("still there".to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+
+    for name in ["late", "src"] {
+        sandboxes
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    wait_for("sandboxes gone", TIMEOUT, || async {
+        let left = sandboxes
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        if left.items.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} left", left.items.len()))
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_published_by_one_operator_is_fetched_and_booted_by_another() {
+    let (ns_a, ns_b) = (namespace("e2e-tpl-a").await, namespace("e2e-tpl-b").await);
+    let (_purge_a, _purge_b) = (Purge(ns_a.clone()), Purge(ns_b.clone()));
+    let prefix = format!("e2e-shared-{ns_a}");
+    let (repo_a, repo_b) = (
+        format!("sandbox-operator/e2e-{ns_a}"),
+        format!("sandbox-operator/e2e-{ns_b}"),
+    );
+    let (_images_a, _images_b) = (Repository(repo_a.clone()), Repository(repo_b.clone()));
+    let op_a = operator(&ns_a, &repo_a, &prefix);
+    let op_b = operator(&ns_b, &repo_b, &prefix);
+    let client = client().await;
+    let store = store(&prefix);
+    let _objects = PurgePrefix(store.clone(), prefix.clone());
+    let shared = format!("shared-{:08x}", fastrand::u32(..));
+
+    // Operator A captures and publishes under a stable id.
+    let sandboxes_a: Api<Sandbox> = Api::namespaced(client.clone(), &ns_a);
+    let templates_a: Api<SandboxTemplate> = Api::namespaced(client.clone(), &ns_a);
+    apply_ok(&source_sandbox("src", "shared bytes"), &ns_a);
+    let src = wait_sandbox_ready(&sandboxes_a, "src", &op_a).await;
+    let src_container = format!("sbx-{}", src.metadata.uid.clone().expect("uid"));
+    wait_for("the source's files", TIMEOUT, || async {
+        docker_sh(&src_container, "test -f /workspace/app/.ready")
+    })
+    .await;
+    apply_ok(
+        &format!(
+            r#"apiVersion: sandboxes.dev/v1alpha1
+kind: SandboxTemplate
+metadata:
+  name: deps
+spec:
+  templateId: {shared}
+  sandboxRef:
+    name: src
+  capturePaths: ["/workspace/app"]
+  publish: true
+"#
+        ),
+        &ns_a,
+    );
+    wait_template_ready(&templates_a, "deps", &op_a).await;
+
+    // Operator B (another "host": its own template repository) fetches it by id.
+    let sandboxes_b: Api<Sandbox> = Api::namespaced(client.clone(), &ns_b);
+    let templates_b: Api<SandboxTemplate> = Api::namespaced(client.clone(), &ns_b);
+    apply_ok(
+        &format!(
+            r#"apiVersion: sandboxes.dev/v1alpha1
+kind: SandboxTemplate
+metadata:
+  name: deps
+spec:
+  source: Store
+  templateId: {shared}
+---
+apiVersion: sandboxes.dev/v1alpha1
+kind: SandboxTemplate
+metadata:
+  name: missing
+spec:
+  source: Store
+  templateId: {shared}-missing
+"#
+        ),
+        &ns_b,
+    );
+    let fetched = wait_template_ready(&templates_b, "deps", &op_b).await;
+    let st = fetched.status.clone().expect("status");
+    assert_eq!(st.template_id.as_deref(), Some(shared.as_str()));
+    assert_eq!(st.published, Some(true));
+    assert_eq!(
+        image_label(&format!("{repo_b}:{shared}"), "sandboxes.dev/owner-uid").as_deref(),
+        fetched.metadata.uid.as_deref(),
+        "the fetched template carries the fetching SandboxTemplate's owner labels"
+    );
+    // One that is not in the store waits for it (Reconciling), and is not Ready.
+    wait_for("missing: TemplateNotInStore", TIMEOUT, || async {
+        let t = templates_b
+            .get("missing")
+            .await
+            .map_err(|e| e.to_string())?;
+        let st = t.status.clone().unwrap_or_default();
+        match (
+            ready(&st.conditions),
+            condition(&st.conditions, "Reconciling"),
+        ) {
+            (Some((r, reason)), Some(c))
+                if r == "False" && reason == "TemplateNotInStore" && c.status == "True" =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    apply_ok(&sandbox_from("user", "deps"), &ns_b);
+    let user = wait_sandbox_ready(&sandboxes_b, "user", &op_b).await;
+    let seen = docker_sh(
+        &format!("sbx-{}", user.metadata.uid.clone().expect("uid")),
+        "cat /workspace/app/hello.txt; echo; stat -c '%a %u' /workspace/app/hello.txt",
+    )
+    .expect("read");
+    assert_eq!(seen, "shared bytes\n640 0\n");
+
+    // B's deletions remove only B's local copy; A's deletion removes the published copy.
+    sandboxes_b
+        .delete("user", &DeleteParams::default())
+        .await
+        .expect("delete");
+    for name in ["deps", "missing"] {
+        templates_b
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete");
+    }
+    wait_for("B's templates gone", TIMEOUT, || async {
+        let left = templates_b
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        if left.items.is_empty() {
+            Ok(())
+        } else {
+            Err(format!("{} left", left.items.len()))
+        }
+    })
+    .await;
+    assert!(!image_exists(&format!("{repo_b}:{shared}")));
+    assert!(
+        transfer::manifest(&store, &shared)
+            .await
+            .expect("lookup")
+            .is_some(),
+        "a Store template does not own the published copy"
+    );
+    templates_a
+        .delete("deps", &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_for("A's template gone", TIMEOUT, || async {
+        match templates_a.get_opt("deps").await {
+            Ok(None) => Ok(()),
+            Ok(Some(_)) => Err("still there".to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    assert_eq!(
+        transfer::manifest(&store, &shared).await.expect("lookup"),
+        None
+    );
+    sandboxes_a
+        .delete("src", &DeleteParams::default())
+        .await
+        .expect("delete");
+}
+
+/// Removes everything under a store prefix when dropped, so a failed test leaves no objects
+/// behind (a passing one has removed them through the operator already).
+struct PurgePrefix(Arc<TemplateStore>, String);
+
+impl Drop for PurgePrefix {
+    fn drop(&mut self) {
+        let (store, prefix) = (self.0.clone(), format!("{}/", self.1));
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                if let Ok(objects) = store.list(&prefix).await {
+                    let keys: Vec<String> = objects.into_iter().map(|o| o.key).collect();
+                    let _ = store.remove(&keys).await;
+                }
+            });
+        })
+        .join();
+    }
+}
