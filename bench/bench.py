@@ -25,7 +25,6 @@ import datetime
 import http.client
 import json
 import os
-import platform
 import random
 import re
 import socket
@@ -899,8 +898,8 @@ def cmd_report(a) -> None:
                  f"{c.get('object_managed_fields_bytes', '?')} bytes ({', '.join(c.get('object_managers', []))}).")
         r = c.get("restart")
         if r:
-            L.append(f"- after restarting the operator on the {c['n']} existing objects: settled {fmt_s(r['settle_seconds'])} after it led, "
-                     f"{r['reconciles']:.0f} reconciles, provider calls {r['provider_calls'] or 'none'}"
+            L.append(f"- after restarting the operator on the {c['n']} existing objects (a fresh process that never published an Event): "
+                     f"{r['reconciles']:.0f} reconciles (done {fmt_s(r['settle_seconds'])} after the first scrape, which follows leadership by ~1 s), provider calls {r['provider_calls'] or 'none'}"
                      + (f", engine requests {r['engine_requests'] or 'none'}" if r.get("engine_requests") is not None else "")
                      + f"; VmRSS {r['rss_kb'] / 1024:.1f} MiB (VmHWM {r['hwm_kb'] / 1024:.1f} MiB, RssAnon {(r.get('rss_anon_kb') or 0) / 1024:.1f} MiB).")
         if c.get("delete"):

@@ -58,7 +58,7 @@ T0=$SECONDS
 # ---- infrastructure --------------------------------------------------------------------------
 say "Infrastructure: Docker engine, base image, Kubernetes API"
 USER_KUBECONFIG="${KUBECONFIG:-}"
-# shellcheck source=../tests/cluster/env.sh
+# shellcheck source=/dev/null
 source "$REPO/tests/cluster/env.sh"
 bash "$REPO/tests/setup/docker.sh"
 bash "$REPO/tests/setup/base-image.sh"

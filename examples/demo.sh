@@ -40,7 +40,7 @@ NAME=demo            # examples/sandbox.yaml's name
 MANIFEST="$REPO/examples/sandbox.yaml"
 CRDS=(crd/sandboxes.sandboxes.dev crd/sandboxvolumes.sandboxes.dev crd/sandboxtemplates.sandboxes.dev)
 
-if [ -t 1 ]; then B=$'\e[1m'; G=$'\e[32m'; Y=$'\e[33m'; R=$'\e[31m'; N=$'\e[0m'; else B= G= Y= R= N=; fi
+if [ -t 1 ]; then B=$'\e[1m'; G=$'\e[32m'; Y=$'\e[33m'; R=$'\e[31m'; N=$'\e[0m'; else B='' G='' Y='' R='' N=''; fi
 step_no=0
 step() { step_no=$((step_no + 1)); printf '\n%s==> [%d] %s%s\n' "$B" "$step_no" "$*" "$N"; }
 info() { printf '    %s\n' "$*"; }
@@ -61,7 +61,7 @@ mkdir -p "$DEMO_DIR"
 # ---- the pinned kubectl / which cluster ------------------------------------------------------
 # Remember a KUBECONFIG the user set before env.sh replaces it with the test cluster's.
 USER_KUBECONFIG="${KUBECONFIG:-}"
-# shellcheck source=../tests/cluster/env.sh
+# shellcheck source=/dev/null
 source "$REPO/tests/cluster/env.sh"   # pinned kubectl/helm first on PATH, KUBECONFIG=test cluster
 TEST_KUBECONFIG="$KUBECONFIG"
 
@@ -293,6 +293,7 @@ up() {
   printf '    $ docker exec %s cat /proc/1/cmdline   (NUL-separated argv of the main process)\n' "$ext"
   docker exec "$ext" cat /proc/1/cmdline | tr '\0' '\n' | sed -n '1,4p' | sed 's/^/      /'
   info "  … (the perl script of examples/sandbox.yaml follows)"
+  # shellcheck disable=SC2016 # shown as typed: the sandbox's shell expands it
   printf '    $ docker exec %s sh -c '"'"'echo "GREETING=$GREETING APP_ENV=$APP_ENV"; id'"'"'\n' "$ext"
   docker exec "$ext" sh -c 'echo "GREETING=$GREETING APP_ENV=$APP_ENV"; id' 2>&1 | sed 's/^/      /'
   info "container labels (set by the operator on every provider resource):"
@@ -309,7 +310,7 @@ up() {
     sleep 0.3
   done
   printf '      %s\n' "$body"
-  [ "$body" = "hello from sandbox" ] && ok "the sandbox answered" || warn "unexpected answer from $url"
+  if [ "$body" = "hello from sandbox" ]; then ok "the sandbox answered"; else warn "unexpected answer from $url"; fi
 
   step "Operator metrics (http://$METRICS_ADDR/metrics, lines of interest)"
   metrics | grep -E '^sandbox_operator_(build_info|leader|reconciles_total|reconcile_errors_total|provider_calls_total)' \

@@ -81,7 +81,12 @@ pub fn init(format: LogFormat, filter: &str) -> Result<(), TelemetryError> {
     let registry = tracing_subscriber::registry().with(filter);
     let result = match format {
         LogFormat::Text => registry
-            .with(tracing_subscriber::fmt::layer().with_target(true))
+            // Colour only on a terminal: escape codes in a log file or collector are noise.
+            .with(
+                tracing_subscriber::fmt::layer()
+                    .with_target(true)
+                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout())),
+            )
             .try_init(),
         LogFormat::Json => registry
             .with(

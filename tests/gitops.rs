@@ -472,7 +472,9 @@ async fn kstatus_and_argocd_read_the_operators_status() {
     let waits = wait_kstatus("sbx", "waits", &ns, "InProgress", |o| {
         let observed = o["status"]["observedGeneration"] == o["metadata"]["generation"];
         match condition(o, "Reconciling") {
-            Some(c) if c["status"] == "True" && observed => Ok(()),
+            Some(c) if c["status"] == "True" && observed && c["reason"] == "VolumeNotFound" => {
+                Ok(())
+            }
             other => Err(format!("Reconciling {other:?}, observed {observed}")),
         }
     })

@@ -48,6 +48,29 @@ pub struct Context {
     pub failpoints: Vec<String>,
 }
 
+/// Maps kube-runtime's finalizer outcome onto ours, keeping the error category.
+///
+/// A finalizer removal answered 404 means the object is already gone — the goal of the
+/// cleanup — so it is a success, not an error to retry: a provider `destroy` event can queue
+/// one more reconcile of an object whose deletion is completing.
+pub fn finalizer_outcome(
+    result: std::result::Result<
+        kube::runtime::controller::Action,
+        kube::runtime::finalizer::Error<Error>,
+    >,
+) -> Result<kube::runtime::controller::Action> {
+    use kube::runtime::finalizer::Error as F;
+    match result {
+        Ok(action) => Ok(action),
+        Err(F::RemoveFinalizer(kube::Error::Api(status))) if status.code == 404 => {
+            Ok(kube::runtime::controller::Action::await_change())
+        }
+        Err(F::ApplyFailed(e) | F::CleanupFailed(e)) => Err(e),
+        Err(F::AddFinalizer(e) | F::RemoveFinalizer(e)) => Err(Error::Kube(e)),
+        Err(other) => Err(Error::Finalizer(other.to_string())),
+    }
+}
+
 impl Context {
     /// Builds the shared context.
     pub fn new(

@@ -349,21 +349,15 @@ pub async fn reconcile(
     let ns = template.namespace().unwrap_or_default();
     let key = format!("{KIND}/{ns}/{}", template.name_any());
     let api: Api<SandboxTemplate> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = finalizer(&api, FINALIZER, template, |event| async {
-        match event {
-            Finalizer::Apply(t) => apply(t, &tctx).await,
-            Finalizer::Cleanup(t) => cleanup(t, &tctx).await,
-        }
-    })
-    .await
-    .map_err(|e| {
-        use kube::runtime::finalizer::Error as F;
-        match e {
-            F::ApplyFailed(e) | F::CleanupFailed(e) => e,
-            F::AddFinalizer(e) | F::RemoveFinalizer(e) => Error::Kube(e),
-            other => Error::Finalizer(other.to_string()),
-        }
-    });
+    let result = crate::controller::finalizer_outcome(
+        finalizer(&api, FINALIZER, template, |event| async {
+            match event {
+                Finalizer::Apply(t) => apply(t, &tctx).await,
+                Finalizer::Cleanup(t) => cleanup(t, &tctx).await,
+            }
+        })
+        .await,
+    );
     if result.is_ok() {
         ctx.backoff.reset(&key);
     }

@@ -40,21 +40,15 @@ pub async fn reconcile(volume: Arc<SandboxVolume>, ctx: Arc<Context>) -> Result<
     let ns = volume.namespace().unwrap_or_default();
     let key = format!("{KIND}/{ns}/{}", volume.name_any());
     let api: Api<SandboxVolume> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = finalizer(&api, FINALIZER, volume, |event| async {
-        match event {
-            Finalizer::Apply(v) => apply(v, &ctx).await,
-            Finalizer::Cleanup(v) => cleanup(v, &ctx).await,
-        }
-    })
-    .await
-    .map_err(|e| {
-        use kube::runtime::finalizer::Error as F;
-        match e {
-            F::ApplyFailed(e) | F::CleanupFailed(e) => e,
-            F::AddFinalizer(e) | F::RemoveFinalizer(e) => Error::Kube(e),
-            other => Error::Finalizer(other.to_string()),
-        }
-    });
+    let result = crate::controller::finalizer_outcome(
+        finalizer(&api, FINALIZER, volume, |event| async {
+            match event {
+                Finalizer::Apply(v) => apply(v, &ctx).await,
+                Finalizer::Cleanup(v) => cleanup(v, &ctx).await,
+            }
+        })
+        .await,
+    );
     if result.is_ok() {
         ctx.backoff.reset(&key);
     }

@@ -30,10 +30,19 @@ use super::resolve::{self, Blocked, SELF_DELIVERED_ENV_PATH, SelfDeliveredEnv};
 const WAIT: Duration = Duration::from_secs(5);
 
 /// The Apply half of the finalizer: the reconcile pipeline for a live Sandbox.
-pub async fn apply(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
-    let ns = sandbox.namespace().unwrap_or_default();
+pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
+    let ns = cached.namespace().unwrap_or_default();
     let api: Api<Sandbox> = Api::namespaced(ctx.client.clone(), &ns);
-    let name = sandbox.name_any();
+    let name = cached.name_any();
+    // Work from a fresh read, not the watch cache: a reconcile queued by our own provider
+    // event can run before the cache has seen our last status write, and a status rebuilt
+    // from that stale copy would drop what the write recorded (lastHibernation, the delivered
+    // env version). One GET per reconcile; none at idle.
+    let sandbox = match api.get_opt(&name).await? {
+        Some(fresh) if fresh.uid() == cached.uid() => Arc::new(fresh),
+        // Gone, or replaced by a new object of the same name: that one gets its own reconcile.
+        _ => return Ok(Action::await_change()),
+    };
     let uid = sandbox
         .uid()
         .ok_or_else(|| Error::InvalidSpec("object has no UID".into()))?;

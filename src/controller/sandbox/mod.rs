@@ -17,7 +17,7 @@ use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use crate::api::{FINALIZER, Sandbox};
 use crate::controller::events::normal;
@@ -34,14 +34,15 @@ pub async fn reconcile(sandbox: Arc<Sandbox>, ctx: Arc<Context>) -> Result<Actio
     let ns = sandbox.namespace().unwrap_or_default();
     let key = format!("{KIND}/{ns}/{}", sandbox.name_any());
     let api: Api<Sandbox> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = finalizer(&api, FINALIZER, sandbox, |event| async {
-        match event {
-            Finalizer::Apply(s) => apply::apply(s, &ctx).await,
-            Finalizer::Cleanup(s) => cleanup(s, &ctx).await,
-        }
-    })
-    .await
-    .map_err(flatten);
+    let result = crate::controller::finalizer_outcome(
+        finalizer(&api, FINALIZER, sandbox, |event| async {
+            match event {
+                Finalizer::Apply(s) => apply::apply(s, &ctx).await,
+                Finalizer::Cleanup(s) => cleanup(s, &ctx).await,
+            }
+        })
+        .await,
+    );
     if result.is_ok() {
         ctx.backoff.reset(&key);
     }
@@ -113,16 +114,6 @@ pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     Ok(Action::await_change())
 }
 
-/// Unwraps the finalizer's error into ours, keeping the category.
-fn flatten(err: kube::runtime::finalizer::Error<Error>) -> Error {
-    use kube::runtime::finalizer::Error as F;
-    match err {
-        F::ApplyFailed(e) | F::CleanupFailed(e) => e,
-        F::AddFinalizer(e) | F::RemoveFinalizer(e) => Error::Kube(e),
-        other => Error::Finalizer(other.to_string()),
-    }
-}
-
 /// Runs the Sandbox controller until `shutdown` resolves. `triggers` are provider events
 /// already mapped to Sandbox references (drift noticed by events, not polling).
 pub async fn run(
@@ -136,7 +127,20 @@ pub async fn run(
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
-    Controller::new(api, watcher::Config::default().any_semantic())
+    // The cache holds every Sandbox for the operator's lifetime: drop what reconciles never
+    // read (managedFields, kubectl's last-applied copy of the whole manifest) before caching,
+    // so idle memory grows with what matters per object.
+    let (reader, writer) = reflector::store();
+    let objects = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(|s: &mut Sandbox| {
+            s.managed_fields_mut().clear();
+            s.annotations_mut()
+                .remove("kubectl.kubernetes.io/last-applied-configuration");
+        })
+        .reflect(writer)
+        .applied_objects();
+    Controller::for_stream(objects, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .reconcile_on(triggers)
         .graceful_shutdown_on(shutdown)
