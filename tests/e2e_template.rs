@@ -2,11 +2,11 @@
 //! and a real SigV4 S3 store, through a real kube-apiserver. Each test has its own
 //! namespace(s), operator instance(s), template repository and store prefix.
 
+mod s3env;
 mod support;
 
-use std::collections::HashMap;
 use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event;
@@ -18,48 +18,9 @@ use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
 use sandbox_operator::templates::transfer;
 use support::*;
 
-const TIMEOUT: Duration = Duration::from_secs(180);
+use s3env::s3_env;
 
-fn s3_env() -> HashMap<String, String> {
-    static ENV: OnceLock<HashMap<String, String>> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(repo().join("tests/setup/s3.sh"))
-            .output()
-            .expect("run tests/setup/s3.sh");
-        assert!(
-            out.status.success(),
-            "s3.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        // Another process running s3.sh rewrites the file in place: read until it is whole.
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let env: HashMap<String, String> = std::fs::read_to_string(&path)
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| l.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            let keys = [
-                "SANDBOX_S3_ENDPOINT",
-                "SANDBOX_S3_ACCESS_KEY",
-                "SANDBOX_S3_SECRET_KEY",
-                "SANDBOX_S3_BUCKET",
-            ];
-            if keys.iter().all(|k| env.contains_key(*k)) {
-                return env;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{path} lacks the S3 settings: {env:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    })
-    .clone()
-}
+const TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The store the operators of a test share, for looking at what they published.
 fn store(prefix: &str) -> Arc<TemplateStore> {

@@ -10,14 +10,15 @@
 //! - the time to boot from a template next to the time to build the same state from scratch.
 
 mod common;
+mod s3env;
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::process::Command;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{TestEnv, unique};
+use s3env::s3_env;
 use sandbox_operator::config::TemplateStoreConfig;
 use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
 use sandbox_operator::provider::{CommitRequest, ExecRequest, Provider, ProviderError, Templates};
@@ -26,49 +27,6 @@ use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
 use sandbox_operator::templates::transfer::{self, Limits};
 
 const APP: &str = "/workspace/app";
-
-/// The S3 server's settings (tests/setup/s3.sh), set up once per test binary: the script
-/// restarts a server it finds unhealthy, so concurrent calls could pull it from under a test.
-fn s3_env() -> HashMap<String, String> {
-    static ENV: OnceLock<HashMap<String, String>> = OnceLock::new();
-    ENV.get_or_init(|| {
-        let out = Command::new("bash")
-            .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/setup/s3.sh"))
-            .output()
-            .expect("run tests/setup/s3.sh");
-        assert!(
-            out.status.success(),
-            "s3.sh failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        // Another process running s3.sh rewrites the file in place: read until it is whole.
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        loop {
-            let env: HashMap<String, String> = std::fs::read_to_string(&path)
-                .unwrap_or_default()
-                .lines()
-                .filter_map(|l| l.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            let keys = [
-                "SANDBOX_S3_ENDPOINT",
-                "SANDBOX_S3_ACCESS_KEY",
-                "SANDBOX_S3_SECRET_KEY",
-                "SANDBOX_S3_BUCKET",
-            ];
-            if keys.iter().all(|k| env.contains_key(*k)) {
-                return env;
-            }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{path} lacks the S3 settings: {env:?}"
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    })
-    .clone()
-}
 
 /// A store under a prefix of its own; `secret` overrides the secret key (a wrong one makes
 /// every request fail its signature check).

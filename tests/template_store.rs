@@ -1,37 +1,15 @@
 //! The S3 template store against a real SigV4-checking S3 server (s3s-fs, tests/setup/s3.sh).
 
-use std::collections::HashMap;
+mod s3env;
+
 use std::time::{Duration, Instant};
 
+use s3env::s3_env;
 use sandbox_operator::config::TemplateStoreConfig;
 use sandbox_operator::provider::ProviderError;
 use sandbox_operator::templates::manifest::Keys;
 use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
 use sandbox_operator::templates::transfer::{self, Limits};
-
-fn s3_env() -> HashMap<String, String> {
-    static ENV: std::sync::OnceLock<HashMap<String, String>> = std::sync::OnceLock::new();
-    ENV.get_or_init(load_s3_env).clone()
-}
-
-fn load_s3_env() -> HashMap<String, String> {
-    let out = std::process::Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/setup/s3.sh"))
-        .output()
-        .expect("run tests/setup/s3.sh");
-    assert!(
-        out.status.success(),
-        "s3.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let path = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    std::fs::read_to_string(path)
-        .expect("s3 env file")
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
 
 fn store_with(prefix: &str, secret: Option<&str>) -> TemplateStore {
     let env = s3_env();
