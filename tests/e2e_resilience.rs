@@ -752,6 +752,9 @@ async fn a_removed_container_is_recreated_or_reported_per_restart_policy() {
         "{events:?}"
     );
     // Still nothing after the operator has seen the object again (a spec-neutral touch).
+    // The baseline is read BEFORE the touch: the reconcile it causes can finish before a
+    // scrape taken afterwards.
+    let reconciles = sandbox_reconciles(&op).unwrap_or(0.0);
     let out = kubectl(
         &["annotate", "-n", &ns, "sandbox/mortal", "touched=1"],
         None,
@@ -761,7 +764,6 @@ async fn a_removed_container_is_recreated_or_reported_per_restart_policy() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let reconciles = sandbox_reconciles(&op).unwrap_or(0.0);
     wait_for(
         "the operator to reconcile the touched Sandbox",
         EVENT_TIMEOUT,
