@@ -49,6 +49,12 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     let current = sandbox.status.clone().unwrap_or_default();
     let mut next = current.clone();
     let generation = sandbox.metadata.generation;
+    let report = Report {
+        ctx,
+        api: &api,
+        sandbox: &sandbox,
+        generation,
+    };
 
     // Which provider. Not configured = the user must fix spec.provider (or the operator's
     // configuration): stall, do not retry in a loop.
@@ -56,13 +62,10 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         Ok(h) => h.clone(),
         Err(msg) => {
             return finish(
-                ctx,
-                &api,
-                &sandbox,
+                &report,
                 &current,
                 next,
                 Health::stalled("ProviderNotConfigured", msg),
-                generation,
                 None,
             )
             .await;
@@ -99,13 +102,10 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         Ok(d) => d,
         Err(msg) => {
             return finish(
-                ctx,
-                &api,
-                &sandbox,
+                &report,
                 &current,
                 next,
                 Health::stalled("InvalidSpec", msg),
-                generation,
                 None,
             )
             .await;
@@ -127,13 +127,13 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     let resolved = match resolve::references(&sandbox, ctx, &handle).await {
         Ok(r) => r,
         Err(blocked) => {
-            return blocked_outcome(ctx, &api, &sandbox, &current, next, blocked, generation).await;
+            return blocked_outcome(&report, &current, next, blocked).await;
         }
     };
     let env = match resolve::self_delivered_env(&sandbox, ctx).await {
         Ok(e) => e,
         Err(blocked) => {
-            return blocked_outcome(ctx, &api, &sandbox, &current, next, blocked, generation).await;
+            return blocked_outcome(&report, &current, next, blocked).await;
         }
     };
 
@@ -142,13 +142,10 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         Ok(d) => d,
         Err(msg) => {
             return finish(
-                ctx,
-                &api,
-                &sandbox,
+                &report,
                 &current,
                 next,
                 Health::stalled("InvalidSpec", msg),
-                generation,
                 None,
             )
             .await;
@@ -162,8 +159,7 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     let observed = match observe(&handle, &external, &uid).await {
         Ok(o) => o,
         Err(e) => {
-            return provider_failure(ctx, &api, &sandbox, &current, next, e, generation, false)
-                .await;
+            return provider_failure(&report, &current, next, e, false).await;
         }
     };
     if let Some(d) = &observed
@@ -227,10 +223,7 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         if let Some(d) = &observed {
             record(&mut next, d, &sandbox);
         }
-        return finish(
-            ctx, &api, &sandbox, &current, next, health, generation, None,
-        )
-        .await;
+        return finish(&report, &current, next, health, None).await;
     }
 
     // Act.
@@ -279,8 +272,7 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
                 format!("{step:?} failed: {e}"),
             )
             .await;
-            return provider_failure(ctx, &api, &sandbox, &current, next, e, generation, true)
-                .await;
+            return provider_failure(&report, &current, next, e, true).await;
         }
     }
 
@@ -289,8 +281,7 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         match observe(&handle, &external, &uid).await {
             Ok(o) => o,
             Err(e) => {
-                return provider_failure(ctx, &api, &sandbox, &current, next, e, generation, false)
-                    .await;
+                return provider_failure(&report, &current, next, e, false).await;
             }
         }
     } else {
@@ -298,13 +289,10 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     };
     let Some(descriptor) = observed else {
         return finish(
-            ctx,
-            &api,
-            &sandbox,
+            &report,
             &current,
             next,
             Health::progressing("Creating", "waiting for the provider to report the sandbox"),
-            generation,
             Some(WAIT),
         )
         .await;
@@ -321,10 +309,17 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         (None, Deadline::At(at)) => Some(until(*at).min(jittered(ctx.resync, &uid))),
         _ => None,
     };
-    finish(
-        ctx, &api, &sandbox, &current, next, health, generation, requeue,
-    )
-    .await
+    finish(&report, &current, next, health, requeue).await
+}
+
+/// What every exit of the pipeline needs to report: where to write status and Events, and
+/// which generation the outcome belongs to.
+#[derive(Clone, Copy)]
+struct Report<'a> {
+    ctx: &'a Context,
+    api: &'a Api<Sandbox>,
+    sandbox: &'a Sandbox,
+    generation: Option<i64>,
 }
 
 /// Describes the sandbox by its deterministic name, falling back to its owner-uid label (a
@@ -612,61 +607,42 @@ fn phase(state: SandboxState) -> &'static str {
 }
 
 async fn blocked_outcome(
-    ctx: &Context,
-    api: &Api<Sandbox>,
-    sandbox: &Sandbox,
+    r: &Report<'_>,
     current: &SandboxStatus,
     next: SandboxStatus,
     blocked: Blocked,
-    generation: Option<i64>,
 ) -> Result<Action> {
     match blocked {
         Blocked::Stall(reason, msg) => {
-            finish(
-                ctx,
-                api,
-                sandbox,
-                current,
-                next,
-                Health::stalled(reason, msg),
-                generation,
-                None,
-            )
-            .await
+            finish(r, current, next, Health::stalled(reason, msg), None).await
         }
         Blocked::Wait(reason, msg) => {
             finish(
-                ctx,
-                api,
-                sandbox,
+                r,
                 current,
                 next,
                 Health::progressing(reason, msg),
-                generation,
                 Some(WAIT),
             )
             .await
         }
-        Blocked::Failed(Error::Provider(e)) => {
-            provider_failure(ctx, api, sandbox, current, next, e, generation, false).await
-        }
+        Blocked::Failed(Error::Provider(e)) => provider_failure(r, current, next, e, false).await,
         Blocked::Failed(e) => Err(e),
     }
 }
 
 /// A provider error: retryable ones report `Ready=False` and back off; the rest stall.
 /// Nothing is ever deleted because a provider failed.
-#[allow(clippy::too_many_arguments)]
 async fn provider_failure(
-    ctx: &Context,
-    api: &Api<Sandbox>,
-    sandbox: &Sandbox,
+    r: &Report<'_>,
     current: &SandboxStatus,
     mut next: SandboxStatus,
     err: impl Into<Error>,
-    generation: Option<i64>,
     announced: bool,
 ) -> Result<Action> {
+    let Report {
+        ctx, api, sandbox, ..
+    } = *r;
     let err = err.into();
     let retryable =
         matches!(&err, Error::Provider(p) if p.is_retryable()) || matches!(err, Error::Kube(_));
@@ -687,30 +663,29 @@ async fn provider_failure(
         return Err(err);
     }
     finish(
-        ctx,
-        api,
-        sandbox,
+        r,
         current,
         next,
         Health::stalled(err.category(), err.to_string()),
-        generation,
         None,
     )
     .await
 }
 
 /// Writes conditions + observedGeneration and decides when to look again.
-#[allow(clippy::too_many_arguments)]
 async fn finish(
-    ctx: &Context,
-    api: &Api<Sandbox>,
-    sandbox: &Sandbox,
+    r: &Report<'_>,
     current: &SandboxStatus,
     mut next: SandboxStatus,
     health: Health,
-    generation: Option<i64>,
     requeue: Option<Duration>,
 ) -> Result<Action> {
+    let Report {
+        ctx,
+        api,
+        sandbox,
+        generation,
+    } = *r;
     let stalled = matches!(health, Health::Stalled { .. });
     let mut conditions = next.conditions.clone();
     health.apply(&mut conditions, generation, &status::now());
