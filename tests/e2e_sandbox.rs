@@ -172,6 +172,15 @@ async fn apply_creates_a_matching_container_and_delete_removes_it() {
         containers_of(&uid).await.is_empty(),
         "container left behind"
     );
+
+    // Logs written to a file carry no terminal colour codes.
+    let log = std::fs::read_to_string(&op.log).expect("operator log");
+    assert!(!log.is_empty(), "the operator logged nothing");
+    assert!(
+        !log.contains('\u{1b}'),
+        "ANSI escape codes in {}",
+        op.log.display()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
