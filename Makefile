@@ -23,7 +23,7 @@ test-setup:
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
 
 ## The README's test command: set-up, formatting, lints, then every test.
 test: test-setup lint

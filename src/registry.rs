@@ -54,12 +54,12 @@ impl ProviderHandle {
         F: Future<Output = ProviderResult<T>>,
     {
         let _permit = self.limit.acquire().await.map_err(|_| {
-            ProviderError::Transient(format!("provider {} is shutting down", self.name()))
+            ProviderError::transient(format!("provider {} is shutting down", self.name()))
         })?;
         let started = Instant::now();
         let result = match tokio::time::timeout(self.timeout, fut).await {
             Ok(result) => result,
-            Err(_) => Err(ProviderError::Transient(format!(
+            Err(_) => Err(ProviderError::transient(format!(
                 "provider {} did not answer {operation} within {}s",
                 self.name(),
                 self.timeout.as_secs()

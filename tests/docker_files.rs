@@ -22,6 +22,7 @@ use bollard::query_parameters::{
 use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
+use sandbox_operator::provider::ErrorKind;
 use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
 use sandbox_operator::provider::labels::Owner;
 use sandbox_operator::provider::{
@@ -344,7 +345,7 @@ async fn exec_timeout_is_transient_and_returns_within_its_bound() {
         .await
         .unwrap_err();
     let elapsed = started.elapsed();
-    assert!(matches!(err, ProviderError::Transient(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Transient), "{err:?}");
     assert!(
         err.message().contains("timeout") && err.message().contains("sleep 30"),
         "{err}"
@@ -365,7 +366,7 @@ async fn exec_in_an_absent_sandbox_is_not_found_and_in_a_stopped_one_conflict() 
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
+    assert!(err.is(ErrorKind::NotFound), "{err:?}");
 
     let (id, _g) = container(
         "exec-stopped",
@@ -379,7 +380,7 @@ async fn exec_in_an_absent_sandbox_is_not_found_and_in_a_stopped_one_conflict() 
         .exec(&id, &ExecRequest::shell("true", Duration::from_secs(10)))
         .await
         .unwrap_err();
-    assert!(matches!(err, ProviderError::Conflict(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Conflict), "{err:?}");
     assert!(err.message().contains("not running"), "{err}");
 }
 
@@ -392,19 +393,19 @@ async fn reading_an_absent_file_is_not_found_never_empty_bytes() {
     let p = provider().await;
     let (id, _g) = container("read-absent", Spec::default()).await;
     let err = p.read_file(&id, "/no/such/file").await.unwrap_err();
-    assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
+    assert!(err.is(ErrorKind::NotFound), "{err:?}");
     let err = p.read_file(&id, "/etc").await.unwrap_err();
     assert!(
-        matches!(err, ProviderError::Invalid(_)),
+        err.is(ErrorKind::Invalid),
         "a directory is not a file: {err:?}"
     );
     let err = p.read_file(&id, "relative/path").await.unwrap_err();
-    assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Invalid), "{err:?}");
     let err = p
         .read_file(&unique("gone"), "/etc/hostname")
         .await
         .unwrap_err();
-    assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
+    assert!(err.is(ErrorKind::NotFound), "{err:?}");
     // An empty file is empty bytes — the only way to get them.
     sh_ok(&p, &id, ": > /tmp/empty").await;
     assert_eq!(
@@ -504,16 +505,16 @@ async fn write_never_sets_setuid_and_never_replaces_a_directory() {
         .write_file(&id, "/tmp/dir", b"clobber", 0o644)
         .await
         .unwrap_err();
-    assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Invalid), "{err:?}");
     assert_eq!(sh_ok(&p, &id, "cat /tmp/dir/inner/f").await, "keep");
     // A parent that is a file.
     let err = p
         .write_file(&id, "/tmp/tool/child", b"x", 0o644)
         .await
         .unwrap_err();
-    assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Invalid), "{err:?}");
     let err = p.write_file(&id, "/", b"x", 0o644).await.unwrap_err();
-    assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Invalid), "{err:?}");
 }
 
 #[tokio::test]
@@ -547,9 +548,9 @@ async fn list_dir_is_one_level_exact_and_rejects_what_is_absent() {
         "exists and is empty"
     );
     let err = p.list_dir(&id, "/no/such/dir").await.unwrap_err();
-    assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
+    assert!(err.is(ErrorKind::NotFound), "{err:?}");
     let err = p.list_dir(&id, "/data/a.txt").await.unwrap_err();
-    assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Invalid), "{err:?}");
     let root: Vec<String> = p
         .list_dir(&id, "/")
         .await
@@ -574,7 +575,7 @@ async fn list_dir_is_one_level_exact_and_rejects_what_is_absent() {
     assert_eq!(stopped, listed, "archive fallback agrees with find");
     assert_eq!(p.list_dir(&id, "/empty").await.unwrap(), vec![]);
     let err = p.list_dir(&id, "/no/such/dir").await.unwrap_err();
-    assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
+    assert!(err.is(ErrorKind::NotFound), "{err:?}");
 }
 
 #[tokio::test]
@@ -596,12 +597,12 @@ async fn files_work_on_a_stopped_sandbox_and_delete_needs_a_running_one() {
         b"written while stopped"
     );
     let err = p.delete_path(&id, "/opt/cold/file").await.unwrap_err();
-    assert!(matches!(err, ProviderError::Conflict(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Conflict), "{err:?}");
 
     raw().await.start_container(&id, None).await.unwrap();
     p.delete_path(&id, "/opt/cold/file").await.unwrap();
     let err = p.read_file(&id, "/opt/cold/file").await.unwrap_err();
-    assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
+    assert!(err.is(ErrorKind::NotFound), "{err:?}");
     // Trees, absent paths (success) and "/" (refused).
     p.write_file(&id, "/opt/tree/a/b/c", b"x", 0o644)
         .await
@@ -609,12 +610,12 @@ async fn files_work_on_a_stopped_sandbox_and_delete_needs_a_running_one() {
     p.delete_path(&id, "/opt/tree").await.unwrap();
     assert!(matches!(
         p.list_dir(&id, "/opt/tree").await,
-        Err(ProviderError::NotFound(_))
+        Err(e) if e.is(ErrorKind::NotFound)
     ));
     p.delete_path(&id, "/opt/never-existed").await.unwrap();
     for bad in ["/", "//", "/opt/.."] {
         let err = p.delete_path(&id, bad).await.unwrap_err();
-        assert!(matches!(err, ProviderError::Invalid(_)), "{bad}: {err:?}");
+        assert!(err.is(ErrorKind::Invalid), "{bad}: {err:?}");
     }
     assert_eq!(sh_ok(&p, &id, "test -d /etc && echo alive").await, "alive");
 }
@@ -687,9 +688,9 @@ async fn export_is_rooted_at_the_last_segment_and_import_is_its_inverse() {
     );
 
     let err = p.export(&id, "/").await.err().unwrap();
-    assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Invalid), "{err:?}");
     let err = p.export(&id, "/workspace/none").await.err().unwrap();
-    assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
+    assert!(err.is(ErrorKind::NotFound), "{err:?}");
 }
 
 #[tokio::test]
@@ -745,10 +746,7 @@ async fn import_never_restores_setuid_or_ownership_and_refuses_escapes() {
         );
         raw_entry(&mut a, hostile, tar::EntryType::Regular, 0o644, 0, b"evil");
         let err = p.import(&id, "/target", end_archive(a)).await.unwrap_err();
-        assert!(
-            matches!(err, ProviderError::Invalid(_)),
-            "{hostile}: {err:?}"
-        );
+        assert!(err.is(ErrorKind::Invalid), "{hostile}: {err:?}");
         // Refused whole: nothing landed, not even the harmless member before it.
         assert_eq!(
             sh_ok(
@@ -778,7 +776,7 @@ async fn import_never_restores_setuid_or_ownership_and_refuses_escapes() {
         b"evil",
     );
     let err = p.import(&id, "/target2", end_archive(a)).await.unwrap_err();
-    assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Invalid), "{err:?}");
     assert_eq!(
         sh_ok(
             &p,
@@ -813,7 +811,7 @@ async fn capacity_of_an_unreachable_engine_is_an_error_not_zeros() {
     })
     .unwrap();
     let err = CapacityProbe::capacity(&p).await.unwrap_err();
-    assert!(matches!(err, ProviderError::Transient(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Transient), "{err:?}");
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -864,7 +862,7 @@ async fn egress_verdicts_are_observations() {
     );
 
     let err = p.egress_verdict(&unique("absent")).await.unwrap_err();
-    assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
+    assert!(err.is(ErrorKind::NotFound), "{err:?}");
 }
 
 // ---------------------------------------------------------------------------------------------

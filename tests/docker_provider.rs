@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use bollard::query_parameters::InspectContainerOptions;
 use common::{IDLE, TestEnv, base_image, unique, wait_for};
+use sandbox_operator::provider::ErrorKind;
 use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
 use sandbox_operator::provider::labels::{KIND, MANAGED_BY, OWNER, OWNER_UID, TEMPLATE};
 use sandbox_operator::provider::{
@@ -238,7 +239,7 @@ async fn a_missing_template_is_an_error_and_creates_nothing() {
     request.template = Some(unique("absent-template"));
     let err = env.provider.create(&request).await.unwrap_err();
     assert!(
-        matches!(&err, ProviderError::NotFound(m) if m.contains("never booted from the base image")),
+        matches!(&err, m if m.is(ErrorKind::NotFound) && m.message().contains("never booted from the base image")),
         "{err}"
     );
     assert_eq!(env.provider.describe(&name).await.unwrap(), None);
@@ -248,7 +249,7 @@ async fn a_missing_template_is_an_error_and_creates_nothing() {
     request.image = Some("sandbox-operator/not-here:never".into());
     let err = env.provider.create(&request).await.unwrap_err();
     assert!(
-        matches!(&err, ProviderError::NotFound(m) if m.contains("never pulled")),
+        matches!(&err, m if m.is(ErrorKind::NotFound) && m.message().contains("never pulled")),
         "{err}"
     );
     assert_eq!(env.provider.describe(&name).await.unwrap(), None);
@@ -260,7 +261,7 @@ async fn creating_an_existing_name_is_a_conflict() {
     let name = env.name("sbx");
     let first = env.provider.create(&env.request(&name)).await.unwrap();
     let err = env.provider.create(&env.request(&name)).await.unwrap_err();
-    assert!(matches!(err, ProviderError::Conflict(_)), "{err}");
+    assert!(err.is(ErrorKind::Conflict), "{err}");
     // The first one is untouched.
     let again = env.provider.describe(&name).await.unwrap().unwrap();
     assert_eq!(again.labels[OWNER_UID], first.labels[OWNER_UID]);
@@ -282,7 +283,7 @@ async fn destroy_is_idempotent_and_describe_of_absent_is_none() {
     // Operations that need the sandbox say it is gone (the dead-machine signal).
     assert!(matches!(
         env.provider.start(&name).await,
-        Err(ProviderError::NotFound(_))
+        Err(e) if e.is(ErrorKind::NotFound)
     ));
 }
 
@@ -412,7 +413,7 @@ async fn enumerations_and_lookups_fail_when_the_engine_is_unreachable() {
     let (_dir, providers) = unreachable_providers();
     for provider in providers {
         let endpoint = provider.config().endpoint.clone();
-        let transient = |r: &ProviderError| matches!(r, ProviderError::Transient(_));
+        let transient = |r: &ProviderError| r.is(ErrorKind::Transient);
         let err = provider.find(&SandboxQuery::default()).await.unwrap_err();
         assert!(transient(&err), "{endpoint:?}: find: {err}");
         let err = provider
@@ -439,7 +440,7 @@ async fn enumerations_and_lookups_fail_when_the_engine_is_unreachable() {
     })
     .err()
     .unwrap();
-    assert!(matches!(err, ProviderError::Transient(_)), "{err}");
+    assert!(err.is(ErrorKind::Transient), "{err}");
 }
 
 #[tokio::test]
@@ -474,7 +475,7 @@ async fn a_volume_held_by_a_stopped_sandbox_is_attached_and_cannot_be_removed() 
     assert_eq!(info.attached_to, vec![name.clone()]);
     let err = volumes.remove_volume(&vol).await.unwrap_err();
     assert!(
-        matches!(&err, ProviderError::Conflict(m) if m.contains(&name)),
+        matches!(&err, m if m.is(ErrorKind::Conflict) && m.message().contains(&name)),
         "{err}"
     );
 
@@ -498,7 +499,7 @@ async fn a_sandbox_cannot_mount_a_volume_that_does_not_exist() {
         read_only: false,
     }];
     let err = env.provider.create(&request).await.unwrap_err();
-    assert!(matches!(err, ProviderError::NotFound(_)), "{err}");
+    assert!(err.is(ErrorKind::NotFound), "{err}");
     assert_eq!(env.provider.describe(&name).await.unwrap(), None);
     assert_eq!(
         env.provider
@@ -526,7 +527,7 @@ async fn volume_creation_is_idempotent_for_its_owner_only() {
         .create_volume(&vol, &other.labels())
         .await
         .unwrap_err();
-    assert!(matches!(err, ProviderError::Conflict(_)), "{err}");
+    assert!(err.is(ErrorKind::Conflict), "{err}");
 }
 
 #[tokio::test]
@@ -756,7 +757,7 @@ async fn a_template_that_backs_a_sandbox_cannot_be_removed() {
     assert!(templates.get_template(&id).await.unwrap().unwrap().in_use);
     let err = templates.remove_template(&id).await.unwrap_err();
     assert!(
-        matches!(&err, ProviderError::Conflict(m) if m.contains(&user)),
+        matches!(&err, m if m.is(ErrorKind::Conflict) && m.message().contains(&user)),
         "{err}"
     );
     assert!(templates.get_template(&id).await.unwrap().is_some());
@@ -784,16 +785,16 @@ async fn template_lookups_distinguish_absent_from_unknown() {
     );
     assert!(matches!(
         templates.get_template("Not A Valid Id").await,
-        Err(ProviderError::Invalid(_))
+        Err(e) if e.is(ErrorKind::Invalid)
     ));
     // No store is configured: an honest refusal, not a silent success.
     assert!(matches!(
         templates.publish(&id).await,
-        Err(ProviderError::Unsupported(_))
+        Err(e) if e.is(ErrorKind::Unsupported)
     ));
     assert!(matches!(
         templates.fetch(&id).await,
-        Err(ProviderError::Unsupported(_))
+        Err(e) if e.is(ErrorKind::Unsupported)
     ));
 }
 
@@ -815,7 +816,7 @@ async fn commit_refuses_capture_paths_that_do_not_exist() {
         .await
         .unwrap_err();
     assert!(
-        matches!(&err, ProviderError::Invalid(m) if m.contains("/no/such/dir")),
+        matches!(&err, m if m.is(ErrorKind::Invalid) && m.message().contains("/no/such/dir")),
         "{err}"
     );
     let err = templates
@@ -828,7 +829,7 @@ async fn commit_refuses_capture_paths_that_do_not_exist() {
         })
         .await
         .unwrap_err();
-    assert!(matches!(err, ProviderError::Invalid(_)), "{err}");
+    assert!(err.is(ErrorKind::Invalid), "{err}");
     assert_eq!(templates.get_template(&id).await.unwrap(), None);
 }
 
@@ -949,7 +950,7 @@ async fn sleep_wake_and_stop_are_idempotent() {
     env.provider.stop(&name).await.unwrap();
     assert!(matches!(
         env.provider.sleep(&name).await,
-        Err(ProviderError::Conflict(_))
+        Err(e) if e.is(ErrorKind::Conflict)
     ));
     // Waking a stopped sandbox starts it.
     env.provider.wake(&name).await.unwrap();
@@ -963,7 +964,7 @@ async fn sleep_wake_and_stop_are_idempotent() {
     assert_eq!(env.provider.describe(&name).await.unwrap(), None);
     assert!(matches!(
         env.provider.wake(&name).await,
-        Err(ProviderError::NotFound(_))
+        Err(e) if e.is(ErrorKind::NotFound)
     ));
 }
 
@@ -1030,7 +1031,7 @@ async fn set_resources_changes_limits_in_place_and_refuses_disk() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(err, ProviderError::Unsupported(_)), "{err}");
+    assert!(err.is(ErrorKind::Unsupported), "{err}");
     assert_eq!(
         raw_inspect(&name).await.host_config.unwrap().memory,
         Some(32 << 20),
@@ -1039,7 +1040,7 @@ async fn set_resources_changes_limits_in_place_and_refuses_disk() {
     assert!(matches!(
         res.set_resources(&unique("absent"), &Resources::default())
             .await,
-        Err(ProviderError::NotFound(_))
+        Err(e) if e.is(ErrorKind::NotFound)
     ));
 }
 
@@ -1051,7 +1052,7 @@ async fn egress_allow_lists_are_refused_and_an_empty_one_cuts_the_network() {
     request.allowed_domains = Some(vec!["example.com".into()]);
     let err = env.provider.create(&request).await.unwrap_err();
     assert!(
-        matches!(&err, ProviderError::Unsupported(m) if m.contains("cannot filter egress by domain")),
+        matches!(&err, m if m.is(ErrorKind::Unsupported) && m.message().contains("cannot filter egress by domain")),
         "{err}"
     );
     assert_eq!(env.provider.describe(&name).await.unwrap(), None);

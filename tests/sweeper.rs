@@ -814,7 +814,7 @@ struct Breaking {
 
 impl Breaking {
     fn fail<T>(&self, what: &str) -> ProviderResult<T> {
-        Err(ProviderError::Transient(format!(
+        Err(ProviderError::transient(format!(
             "{what}: Docker engine unreachable (stopped mid-pass by the test)"
         )))
     }

@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 use common::{TestEnv, unique};
 use s3env::s3_env;
 use sandbox_operator::config::TemplateStoreConfig;
+use sandbox_operator::provider::ErrorKind;
 use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
-use sandbox_operator::provider::{CommitRequest, ExecRequest, Provider, ProviderError, Templates};
+use sandbox_operator::provider::{CommitRequest, ExecRequest, Provider, Templates};
 use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest};
 use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
 use sandbox_operator::templates::transfer::{self, Limits};
@@ -443,7 +444,9 @@ async fn hostile_archives_are_refused_or_neutralised_and_nothing_lands_outside()
         }
         let result = transfer::restore(&env.provider, &sandbox, &store, &id, limits()).await;
         let outcome = match (&result, expect) {
-            (Err(ProviderError::Invalid(msg)), Expect::Refused) => format!("refused: {msg}"),
+            (Err(e), Expect::Refused) if e.is(ErrorKind::Invalid) => {
+                format!("refused: {}", e.message())
+            }
             (Ok(Some(_)), Expect::Neutralised) => "neutralised".to_string(),
             (other, _) => panic!("{what}: expected {expect:?}, got {other:?}"),
         };
@@ -494,7 +497,7 @@ async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
             .fetch(&id)
             .await
             .expect_err("a hostile archive is refused");
-        assert!(matches!(err, ProviderError::Invalid(_)), "{err:?}");
+        assert!(err.is(ErrorKind::Invalid), "{err:?}");
         assert!(
             containers_named(&id).is_empty(),
             "the restore sandbox is destroyed, never handed out: {:?}",
@@ -540,13 +543,13 @@ async fn fetch_is_none_when_absent_and_an_error_when_the_store_cannot_be_read() 
         .fetch(&id)
         .await
         .expect_err("a failed lookup is never read as absent");
-    assert!(matches!(err, ProviderError::Transient(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Transient), "{err:?}");
     let err = bad.publish(&id).await.expect_err("nothing to publish");
-    assert!(matches!(err, ProviderError::NotFound(_)), "{err:?}");
+    assert!(err.is(ErrorKind::NotFound), "{err:?}");
     // Without a store, both stay Unsupported and name the setting.
     let err = env.provider.fetch(&id).await.expect_err("no store");
     assert!(
-        matches!(&err, ProviderError::Unsupported(m) if m.contains("templateStore")),
+        matches!(&err, m if m.is(ErrorKind::Unsupported) && m.message().contains("templateStore")),
         "{err:?}"
     );
 }

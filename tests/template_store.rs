@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use s3env::s3_env;
 use sandbox_operator::config::TemplateStoreConfig;
-use sandbox_operator::provider::ProviderError;
+use sandbox_operator::provider::ErrorKind;
 use sandbox_operator::templates::manifest::Keys;
 use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
 use sandbox_operator::templates::transfer::{self, Limits};
@@ -136,7 +136,7 @@ async fn absent_is_none_but_a_failed_lookup_is_an_error() {
     let err = transfer::manifest(&bad, "nope")
         .await
         .expect_err("a failed lookup must not read as absent");
-    assert!(matches!(err, ProviderError::Transient(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Transient), "{err:?}");
     let err = bad
         .list(&p)
         .await
@@ -168,7 +168,7 @@ async fn a_live_lease_blocks_removal_and_a_stale_one_ages_out() {
     let err = transfer::remove(&store, "tpl", long)
         .await
         .expect_err("live lease");
-    assert!(matches!(err, ProviderError::Conflict(_)), "{err:?}");
+    assert!(err.is(ErrorKind::Conflict), "{err:?}");
     assert!(
         store.head(&keys.archive()).await.expect("head").is_some(),
         "nothing removed"
@@ -183,7 +183,7 @@ async fn a_live_lease_blocks_removal_and_a_stale_one_ages_out() {
     loop {
         match transfer::remove(&store, "tpl", short).await {
             Ok(()) => break,
-            Err(ProviderError::Conflict(_)) if Instant::now() < deadline => {
+            Err(e) if e.is(ErrorKind::Conflict) && Instant::now() < deadline => {
                 tokio::time::sleep(Duration::from_millis(250)).await
             }
             Err(e) => panic!("stale lease never aged out: {e}"),

@@ -1,6 +1,6 @@
 //! Reconcile errors, by category. The category becomes the Event reason and a metric label.
 
-use crate::provider::ProviderError;
+use crate::provider::{ErrorKind, ProviderError};
 
 /// Why a reconcile did not complete.
 #[derive(Debug, thiserror::Error)]
@@ -27,17 +27,27 @@ impl Error {
     pub fn category(&self) -> &'static str {
         match self {
             Error::Kube(_) => "KubeApiError",
-            Error::Provider(e) => match e {
-                ProviderError::NotFound(_) => "ProviderNotFound",
-                ProviderError::Unsupported(_) => "ProviderUnsupported",
-                ProviderError::Conflict(_) => "ProviderConflict",
-                ProviderError::Transient(_) => "ProviderUnavailable",
-                ProviderError::Invalid(_) => "ProviderRejected",
-            },
+            Error::Provider(e) => provider_category(e),
             Error::InvalidSpec(_) => "InvalidSpec",
             Error::Dependency(_) => "DependencyNotReady",
             Error::Finalizer(_) => "FinalizerError",
         }
+    }
+}
+
+/// The Event/condition reason of a provider failure: a provider's finer reason
+/// (`InsufficientCapacity`, `LeaseHeld`) when it gave one, else one per kind.
+fn provider_category(e: &ProviderError) -> &'static str {
+    if e.reason() != e.category() {
+        return e.reason();
+    }
+    match e.kind() {
+        ErrorKind::NotFound => "ProviderNotFound",
+        ErrorKind::Unsupported => "ProviderUnsupported",
+        ErrorKind::Conflict => "ProviderConflict",
+        ErrorKind::Transient => "ProviderUnavailable",
+        ErrorKind::Invalid => "ProviderRejected",
+        ErrorKind::Unauthorized => "ProviderUnauthorized",
     }
 }
 

@@ -51,8 +51,8 @@ use self::report::{Action, Outcome, PassReport, Row};
 use crate::api::Sandbox;
 use crate::config::SweeperConfig;
 use crate::metrics::Metrics;
-use crate::provider::ProviderError;
 use crate::provider::labels::Owner;
+use crate::provider::{ErrorKind, ProviderError};
 use crate::registry::{ProviderHandle, ProviderRegistry};
 
 /// The longest wait before the leader's first pass: long enough for the controllers' first
@@ -331,7 +331,7 @@ impl Sweeper {
                         .call("remove_volume", volumes.remove_volume(id))
                         .await
                 }
-                None => Err(ProviderError::Unsupported(format!(
+                None => Err(ProviderError::unsupported(format!(
                     "provider {} has no volumes",
                     handle.name()
                 ))),
@@ -342,7 +342,7 @@ impl Sweeper {
                         .call("remove_template", templates.remove_template(id))
                         .await
                 }
-                None => Err(ProviderError::Unsupported(format!(
+                None => Err(ProviderError::unsupported(format!(
                     "provider {} has no templates",
                     handle.name()
                 ))),
@@ -368,7 +368,7 @@ impl Sweeper {
             Err(err) => {
                 // A refusal (an attached volume, an in-use template) is the provider's own
                 // safety check winning a race against the picture: counted apart.
-                let outcome = if matches!(err, ProviderError::Conflict(_)) {
+                let outcome = if err.is(ErrorKind::Conflict) {
                     "refused"
                 } else {
                     "failed"
@@ -542,7 +542,7 @@ mod tests {
     fn abort_reasons_are_metric_words() {
         let e = SweepError::Enumeration {
             what: "volumes",
-            source: ProviderError::Transient("engine down".into()),
+            source: ProviderError::transient("engine down"),
         };
         assert_eq!(e.metric_reason(), "enumeration_failed");
         assert!(e.to_string().contains("engine down"));

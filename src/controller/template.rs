@@ -51,7 +51,7 @@ use crate::controller::events::{normal, warning};
 use crate::controller::status::{self, Health, READY};
 use crate::controller::{Context, Error, Result};
 use crate::provider::labels::{OWNER_UID, Owner};
-use crate::provider::{CommitRequest, ProviderError, SandboxQuery, Template, validate};
+use crate::provider::{CommitRequest, ErrorKind, ProviderError, SandboxQuery, Template, validate};
 use crate::registry::ProviderHandle;
 use crate::templates::store::TemplateStore;
 use crate::templates::transfer::{self, Limits};
@@ -833,13 +833,13 @@ async fn act(
                             tokio::time::timeout(transfer_bound(&limits), t.publish(&id_owned))
                                 .await
                                 .unwrap_or_else(|_| {
-                                    Err(ProviderError::Transient(format!(
+                                    Err(ProviderError::transient(format!(
                                         "publishing template {id_owned} did not finish within {} s",
                                         transfer_bound(&limits).as_secs()
                                     )))
                                 })
                         }
-                        None => Err(ProviderError::Unsupported("templates".into())),
+                        None => Err(ProviderError::unsupported("templates")),
                     };
                     let outcome = result.as_ref().map_or_else(|e| e.category(), |()| "ok");
                     metrics.provider_call(
@@ -860,10 +860,10 @@ async fn act(
                     ));
                 }
                 Poll::Done(Ok(_)) => {}
-                Poll::Done(Err(ProviderError::Unsupported(msg))) => {
+                Poll::Done(Err(e)) if e.is(ErrorKind::Unsupported) => {
                     return Err(Blocked::Stall(
                         "PublishUnsupported",
-                        format!("spec.publish: {msg}"),
+                        format!("spec.publish: {}", e.message()),
                     ));
                 }
                 Poll::Done(Err(e)) => return Err(e.into()),
@@ -928,13 +928,13 @@ async fn act(
                             .await
                         }
                         (None, Some(t)) => t.fetch(&id_owned).await,
-                        (None, None) => Err(ProviderError::Unsupported("templates".into())),
+                        (None, None) => Err(ProviderError::unsupported("templates")),
                     }
                 };
                 let result = tokio::time::timeout(transfer_bound(&limits), job)
                     .await
                     .unwrap_or_else(|_| {
-                        Err(ProviderError::Transient(format!(
+                        Err(ProviderError::transient(format!(
                             "fetching template {id_owned} did not finish within {} s",
                             transfer_bound(&limits).as_secs()
                         )))
@@ -980,8 +980,8 @@ async fn act(
                         ),
                     ));
                 }
-                Err(ProviderError::Unsupported(msg)) => {
-                    return Err(Blocked::Stall("FetchUnsupported", msg));
+                Err(e) if e.is(ErrorKind::Unsupported) => {
+                    return Err(Blocked::Stall("FetchUnsupported", e.message().to_string()));
                 }
                 Err(e) => return Err(e.into()),
             };
@@ -1035,7 +1035,7 @@ async fn cleanup(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> Resu
     }
     // A transfer in flight finishes first: it may still commit a template.
     if tctx.transfers.running(&uid) {
-        return Err(Error::Provider(ProviderError::Transient(format!(
+        return Err(Error::Provider(ProviderError::transient(format!(
             "a publish or fetch of template {id} is in progress; deleting it once that has finished"
         ))));
     }
@@ -1054,8 +1054,8 @@ async fn cleanup(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> Resu
             .await
         {
             Ok(()) => {}
-            Err(ProviderError::Conflict(msg)) => {
-                return in_use(ctx, &api, &template, &current, msg).await;
+            Err(e) if e.is(ErrorKind::Conflict) => {
+                return in_use(ctx, &api, &template, &current, e.message().to_string()).await;
             }
             Err(e) => return Err(e.into()),
         }
@@ -1067,8 +1067,8 @@ async fn cleanup(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> Resu
                 .await
             {
                 Ok(()) => {}
-                Err(ProviderError::Conflict(msg)) => {
-                    return in_use(ctx, &api, &template, &current, msg).await;
+                Err(e) if e.is(ErrorKind::Conflict) => {
+                    return in_use(ctx, &api, &template, &current, e.message().to_string()).await;
                 }
                 Err(e) => return Err(e.into()),
             },
@@ -1084,7 +1084,7 @@ async fn cleanup(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> Resu
             .await?
             .is_some()
     {
-        return Err(Error::Provider(ProviderError::Transient(format!(
+        return Err(Error::Provider(ProviderError::transient(format!(
             "template {id} is still present after removal; retrying"
         ))));
     }
@@ -1126,7 +1126,7 @@ async fn in_use(
     next.in_use = Some(true);
     status::write(api, &template.name_any(), Some(current), &next).await?;
     warning(ctx, template, TEMPLATE_IN_USE, message).await;
-    Err(Error::Provider(ProviderError::Conflict(msg)))
+    Err(Error::Provider(ProviderError::conflict(msg)))
 }
 
 /// A provider error: retryable ones report `Ready=False` and back off; the rest stall.
@@ -1375,7 +1375,7 @@ mod tests {
             tokio::task::yield_now().await;
         }
         let poll = transfers.poll_or_start("uid", Step::Publish, "h1", || async {
-            Err(ProviderError::Transient("must not start".into()))
+            Err(ProviderError::transient("must not start"))
         });
         assert!(matches!(poll, Poll::Done(Ok(None))));
         // Handed out once: the next poll starts a new job.

@@ -15,9 +15,9 @@ use crate::api::{FINALIZER, ReclaimPolicy, SandboxVolume, SandboxVolumeStatus};
 use crate::controller::events::{normal, warning};
 use crate::controller::status::{self, Health};
 use crate::controller::{Context, Error, Result};
-use crate::provider::ProviderError;
 use crate::provider::labels::{Owner, RECLAIM_POLICY};
 use crate::provider::validate;
+use crate::provider::{ErrorKind, ProviderError};
 
 const KIND: &str = "SandboxVolume";
 
@@ -214,7 +214,8 @@ async fn cleanup(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
         .await
     {
         Ok(()) => {}
-        Err(ProviderError::Conflict(msg)) => {
+        Err(e) if e.is(ErrorKind::Conflict) => {
+            let msg = e.message().to_string();
             let mut next = current.clone();
             let mut conditions = next.conditions.clone();
             Health::progressing("VolumeAttached", format!("waiting to delete: {msg}")).apply(
@@ -232,7 +233,7 @@ async fn cleanup(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
                 format!("not removing volume {external} while it is attached: {msg}"),
             )
             .await;
-            return Err(Error::Provider(ProviderError::Conflict(msg)));
+            return Err(Error::Provider(e));
         }
         Err(e) => return Err(e.into()),
     }
@@ -241,7 +242,7 @@ async fn cleanup(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
         .await?
         .is_some()
     {
-        return Err(Error::Provider(ProviderError::Transient(format!(
+        return Err(Error::Provider(ProviderError::transient(format!(
             "volume {external} still present after removal"
         ))));
     }

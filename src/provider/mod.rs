@@ -19,7 +19,7 @@ pub mod validate;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-pub use error::{ProviderError, ProviderResult};
+pub use error::{ErrorKind, ProviderError, ProviderResult, parse_retry_after};
 pub use types::*;
 
 /// Core lifecycle every provider offers.

@@ -203,7 +203,7 @@ where
         ),
         other => format!("{other}"),
     };
-    ProviderError::Transient(format!("template store: {what} {key:?} failed: {detail}"))
+    ProviderError::transient(format!("template store: {what} {key:?} failed: {detail}"))
 }
 
 fn is_not_found<E: ProvideErrorMetadata, R>(
@@ -291,7 +291,7 @@ impl TemplateStore {
                 (false, _) => return Ok(out),
                 (true, Some(t)) => token = Some(t.to_string()),
                 (true, None) => {
-                    return Err(ProviderError::Transient(format!(
+                    return Err(ProviderError::transient(format!(
                         "template store: listing {prefix:?} returned a truncated page without a continuation token; refusing to treat a partial listing as complete"
                     )));
                 }
@@ -338,13 +338,13 @@ impl TemplateStore {
                     .collect()
                     .await
                     .map_err(|e| {
-                        ProviderError::Transient(format!(
+                        ProviderError::transient(format!(
                             "template store: reading {key:?} failed: {e}"
                         ))
                     })?
                     .into_bytes();
                 String::from_utf8(bytes.to_vec()).map(Some).map_err(|_| {
-                    ProviderError::Invalid(format!("template store: {key:?} is not UTF-8 text"))
+                    ProviderError::invalid(format!("template store: {key:?} is not UTF-8 text"))
                 })
             }
             Err(e) if is_not_found(&e, |r| r.status().as_u16()) => Ok(None),
@@ -379,13 +379,13 @@ impl TemplateStore {
                 .iter()
                 .map(|k| ObjectIdentifier::builder().key(k).build())
                 .collect::<Result<Vec<_>, _>>()
-                .map_err(|e| ProviderError::Invalid(format!("template store: bad key: {e}")))?;
+                .map_err(|e| ProviderError::invalid(format!("template store: bad key: {e}")))?;
             let delete = Delete::builder()
                 .set_objects(Some(objects))
                 .quiet(true)
                 .build()
                 .map_err(|e| {
-                    ProviderError::Invalid(format!("template store: bad delete request: {e}"))
+                    ProviderError::invalid(format!("template store: bad delete request: {e}"))
                 })?;
             let out = self
                 .client
@@ -396,7 +396,7 @@ impl TemplateStore {
                 .await
                 .map_err(|e| store_err("delete", &batch[0], e))?;
             if let Some(err) = out.errors().first() {
-                return Err(ProviderError::Transient(format!(
+                return Err(ProviderError::transient(format!(
                     "template store: deleting {:?} failed: {}",
                     err.key().unwrap_or("?"),
                     err.message().unwrap_or("no message")
@@ -418,7 +418,7 @@ impl TemplateStore {
             .presigned(cfg)
             .await
             .map_err(|e| {
-                ProviderError::Invalid(format!("template store: cannot presign PUT {key:?}: {e}"))
+                ProviderError::invalid(format!("template store: cannot presign PUT {key:?}: {e}"))
             })?;
         Ok(req.uri().to_string())
     }
@@ -434,7 +434,7 @@ impl TemplateStore {
             .presigned(cfg)
             .await
             .map_err(|e| {
-                ProviderError::Invalid(format!("template store: cannot presign GET {key:?}: {e}"))
+                ProviderError::invalid(format!("template store: cannot presign GET {key:?}: {e}"))
             })?;
         Ok(req.uri().to_string())
     }
@@ -442,7 +442,7 @@ impl TemplateStore {
 
 fn presign_config(expires: Duration) -> Result<PresigningConfig, ProviderError> {
     PresigningConfig::expires_in(Duration::from_secs(clamp_presign(expires.as_secs())))
-        .map_err(|e| ProviderError::Invalid(format!("template store: bad presign lifetime: {e}")))
+        .map_err(|e| ProviderError::invalid(format!("template store: bad presign lifetime: {e}")))
 }
 
 #[cfg(test)]

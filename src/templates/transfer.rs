@@ -81,36 +81,36 @@ pub async fn capture(
     label: Option<String>,
     limits: Limits,
 ) -> ProviderResult<Manifest> {
-    validate::resource_name("template id", template_id).map_err(ProviderError::Invalid)?;
+    validate::resource_name("template id", template_id).map_err(ProviderError::invalid)?;
     if paths.is_empty() {
-        return Err(ProviderError::Invalid(
-            "capturePaths is empty: name the directories to capture".into(),
+        return Err(ProviderError::invalid(
+            "capturePaths is empty: name the directories to capture",
         ));
     }
     let keys = Keys::new(&store.settings().prefix, template_id);
     let url = store.presign_put(&keys.archive(), limits.presign).await?;
     let script = manifest::capture_script(paths, &url, limits.max_archive_bytes)
-        .map_err(ProviderError::Invalid)?;
+        .map_err(ProviderError::invalid)?;
     let out = provider
         .exec(sandbox_id, &ExecRequest::shell(script, limits.transfer))
         .await?;
     match out.exit_code {
         0 => {}
         manifest::EXIT_TOO_LARGE => {
-            return Err(ProviderError::Invalid(format!(
+            return Err(ProviderError::invalid(format!(
                 "the capture of {paths:?} is larger than {} bytes; capture less",
                 limits.max_archive_bytes
             )));
         }
         code => {
-            return Err(ProviderError::Transient(format!(
+            return Err(ProviderError::transient(format!(
                 "capture in sandbox {sandbox_id} failed (exit {code}): {}",
                 redact(&String::from_utf8_lossy(&out.stderr))
             )));
         }
     }
     let archive = store.head(&keys.archive()).await?.ok_or_else(|| {
-        ProviderError::Transient(format!("capture uploaded nothing to {}", keys.archive()))
+        ProviderError::transient(format!("capture uploaded nothing to {}", keys.archive()))
     })?;
     let m = Manifest {
         schema: MANIFEST_SCHEMA,
@@ -121,7 +121,7 @@ pub async fn capture(
         label,
     };
     let body = serde_json::to_string_pretty(&m)
-        .map_err(|e| ProviderError::Invalid(format!("manifest: {e}")))?;
+        .map_err(|e| ProviderError::invalid(format!("manifest: {e}")))?;
     store
         .put_text(&keys.manifest(), &body, "application/json")
         .await?;
@@ -139,15 +139,15 @@ pub async fn manifest(
         return Ok(None);
     };
     let m: Manifest = serde_json::from_str(&text).map_err(|e| {
-        ProviderError::Invalid(format!(
+        ProviderError::invalid(format!(
             "template store: manifest of {template_id:?} is unreadable: {e}"
         ))
     })?;
     m.validate().map_err(|e| {
-        ProviderError::Invalid(format!("template store: manifest of {template_id:?}: {e}"))
+        ProviderError::invalid(format!("template store: manifest of {template_id:?}: {e}"))
     })?;
     if m.id != template_id {
-        return Err(ProviderError::Invalid(format!(
+        return Err(ProviderError::invalid(format!(
             "template store: manifest under {template_id:?} names {:?}",
             m.id
         )));
@@ -211,32 +211,32 @@ async fn run_restore(
 ) -> ProviderResult<()> {
     let url = store.presign_get(&keys.archive(), limits.presign).await?;
     let script =
-        manifest::restore_script(&m.capture_paths, &url).map_err(ProviderError::Invalid)?;
+        manifest::restore_script(&m.capture_paths, &url).map_err(ProviderError::invalid)?;
     let out = provider
         .exec(sandbox_id, &ExecRequest::shell(script, limits.transfer))
         .await?;
     let stderr = redact(&String::from_utf8_lossy(&out.stderr));
     match out.exit_code {
         0 => Ok(()),
-        manifest::EXIT_TRANSFER_FAILED => Err(ProviderError::Transient(format!(
+        manifest::EXIT_TRANSFER_FAILED => Err(ProviderError::transient(format!(
             "restore download failed: {stderr}"
         ))),
-        manifest::EXIT_SETUID_SURVIVED => Err(ProviderError::Invalid(format!(
+        manifest::EXIT_SETUID_SURVIVED => Err(ProviderError::invalid(format!(
             "restore refused: a setuid/setgid file survived: {stderr}"
         ))),
         manifest::EXIT_HARDLINK_ESCAPE => {
-            Err(ProviderError::Invalid(format!("restore refused: {stderr}")))
+            Err(ProviderError::invalid(format!("restore refused: {stderr}")))
         }
         manifest::EXIT_DEVICE_NODE => {
-            Err(ProviderError::Invalid(format!("restore refused: {stderr}")))
+            Err(ProviderError::invalid(format!("restore refused: {stderr}")))
         }
-        manifest::EXIT_SYMLINK_ESCAPE => Err(ProviderError::Invalid(format!(
+        manifest::EXIT_SYMLINK_ESCAPE => Err(ProviderError::invalid(format!(
             "restore refused: a symlink of the restoring sandbox leads out of the capture paths: {stderr}"
         ))),
-        manifest::EXIT_TAR_FAILED => Err(ProviderError::Invalid(format!(
+        manifest::EXIT_TAR_FAILED => Err(ProviderError::invalid(format!(
             "restore refused by tar (a member outside the tree, '..', or a symlink escape): {stderr}"
         ))),
-        code => Err(ProviderError::Transient(format!(
+        code => Err(ProviderError::transient(format!(
             "restore failed (exit {code}): {stderr}"
         ))),
     }
@@ -254,7 +254,7 @@ pub async fn remove(
     let leases = store.list(&keys.leases()).await?;
     let times: Vec<_> = leases.iter().map(|l| l.last_modified).collect();
     if manifest::has_live_lease(&times, limits.lease_ttl_secs(), Utc::now()) {
-        return Err(ProviderError::Conflict(format!(
+        return Err(ProviderError::conflict(format!(
             "template {template_id:?} is being restored right now (live lease in the store); retry later"
         )));
     }
@@ -289,14 +289,7 @@ pub fn is_helper(name: &str) -> bool {
 
 /// Keeps an error's category (what the caller does next) and puts `what` in front of it.
 fn context(what: &str, e: ProviderError) -> ProviderError {
-    let msg = format!("{what}: {}", e.message());
-    match e {
-        ProviderError::NotFound(_) => ProviderError::NotFound(msg),
-        ProviderError::Unsupported(_) => ProviderError::Unsupported(msg),
-        ProviderError::Conflict(_) => ProviderError::Conflict(msg),
-        ProviderError::Transient(_) => ProviderError::Transient(msg),
-        ProviderError::Invalid(_) => ProviderError::Invalid(msg),
-    }
+    e.context(what)
 }
 
 fn helper_request(
@@ -350,9 +343,9 @@ pub async fn publish_template(
     owner: &Owner,
     limits: Limits,
 ) -> ProviderResult<Manifest> {
-    validate::resource_name("template id", template_id).map_err(ProviderError::Invalid)?;
+    validate::resource_name("template id", template_id).map_err(ProviderError::invalid)?;
     if paths.is_empty() {
-        return Err(ProviderError::Invalid(format!(
+        return Err(ProviderError::invalid(format!(
             "template {template_id:?} records no capture paths, so there is nothing to publish; \
              recapture it with spec.capturePaths"
         )));
@@ -394,9 +387,9 @@ pub async fn fetch_into(
     image: Option<&str>,
     limits: Limits,
 ) -> ProviderResult<Option<Template>> {
-    validate::resource_name("template id", template_id).map_err(ProviderError::Invalid)?;
+    validate::resource_name("template id", template_id).map_err(ProviderError::invalid)?;
     let templates = provider.templates().ok_or_else(|| {
-        ProviderError::Unsupported(format!(
+        ProviderError::unsupported(format!(
             "provider {:?} cannot hold templates, so template {template_id} cannot be fetched onto it",
             provider.name()
         ))
@@ -433,7 +426,7 @@ pub async fn fetch_into(
     .await;
     let destroyed = destroy_helper(provider, &name).await;
     match (result, destroyed) {
-        (Err(e), Err(d)) => Err(ProviderError::Transient(format!(
+        (Err(e), Err(d)) => Err(ProviderError::transient(format!(
             "{e}; and the restore sandbox {name} could not be destroyed yet ({d}): it is never handed \
              out, and is destroyed on the next attempt"
         ))),

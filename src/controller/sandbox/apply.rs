@@ -17,7 +17,8 @@ use crate::controller::status::{self, Health};
 use crate::controller::{Context, Error, Result};
 use crate::provider::labels::OWNER_UID;
 use crate::provider::{
-    EgressState, HibernationOutcome, ProviderError, SandboxDescriptor, SandboxQuery, SandboxState,
+    EgressState, ErrorKind, HibernationOutcome, ProviderError, SandboxDescriptor, SandboxQuery,
+    SandboxState,
 };
 use crate::registry::ProviderHandle;
 
@@ -156,7 +157,7 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     }
 
     // Observe.
-    let observed = match observe(&handle, &external, &uid).await {
+    let observed = match observe(&handle, current.sandbox_id.as_deref(), &uid).await {
         Ok(o) => o,
         Err(e) => {
             return provider_failure(&report, &current, next, e, false).await;
@@ -251,20 +252,17 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         .await;
     }
     let mut acted = false;
+    // The provider id every step acts on: the observed one, replaced by a create's.
+    let mut target = observed.as_ref().map(|d| d.id.clone());
+    let on = Target {
+        ctx,
+        api: &api,
+        sandbox: &sandbox,
+        handle: &handle,
+    };
     for step in &plan.steps {
         acted = true;
-        if let Err(e) = act(
-            ctx,
-            &api,
-            &sandbox,
-            &handle,
-            &desired,
-            env.as_ref(),
-            *step,
-            &mut next,
-        )
-        .await
-        {
+        if let Err(e) = act(&on, &desired, env.as_ref(), *step, &mut target, &mut next).await {
             warning(
                 ctx,
                 sandbox.as_ref(),
@@ -278,7 +276,7 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
 
     // Observe again after acting, for ports and times the provider assigned.
     let observed = if acted {
-        match observe(&handle, &external, &uid).await {
+        match observe(&handle, target.as_deref(), &uid).await {
             Ok(o) => o,
             Err(e) => {
                 return provider_failure(&report, &current, next, e, false).await;
@@ -322,16 +320,18 @@ struct Report<'a> {
     generation: Option<i64>,
 }
 
-/// Describes the sandbox by its deterministic name, falling back to its owner-uid label (a
-/// provider that assigns its own ids, or a resource created under an older name).
+/// Describes the sandbox by the provider id recorded in status, falling back to its
+/// owner-uid label: the id is unknown after a crash between the provider's create and the
+/// status write (adoption), and a sandbox that was recreated has a new one.
 pub async fn observe(
     handle: &ProviderHandle,
-    external: &str,
+    known_id: Option<&str>,
     uid: &str,
 ) -> Result<Option<SandboxDescriptor>, ProviderError> {
-    if let Some(d) = handle
-        .call("describe", handle.provider.describe(external))
-        .await?
+    if let Some(id) = known_id
+        && let Some(d) = handle
+            .call("describe", handle.provider.describe(id))
+            .await?
     {
         return Ok(Some(d));
     }
@@ -344,22 +344,50 @@ pub async fn observe(
     Ok(found.into_iter().next())
 }
 
-#[allow(clippy::too_many_arguments)]
+/// What a step acts through: the object (for Events and the status write that records a
+/// create) and its provider.
+struct Target<'a> {
+    ctx: &'a Context,
+    api: &'a Api<Sandbox>,
+    sandbox: &'a Sandbox,
+    handle: &'a ProviderHandle,
+}
+
+/// Runs one step. Every step but `Create` acts on the provider's id in `target` (the
+/// observed sandbox's, or the one a create in this pass returned), never on our external
+/// name: providers assign their own ids.
 async fn act(
-    ctx: &Context,
-    api: &Api<Sandbox>,
-    sandbox: &Sandbox,
-    handle: &ProviderHandle,
+    on: &Target<'_>,
     desired: &Desired,
     env: Option<&SelfDeliveredEnv>,
     step: Step,
+    target: &mut Option<String>,
     next: &mut SandboxStatus,
 ) -> Result<(), Error> {
+    let Target {
+        ctx,
+        sandbox,
+        handle,
+        ..
+    } = *on;
     let p = &handle.provider;
-    let id = desired.request.name.as_str();
+    if step == Step::Create {
+        let id = create(on, desired, next).await?;
+        *target = Some(id);
+        return Ok(());
+    }
+    let id = target.clone().ok_or_else(|| {
+        Error::Provider(ProviderError::transient(format!(
+            "no provider id known for sandbox {} before {step:?}; observing again",
+            desired.request.name
+        )))
+    })?;
+    let id = id.as_str();
     match step {
+        Step::Create => {}
         Step::Destroy => {
             handle.call("destroy", p.destroy(id)).await?;
+            *target = None;
             normal(
                 ctx,
                 sandbox,
@@ -369,38 +397,10 @@ async fn act(
             .await;
             next.self_delivered_env_hash = None;
         }
-        Step::Create => {
-            match handle.call("create", p.create(&desired.request)).await {
-                Ok(d) => {
-                    ctx.failpoint("after-create");
-                    normal(
-                        ctx,
-                        sandbox,
-                        "Created",
-                        format!("created sandbox {} on provider {}", d.id, handle.name()),
-                    )
-                    .await;
-                    next.sandbox_id = Some(d.id.clone());
-                    next.self_delivered_env_hash = None;
-                    // Record the id right away: a crash after this write is an adoption,
-                    // never a second create.
-                    let before = sandbox.status.clone();
-                    status::write(api, &sandbox.name_any(), before.as_ref(), next).await?;
-                }
-                // Someone (a previous incarnation of us) created it between our observe and
-                // this create: adopt on the next pass instead of creating a second one.
-                Err(ProviderError::Conflict(msg)) => {
-                    return Err(Error::Provider(ProviderError::Transient(format!(
-                        "sandbox {id} appeared during create ({msg}); adopting it on retry"
-                    ))));
-                }
-                Err(e) => return Err(e.into()),
-            }
-        }
         Step::DeliverEnv => {
             let Some(env) = env else { return Ok(()) };
             let files = p.files().ok_or_else(|| {
-                Error::Provider(ProviderError::Unsupported(format!(
+                Error::Provider(ProviderError::unsupported(format!(
                     "provider {} has no file API to deliver spec.selfDeliveredEnv; remove it or use another provider",
                     handle.name()
                 )))
@@ -486,7 +486,7 @@ async fn act(
         }
         Step::SetResources => {
             let setter = p.resources().ok_or_else(|| {
-                Error::Provider(ProviderError::Unsupported(format!(
+                Error::Provider(ProviderError::unsupported(format!(
                     "provider {} cannot change resources in place; recreate the Sandbox to change spec.resources",
                     handle.name()
                 )))
@@ -507,6 +507,51 @@ async fn act(
         }
     }
     Ok(())
+}
+
+/// Creates the sandbox and records the provider's id in status at once: a crash after this
+/// write is an adoption, never a second create. Returns the provider's id.
+async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) -> Result<String> {
+    let Target {
+        ctx,
+        api,
+        sandbox,
+        handle,
+    } = *on;
+    let name = &desired.request.name;
+    match handle
+        .call("create", handle.provider.create(&desired.request))
+        .await
+    {
+        Ok(d) => {
+            ctx.failpoint("after-create");
+            normal(
+                ctx,
+                sandbox,
+                "Created",
+                format!(
+                    "created sandbox {name} (id {}) on provider {}",
+                    d.id,
+                    handle.name()
+                ),
+            )
+            .await;
+            next.sandbox_id = Some(d.id.clone());
+            next.self_delivered_env_hash = None;
+            let before = sandbox.status.clone();
+            status::write(api, &sandbox.name_any(), before.as_ref(), next).await?;
+            Ok(d.id)
+        }
+        // Someone (a previous incarnation of us) created it between our observe and this
+        // create: adopt on the next pass instead of creating a second one.
+        Err(e) if e.is(ErrorKind::Conflict) => {
+            Err(Error::Provider(ProviderError::transient(format!(
+                "sandbox {name} appeared during create ({}); adopting it on retry",
+                e.message()
+            ))))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Copies what the provider reports into status.

@@ -80,7 +80,6 @@ pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         }
         Err(msg) => return Err(Error::Dependency(format!("cannot clean up: {msg}"))),
     };
-    let external = build::external_name(&uid);
     let query = SandboxQuery {
         labels: [(OWNER_UID.to_string(), uid.clone())].into(),
         ..SandboxQuery::default()
@@ -91,16 +90,16 @@ pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         .into_iter()
         .map(|d| d.id)
         .collect();
-    ids.push(external.clone());
+    ids.extend(status.sandbox_id.clone());
     ids.sort();
     ids.dedup();
     for id in &ids {
         handle.call("destroy", handle.provider.destroy(id)).await?;
     }
     // Confirm: only a provider that no longer holds anything releases the finalizer.
-    let left = apply::observe(&handle, &external, &uid).await?;
+    let left = apply::observe(&handle, status.sandbox_id.as_deref(), &uid).await?;
     if let Some(d) = left {
-        return Err(Error::Provider(crate::provider::ProviderError::Transient(
+        return Err(Error::Provider(crate::provider::ProviderError::transient(
             format!("sandbox {} is still present after destroy; retrying", d.id),
         )));
     }
@@ -108,7 +107,11 @@ pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         ctx,
         sandbox.as_ref(),
         "Destroyed",
-        format!("destroyed sandbox {external} on provider {}", handle.name()),
+        format!(
+            "destroyed sandbox {} on provider {}",
+            build::external_name(&uid),
+            handle.name()
+        ),
     )
     .await;
     Ok(Action::await_change())

@@ -91,9 +91,15 @@ pub async fn references(
             // Absent here is not the end of the lookup: the provider's shared store may have
             // it (published elsewhere). A fetch restores it through the security boundary;
             // a provider that cannot fetch (no store) leaves it absent.
-            Ok(None) => match handle.call("fetch", templates.fetch(&id)).await {
+            Ok(None) => match handle
+                .call("fetch", templates.fetch(&id))
+                .await
+                .or_else(|e| match e.kind() {
+                    crate::provider::ErrorKind::Unsupported => Ok(None),
+                    _ => Err(e),
+                }) {
                 Ok(Some(_)) => resolved.template_id = Some(id),
-                Ok(None) | Err(crate::provider::ProviderError::Unsupported(_)) => {
+                Ok(None) => {
                     return Err(Blocked::Stall(
                         "TemplateNotFound",
                         format!(

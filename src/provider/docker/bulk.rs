@@ -33,7 +33,7 @@ impl BulkFiles for DockerProvider {
     ) -> ProviderResult<BoxStream<'static, ProviderResult<bytes::Bytes>>> {
         let path = normalize_path("export path", path)?;
         if path == "/" {
-            return Err(ProviderError::Invalid(format!(
+            return Err(ProviderError::invalid(format!(
                 "refusing to export \"/\" of sandbox {id}: archives are rooted at the path's last \
                  segment, so name a directory below \"/\""
             )));
@@ -41,12 +41,12 @@ impl BulkFiles for DockerProvider {
         // Probe first: the download stream would only report a 404 as its first item, after
         // the caller has started consuming it.
         let Some(stat) = self.stat_path(id, &path).await? else {
-            return Err(ProviderError::NotFound(format!(
+            return Err(ProviderError::not_found(format!(
                 "{path} does not exist in sandbox {id}"
             )));
         };
         if is_symlink(&stat) {
-            return Err(ProviderError::Invalid(format!(
+            return Err(ProviderError::invalid(format!(
                 "{path} in sandbox {id} is a symbolic link to {}; export that path instead",
                 stat.link_target
             )));
@@ -71,9 +71,9 @@ impl BulkFiles for DockerProvider {
         let prefix = missing.join("/");
         let sanitised = tokio::task::spawn_blocking(move || tarsafe::sanitise(&archive, &prefix))
             .await
-            .map_err(|e| ProviderError::Transient(format!("sanitising the archive failed: {e}")))?
+            .map_err(|e| ProviderError::transient(format!("sanitising the archive failed: {e}")))?
             .map_err(|e| {
-                ProviderError::Invalid(format!(
+                ProviderError::invalid(format!(
                     "refusing to import into {path} in sandbox {id}: {e}"
                 ))
             })?;

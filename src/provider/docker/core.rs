@@ -87,12 +87,12 @@ impl Provider for DockerProvider {
             &self.config.default_image,
         ) {
             (Some(template), _, _) => {
-                validate::resource_name("template", template).map_err(ProviderError::Invalid)?;
+                validate::resource_name("template", template).map_err(ProviderError::invalid)?;
                 let image = self.template_image(template);
                 match docker.inspect_image(&image).await {
                     Ok(_) => image,
                     Err(e) if is_not_found(&e) => {
-                        return Err(ProviderError::NotFound(format!(
+                        return Err(ProviderError::not_found(format!(
                             "template {template:?} (image {image}) does not exist on Docker provider {:?}; \
                              a sandbox is never booted from the base image instead: commit or fetch the \
                              template first, or fix spec.templateRef",
@@ -106,7 +106,7 @@ impl Provider for DockerProvider {
                 match docker.inspect_image(image).await {
                     Ok(_) => image.clone(),
                     Err(e) if is_not_found(&e) => {
-                        return Err(ProviderError::NotFound(format!(
+                        return Err(ProviderError::not_found(format!(
                             "image {image:?} is not present on Docker provider {:?}; images are never pulled \
                              (no registry is assumed reachable): load or build it on the engine, or fix spec.image",
                             self.config.name
@@ -116,7 +116,7 @@ impl Provider for DockerProvider {
                 }
             }
             (None, None, None) => {
-                return Err(ProviderError::Invalid(format!(
+                return Err(ProviderError::invalid(format!(
                     "spec.image is not set and Docker provider {:?} has no default image; set spec.image \
                      or spec.templateRef",
                     self.config.name
@@ -129,7 +129,7 @@ impl Provider for DockerProvider {
             match docker.inspect_volume(&mount.volume_name).await {
                 Ok(_) => {}
                 Err(e) if is_not_found(&e) => {
-                    return Err(ProviderError::NotFound(format!(
+                    return Err(ProviderError::not_found(format!(
                         "volume {:?} (for {}) does not exist; create its SandboxVolume first",
                         mount.volume_name, mount.mount_path
                     )));
@@ -149,7 +149,7 @@ impl Provider for DockerProvider {
         match docker.create_container(Some(options), body).await {
             Ok(_) => {}
             Err(e) if super::status_of(&e) == Some(409) => {
-                return Err(ProviderError::Conflict(format!(
+                return Err(ProviderError::conflict(format!(
                     "a container named {:?} already exists on Docker provider {:?}; find it by its \
                      owner-uid label and adopt it instead of creating another",
                     request.name, self.config.name
@@ -158,7 +158,7 @@ impl Provider for DockerProvider {
             Err(e) => return Err(map_err(&format!("creating sandbox {:?}", request.name), e)),
         }
         self.describe(&request.name).await?.ok_or_else(|| {
-            ProviderError::Transient(format!(
+            ProviderError::transient(format!(
                 "sandbox {:?} was created but disappeared before it could be described",
                 request.name
             ))
@@ -275,7 +275,7 @@ impl Provider for DockerProvider {
             Err(e) => match self.status(id).await? {
                 Some(ContainerStateStatusEnum::PAUSED) => Ok(()),
                 Some(other) if other != ContainerStateStatusEnum::RUNNING => {
-                    Err(ProviderError::Conflict(format!(
+                    Err(ProviderError::conflict(format!(
                         "sandbox {id} is {other}, not running, so it cannot be put to sleep; start it first"
                     )))
                 }
@@ -287,7 +287,7 @@ impl Provider for DockerProvider {
     /// `docker unpause`; a running sandbox is already awake, and a stopped one is started.
     async fn wake(&self, id: &str) -> ProviderResult<()> {
         match self.status(id).await? {
-            None => Err(ProviderError::NotFound(format!(
+            None => Err(ProviderError::not_found(format!(
                 "sandbox {id} does not exist"
             ))),
             Some(ContainerStateStatusEnum::PAUSED) => self.unpause(id).await,
@@ -484,7 +484,7 @@ impl DockerProvider {
 }
 
 fn not_found(id: &str, err: bollard::errors::Error) -> ProviderError {
-    ProviderError::NotFound(format!("sandbox {id} does not exist: {err}"))
+    ProviderError::not_found(format!("sandbox {id} does not exist: {err}"))
 }
 
 /// Docker's container-name rule (`[a-zA-Z0-9][a-zA-Z0-9_.-]+`).
@@ -509,14 +509,13 @@ pub(crate) fn create_body(
     request: &CreateRequest,
     publish_host: &str,
 ) -> ProviderResult<ContainerCreateBody> {
-    validate_container_name(&request.name).map_err(ProviderError::Invalid)?;
+    validate_container_name(&request.name).map_err(ProviderError::invalid)?;
 
     match &request.allowed_domains {
         Some(domains) if !domains.is_empty() => {
-            return Err(ProviderError::Unsupported(
+            return Err(ProviderError::unsupported(
                 "Docker cannot filter egress by domain; use allowedDomains: [] for no network, or a \
-                 provider that filters (spec.egress.allowedDomains)"
-                    .into(),
+                 provider that filters (spec.egress.allowedDomains)",
             ));
         }
         _ => {}
@@ -524,7 +523,7 @@ pub(crate) fn create_body(
     match request.idle_action {
         None | Some(IdleAction::Off) => {}
         Some(action) => {
-            return Err(ProviderError::Unsupported(format!(
+            return Err(ProviderError::unsupported(format!(
                 "Docker has no proxy in front of its sandboxes, so nothing would ever park one on idle \
                  ({action:?}); remove spec.idleAction or set it to Off"
             )));
@@ -532,15 +531,14 @@ pub(crate) fn create_body(
     }
     let no_network = matches!(&request.allowed_domains, Some(d) if d.is_empty());
     if no_network && !request.ports.is_empty() {
-        return Err(ProviderError::Invalid(
+        return Err(ProviderError::invalid(
             "spec.ports cannot be published from a sandbox without network \
-             (spec.egress.allowedDomains: []); remove one of them"
-                .into(),
+             (spec.egress.allowedDomains: []); remove one of them",
         ));
     }
 
     let mut labels =
-        labels::merge_labels(&request.owner, &request.labels).map_err(ProviderError::Invalid)?;
+        labels::merge_labels(&request.owner, &request.labels).map_err(ProviderError::invalid)?;
     if let Some(template) = &request.template {
         labels.insert(TEMPLATE.to_string(), template.clone());
     }
@@ -551,7 +549,7 @@ pub(crate) fn create_body(
     let mut env = Vec::with_capacity(request.env.len());
     for (key, value) in &request.env {
         if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
-            return Err(ProviderError::Invalid(format!(
+            return Err(ProviderError::invalid(format!(
                 "environment variable {key:?} is not a valid name (non-empty, no '=' or NUL); fix spec.env"
             )));
         }
@@ -561,10 +559,9 @@ pub(crate) fn create_body(
     let (entrypoint, cmd) = match &request.command {
         None => (None, None),
         Some(argv) if argv.is_empty() || argv[0].is_empty() => {
-            return Err(ProviderError::Invalid(
+            return Err(ProviderError::invalid(
                 "spec.command must name a program (its first element is empty); remove it to keep the \
-                 image's own command"
-                    .into(),
+                 image's own command",
             ));
         }
         // [""] resets the image's entrypoint, so the argv is the whole main process.
@@ -576,7 +573,7 @@ pub(crate) fn create_body(
     for port in &request.ports {
         let protocol = port.protocol.to_ascii_lowercase();
         if !matches!(protocol.as_str(), "tcp" | "udp" | "sctp") || port.sandbox_port == 0 {
-            return Err(ProviderError::Invalid(format!(
+            return Err(ProviderError::invalid(format!(
                 "port {}/{} cannot be published: the port must be 1-65535 and the protocol tcp, udp or sctp; \
                  fix spec.ports",
                 port.sandbox_port, port.protocol
@@ -597,12 +594,12 @@ pub(crate) fn create_body(
     let mut mounts = Vec::with_capacity(request.volumes.len());
     for volume in &request.volumes {
         if !volume.mount_path.starts_with('/') || volume.mount_path == "/" {
-            return Err(ProviderError::Invalid(format!(
+            return Err(ProviderError::invalid(format!(
                 "mount path {:?} of volume {:?} must be an absolute path below /; fix spec.volumes",
                 volume.mount_path, volume.volume_name
             )));
         }
-        validate::resource_name("volume", &volume.volume_name).map_err(ProviderError::Invalid)?;
+        validate::resource_name("volume", &volume.volume_name).map_err(ProviderError::invalid)?;
         mounts.push(Mount {
             target: Some(volume.mount_path.clone()),
             source: Some(volume.volume_name.clone()),
@@ -617,7 +614,7 @@ pub(crate) fn create_body(
         .memory_bytes
         .map(|m| {
             i64::try_from(m).map_err(|_| {
-                ProviderError::Invalid(format!(
+                ProviderError::invalid(format!(
                     "memory {m} bytes is too large; fix spec.resources.memory"
                 ))
             })
@@ -629,7 +626,7 @@ pub(crate) fn create_body(
             m.checked_mul(1_000_000)
                 .and_then(|n| i64::try_from(n).ok())
                 .ok_or_else(|| {
-                    ProviderError::Invalid(format!("cpu {m}m is too large; fix spec.resources.cpu"))
+                    ProviderError::invalid(format!("cpu {m}m is too large; fix spec.resources.cpu"))
                 })
         })
         .transpose()?;
@@ -789,6 +786,7 @@ pub(crate) fn applied_resources(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::ErrorKind;
     use crate::provider::labels::Owner;
     use crate::provider::{PortRequest, Resources, VolumeMount};
 
@@ -958,14 +956,14 @@ mod tests {
         r.allowed_domains = Some(vec!["example.com".into()]);
         assert!(matches!(
             create_body(&r, "127.0.0.1"),
-            Err(ProviderError::Unsupported(m)) if m.contains("cannot filter egress by domain")
+            Err(e) if e.is(ErrorKind::Unsupported) && e.message().contains("cannot filter egress by domain")
         ));
 
         let mut r = request();
         r.idle_action = Some(IdleAction::Suspend);
         assert!(matches!(
             create_body(&r, "127.0.0.1"),
-            Err(ProviderError::Unsupported(_))
+            Err(e) if e.is(ErrorKind::Unsupported)
         ));
         r.idle_action = Some(IdleAction::Off);
         assert!(create_body(&r, "127.0.0.1").is_ok());
@@ -980,28 +978,28 @@ mod tests {
         }];
         assert!(matches!(
             create_body(&r, "127.0.0.1"),
-            Err(ProviderError::Invalid(_))
+            Err(e) if e.is(ErrorKind::Invalid)
         ));
 
         let mut r = request();
         r.labels = BTreeMap::from([("sandboxes.dev/owner".into(), "x".into())]);
         assert!(matches!(
             create_body(&r, "127.0.0.1"),
-            Err(ProviderError::Invalid(m)) if m.contains("reserved prefix")
+            Err(e) if e.is(ErrorKind::Invalid) && e.message().contains("reserved prefix")
         ));
 
         let mut r = request();
         r.command = Some(vec![]);
         assert!(matches!(
             create_body(&r, "127.0.0.1"),
-            Err(ProviderError::Invalid(_))
+            Err(e) if e.is(ErrorKind::Invalid)
         ));
 
         let mut r = request();
         r.name = "/bad name".into();
         assert!(matches!(
             create_body(&r, "127.0.0.1"),
-            Err(ProviderError::Invalid(_))
+            Err(e) if e.is(ErrorKind::Invalid)
         ));
     }
 

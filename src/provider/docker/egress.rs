@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use super::{DockerProvider, is_not_found, map_err};
 use crate::provider::{
-    Egress, EgressState, EgressVerdict, ExecRequest, ProviderError, ProviderResult,
+    Egress, EgressState, EgressVerdict, ErrorKind, ExecRequest, ProviderError, ProviderResult,
 };
 
 /// Bound on the in-sandbox probe.
@@ -65,7 +65,7 @@ impl Egress for DockerProvider {
         let inspected = match docker.inspect_container(id, None).await {
             Ok(c) => c,
             Err(e) if is_not_found(&e) => {
-                return Err(ProviderError::NotFound(format!(
+                return Err(ProviderError::not_found(format!(
                     "sandbox {id} does not exist"
                 )));
             }
@@ -161,7 +161,7 @@ impl Egress for DockerProvider {
                     String::from_utf8_lossy(&out.stderr).trim()
                 ),
             )),
-            Err(ProviderError::NotFound(m)) => Err(ProviderError::NotFound(m)),
+            Err(e) if e.is(ErrorKind::NotFound) => Err(e),
             Err(e) => Ok(verdict(
                 EgressState::Inconclusive,
                 format!(

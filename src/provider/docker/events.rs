@@ -67,7 +67,7 @@ pub(crate) fn container_event(msg: &EventMessage, instance: &str) -> Option<Prov
 }
 
 fn ended(what: &str) -> ProviderError {
-    ProviderError::Transient(format!(
+    ProviderError::transient(format!(
         "the Docker {what} event stream ended (engine restarted or connection dropped); resubscribe"
     ))
 }

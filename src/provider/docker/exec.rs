@@ -18,7 +18,7 @@ use futures::StreamExt;
 use tokio::time::Instant;
 
 use super::{DockerProvider, map_err};
-use crate::provider::{ExecOutput, ExecRequest, ProviderError, ProviderResult};
+use crate::provider::{ErrorKind, ExecOutput, ExecRequest, ProviderError, ProviderResult};
 
 /// Output we are willing to hold in memory for one exec, stdout and stderr together.
 ///
@@ -44,7 +44,7 @@ impl DockerProvider {
         request: &ExecRequest,
     ) -> ProviderResult<ExecOutput> {
         if request.argv.is_empty() {
-            return Err(ProviderError::Invalid(format!(
+            return Err(ProviderError::invalid(format!(
                 "exec in sandbox {id}: the command is empty; give at least the program to run"
             )));
         }
@@ -56,7 +56,7 @@ impl DockerProvider {
         .await
         {
             Ok(result) => result,
-            Err(_) => Err(ProviderError::Transient(format!(
+            Err(_) => Err(ProviderError::transient(format!(
                 "exec in sandbox {id}: {:?} did not finish within its timeout of {:.1} s; \
                  Docker cannot kill an exec, so the process may still be running in the sandbox",
                 request.argv,
@@ -114,7 +114,7 @@ impl DockerProvider {
             while let Some(frame) = output.next().await {
                 use bollard::container::LogOutput;
                 let frame = frame.map_err(|e| {
-                    ProviderError::Transient(format!(
+                    ProviderError::transient(format!(
                         "exec in sandbox {id}: reading the output of {:?} failed: {e}",
                         request.argv
                     ))
@@ -127,7 +127,7 @@ impl DockerProvider {
                     LogOutput::StdIn { .. } => {}
                 }
                 if stdout.len() + stderr.len() > MAX_EXEC_OUTPUT {
-                    return Err(ProviderError::Invalid(format!(
+                    return Err(ProviderError::invalid(format!(
                         "exec in sandbox {id}: {:?} printed more than {} MiB; exec output is not a \
                          data channel — write the data to a file and read it with the file capability",
                         request.argv,
@@ -155,7 +155,7 @@ impl DockerProvider {
             }
             if Instant::now() >= deadline {
                 // Unreachable in practice: the caller's timeout fires first.
-                return Err(ProviderError::Transient(format!(
+                return Err(ProviderError::transient(format!(
                     "exec in sandbox {id}: the engine did not report an exit code for {:?}",
                     request.argv
                 )));
@@ -167,13 +167,15 @@ impl DockerProvider {
 
 /// Maps an exec-step error: 404 is the sandbox being gone, 409 is it not running.
 pub(crate) fn exec_error(id: &str, step: &str, err: bollard::errors::Error) -> ProviderError {
-    match map_err(&format!("{step} in sandbox {id}"), err) {
-        ProviderError::NotFound(m) => {
-            ProviderError::NotFound(format!("sandbox {id} does not exist ({m})"))
+    let err = map_err(&format!("{step} in sandbox {id}"), err);
+    match err.kind() {
+        ErrorKind::NotFound => {
+            ProviderError::not_found(format!("sandbox {id} does not exist ({})", err.message()))
         }
-        ProviderError::Conflict(m) => {
-            ProviderError::Conflict(format!("sandbox {id} is not running; start it ({m})"))
-        }
-        other => other,
+        ErrorKind::Conflict => ProviderError::conflict(format!(
+            "sandbox {id} is not running; start it ({})",
+            err.message()
+        )),
+        _ => err,
     }
 }

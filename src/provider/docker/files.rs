@@ -25,7 +25,9 @@ use std::time::Duration;
 use tar::{Archive, EntryType, Header};
 
 use super::{DockerProvider, is_not_found, map_err};
-use crate::provider::{DirEntry, EntryKind, ExecRequest, Files, ProviderError, ProviderResult};
+use crate::provider::{
+    DirEntry, EntryKind, ErrorKind, ExecRequest, Files, ProviderError, ProviderResult,
+};
 
 /// Go's `os.FileMode` bits, as the archive stat header reports them (not Unix `st_mode`).
 mod go_mode {
@@ -62,12 +64,12 @@ pub(crate) fn is_regular(stat: &PathStatResponse) -> bool {
 /// attack, and `rm -rf` is downstream of this).
 pub(crate) fn normalize_path(what: &str, path: &str) -> ProviderResult<String> {
     if !path.starts_with('/') {
-        return Err(ProviderError::Invalid(format!(
+        return Err(ProviderError::invalid(format!(
             "{what} {path:?} must be an absolute path inside the sandbox (start with '/')"
         )));
     }
     if path.contains('\0') {
-        return Err(ProviderError::Invalid(format!(
+        return Err(ProviderError::invalid(format!(
             "{what} {path:?} contains a NUL byte"
         )));
     }
@@ -76,7 +78,7 @@ pub(crate) fn normalize_path(what: &str, path: &str) -> ProviderResult<String> {
         match part {
             "" => {}
             "." | ".." => {
-                return Err(ProviderError::Invalid(format!(
+                return Err(ProviderError::invalid(format!(
                     "{what} {path:?} contains a {part:?} component; give a normalised absolute path"
                 )));
             }
@@ -118,7 +120,7 @@ impl Read for ChannelReader {
 
 /// A container's running state, as far as file operations care.
 fn exec_unavailable(err: &ProviderError) -> bool {
-    matches!(err, ProviderError::Conflict(_))
+    err.is(ErrorKind::Conflict)
 }
 
 impl DockerProvider {
@@ -130,7 +132,7 @@ impl DockerProvider {
         let docker = self.engine().await?;
         match docker.inspect_container(id, None).await {
             Ok(_) => Ok(()),
-            Err(e) if is_not_found(&e) => Err(ProviderError::NotFound(format!(
+            Err(e) if is_not_found(&e) => Err(ProviderError::not_found(format!(
                 "sandbox {id} does not exist"
             ))),
             Err(e) => Err(map_err(&format!("inspecting sandbox {id}"), e)),
@@ -179,7 +181,7 @@ impl DockerProvider {
             }
             current = stat.link_target.clone();
         }
-        Err(ProviderError::Invalid(format!(
+        Err(ProviderError::invalid(format!(
             "{path} in sandbox {id}: more than {MAX_SYMLINK_HOPS} levels of symbolic links"
         )))
     }
@@ -228,14 +230,14 @@ impl DockerProvider {
         if let Some(e) = transfer_error {
             if is_not_found(&e) {
                 self.ensure_sandbox_exists(id).await?;
-                return Err(ProviderError::NotFound(format!(
+                return Err(ProviderError::not_found(format!(
                     "{path} does not exist in sandbox {id}"
                 )));
             }
             return Err(map_err(&format!("downloading {path} from sandbox {id}"), e));
         }
         parsed.map_err(|e| {
-            ProviderError::Transient(format!(
+            ProviderError::transient(format!(
                 "reading the archive of {path} from sandbox {id}: {e}"
             ))
         })?
@@ -259,12 +261,12 @@ impl DockerProvider {
             match self.resolve_path(id, &anchor).await? {
                 Some((_, stat)) if is_dir(&stat) => break,
                 Some(_) => {
-                    return Err(ProviderError::Invalid(format!(
+                    return Err(ProviderError::invalid(format!(
                         "cannot write {target} in sandbox {id}: {anchor} exists and is not a directory"
                     )));
                 }
                 None if anchor == "/" => {
-                    return Err(ProviderError::Transient(format!(
+                    return Err(ProviderError::transient(format!(
                         "sandbox {id} reports no root directory; is its filesystem mounted?"
                     )));
                 }
@@ -301,7 +303,7 @@ impl DockerProvider {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => {
                 self.ensure_sandbox_exists(id).await?;
-                Err(ProviderError::Conflict(format!(
+                Err(ProviderError::conflict(format!(
                     "{anchor} disappeared from sandbox {id} while {target} was being written; retry"
                 )))
             }
@@ -310,12 +312,12 @@ impl DockerProvider {
                 let err = map_err(&format!("writing {target} in sandbox {id}"), e);
                 let msg = err.message().to_string();
                 if msg.contains("cannot overwrite") {
-                    Err(ProviderError::Invalid(format!(
+                    Err(ProviderError::invalid(format!(
                         "writing {target} in sandbox {id} would replace a directory with a file or \
                          a file with a directory; delete it first ({msg})"
                     )))
                 } else if msg.contains("read-only") {
-                    Err(ProviderError::Invalid(format!(
+                    Err(ProviderError::invalid(format!(
                         "{target} in sandbox {id} is on a read-only filesystem ({msg})"
                     )))
                 } else {
@@ -393,7 +395,7 @@ impl DockerProvider {
         let shown = path.to_string();
         self.with_archive(id, path, move |reader| {
             let bad = |e: std::io::Error| {
-                ProviderError::Transient(format!("reading the archive of {shown}: {e}"))
+                ProviderError::transient(format!("reading the archive of {shown}: {e}"))
             };
             let mut archive = Archive::new(reader);
             let mut root: Option<Vec<Vec<u8>>> = None;
@@ -449,7 +451,7 @@ fn write_archive(
     mode: u32,
 ) -> ProviderResult<Vec<u8>> {
     let io = |e: std::io::Error| {
-        ProviderError::Invalid(format!("building the archive for {name:?}: {e}"))
+        ProviderError::invalid(format!("building the archive for {name:?}: {e}"))
     };
     let mtime = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -491,35 +493,35 @@ impl Files for DockerProvider {
     async fn read_file(&self, id: &str, path: &str) -> ProviderResult<Vec<u8>> {
         let path = normalize_path("file path", path)?;
         let Some((resolved, stat)) = self.resolve_path(id, &path).await? else {
-            return Err(ProviderError::NotFound(format!(
+            return Err(ProviderError::not_found(format!(
                 "file {path} does not exist in sandbox {id}"
             )));
         };
         if is_dir(&stat) {
-            return Err(ProviderError::Invalid(format!(
+            return Err(ProviderError::invalid(format!(
                 "{path} in sandbox {id} is a directory, not a file; list it instead"
             )));
         }
         if !is_regular(&stat) {
-            return Err(ProviderError::Invalid(format!(
+            return Err(ProviderError::invalid(format!(
                 "{path} in sandbox {id} is not a regular file (device, fifo or socket)"
             )));
         }
         let shown = path.clone();
         self.with_archive(id, &resolved, move |reader| {
             let bad = |e: std::io::Error| {
-                ProviderError::Transient(format!("reading the archive of {shown}: {e}"))
+                ProviderError::transient(format!("reading the archive of {shown}: {e}"))
             };
             let mut archive = Archive::new(reader);
             let mut entries = archive.entries().map_err(bad)?;
             let Some(entry) = entries.next() else {
-                return Err(ProviderError::Transient(format!(
+                return Err(ProviderError::transient(format!(
                     "the engine sent an empty archive for {shown}"
                 )));
             };
             let mut entry = entry.map_err(bad)?;
             if entry.header().entry_type() != EntryType::Regular {
-                return Err(ProviderError::Invalid(format!(
+                return Err(ProviderError::invalid(format!(
                     "{shown} changed while being read: it is no longer a regular file"
                 )));
             }
@@ -527,7 +529,7 @@ impl Files for DockerProvider {
             let mut data = Vec::with_capacity(usize::try_from(expected).unwrap_or(0));
             entry.read_to_end(&mut data).map_err(bad)?;
             if data.len() as u64 != expected {
-                return Err(ProviderError::Transient(format!(
+                return Err(ProviderError::transient(format!(
                     "{shown}: read {} bytes of {expected}; the transfer was cut short",
                     data.len()
                 )));
@@ -543,9 +545,7 @@ impl Files for DockerProvider {
     async fn write_file(&self, id: &str, path: &str, data: &[u8], mode: u32) -> ProviderResult<()> {
         let path = normalize_path("file path", path)?;
         if path == "/" {
-            return Err(ProviderError::Invalid(
-                "cannot write a file at \"/\"".into(),
-            ));
+            return Err(ProviderError::invalid("cannot write a file at \"/\""));
         }
         let (parent, name) = split_parent(&path);
 
@@ -560,12 +560,12 @@ impl Files for DockerProvider {
     async fn list_dir(&self, id: &str, path: &str) -> ProviderResult<Vec<DirEntry>> {
         let path = normalize_path("directory path", path)?;
         let Some((resolved, stat)) = self.resolve_path(id, &path).await? else {
-            return Err(ProviderError::NotFound(format!(
+            return Err(ProviderError::not_found(format!(
                 "directory {path} does not exist in sandbox {id}"
             )));
         };
         if !is_dir(&stat) {
-            return Err(ProviderError::Invalid(format!(
+            return Err(ProviderError::invalid(format!(
                 "{path} in sandbox {id} is not a directory; read it as a file instead"
             )));
         }
@@ -582,7 +582,7 @@ impl Files for DockerProvider {
     async fn delete_path(&self, id: &str, path: &str) -> ProviderResult<()> {
         let path = normalize_path("path to delete", path)?;
         if path == "/" {
-            return Err(ProviderError::Invalid(format!(
+            return Err(ProviderError::invalid(format!(
                 "refusing to delete \"/\" in sandbox {id}; name the directory to delete"
             )));
         }
@@ -595,11 +595,11 @@ impl Files for DockerProvider {
         let output = self.run_exec(id, &request).await?;
         match output.exit_code {
             0 => Ok(()),
-            126 | 127 => Err(ProviderError::Unsupported(format!(
+            126 | 127 => Err(ProviderError::unsupported(format!(
                 "deleting {path} in sandbox {id} needs `rm` in the image, which cannot run it: {}",
                 String::from_utf8_lossy(&output.stderr).trim()
             ))),
-            code => Err(ProviderError::Conflict(format!(
+            code => Err(ProviderError::conflict(format!(
                 "deleting {path} in sandbox {id} failed (rm exited {code}): {}",
                 String::from_utf8_lossy(&output.stderr).trim()
             ))),
@@ -617,7 +617,7 @@ mod tests {
         assert_eq!(normalize_path("p", "//a//b/").unwrap(), "/a/b");
         for bad in ["a/b", "", "/a/../b", "/a/./b", "/..", "/a\0b"] {
             assert!(
-                matches!(normalize_path("p", bad), Err(ProviderError::Invalid(_))),
+                matches!(normalize_path("p", bad), Err(e) if e.is(ErrorKind::Invalid)),
                 "{bad:?}"
             );
         }

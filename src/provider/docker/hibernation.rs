@@ -52,7 +52,7 @@ impl DockerProvider {
         self.inspect(id)
             .await?
             .map(|c| Snapshot::of(&c))
-            .ok_or_else(|| ProviderError::NotFound(format!("sandbox {id} does not exist")))
+            .ok_or_else(|| ProviderError::not_found(format!("sandbox {id} does not exist")))
     }
 }
 
@@ -92,7 +92,7 @@ impl Hibernation for DockerProvider {
                             ))
                         }
                     }
-                    Err(e) if is_not_found(&e) => Err(ProviderError::NotFound(format!(
+                    Err(e) if is_not_found(&e) => Err(ProviderError::not_found(format!(
                         "sandbox {id} does not exist: {e}"
                     ))),
                     Err(pause_err) => {

@@ -123,10 +123,10 @@ impl DockerProvider {
             Some(ep) => Docker::connect_with_http(ep, CLIENT_TIMEOUT_SECS, version),
         }
         .map_err(|e| match e {
-            bollard::errors::Error::SocketNotFoundError(path) => ProviderError::Transient(format!(
+            bollard::errors::Error::SocketNotFoundError(path) => ProviderError::transient(format!(
                 "Docker socket {path} does not exist (is dockerd running?); check the provider's endpoint setting"
             )),
-            other => ProviderError::Invalid(format!(
+            other => ProviderError::invalid(format!(
                 "cannot use Docker endpoint {:?}: {other}; fix the provider's endpoint setting",
                 config.endpoint
             )),
@@ -214,16 +214,16 @@ pub(crate) fn map_err(context: &str, err: bollard::errors::Error) -> ProviderErr
         } => {
             let msg = format!("{context}: {message}");
             match status_code {
-                404 => ProviderError::NotFound(msg),
-                409 => ProviderError::Conflict(msg),
-                400 => ProviderError::Invalid(msg),
-                _ => ProviderError::Transient(msg),
+                404 => ProviderError::not_found(msg),
+                409 => ProviderError::conflict(msg),
+                400 => ProviderError::invalid(msg),
+                _ => ProviderError::transient(msg),
             }
         }
-        E::RequestTimeoutError => ProviderError::Transient(format!(
+        E::RequestTimeoutError => ProviderError::transient(format!(
             "{context}: the Docker engine did not answer within {CLIENT_TIMEOUT_SECS} s"
         )),
-        other => ProviderError::Transient(format!(
+        other => ProviderError::transient(format!(
             "{context}: Docker engine unreachable or failed: {other}"
         )),
     }

@@ -16,17 +16,16 @@ use crate::provider::{AppliedResources, ProviderError, ProviderResult, Resources
 /// The update body for the fields present; `None` when nothing is to change.
 fn update_body(resources: &Resources) -> ProviderResult<Option<ContainerUpdateBody>> {
     if resources.disk_bytes.is_some() {
-        return Err(ProviderError::Unsupported(
+        return Err(ProviderError::unsupported(
             "Docker cannot change a disk ceiling in place, and does not enforce one on overlay2: disk is \
-             advisory; leave spec.resources.disk unchanged, or recreate the sandbox"
-                .into(),
+             advisory; leave spec.resources.disk unchanged, or recreate the sandbox",
         ));
     }
     let memory = resources
         .memory_bytes
         .map(|m| {
             i64::try_from(m).map_err(|_| {
-                ProviderError::Invalid(format!(
+                ProviderError::invalid(format!(
                     "memory {m} bytes is too large; fix spec.resources.memory"
                 ))
             })
@@ -38,7 +37,7 @@ fn update_body(resources: &Resources) -> ProviderResult<Option<ContainerUpdateBo
             m.checked_mul(1_000_000)
                 .and_then(|n| i64::try_from(n).ok())
                 .ok_or_else(|| {
-                    ProviderError::Invalid(format!("cpu {m}m is too large; fix spec.resources.cpu"))
+                    ProviderError::invalid(format!("cpu {m}m is too large; fix spec.resources.cpu"))
                 })
         })
         .transpose()?;
@@ -69,10 +68,10 @@ impl SetResources for DockerProvider {
                 let message = e.to_string();
                 return Err(match status_of(&e) {
                     Some(404) => {
-                        ProviderError::NotFound(format!("sandbox {id} does not exist: {message}"))
+                        ProviderError::not_found(format!("sandbox {id} does not exist: {message}"))
                     }
                     _ if resources.pids.is_some() && message.to_lowercase().contains("pids") => {
-                        ProviderError::Unsupported(format!(
+                        ProviderError::unsupported(format!(
                             "this Docker engine cannot change the process limit in place ({message}); \
                              leave spec.resources.pids unchanged or recreate the sandbox"
                         ))
@@ -84,7 +83,7 @@ impl SetResources for DockerProvider {
         let container = self
             .inspect(id)
             .await?
-            .ok_or_else(|| ProviderError::NotFound(format!("sandbox {id} does not exist")))?;
+            .ok_or_else(|| ProviderError::not_found(format!("sandbox {id} does not exist")))?;
         let labels = container
             .config
             .and_then(|c| c.labels)
@@ -101,6 +100,7 @@ impl SetResources for DockerProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::provider::ErrorKind;
 
     #[test]
     fn memory_moves_with_swap_and_disk_is_refused() {
@@ -121,7 +121,7 @@ mod tests {
                 memory_bytes: Some(1 << 30),
                 ..Default::default()
             }),
-            Err(ProviderError::Unsupported(_))
+            Err(e) if e.is(ErrorKind::Unsupported)
         ));
         let body = update_body(&Resources {
             cpu_millis: Some(250),

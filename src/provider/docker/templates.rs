@@ -267,7 +267,7 @@ impl Drop for TempFile {
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> ProviderError {
-    ProviderError::Transient(format!("{what}: {e}"))
+    ProviderError::transient(format!("{what}: {e}"))
 }
 
 /// Containers (by name) backed by a template: running its image, or booted from its id.
@@ -394,7 +394,7 @@ impl DockerProvider {
         .await
         .map_err(|e| io_err("sanitising a capture archive", e))?
         .map_err(|e| {
-            ProviderError::Invalid(format!(
+            ProviderError::invalid(format!(
                 "capture path {} of sandbox {sandbox} cannot be copied into the template: {e}",
                 copy.path
             ))
@@ -501,10 +501,10 @@ impl DockerProvider {
 impl Templates for DockerProvider {
     async fn commit(&self, request: &CommitRequest) -> ProviderResult<Template> {
         let id = &request.template_id;
-        validate::resource_name("template", id).map_err(ProviderError::Invalid)?;
+        validate::resource_name("template", id).map_err(ProviderError::invalid)?;
         let mut capture: Vec<String> = Vec::new();
         for path in &request.capture_paths {
-            validate::capture_path(path).map_err(ProviderError::Invalid)?;
+            validate::capture_path(path).map_err(ProviderError::invalid)?;
             capture.push(path.trim_end_matches('/').to_string());
         }
         capture.sort();
@@ -512,7 +512,7 @@ impl Templates for DockerProvider {
 
         let docker = self.engine().await?;
         let source = self.inspect(&request.sandbox_id).await?.ok_or_else(|| {
-            ProviderError::NotFound(format!(
+            ProviderError::not_found(format!(
                 "sandbox {} does not exist, so template {id} cannot be captured from it; fix spec.sandboxRef",
                 request.sandbox_id
             ))
@@ -527,7 +527,7 @@ impl Templates for DockerProvider {
             {
                 Ok(_) => {}
                 Err(e) if is_not_found(&e) => {
-                    return Err(ProviderError::Invalid(format!(
+                    return Err(ProviderError::invalid(format!(
                         "capture path {path} does not exist in sandbox {}; fix spec.capturePaths (a template \
                          without it would boot into an empty workspace)",
                         request.sandbox_id
@@ -634,14 +634,14 @@ impl Templates for DockerProvider {
             self.remove_unused_image(&old).await;
         }
         self.get_template(id).await?.ok_or_else(|| {
-            ProviderError::Transient(format!(
+            ProviderError::transient(format!(
                 "template {id} was committed but disappeared before it could be read back"
             ))
         })
     }
 
     async fn get_template(&self, template_id: &str) -> ProviderResult<Option<Template>> {
-        validate::resource_name("template", template_id).map_err(ProviderError::Invalid)?;
+        validate::resource_name("template", template_id).map_err(ProviderError::invalid)?;
         let Some(image) = self.template_inspect(template_id).await? else {
             return Ok(None);
         };
@@ -716,7 +716,7 @@ impl Templates for DockerProvider {
     /// Removes the tag after checking every container; superseded captures of the same id
     /// that nothing uses any more go with it.
     async fn remove_template(&self, template_id: &str) -> ProviderResult<()> {
-        validate::resource_name("template", template_id).map_err(ProviderError::Invalid)?;
+        validate::resource_name("template", template_id).map_err(ProviderError::invalid)?;
         let Some(image) = self.template_inspect(template_id).await? else {
             return Ok(());
         };
@@ -724,7 +724,7 @@ impl Templates for DockerProvider {
         let image_id = image.id.unwrap_or_default();
         let users = template_users(template_id, &image_id, &containers);
         if !users.is_empty() {
-            return Err(ProviderError::Conflict(format!(
+            return Err(ProviderError::conflict(format!(
                 "template {template_id} still backs {}; destroy those sandboxes (stopped ones count) before \
                  removing it",
                 users.join(", ")
@@ -739,7 +739,7 @@ impl Templates for DockerProvider {
             Ok(_) => {}
             Err(e) if is_not_found(&e) => {}
             Err(e) if status_of(&e) == Some(409) => {
-                return Err(ProviderError::Conflict(format!(
+                return Err(ProviderError::conflict(format!(
                     "template {template_id} cannot be removed: {e}"
                 )));
             }
@@ -768,7 +768,7 @@ impl Templates for DockerProvider {
 
     async fn publish(&self, template_id: &str) -> ProviderResult<()> {
         let Some((store, limits)) = self.template_store.clone() else {
-            return Err(ProviderError::Unsupported(format!(
+            return Err(ProviderError::unsupported(format!(
                 "no template store is configured for Docker provider {:?}, so template {template_id} cannot be \
                  published; set templateStore on that provider in the operator configuration",
                 self.config.name
@@ -779,7 +779,7 @@ impl Templates for DockerProvider {
 
     async fn fetch(&self, template_id: &str) -> ProviderResult<Option<Template>> {
         let Some((store, limits)) = self.template_store.clone() else {
-            return Err(ProviderError::Unsupported(format!(
+            return Err(ProviderError::unsupported(format!(
                 "no template store is configured for Docker provider {:?}, so template {template_id} cannot be \
                  fetched; set templateStore on that provider in the operator configuration",
                 self.config.name
@@ -801,9 +801,9 @@ impl DockerProvider {
         store: &std::sync::Arc<crate::templates::store::TemplateStore>,
         limits: crate::templates::transfer::Limits,
     ) -> ProviderResult<()> {
-        validate::resource_name("template", template_id).map_err(ProviderError::Invalid)?;
+        validate::resource_name("template", template_id).map_err(ProviderError::invalid)?;
         let image = self.template_inspect(template_id).await?.ok_or_else(|| {
-            ProviderError::NotFound(format!(
+            ProviderError::not_found(format!(
                 "template {template_id} does not exist on Docker provider {:?}, so it cannot be published; \
                  capture it first",
                 self.config.name
@@ -817,7 +817,7 @@ impl DockerProvider {
             .collect();
         let paths: Vec<String> = match labels.get(CAPTURE_PATHS_LABEL) {
             Some(json) => serde_json::from_str(json).map_err(|e| {
-                ProviderError::Invalid(format!(
+                ProviderError::invalid(format!(
                     "template {template_id}: the capture paths recorded on its image are unreadable ({e}); \
                      recapture it"
                 ))
@@ -825,7 +825,7 @@ impl DockerProvider {
             None => Vec::new(),
         };
         let owner = crate::provider::labels::Owner::from_labels(&labels).ok_or_else(|| {
-            ProviderError::Invalid(format!(
+            ProviderError::invalid(format!(
                 "template {template_id} carries no owner labels, so no helper can be made for publishing \
                  it; recapture it through its SandboxTemplate"
             ))
@@ -845,7 +845,7 @@ impl DockerProvider {
         })
         .await
         .map_err(|e| {
-            ProviderError::Transient(format!(
+            ProviderError::transient(format!(
                 "publishing template {template_id} was interrupted: {e}"
             ))
         })?
@@ -866,9 +866,9 @@ impl DockerProvider {
         store: &std::sync::Arc<crate::templates::store::TemplateStore>,
         limits: crate::templates::transfer::Limits,
     ) -> ProviderResult<Option<Template>> {
-        validate::resource_name("template", template_id).map_err(ProviderError::Invalid)?;
+        validate::resource_name("template", template_id).map_err(ProviderError::invalid)?;
         let Some(image) = self.config.default_image.clone() else {
-            return Err(ProviderError::Invalid(format!(
+            return Err(ProviderError::invalid(format!(
                 "fetching template {template_id} needs an image to restore it into, and Docker provider {:?} \
                  has none; set docker.defaultImage on that provider in the operator configuration (an image \
                  with GNU tar, gzip, find and curl)",
@@ -897,7 +897,7 @@ impl DockerProvider {
         })
         .await
         .map_err(|e| {
-            ProviderError::Transient(format!(
+            ProviderError::transient(format!(
                 "fetching template {template_id} was interrupted: {e}"
             ))
         })?

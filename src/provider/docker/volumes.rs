@@ -113,7 +113,7 @@ impl Volumes for DockerProvider {
         name: &str,
         labels: &BTreeMap<String, String>,
     ) -> ProviderResult<VolumeInfo> {
-        validate::resource_name("volume", name).map_err(ProviderError::Invalid)?;
+        validate::resource_name("volume", name).map_err(ProviderError::invalid)?;
         let docker = self.engine().await?;
         let volume = match docker.inspect_volume(name).await {
             Ok(existing) => existing,
@@ -130,7 +130,7 @@ impl Volumes for DockerProvider {
         let ours = labels.get(OWNER_UID);
         let holder = volume.labels.get(OWNER_UID);
         if ours != holder {
-            return Err(ProviderError::Conflict(format!(
+            return Err(ProviderError::conflict(format!(
                 "volume {name} already exists and belongs to {}; choose another volume name or remove that volume",
                 holder.map_or(
                     "no sandboxes.dev object (it has no owner-uid label)".to_string(),
@@ -145,10 +145,10 @@ impl Volumes for DockerProvider {
     /// Removes an unattached volume. Attachment is checked over every container first (a
     /// failed check fails the removal), and the engine refuses too if one appears meanwhile.
     async fn remove_volume(&self, name: &str) -> ProviderResult<()> {
-        validate::resource_name("volume", name).map_err(ProviderError::Invalid)?;
+        validate::resource_name("volume", name).map_err(ProviderError::invalid)?;
         let holders = self.volume_holders(name).await?;
         if !holders.is_empty() {
-            return Err(ProviderError::Conflict(format!(
+            return Err(ProviderError::conflict(format!(
                 "volume {name} is attached to {}; destroy those sandboxes (stopped ones count) before removing it",
                 holders.join(", ")
             )));
@@ -164,7 +164,7 @@ impl Volumes for DockerProvider {
 
     /// One volume. When the containers cannot be listed, it reads as attached (rule 4).
     async fn get_volume(&self, name: &str) -> ProviderResult<Option<VolumeInfo>> {
-        validate::resource_name("volume", name).map_err(ProviderError::Invalid)?;
+        validate::resource_name("volume", name).map_err(ProviderError::invalid)?;
         let docker = self.engine().await?;
         let volume = match docker.inspect_volume(name).await {
             Ok(v) => v,
