@@ -8,9 +8,11 @@
 //! under a capture path) is copied into the image explicitly:
 //!
 //! 1. commit the container (paused for a consistent snapshot) to an intermediate image;
-//! 2. export each such path with the archive API, rewriting the tar on the way: owner and
-//!    group become root, setuid/setgid bits are dropped, extended attributes (file
-//!    capabilities included) are not carried, and only files, directories and links pass;
+//! 2. export each such path with the archive API and rewrite the tar through the one
+//!    sanitiser ([`tarsafe`](crate::provider::tarsafe)): owner and group become root,
+//!    setuid/setgid/sticky bits are dropped, extended attributes (file capabilities included)
+//!    are not carried, writes through the archive's own symlinks are refused, and only files,
+//!    directories and links pass;
 //! 3. create a never-started helper container from the intermediate image (labelled with
 //!    the template's owner, so a crash leaves sweepable wreckage), upload the archives into
 //!    it, and commit that as the final tag; then remove the helper.
@@ -40,8 +42,8 @@
 //! provider yet, so both are `Unsupported` with the setting that would enable them.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{self, Read, Write};
-use std::path::{Component, PathBuf};
+use std::io;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
@@ -65,8 +67,8 @@ use super::{
     map_err, status_of,
 };
 use crate::provider::labels::TEMPLATE;
-use crate::provider::validate;
 use crate::provider::{CommitRequest, ProviderError, ProviderResult, Template, Templates};
+use crate::provider::{tarsafe, validate};
 
 /// Bytes per chunk when streaming an archive from disk to the engine.
 const UPLOAD_CHUNK: usize = 256 * 1024;
@@ -144,105 +146,24 @@ pub(crate) fn copy_plan(capture_paths: &[String], mounts: &[String]) -> Vec<Copy
         .collect()
 }
 
-/// Rewrites a tar exported from `copy.path` (rooted at its last segment) into one rooted at
-/// `/`: scaffold directories first, then every entry under the path's parent.
-///
-/// The security rewrite of the module docs happens here: uid/gid 0, mode `& 0o1777` (no
-/// setuid/setgid), no extended attributes or PAX records, only regular files, directories,
-/// symlinks and hard links; a member that is absolute or contains `..` fails the copy.
-/// Returns how many entries were dropped for their type.
-pub(crate) fn sanitize_archive(
-    input: impl Read,
-    output: impl Write,
+/// Rewrites the tar exported from `copy.path` (rooted at its last segment) into one rooted at
+/// `/` through the one sanitiser ([`tarsafe`]): every member placed under the path's parent,
+/// the scaffold directories (those only the mount had) emitted first.
+fn sanitise_copy(
+    raw: &std::path::Path,
+    clean: &std::path::Path,
     copy: &Copy,
-) -> io::Result<usize> {
-    let prefix = PathBuf::from(parent(&copy.path).trim_start_matches('/'));
-    let mut builder = tar::Builder::new(output);
-    let now = u64::try_from(Utc::now().timestamp()).unwrap_or(0);
-    for dir in &copy.scaffold {
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Directory);
-        header.set_mode(0o755);
-        header.set_uid(0);
-        header.set_gid(0);
-        header.set_mtime(now);
-        header.set_size(0);
-        builder.append_data(&mut header, format!("{dir}/"), io::empty())?;
-    }
-    let mut archive = tar::Archive::new(input);
-    let mut dropped = 0;
-    for entry in archive.entries()? {
-        let mut entry = entry?;
-        let member = entry.path()?.into_owned();
-        if member
-            .components()
-            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "archive member {} is absolute or contains '..'",
-                    member.display()
-                ),
-            ));
-        }
-        let target = prefix.join(&member);
-        let source = entry.header();
-        let kind = source.entry_type();
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(kind);
-        // A header without a readable mode gets the plain default for its kind.
-        let default_mode = if kind == tar::EntryType::Directory {
-            0o755
-        } else {
-            0o644
-        };
-        header.set_mode(source.mode().unwrap_or(default_mode) & 0o1777);
-        header.set_uid(0);
-        header.set_gid(0);
-        header.set_mtime(source.mtime().unwrap_or(now));
-        match kind {
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                header.set_entry_type(tar::EntryType::Regular);
-                header.set_size(entry.size());
-                builder.append_data(&mut header, &target, &mut entry)?;
-            }
-            tar::EntryType::Directory => {
-                header.set_size(0);
-                builder.append_data(&mut header, &target, io::empty())?;
-            }
-            tar::EntryType::Symlink => {
-                let link = entry
-                    .link_name()?
-                    .map(|l| l.into_owned())
-                    .unwrap_or_default();
-                header.set_size(0);
-                builder.append_link(&mut header, &target, &link)?;
-            }
-            tar::EntryType::Link => {
-                // Hard-link targets are archive members: they move with the prefix, and may
-                // not point outside the archive.
-                let link = entry
-                    .link_name()?
-                    .map(|l| l.into_owned())
-                    .unwrap_or_default();
-                if link
-                    .components()
-                    .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-                {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("hard link {} points outside the archive", member.display()),
-                    ));
-                }
-                header.set_size(0);
-                builder.append_link(&mut header, &target, prefix.join(&link))?;
-            }
-            _ => dropped += 1,
-        }
-    }
-    builder.into_inner()?.flush()?;
-    Ok(dropped)
+) -> Result<tarsafe::Report, tarsafe::TarsafeError> {
+    let open = |r: io::Result<std::fs::File>| {
+        r.map_err(|e| tarsafe::TarsafeError(format!("temporary capture file: {e}")))
+    };
+    let input = io::BufReader::new(open(std::fs::File::open(raw))?);
+    let output = io::BufWriter::new(open(std::fs::File::create(clean))?);
+    let placement = tarsafe::Placement {
+        prefix: parent(&copy.path).trim_start_matches('/'),
+        create_dirs: copy.scaffold.len(),
+    };
+    tarsafe::sanitise_into(input, output, placement)
 }
 
 /// A file in the system temp directory, removed when dropped.
@@ -386,10 +307,8 @@ impl DockerProvider {
         drop(file);
 
         let (raw_path, clean_path, plan) = (raw.0.clone(), clean.0.clone(), copy.clone());
-        let dropped = tokio::task::spawn_blocking(move || -> io::Result<usize> {
-            let input = io::BufReader::new(std::fs::File::open(raw_path)?);
-            let output = io::BufWriter::new(std::fs::File::create(clean_path)?);
-            sanitize_archive(input, output, &plan)
+        let report = tokio::task::spawn_blocking(move || {
+            sanitise_copy(&raw_path, &clean_path, &plan)
         })
         .await
         .map_err(|e| io_err("sanitising a capture archive", e))?
@@ -399,8 +318,8 @@ impl DockerProvider {
                 copy.path
             ))
         })?;
-        if dropped > 0 {
-            tracing::info!(path = %copy.path, dropped, "special files (devices, fifos) left out of a template");
+        if !report.dropped.is_empty() {
+            tracing::info!(path = %copy.path, dropped = ?report.dropped, "special files (devices, fifos) left out of a template");
         }
 
         let file = tokio::fs::File::open(&clean.0)
@@ -943,107 +862,6 @@ mod tests {
         assert_eq!(plan.len(), 1);
         assert_eq!(plan[0].path, "/data");
         assert!(copy_plan(&s(&["/dat"]), &s(&["/data"])).is_empty());
-    }
-
-    fn entry(
-        builder: &mut tar::Builder<Vec<u8>>,
-        path: &str,
-        kind: tar::EntryType,
-        mode: u32,
-        data: &[u8],
-    ) {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(kind);
-        h.set_mode(mode);
-        h.set_uid(1000);
-        h.set_gid(1000);
-        h.set_size(data.len() as u64);
-        builder.append_data(&mut h, path, data).unwrap();
-    }
-
-    #[test]
-    fn sanitised_archives_lose_ownership_and_privilege_bits() {
-        let mut b = tar::Builder::new(Vec::new());
-        entry(&mut b, "app/", tar::EntryType::Directory, 0o2775, b"");
-        entry(
-            &mut b,
-            "app/run",
-            tar::EntryType::Regular,
-            0o4755,
-            b"#!/bin/sh\n",
-        );
-        entry(&mut b, "app/tmp/", tar::EntryType::Directory, 0o1777, b"");
-        entry(&mut b, "app/fifo", tar::EntryType::Fifo, 0o644, b"");
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Symlink);
-        h.set_size(0);
-        b.append_link(&mut h, "app/link", "/etc/hostname").unwrap();
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Link);
-        h.set_size(0);
-        b.append_link(&mut h, "app/hard", "app/run").unwrap();
-        let raw = b.into_inner().unwrap();
-
-        let copy = Copy {
-            path: "/data/deep/app".into(),
-            scaffold: s(&["data/deep"]),
-        };
-        let mut out = Vec::new();
-        let dropped = sanitize_archive(&raw[..], &mut out, &copy).unwrap();
-        assert_eq!(dropped, 1, "the fifo is left out");
-
-        let mut seen = BTreeMap::new();
-        for e in tar::Archive::new(&out[..]).entries().unwrap() {
-            let e = e.unwrap();
-            let h = e.header();
-            assert_eq!(h.uid().unwrap(), 0);
-            assert_eq!(h.gid().unwrap(), 0);
-            assert_eq!(h.mode().unwrap() & 0o6000, 0, "no setuid/setgid");
-            let link = e.link_name().unwrap().map(|l| l.display().to_string());
-            seen.insert(
-                e.path()
-                    .unwrap()
-                    .display()
-                    .to_string()
-                    .trim_end_matches('/')
-                    .to_string(),
-                (h.mode().unwrap(), link),
-            );
-        }
-        assert_eq!(seen["data/deep"].0, 0o755);
-        assert_eq!(seen["data/deep/app"].0, 0o775);
-        assert_eq!(seen["data/deep/app/run"].0, 0o755);
-        assert_eq!(seen["data/deep/app/tmp"].0, 0o1777, "sticky bit kept");
-        assert_eq!(
-            seen["data/deep/app/link"].1.as_deref(),
-            Some("/etc/hostname")
-        );
-        assert_eq!(
-            seen["data/deep/app/hard"].1.as_deref(),
-            Some("data/deep/app/run")
-        );
-    }
-
-    #[test]
-    fn sanitising_refuses_escaping_members() {
-        let mut raw = Vec::new();
-        {
-            // Write a header by hand: the tar builder refuses `..` itself.
-            let mut h = tar::Header::new_old();
-            h.as_old_mut().name[..9].copy_from_slice(b"../escape");
-            h.set_entry_type(tar::EntryType::Regular);
-            h.set_mode(0o644);
-            h.set_size(0);
-            h.set_cksum();
-            raw.extend_from_slice(h.as_bytes());
-            raw.extend_from_slice(&[0u8; 1024]);
-        }
-        let copy = Copy {
-            path: "/data".into(),
-            scaffold: vec![],
-        };
-        let err = sanitize_archive(&raw[..], Vec::new(), &copy).unwrap_err();
-        assert!(err.to_string().contains(".."), "{err}");
     }
 
     #[test]
