@@ -22,6 +22,7 @@ use crate::provider::{Provider, ProviderEvent};
 use crate::registry::{ProviderHandle, ProviderRegistry};
 use crate::server::{self, Liveness, Readiness, ServerState};
 use crate::telemetry::{self, LogFormat};
+use crate::templates::service::TemplateService;
 use crate::templates::store::{StoreSettings, TemplateStore};
 use crate::templates::transfer::Limits;
 
@@ -94,7 +95,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let client = Client::try_default().await?;
     let metrics = Metrics::new();
     let providers = build_providers(&config, &metrics).await?;
-    let template_stores = template_stores_by_provider(&config)?;
+    let templates = Arc::new(template_service(&config)?);
 
     let (stop_tx, stop_rx) = watch::channel(false);
     let stopped = move || {
@@ -170,6 +171,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         let ctx = Context::new(
             client.clone(),
             providers.clone(),
+            templates.clone(),
             metrics.clone(),
             config.instance.clone(),
             config.resync(),
@@ -202,13 +204,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
             ctl_stopped(),
             ns.clone(),
         ));
-        // SandboxTemplates, with each provider's template store (for fetch and unpublish).
-        let templates = tokio::spawn(controller::template::run(
-            ctx.clone(),
-            template_stores.clone(),
-            ctl_stopped(),
-            ns,
-        ));
+        // SandboxTemplates (the template stores are in the context's templates service).
+        let templates = tokio::spawn(controller::template::run(ctx.clone(), ctl_stopped(), ns));
         // The sweeper: leader only, stopped with the controllers (a no-op when disabled).
         let sweeper = tokio::spawn(controller::sweeper::run_periodic(
             controller::sweeper::Sweeper::new(
@@ -277,10 +274,7 @@ pub async fn build_providers(
                     name: p.name.clone(),
                     message: e.to_string(),
                 })?;
-                match template_store_of(config, p)? {
-                    Some((store, limits)) => Arc::new(docker.with_template_store(store, limits)),
-                    None => Arc::new(docker),
-                }
+                Arc::new(docker)
             }
             other => {
                 return Err(RunError::Provider {
@@ -304,48 +298,33 @@ pub async fn build_providers(
     Ok(registry)
 }
 
-/// The S3 template store a provider names (`providers[].templateStore`), built from its
-/// settings with the environment as fallback; `None` when it names none. A store whose
-/// settings are incomplete fails start-up with the missing settings named, rather than
-/// surfacing later as a network failure.
-fn template_store_of(
-    config: &OperatorConfig,
-    provider: &crate::config::ProviderConfig,
-) -> Result<Option<(Arc<TemplateStore>, Limits)>, RunError> {
-    let Some(name) = &provider.template_store else {
-        return Ok(None);
-    };
-    let store_config = config
-        .template_store(name)
-        .ok_or_else(|| RunError::Provider {
+/// The templates service: one store client per template store a provider names
+/// (`providers[].templateStore`), built from its settings with the environment as fallback,
+/// shared by every provider that names it. A store whose settings are incomplete fails
+/// start-up with the missing settings named, rather than surfacing later as a network
+/// failure. Building a client makes no request.
+pub fn template_service(config: &OperatorConfig) -> Result<TemplateService, RunError> {
+    let mut service = TemplateService::new(Limits::default());
+    let mut built = std::collections::BTreeSet::new();
+    for provider in &config.providers {
+        let Some(name) = &provider.template_store else {
+            continue;
+        };
+        let fail = |message: String| RunError::Provider {
             name: provider.name.clone(),
-            message: format!("templateStore {name:?} is not defined under templateStores"),
-        })?;
-    let settings =
-        StoreSettings::resolve(store_config, |k| std::env::var(k).ok()).map_err(|e| {
-            RunError::Provider {
-                name: provider.name.clone(),
-                message: e.to_string(),
-            }
-        })?;
-    Ok(Some((
-        Arc::new(TemplateStore::new(settings)),
-        Limits::default(),
-    )))
-}
-
-/// The template store of every provider that names one, by provider name (one store client
-/// per provider: building one makes no request).
-pub fn template_stores_by_provider(
-    config: &OperatorConfig,
-) -> Result<controller::template::Stores, RunError> {
-    let mut stores = controller::template::Stores::new();
-    for p in &config.providers {
-        if let Some(store) = template_store_of(config, p)? {
-            stores.insert(p.name.clone(), store);
+            message,
+        };
+        if built.insert(name.clone()) {
+            let store_config = config.template_store(name).ok_or_else(|| {
+                fail(format!("templateStore {name:?} is not defined under templateStores"))
+            })?;
+            let settings = StoreSettings::resolve(store_config, |k| std::env::var(k).ok())
+                .map_err(|e| fail(e.to_string()))?;
+            service.add_store(Arc::new(TemplateStore::new(settings)));
         }
+        service.assign(&provider.name, name);
     }
-    Ok(stores)
+    Ok(service)
 }
 
 /// Streams of objects to reconcile because their provider resources changed.

@@ -23,6 +23,7 @@ pub use error::{Error, Result};
 
 use crate::metrics::Metrics;
 use crate::registry::ProviderRegistry;
+use crate::templates::service::TemplateService;
 
 /// The field manager the operator's server-side applies use. It only ever owns `status`
 /// (and the finalizer, through kube-runtime): never `spec`.
@@ -34,6 +35,8 @@ pub struct Context {
     pub client: Client,
     /// Configured providers.
     pub providers: ProviderRegistry,
+    /// Every template operation, on any provider (with the configured template stores).
+    pub templates: Arc<TemplateService>,
     /// Publishes events.k8s.io Events.
     pub recorder: Recorder,
     /// Prometheus metrics.
@@ -76,6 +79,7 @@ impl Context {
     pub fn new(
         client: Client,
         providers: ProviderRegistry,
+        templates: Arc<TemplateService>,
         metrics: Metrics,
         instance: String,
         resync: Duration,
@@ -93,6 +97,7 @@ impl Context {
         Arc::new(Context {
             client,
             providers,
+            templates,
             recorder,
             metrics,
             instance,

@@ -36,10 +36,12 @@
 //! its id (the `sandboxes.dev/template` label). Decided by listing every container; when
 //! that listing fails, `in_use` is `true` (rule 4) and removal fails instead of guessing.
 //!
-//! # Sharing
+//! # Labels
 //!
-//! `publish`/`fetch` need a template store (the S3 scheme); none is wired to the Docker
-//! provider yet, so both are `Unsupported` with the setting that would enable them.
+//! A template image records its id, capture paths, label and base image (the image the
+//! captured sandbox was created from; a template of a template inherits its parent's) as
+//! labels, so the controller-side templates service can publish it to a shared store and a
+//! provider without image commit can boot the base image and restore the capture.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io;
@@ -63,7 +65,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::core::parse_time;
 use super::volumes::summary_name;
 use super::{
-    CAPTURE_PATHS_LABEL, DockerProvider, TEMPLATE_ID_LABEL, TEMPLATE_LABEL_LABEL, is_not_found,
+    BASE_IMAGE_LABEL, CAPTURE_PATHS_LABEL, DockerProvider, TEMPLATE_ID_LABEL, TEMPLATE_LABEL_LABEL,
+    is_not_found,
     map_err, status_of,
 };
 use crate::provider::labels::TEMPLATE;
@@ -191,6 +194,28 @@ fn io_err(what: &str, e: impl std::fmt::Display) -> ProviderError {
     ProviderError::transient(format!("{what}: {e}"))
 }
 
+/// A template as its image's labels describe it (reference, time and size left for the
+/// caller). Capture paths that cannot be read come back empty: publishing such a template
+/// then fails, naming what to do, rather than archiving nothing.
+fn from_labels(id: String, labels: BTreeMap<String, String>, in_use: bool) -> Template {
+    let text = |key: &str| labels.get(key).filter(|v| !v.is_empty()).cloned();
+    let capture_paths = labels
+        .get(CAPTURE_PATHS_LABEL)
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_default();
+    Template {
+        id,
+        reference: String::new(),
+        created_at: None,
+        size_bytes: None,
+        label: text(TEMPLATE_LABEL_LABEL),
+        base_image: text(BASE_IMAGE_LABEL),
+        capture_paths,
+        labels,
+        in_use,
+    }
+}
+
 /// Containers (by name) backed by a template: running its image, or booted from its id.
 fn template_users(
     template_id: &str,
@@ -249,16 +274,10 @@ impl DockerProvider {
             .into_iter()
             .collect();
         Template {
-            id: template_id.to_string(),
             reference: image.id.unwrap_or_default(),
             created_at: image.created.as_deref().and_then(parse_time),
             size_bytes: image.size.and_then(|s| u64::try_from(s).ok()),
-            label: labels
-                .get(TEMPLATE_LABEL_LABEL)
-                .filter(|l| !l.is_empty())
-                .cloned(),
-            labels,
-            in_use,
+            ..from_labels(template_id.to_string(), labels, in_use)
         }
     }
 
@@ -497,6 +516,13 @@ impl Templates for DockerProvider {
             TEMPLATE_LABEL_LABEL.to_string(),
             request.label.clone().unwrap_or_default(),
         );
+        // A template of a template keeps the first one's base image.
+        let base = source_image_labels
+            .get(BASE_IMAGE_LABEL)
+            .filter(|b| !b.is_empty())
+            .cloned()
+            .or_else(|| source.config.as_ref().and_then(|c| c.image.clone()));
+        labels.insert(BASE_IMAGE_LABEL.to_string(), base.unwrap_or_default());
         let config = ContainerConfig {
             labels: Some(labels.into_iter().collect()),
             ..Default::default()
@@ -619,13 +645,7 @@ impl Templates for DockerProvider {
                 reference: image.id,
                 created_at: DateTime::from_timestamp(image.created, 0),
                 size_bytes: u64::try_from(image.size).ok(),
-                label: labels
-                    .get(TEMPLATE_LABEL_LABEL)
-                    .filter(|l| !l.is_empty())
-                    .cloned(),
-                labels,
-                in_use,
-                id,
+                ..from_labels(id, labels, in_use)
             });
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
@@ -683,143 +703,6 @@ impl Templates for DockerProvider {
             }
         }
         Ok(())
-    }
-
-    async fn publish(&self, template_id: &str) -> ProviderResult<()> {
-        let Some((store, limits)) = self.template_store.clone() else {
-            return Err(ProviderError::unsupported(format!(
-                "no template store is configured for Docker provider {:?}, so template {template_id} cannot be \
-                 published; set templateStore on that provider in the operator configuration",
-                self.config.name
-            )));
-        };
-        self.publish_to_store(template_id, &store, limits).await
-    }
-
-    async fn fetch(&self, template_id: &str) -> ProviderResult<Option<Template>> {
-        let Some((store, limits)) = self.template_store.clone() else {
-            return Err(ProviderError::unsupported(format!(
-                "no template store is configured for Docker provider {:?}, so template {template_id} cannot be \
-                 fetched; set templateStore on that provider in the operator configuration",
-                self.config.name
-            )));
-        };
-        self.fetch_from_store(template_id, &store, limits).await
-    }
-}
-
-/// Publish and fetch through the shared S3 template store (provider-neutral transfer code in
-/// [`crate::templates::transfer`]; the restore there is the security boundary).
-impl DockerProvider {
-    /// `publish`: a helper container booted from the template image (owned by the
-    /// template's owner) archives the capture paths recorded on the image into the store;
-    /// the helper is destroyed whatever happens.
-    async fn publish_to_store(
-        &self,
-        template_id: &str,
-        store: &std::sync::Arc<crate::templates::store::TemplateStore>,
-        limits: crate::templates::transfer::Limits,
-    ) -> ProviderResult<()> {
-        validate::resource_name("template", template_id).map_err(ProviderError::invalid)?;
-        let image = self.template_inspect(template_id).await?.ok_or_else(|| {
-            ProviderError::not_found(format!(
-                "template {template_id} does not exist on Docker provider {:?}, so it cannot be published; \
-                 capture it first",
-                self.config.name
-            ))
-        })?;
-        let labels: BTreeMap<String, String> = image
-            .config
-            .and_then(|c| c.labels)
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
-        let paths: Vec<String> = match labels.get(CAPTURE_PATHS_LABEL) {
-            Some(json) => serde_json::from_str(json).map_err(|e| {
-                ProviderError::invalid(format!(
-                    "template {template_id}: the capture paths recorded on its image are unreadable ({e}); \
-                     recapture it"
-                ))
-            })?,
-            None => Vec::new(),
-        };
-        let owner = crate::provider::labels::Owner::from_labels(&labels).ok_or_else(|| {
-            ProviderError::invalid(format!(
-                "template {template_id} carries no owner labels, so no helper can be made for publishing \
-                 it; recapture it through its SandboxTemplate"
-            ))
-        })?;
-        let label = labels
-            .get(TEMPLATE_LABEL_LABEL)
-            .filter(|l| !l.is_empty())
-            .cloned();
-        // Runs to completion even when the caller stops waiting (a provider-call timeout), so
-        // the helper container is still destroyed rather than left running.
-        let (this, store, id) = (self.clone(), store.clone(), template_id.to_string());
-        tokio::spawn(async move {
-            crate::templates::transfer::publish_template(
-                &this, &store, &id, &paths, label, &owner, limits,
-            )
-            .await
-        })
-        .await
-        .map_err(|e| {
-            ProviderError::transient(format!(
-                "publishing template {template_id} was interrupted: {e}"
-            ))
-        })?
-        .map(|_| ())
-    }
-
-    /// `fetch`: the store's archive is restored into a fresh container of the provider's
-    /// default image and committed as `<template_repository>:<template id>`; a failed or
-    /// refused restore destroys that container and commits nothing.
-    ///
-    /// The trait call names no owner, so the fetched image carries EMPTY owner labels: no
-    /// sweeper claims it, and the SandboxTemplate whose id it is removes it by that id. (The
-    /// SandboxTemplate controller fetches through [`crate::templates::transfer::fetch_into`]
-    /// with its own owner labels instead.)
-    async fn fetch_from_store(
-        &self,
-        template_id: &str,
-        store: &std::sync::Arc<crate::templates::store::TemplateStore>,
-        limits: crate::templates::transfer::Limits,
-    ) -> ProviderResult<Option<Template>> {
-        validate::resource_name("template", template_id).map_err(ProviderError::invalid)?;
-        let Some(image) = self.config.default_image.clone() else {
-            return Err(ProviderError::invalid(format!(
-                "fetching template {template_id} needs an image to restore it into, and Docker provider {:?} \
-                 has none; set docker.defaultImage on that provider in the operator configuration (an image \
-                 with GNU tar, gzip, find and curl)",
-                self.config.name
-            )));
-        };
-        let unowned = crate::provider::labels::Owner {
-            instance: String::new(),
-            kind: "SandboxTemplate".into(),
-            namespace: String::new(),
-            name: String::new(),
-            uid: String::new(),
-        };
-        // Runs to completion even when the caller stops waiting (see publish_to_store).
-        let (this, store, id) = (self.clone(), store.clone(), template_id.to_string());
-        tokio::spawn(async move {
-            crate::templates::transfer::fetch_into(
-                &this,
-                &store,
-                &id,
-                &unowned,
-                Some(&image),
-                limits,
-            )
-            .await
-        })
-        .await
-        .map_err(|e| {
-            ProviderError::transient(format!(
-                "fetching template {template_id} was interrupted: {e}"
-            ))
-        })?
     }
 }
 
