@@ -13,11 +13,10 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
 
 use crate::api::{Sandbox, SandboxVolume};
-use crate::config::{OperatorConfig, ProviderType};
+use crate::config::OperatorConfig;
 use crate::controller::{self, Context};
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::metrics::Metrics;
-use crate::provider::docker::{DockerConfig, DockerProvider};
 use crate::provider::{Provider, ProviderEvent};
 use crate::registry::{ProviderHandle, ProviderRegistry};
 use crate::server::{self, Liveness, Readiness, ServerState};
@@ -255,36 +254,20 @@ pub async fn build_providers(
         configured.push(crate::config::ProviderConfig::docker_default("docker"));
     }
     for p in &configured {
-        let provider: Arc<dyn Provider> = match p.type_ {
-            ProviderType::Docker => {
-                let s = p.docker_settings();
-                let defaults = DockerConfig::default();
-                let docker = DockerProvider::connect_negotiated(DockerConfig {
-                    name: p.name.clone(),
-                    endpoint: s.endpoint.clone(),
-                    publish_host: s.publish_host().to_string(),
-                    default_image: s.default_image.clone(),
-                    template_repository: s
-                        .template_repository
-                        .clone()
-                        .unwrap_or(defaults.template_repository),
-                })
-                .await
-                .map_err(|e| RunError::Provider {
-                    name: p.name.clone(),
-                    message: e.to_string(),
-                })?;
-                Arc::new(docker)
-            }
-            other => {
-                return Err(RunError::Provider {
-                    name: p.name.clone(),
-                    message: format!(
-                        "provider type {other} is not available in this build; use type docker"
-                    ),
-                });
-            }
+        let settings = p.settings().ok_or_else(|| RunError::Provider {
+            name: p.name.clone(),
+            message: format!(
+                "a provider of type {} needs its `{}:` block",
+                p.type_, p.type_
+            ),
+        })?;
+        let failed = |e: crate::provider::ProviderError| RunError::Provider {
+            name: p.name.clone(),
+            message: e.to_string(),
         };
+        let provider: Arc<dyn Provider> = crate::provider::build(&p.name, &settings)
+            .await
+            .map_err(failed)?;
         registry.insert(ProviderHandle::new(
             provider,
             config.provider_concurrency,
@@ -316,7 +299,9 @@ pub fn template_service(config: &OperatorConfig) -> Result<TemplateService, RunE
         };
         if built.insert(name.clone()) {
             let store_config = config.template_store(name).ok_or_else(|| {
-                fail(format!("templateStore {name:?} is not defined under templateStores"))
+                fail(format!(
+                    "templateStore {name:?} is not defined under templateStores"
+                ))
             })?;
             let settings = StoreSettings::resolve(store_config, |k| std::env::var(k).ok())
                 .map_err(|e| fail(e.to_string()))?;

@@ -28,7 +28,7 @@ use no_native_templates::NoNativeTemplates;
 use s3env::s3_env;
 use sandbox_operator::config::TemplateStoreConfig;
 use sandbox_operator::provider::ErrorKind;
-use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
+use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::{CommitRequest, ExecRequest, Provider, Templates};
 use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest};
 use sandbox_operator::templates::service::{Boot, TemplateService};
@@ -86,12 +86,17 @@ fn service(store: Option<Arc<TemplateStore>>) -> TemplateService {
 /// A second provider instance on the same engine, standing in for another host: its own
 /// template repository, so its templates are not the first one's images.
 async fn other_host() -> DockerProvider {
-    DockerProvider::connect_negotiated(DockerConfig {
-        name: "docker-other".into(),
-        default_image: Some(common::base_image()),
-        template_repository: format!("sandbox-operator/template-other-{:08x}", fastrand::u32(..)),
-        ..Default::default()
-    })
+    DockerProvider::connect_negotiated(
+        "docker-other",
+        DockerSettings {
+            default_image: Some(common::base_image()),
+            template_repository: format!(
+                "sandbox-operator/template-other-{:08x}",
+                fastrand::u32(..)
+            ),
+            ..Default::default()
+        },
+    )
     .await
     .expect("engine")
 }
@@ -511,7 +516,7 @@ async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
         let id = unique("refused");
         let _images = Images(vec![format!(
             "{}:{id}",
-            provider.config().template_repository
+            provider.settings().template_repository
         )]);
         upload(&store, &id, &archive(&members)).await;
         let err = service
@@ -525,7 +530,7 @@ async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
             containers_named(&id)
         );
         assert!(
-            !image_exists(&format!("{}:{id}", provider.config().template_repository)),
+            !image_exists(&format!("{}:{id}", provider.settings().template_repository)),
             "nothing is tagged as template {id}"
         );
         assert!(provider.get_template(&id).await.expect("lookup").is_none());
@@ -570,8 +575,12 @@ async fn fetch_is_none_when_absent_and_an_error_when_the_store_cannot_be_read() 
     // Without a store, sharing stays Unsupported and names the setting.
     let none = service(None);
     for err in [
-        none.fetch(&env.provider, &id, &owner).await.expect_err("no store"),
-        none.publish(&env.provider, &id).await.expect_err("no store"),
+        none.fetch(&env.provider, &id, &owner)
+            .await
+            .expect_err("no store"),
+        none.publish(&env.provider, &id)
+            .await
+            .expect_err("no store"),
     ] {
         assert!(
             err.is(ErrorKind::Unsupported) && err.message().contains("templateStore"),
@@ -639,13 +648,20 @@ async fn capture_publish_fetch_boot_round_trip_keeps_contents_and_modes() {
         "the archive holds the blob: {}",
         m.size_bytes
     );
-    assert_eq!(m.base_image, Some(common::base_image()), "the base image is recorded");
+    assert_eq!(
+        m.base_image,
+        Some(common::base_image()),
+        "the base image is recorded"
+    );
     assert_eq!(m.labels, owner.labels(), "and so is the capturing owner");
 
     // Another host: nothing local, so fetch restores from the store, with the fetching
     // object's owner labels on the result (a sweeper of this instance can claim it).
     let there = other_host().await;
-    let _images = Images(vec![format!("{}:{id}", there.config().template_repository)]);
+    let _images = Images(vec![format!(
+        "{}:{id}",
+        there.settings().template_repository
+    )]);
     assert!(there.get_template(&id).await.expect("lookup").is_none());
     let fetcher = env.owner("SandboxTemplate", "fetcher");
     let fetched = service
@@ -731,10 +747,18 @@ async fn without_native_templates_capture_goes_over_exec_and_boot_restores_after
     assert_eq!(t.base_image, Some(common::base_image()));
     assert_eq!(t.labels, owner.labels());
     assert!(
-        env.provider.get_template(&id).await.expect("lookup").is_none(),
+        env.provider
+            .get_template(&id)
+            .await
+            .expect("lookup")
+            .is_none(),
         "no image was committed"
     );
-    let seen = service.get(&fly, &id).await.expect("lookup").expect("in the store");
+    let seen = service
+        .get(&fly, &id)
+        .await
+        .expect("lookup")
+        .expect("in the store");
     assert!(!seen.in_use, "no restore is in flight");
 
     // Boot: the manifest's base image, then the archive restored after start.
@@ -776,7 +800,10 @@ async fn without_native_templates_capture_goes_over_exec_and_boot_restores_after
     assert!(err.is(ErrorKind::Invalid), "{err:?}");
     // A provider without native templates and without a store cannot hold templates.
     let err = self::service(None).home(&fly).err().expect("no home");
-    assert!(err.is(ErrorKind::Unsupported) && err.message().contains("templateStore"), "{err:?}");
+    assert!(
+        err.is(ErrorKind::Unsupported) && err.message().contains("templateStore"),
+        "{err:?}"
+    );
 }
 
 /// A realistic dependency install without a network: 2,000 packages, each a generated
@@ -845,7 +872,10 @@ async fn boot_from_template_versus_building_from_scratch() {
     // Another host: fetch from the store (restore through the boundary), then boot.
     service.publish(&here, &id).await.expect("publish");
     let there = other_host().await;
-    let _images = Images(vec![format!("{}:{id}", there.config().template_repository)]);
+    let _images = Images(vec![format!(
+        "{}:{id}",
+        there.settings().template_repository
+    )]);
     let owner = env.owner("SandboxTemplate", "timing-fetch");
     let t1 = Instant::now();
     service

@@ -29,7 +29,7 @@ use super::store::TemplateStore;
 use super::transfer::{self, Limits};
 use crate::provider::labels::Owner;
 use crate::provider::{
-    CommitRequest, ProviderError, ProviderResult, Provider, Template, Templates, validate,
+    CommitRequest, Provider, ProviderError, ProviderResult, Template, Templates, validate,
 };
 
 /// Where a provider's templates live.
@@ -84,7 +84,8 @@ impl TemplateService {
 
     /// Says that `provider` keeps (or shares) its templates in the store named `store`.
     pub fn assign(&mut self, provider: &str, store: &str) {
-        self.assigned.insert(provider.to_string(), store.to_string());
+        self.assigned
+            .insert(provider.to_string(), store.to_string());
     }
 
     /// The transfer limits.
@@ -122,14 +123,17 @@ impl TemplateService {
         match self.home(provider)? {
             Home::Native { templates, .. } => templates.commit(request).await,
             Home::Store(store) => {
-                let source = provider.describe(&request.sandbox_id).await?.ok_or_else(|| {
-                    ProviderError::not_found(format!(
-                        "sandbox {} does not exist, so template {} cannot be captured from it",
-                        request.sandbox_id, request.template_id
-                    ))
-                })?;
-                let m = transfer::capture(provider, store, request, source.image, self.limits)
-                    .await?;
+                let source = provider
+                    .describe(&request.sandbox_id)
+                    .await?
+                    .ok_or_else(|| {
+                        ProviderError::not_found(format!(
+                            "sandbox {} does not exist, so template {} cannot be captured from it",
+                            request.sandbox_id, request.template_id
+                        ))
+                    })?;
+                let m =
+                    transfer::capture(provider, store, request, source.image, self.limits).await?;
                 Ok(from_manifest(store, m, false))
             }
         }
@@ -266,11 +270,13 @@ impl TemplateService {
                         .await?;
                 Ok(fetched.map(|_| Boot::Native))
             }
-            Home::Store(store) => Ok(transfer::manifest(store, template_id)
-                .await?
-                .map(|m| Boot::Restore {
-                    image: m.base_image,
-                })),
+            Home::Store(store) => {
+                Ok(transfer::manifest(store, template_id)
+                    .await?
+                    .map(|m| Boot::Restore {
+                        image: m.base_image,
+                    }))
+            }
         }
     }
 

@@ -379,7 +379,14 @@ pub async fn publish_template(
     };
     let result = async {
         provider.start(&created.id).await?;
-        capture(provider, store, &request, template.base_image.clone(), limits).await
+        capture(
+            provider,
+            store,
+            &request,
+            template.base_image.clone(),
+            limits,
+        )
+        .await
     }
     .await;
     // A helper that could not be destroyed is logged and found again by its owner labels;

@@ -7,8 +7,8 @@ use async_trait::async_trait;
 use sandbox_operator::provider::docker::DockerProvider;
 use sandbox_operator::provider::{
     BulkFiles, CapacityProbe, CreateRequest, Egress, ExecOutput, ExecRequest, Files, Hibernation,
-    Provider, ProviderEvents, ProviderResult, SandboxDescriptor, SandboxQuery,
-    SetResources, Templates, Volumes,
+    Provider, ProviderEvents, ProviderResult, SandboxDescriptor, SandboxQuery, SetResources,
+    Templates, Volumes,
 };
 
 /// Docker, minus its native templates.

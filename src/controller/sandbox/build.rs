@@ -168,7 +168,10 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
 /// restore after start. A provider's own template wins over the image; a store template
 /// boots the base image it was captured on (the spec's image when it names none) and is
 /// restored into it.
-fn boot(spec: &SandboxSpec, resolved: &Resolved) -> (Option<String>, Option<String>, Option<String>) {
+fn boot(
+    spec: &SandboxSpec,
+    resolved: &Resolved,
+) -> (Option<String>, Option<String>, Option<String>) {
     let id = resolved.template_id.clone();
     match &resolved.boot {
         Some(Boot::Restore { image }) => (image.clone().or_else(|| spec.image.clone()), None, id),

@@ -186,7 +186,10 @@ fn unrestored(desired: &Desired, observed: &Observed<'_>) -> Option<Plan> {
     }
     let steps = vec![Step::Destroy];
     Some(Plan {
-        steps: restore_after_start(desired, [steps, fresh(desired.state, observed.wants_env)].concat()),
+        steps: restore_after_start(
+            desired,
+            [steps, fresh(desired.state, observed.wants_env)].concat(),
+        ),
         hold: None,
         recreate_reason: Some("its template restore did not complete".into()),
     })

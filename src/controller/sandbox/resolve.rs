@@ -155,11 +155,17 @@ async fn template(
     };
     let provider = handle.provider.as_ref();
     if let Err(e) = ctx.templates.home(provider) {
-        let msg = format!("spec.templateRef: {}; remove templateRef or use another provider", e.message());
+        let msg = format!(
+            "spec.templateRef: {}; remove templateRef or use another provider",
+            e.message()
+        );
         return Err(Blocked::Stall("TemplatesUnsupported", msg));
     }
     let owner = owner_of(&template, &ctx.instance);
-    match handle.call("boot_template", ctx.templates.boot(provider, &id, &owner)).await {
+    match handle
+        .call("boot_template", ctx.templates.boot(provider, &id, &owner))
+        .await
+    {
         Ok(Some(boot)) => Ok((id, boot)),
         Ok(None) => Err(Blocked::Stall(
             "TemplateNotFound",

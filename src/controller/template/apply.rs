@@ -8,9 +8,9 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 
 use crate::api::{Sandbox, SandboxTemplate, SandboxTemplateStatus, TemplateSource};
+use crate::controller::Result;
 use crate::controller::events::{normal, warning};
 use crate::controller::status::Health;
-use crate::controller::Result;
 use crate::provider::{Template, validate};
 use crate::registry::ProviderHandle;
 
@@ -54,12 +54,17 @@ async fn converge(
     report_finished_fetch(r, tctx, &id).await;
     let service = &r.ctx.templates;
     let provider = handle.provider.as_ref();
-    let observed = handle.call("get_template", service.get(provider, &id)).await?;
+    let observed = handle
+        .call("get_template", service.get(provider, &id))
+        .await?;
     let steps = plan(r, &on, observed.as_ref(), p)?;
     act_all(r, tctx, &on, steps, p).await?;
 
     // Observe again, for the reference, size, time and use the provider reports.
-    let Some(t) = handle.call("get_template", service.get(provider, &id)).await? else {
+    let Some(t) = handle
+        .call("get_template", service.get(provider, &id))
+        .await?
+    else {
         let msg = format!("template {id} is not at provider {} yet", handle.name());
         return Err(Blocked::Wait("Capturing", msg, WAIT));
     };
@@ -111,7 +116,10 @@ async fn provider(r: &Report<'_>, p: &mut Progress) -> Result<ProviderHandle, Bl
     };
     p.next.provider = Some(handle.name().to_string());
     if let Err(e) = r.ctx.templates.home(handle.provider.as_ref()) {
-        return Err(Blocked::Stall("TemplatesUnsupported", e.message().to_string()));
+        return Err(Blocked::Stall(
+            "TemplatesUnsupported",
+            e.message().to_string(),
+        ));
     }
     Ok(handle)
 }

@@ -23,7 +23,10 @@ pub async fn cleanup(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> 
         .template_id
         .clone()
         .unwrap_or_else(|| template_id(&template));
-    let provider = status.provider.clone().or_else(|| template.spec.provider.clone());
+    let provider = status
+        .provider
+        .clone()
+        .or_else(|| template.spec.provider.clone());
     let handle = match r.ctx.providers.resolve(provider.as_deref()) {
         Ok(h) => h.clone(),
         // Never made anywhere: nothing to clean up.
@@ -82,12 +85,17 @@ async fn remove(
     if source == TemplateSource::Store && service.always_published(provider) {
         return Ok(Removal::Done);
     }
-    let observed = handle.call("get_template", service.get(provider, id)).await?;
+    let observed = handle
+        .call("get_template", service.get(provider, id))
+        .await?;
     let ours = observed
         .as_ref()
         .is_none_or(|t| foreign_owner(t, &uid).is_none());
     if ours {
-        match handle.call("remove_template", service.remove(provider, id)).await {
+        match handle
+            .call("remove_template", service.remove(provider, id))
+            .await
+        {
             Ok(()) => {}
             Err(e) if e.is(ErrorKind::Conflict) => {
                 return Ok(Removal::InUse(e.message().to_string()));
@@ -97,7 +105,10 @@ async fn remove(
     }
     let published = p.written.published == Some(true);
     if source == TemplateSource::Capture && published && !service.always_published(provider) {
-        match handle.call("unpublish", service.unpublish(provider, id)).await {
+        match handle
+            .call("unpublish", service.unpublish(provider, id))
+            .await
+        {
             Ok(()) => {}
             Err(e) if e.is(ErrorKind::Conflict) => {
                 return Ok(Removal::InUse(e.message().to_string()));

@@ -51,12 +51,11 @@ use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
-use crate::api::{FINALIZER, Sandbox, SandboxTemplate};
-use crate::controller::{Context, Error, Result};
+use crate::api::{Sandbox, SandboxTemplate};
+use crate::controller::{Context, Error, Result, scaffold};
 use crate::provider::labels::{KIND as KIND_LABEL, OWNER, OWNER_UID, Owner};
 use crate::provider::{ProviderError, SandboxQuery, Template};
 use crate::registry::ProviderHandle;
@@ -87,47 +86,28 @@ pub struct TemplateContext {
     pub transfers: Arc<Transfers>,
 }
 
-/// One reconcile of one SandboxTemplate.
+/// One reconcile of one SandboxTemplate (through the shared scaffold).
 pub async fn reconcile(
     template: Arc<SandboxTemplate>,
     tctx: Arc<TemplateContext>,
 ) -> Result<Action> {
-    let ctx = &tctx.ctx;
-    let _timer = ctx.metrics.reconcile_timer(KIND);
-    let ns = template.namespace().unwrap_or_default();
-    let key = format!("{KIND}/{ns}/{}", template.name_any());
-    let api: Api<SandboxTemplate> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = crate::controller::finalizer_outcome(
-        finalizer(&api, FINALIZER, template, |event| async {
-            match event {
-                Finalizer::Apply(t) => apply::apply(t, &tctx).await,
-                Finalizer::Cleanup(t) => cleanup::cleanup(t, &tctx).await,
-            }
-        })
-        .await,
-    );
-    if result.is_ok() {
-        ctx.backoff.reset(&key);
-    }
-    result
+    scaffold::reconcile(
+        KIND,
+        template,
+        &tctx.ctx,
+        |t| apply::apply(t, &tctx),
+        |t| cleanup::cleanup(t, &tctx),
+    )
+    .await
 }
 
-/// Backoff and metrics for failed reconciles.
+/// Retries with per-object exponential backoff and counts the error by category.
 pub fn error_policy(
     template: Arc<SandboxTemplate>,
     err: &Error,
     tctx: Arc<TemplateContext>,
 ) -> Action {
-    let ctx = &tctx.ctx;
-    ctx.metrics.reconcile_error(KIND, err.category());
-    let key = format!(
-        "{KIND}/{}/{}",
-        template.namespace().unwrap_or_default(),
-        template.name_any()
-    );
-    let delay = ctx.backoff.next_delay(&key);
-    tracing::warn!(template = %key, error = %err, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+    scaffold::error_policy(KIND, template.as_ref(), err, &tctx.ctx)
 }
 
 /// The owner labels a SandboxTemplate's provider resources carry (its template, its transfer

@@ -149,7 +149,7 @@ impl<'a> Report<'a> {
         self.save(&mut p).await?;
         let uid = self.template.uid().unwrap_or_default();
         Ok(Action::requeue(requeue.unwrap_or_else(|| {
-            crate::controller::sandbox::apply::jittered(self.ctx.resync, &uid)
+            crate::jitter::by_key(self.ctx.resync, &uid)
         })))
     }
 

@@ -1,7 +1,6 @@
 //! The steps of a SandboxTemplate reconcile, one function each, all through the templates
 //! service.
 
-
 use kube::ResourceExt;
 use kube::api::Api;
 

@@ -133,16 +133,19 @@ pub async fn bounded(
 ) -> Outcome {
     let started = Instant::now();
     let bound = transfer_bound(&limits);
-    let result = tokio::time::timeout(bound, work)
-        .await
-        .unwrap_or_else(|_| {
-            Err(ProviderError::transient(format!(
-                "{what} did not finish within {} s",
-                bound.as_secs()
-            )))
-        });
+    let result = tokio::time::timeout(bound, work).await.unwrap_or_else(|_| {
+        Err(ProviderError::transient(format!(
+            "{what} did not finish within {} s",
+            bound.as_secs()
+        )))
+    });
     let outcome = result.as_ref().map_or_else(|e| e.category(), |_| "ok");
-    metrics.provider_call(&provider, operation, outcome, started.elapsed().as_secs_f64());
+    metrics.provider_call(
+        &provider,
+        operation,
+        outcome,
+        started.elapsed().as_secs_f64(),
+    );
     result
 }
 

@@ -66,8 +66,7 @@ use super::core::parse_time;
 use super::volumes::summary_name;
 use super::{
     BASE_IMAGE_LABEL, CAPTURE_PATHS_LABEL, DockerProvider, TEMPLATE_ID_LABEL, TEMPLATE_LABEL_LABEL,
-    is_not_found,
-    map_err, status_of,
+    is_not_found, map_err, status_of,
 };
 use crate::provider::labels::TEMPLATE;
 use crate::provider::{CommitRequest, ProviderError, ProviderResult, Template, Templates};
@@ -411,7 +410,7 @@ impl DockerProvider {
             }
             let options = CommitContainerOptionsBuilder::default()
                 .container(&helper)
-                .repo(&self.config.template_repository)
+                .repo(&self.settings.template_repository)
                 .tag(&request.template_id)
                 .comment(request.label.as_deref().unwrap_or(""))
                 .pause(false)
@@ -532,7 +531,7 @@ impl Templates for DockerProvider {
         let image_id = if copies.is_empty() {
             let options = CommitContainerOptionsBuilder::default()
                 .container(&request.sandbox_id)
-                .repo(&self.config.template_repository)
+                .repo(&self.settings.template_repository)
                 .tag(id)
                 .comment(comment)
                 .pause(true)
