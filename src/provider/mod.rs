@@ -90,7 +90,7 @@ pub trait Provider: Send + Sync {
     }
     /// Native templates: the provider captures a sandbox's filesystem itself (an image
     /// commit) and creates sandboxes from it. A provider without it still gets templates
-    /// through the controller-side templates service (`crate::templates::service`), which
+    /// through the controller-side templates service (the `templates` module), which
     /// captures over `exec` into an S3 store and restores after start; sharing native
     /// templates through that store is the service's work too, never a provider's.
     fn templates(&self) -> Option<&dyn Templates> {
