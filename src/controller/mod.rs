@@ -48,6 +48,8 @@ pub struct Context {
     pub resync: Duration,
     /// Per-object retry counters for exponential backoff.
     pub backoff: backoff::Backoff,
+    /// When each Sandbox's failed template restore may be attempted again.
+    pub restore_retries: sandbox::restore::Retries,
     /// Test-only crash points (`SANDBOX_OPERATOR_FAILPOINT`), see [`Context::failpoint`].
     pub failpoints: Vec<String>,
 }
@@ -104,6 +106,7 @@ impl Context {
             instance,
             resync,
             backoff: backoff::Backoff::default(),
+            restore_retries: sandbox::restore::Retries::default(),
             failpoints,
         })
     }

@@ -193,6 +193,11 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         },
     );
 
+    // A failed template restore is retried at backoff pace, not at once (see restore.rs).
+    if let Some((health, wait)) = super::restore::hold(ctx, &desired, &plan) {
+        return finish(&report, &current, next, health, Some(wait)).await;
+    }
+
     // Holds: report, do not act.
     if let Some(hold) = &plan.hold {
         let health = match hold {

@@ -347,4 +347,33 @@ mod tests {
                 .contains("spec.resources.memory")
         );
     }
+
+    #[test]
+    fn a_store_template_boots_its_base_image_and_is_restored() {
+        let mut spec = base_spec();
+        spec.image = None;
+        let mut resolved = Resolved {
+            template_id: Some("tpl".into()),
+            boot: Some(Boot::Restore {
+                image: Some("base:1".into()),
+            }),
+            ..Resolved::default()
+        };
+        let d = desired(&sandbox(spec.clone()), "ops", &resolved).unwrap();
+        assert_eq!(d.request.image.as_deref(), Some("base:1"));
+        assert_eq!(
+            d.request.template, None,
+            "the provider cannot boot it itself"
+        );
+        assert_eq!(d.restore.as_deref(), Some("tpl"));
+        assert_eq!(
+            d.request.labels.get(TEMPLATE).map(String::as_str),
+            Some("tpl")
+        );
+        // A native template is the provider's to boot; nothing is restored.
+        resolved.boot = Some(Boot::Native);
+        let d = desired(&sandbox(spec), "ops", &resolved).unwrap();
+        assert_eq!(d.request.template.as_deref(), Some("tpl"));
+        assert_eq!(d.restore, None);
+    }
 }
