@@ -282,17 +282,7 @@ impl<W: Write> Rewriter<'_, W> {
         let member = self.member(&entry, shown, &parts)?;
         match kind {
             EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
-                let size = entry.size();
-                let mut h = fresh_header(EntryType::Regular, member.mode, member.mtime, size);
-                let data = Exact {
-                    inner: &mut entry,
-                    left: size,
-                };
-                self.write(&member, |out| {
-                    out.append_data(&mut h, as_path(&member.name), data)
-                })?;
-                self.symlinks.remove(&member.relative);
-                self.files.insert(member.relative.clone());
+                self.file(&mut entry, &member)?;
             }
             EntryType::Directory => {
                 let mut h = fresh_header(EntryType::Directory, member.mode, member.mtime, 0);
@@ -318,6 +308,26 @@ impl<W: Write> Rewriter<'_, W> {
             }
         }
         self.report.entries += 1;
+        Ok(())
+    }
+
+    /// A regular file, its content streamed through (exactly as long as the header says).
+    fn file<R: Read>(
+        &mut self,
+        entry: &mut Entry<'_, R>,
+        member: &Member,
+    ) -> Result<(), TarsafeError> {
+        let size = entry.size();
+        let mut h = fresh_header(EntryType::Regular, member.mode, member.mtime, size);
+        let data = Exact {
+            inner: entry,
+            left: size,
+        };
+        self.write(member, |out| {
+            out.append_data(&mut h, as_path(&member.name), data)
+        })?;
+        self.symlinks.remove(&member.relative);
+        self.files.insert(member.relative.clone());
         Ok(())
     }
 

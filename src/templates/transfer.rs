@@ -93,24 +93,7 @@ pub async fn capture(
     let url = store.presign_put(&keys.archive(), limits.presign).await?;
     let script = manifest::capture_script(paths, &url, limits.max_archive_bytes)
         .map_err(ProviderError::invalid)?;
-    let out = provider
-        .exec(sandbox_id, &ExecRequest::shell(script, limits.transfer))
-        .await?;
-    match out.exit_code {
-        0 => {}
-        manifest::EXIT_TOO_LARGE => {
-            return Err(ProviderError::invalid(format!(
-                "the capture of {paths:?} is larger than {} bytes; capture less",
-                limits.max_archive_bytes
-            )));
-        }
-        code => {
-            return Err(ProviderError::transient(format!(
-                "capture in sandbox {sandbox_id} failed (exit {code}): {}",
-                redact(&String::from_utf8_lossy(&out.stderr))
-            )));
-        }
-    }
+    run_capture(provider, sandbox_id, script, paths, limits).await?;
     let archive = store.head(&keys.archive()).await?.ok_or_else(|| {
         ProviderError::transient(format!("capture uploaded nothing to {}", keys.archive()))
     })?;
@@ -130,6 +113,30 @@ pub async fn capture(
         .put_text(&keys.manifest(), &body, "application/json")
         .await?;
     Ok(m)
+}
+
+/// Runs the capture script in the sandbox and maps its exit status.
+async fn run_capture(
+    provider: &dyn Provider,
+    sandbox_id: &str,
+    script: String,
+    paths: &[String],
+    limits: Limits,
+) -> ProviderResult<()> {
+    let out = provider
+        .exec(sandbox_id, &ExecRequest::shell(script, limits.transfer))
+        .await?;
+    match out.exit_code {
+        0 => Ok(()),
+        manifest::EXIT_TOO_LARGE => Err(ProviderError::invalid(format!(
+            "the capture of {paths:?} is larger than {} bytes; capture less",
+            limits.max_archive_bytes
+        ))),
+        code => Err(ProviderError::transient(format!(
+            "capture in sandbox {sandbox_id} failed (exit {code}): {}",
+            redact(&String::from_utf8_lossy(&out.stderr))
+        ))),
+    }
 }
 
 /// Reads a template's manifest. `Ok(None)` only when the manifest genuinely does not exist;

@@ -104,24 +104,12 @@ async fn remove(
         }
     }
     let published = p.written.published == Some(true);
-    if source == TemplateSource::Capture && published && !service.always_published(provider) {
-        match handle
-            .call("unpublish", service.unpublish(provider, id))
-            .await
-        {
-            Ok(()) => {}
-            Err(e) if e.is(ErrorKind::Conflict) => {
-                return Ok(Removal::InUse(e.message().to_string()));
-            }
-            Err(e) if e.is(ErrorKind::Unsupported) => {
-                let msg = format!(
-                    "template {id} was published, but {}: its published copy is left in the store",
-                    e.message()
-                );
-                warning(r.ctx, r.template, "StoreNotConfigured", msg).await;
-            }
-            Err(e) => return Err(e.into()),
-        }
+    if source == TemplateSource::Capture
+        && published
+        && !service.always_published(provider)
+        && let Removal::InUse(msg) = unpublish(r, handle, id).await?
+    {
+        return Ok(Removal::InUse(msg));
     }
     // Confirm: only a provider that no longer holds it releases the finalizer.
     if ours
@@ -135,4 +123,26 @@ async fn remove(
         ))));
     }
     Ok(Removal::Done)
+}
+
+/// Removes a native template's published copy; a provider that names no store any more
+/// leaves it there, with a Warning saying so.
+async fn unpublish(r: &Report<'_>, handle: &ProviderHandle, id: &str) -> Result<Removal> {
+    let provider = handle.provider.as_ref();
+    match handle
+        .call("unpublish", r.ctx.templates.unpublish(provider, id))
+        .await
+    {
+        Ok(()) => Ok(Removal::Done),
+        Err(e) if e.is(ErrorKind::Conflict) => Ok(Removal::InUse(e.message().to_string())),
+        Err(e) if e.is(ErrorKind::Unsupported) => {
+            let msg = format!(
+                "template {id} was published, but {}: its published copy is left in the store",
+                e.message()
+            );
+            warning(r.ctx, r.template, "StoreNotConfigured", msg).await;
+            Ok(Removal::Done)
+        }
+        Err(e) => Err(e.into()),
+    }
 }

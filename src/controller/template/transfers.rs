@@ -28,7 +28,7 @@ pub struct Transfers {
 enum Job {
     Running,
     /// The step, what it was started for (the capture it publishes), and its result.
-    Done(Step, String, Outcome),
+    Done(Step, String, Box<Outcome>),
 }
 
 /// Where a background transfer is.
@@ -61,7 +61,7 @@ impl Transfers {
         let mut jobs = self.lock();
         match jobs.remove(key) {
             Some(Job::Done(done, of, result)) if done == step && of == subject => {
-                return Poll::Done(result);
+                return Poll::Done(*result);
             }
             // The result of another step is stale now: start this one.
             Some(Job::Done(..)) | None => {}
@@ -75,7 +75,8 @@ impl Transfers {
         let (this, key, of, job) = (self.clone(), key.to_string(), subject.to_string(), start());
         tokio::spawn(async move {
             let result = job.await;
-            this.lock().insert(key, Job::Done(step, of, result));
+            this.lock()
+                .insert(key, Job::Done(step, of, Box::new(result)));
         });
         Poll::Running
     }
@@ -84,7 +85,7 @@ impl Transfers {
     pub fn take(&self, key: &str, step: Step) -> Option<Outcome> {
         let mut jobs = self.lock();
         match jobs.remove(key) {
-            Some(Job::Done(done, _, result)) if done == step => Some(result),
+            Some(Job::Done(done, _, result)) if done == step => Some(*result),
             Some(other) => {
                 jobs.insert(key.to_string(), other);
                 None
@@ -97,7 +98,7 @@ impl Transfers {
     pub fn put_back(&self, key: &str, step: Step, subject: &str, result: Outcome) {
         self.lock().insert(
             key.to_string(),
-            Job::Done(step, subject.to_string(), result),
+            Job::Done(step, subject.to_string(), Box::new(result)),
         );
     }
 

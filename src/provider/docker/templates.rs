@@ -50,7 +50,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use bollard::models::{
-    ContainerConfig, ContainerCreateBody, ContainerSummary, HostConfig, ImageInspect,
+    ContainerConfig, ContainerCreateBody, ContainerInspectResponse, ContainerSummary, HostConfig,
+    ImageInspect,
 };
 use bollard::query_parameters::{
     CommitContainerOptionsBuilder, ContainerArchiveInfoOptionsBuilder,
@@ -294,36 +295,9 @@ impl DockerProvider {
 
     /// Exports `copy.path` from the sandbox, sanitises it, and uploads it into `helper`.
     async fn copy_into(&self, sandbox: &str, helper: &str, copy: &Copy) -> ProviderResult<()> {
-        let docker = self.engine().await?;
         let raw = TempFile::new("capture-raw");
         let clean = TempFile::new("capture-clean");
-
-        let mut file = tokio::fs::File::create(&raw.0)
-            .await
-            .map_err(|e| io_err("creating a temporary file for a capture", e))?;
-        let options = DownloadFromContainerOptionsBuilder::default()
-            .path(&copy.path)
-            .build();
-        let mut stream = docker.download_from_container(sandbox, Some(options));
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| {
-                map_err(
-                    &format!(
-                        "exporting capture path {} from sandbox {sandbox}",
-                        copy.path
-                    ),
-                    e,
-                )
-            })?;
-            file.write_all(&chunk)
-                .await
-                .map_err(|e| io_err("writing a capture to a temporary file", e))?;
-        }
-        file.flush()
-            .await
-            .map_err(|e| io_err("writing a capture to a temporary file", e))?;
-        drop(file);
-
+        self.download_to(sandbox, &copy.path, &raw).await?;
         let (raw_path, clean_path, plan) = (raw.0.clone(), clean.0.clone(), copy.clone());
         let report = tokio::task::spawn_blocking(move || {
             sanitise_copy(&raw_path, &clean_path, &plan)
@@ -339,8 +313,38 @@ impl DockerProvider {
         if !report.dropped.is_empty() {
             tracing::info!(path = %copy.path, dropped = ?report.dropped, "special files (devices, fifos) left out of a template");
         }
+        // Both temporary files are removed when this returns, after the upload read `clean`.
+        let what = format!("copying capture path {} into the template", copy.path);
+        self.upload_from(helper, &clean, &what).await
+    }
 
-        let file = tokio::fs::File::open(&clean.0)
+    /// Streams the archive of `path` in `sandbox` into the file `to`.
+    async fn download_to(&self, sandbox: &str, path: &str, to: &TempFile) -> ProviderResult<()> {
+        let docker = self.engine().await?;
+        let write_err = |e| io_err("writing a capture to a temporary file", e);
+        let mut file = tokio::fs::File::create(&to.0)
+            .await
+            .map_err(|e| io_err("creating a temporary file for a capture", e))?;
+        let options = DownloadFromContainerOptionsBuilder::default()
+            .path(path)
+            .build();
+        let mut stream = docker.download_from_container(sandbox, Some(options));
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                map_err(
+                    &format!("exporting capture path {path} from sandbox {sandbox}"),
+                    e,
+                )
+            })?;
+            file.write_all(&chunk).await.map_err(write_err)?;
+        }
+        file.flush().await.map_err(write_err)
+    }
+
+    /// Streams the tar file `from` into `helper`, extracted at `/`.
+    async fn upload_from(&self, helper: &str, from: &TempFile, what: &str) -> ProviderResult<()> {
+        let docker = self.engine().await?;
+        let file = tokio::fs::File::open(&from.0)
             .await
             .map_err(|e| io_err("reading a sanitised capture", e))?;
         let body = futures::stream::unfold(Some(file), |state| async move {
@@ -359,15 +363,7 @@ impl DockerProvider {
         docker
             .upload_to_container(helper, Some(options), bollard::body_try_stream(body))
             .await
-            .map_err(|e| {
-                map_err(
-                    &format!("copying capture path {} into the template", copy.path),
-                    e,
-                )
-            })?;
-        // The temporary files live until here: the upload has read all of `clean`.
-        drop((raw, clean));
-        Ok(())
+            .map_err(|e| map_err(what, e))
     }
 
     /// Steps 3 of the module docs: helper container from `intermediate`, copies, final
@@ -434,45 +430,140 @@ impl DockerProvider {
     }
 }
 
+/// Capture paths validated, without trailing slashes, sorted and deduplicated.
+fn normalised_paths(paths: &[String]) -> ProviderResult<Vec<String>> {
+    let mut capture = Vec::new();
+    for path in paths {
+        validate::capture_path(path).map_err(ProviderError::invalid)?;
+        capture.push(path.trim_end_matches('/').to_string());
+    }
+    capture.sort();
+    capture.dedup();
+    Ok(capture)
+}
+
+/// The steps of a native capture (see the module docs).
+impl DockerProvider {
+    /// Each capture path must exist in the sandbox: a template silently missing the
+    /// project's files would boot and look healthy.
+    async fn check_paths_exist(&self, sandbox: &str, paths: &[String]) -> ProviderResult<()> {
+        let docker = self.engine().await?;
+        for path in paths {
+            let options = ContainerArchiveInfoOptionsBuilder::default()
+                .path(path)
+                .build();
+            match docker
+                .get_container_archive_info(sandbox, Some(options))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {
+                    return Err(ProviderError::invalid(format!(
+                        "capture path {path} does not exist in sandbox {sandbox}; fix spec.capturePaths \
+                         (a template without it would boot into an empty workspace)"
+                    )));
+                }
+                Err(e) => return Err(map_err(&format!("checking capture path {path}"), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The committed image's labels: the template's owner, id, capture paths, label and base
+    /// image, and every label the source container carried that its image did not, blanked
+    /// (see the module docs).
+    async fn template_config(
+        &self,
+        request: &CommitRequest,
+        source: &ContainerInspectResponse,
+        capture: &[String],
+    ) -> ProviderResult<ContainerConfig> {
+        let docker = self.engine().await?;
+        let image_labels = match source.image.as_deref() {
+            Some(image) => match docker.inspect_image(image).await {
+                Ok(i) => i.config.and_then(|c| c.labels).unwrap_or_default(),
+                Err(e) if is_not_found(&e) => HashMap::new(),
+                Err(e) => return Err(map_err("looking up the sandbox's image", e)),
+            },
+            None => HashMap::new(),
+        };
+        let source_config = source.config.as_ref();
+        let mut labels: BTreeMap<String, String> = source_config
+            .and_then(|c| c.labels.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| !image_labels.contains_key(*k))
+            .map(|(k, _)| (k.clone(), String::new()))
+            .collect();
+        labels.extend(request.owner.labels());
+        labels.insert(TEMPLATE_ID_LABEL.into(), request.template_id.clone());
+        let paths = serde_json::to_string(capture).unwrap_or_else(|_| "[]".into());
+        labels.insert(CAPTURE_PATHS_LABEL.into(), paths);
+        let label = request.label.clone().unwrap_or_default();
+        labels.insert(TEMPLATE_LABEL_LABEL.into(), label);
+        // A template of a template keeps the first one's base image.
+        let base = image_labels
+            .get(BASE_IMAGE_LABEL)
+            .filter(|b| !b.is_empty())
+            .cloned()
+            .or_else(|| source_config.and_then(|c| c.image.clone()));
+        labels.insert(BASE_IMAGE_LABEL.into(), base.unwrap_or_default());
+        Ok(ContainerConfig {
+            labels: Some(labels.into_iter().collect()),
+            ..Default::default()
+        })
+    }
+
+    /// Commits the sandbox (paused) as the template's tag: directly, or — when paths on
+    /// mounts must be copied in — through an intermediate image and a helper (removed if the
+    /// copies fail). Returns the image id.
+    async fn commit_image(
+        &self,
+        request: &CommitRequest,
+        copies: &[Copy],
+        config: ContainerConfig,
+    ) -> ProviderResult<String> {
+        let docker = self.engine().await?;
+        let (sandbox, id) = (&request.sandbox_id, &request.template_id);
+        let mut options = CommitContainerOptionsBuilder::default()
+            .container(sandbox)
+            .comment(request.label.as_deref().unwrap_or(""))
+            .pause(true);
+        if copies.is_empty() {
+            options = options.repo(&self.settings.template_repository).tag(id);
+        }
+        let committed = docker
+            .commit_container(options.build(), config.clone())
+            .await
+            .map_err(|e| map_err(&format!("committing sandbox {sandbox} as template {id}"), e))?
+            .id;
+        if copies.is_empty() {
+            return Ok(committed);
+        }
+        let result = self
+            .commit_with_copies(request, &committed, copies, &config)
+            .await;
+        if result.is_err() {
+            self.remove_unused_image(&committed).await;
+        }
+        result
+    }
+}
+
 #[async_trait]
 impl Templates for DockerProvider {
     async fn commit(&self, request: &CommitRequest) -> ProviderResult<Template> {
         let id = &request.template_id;
         validate::resource_name("template", id).map_err(ProviderError::invalid)?;
-        let mut capture: Vec<String> = Vec::new();
-        for path in &request.capture_paths {
-            validate::capture_path(path).map_err(ProviderError::invalid)?;
-            capture.push(path.trim_end_matches('/').to_string());
-        }
-        capture.sort();
-        capture.dedup();
-
-        let docker = self.engine().await?;
+        let capture = normalised_paths(&request.capture_paths)?;
         let source = self.inspect(&request.sandbox_id).await?.ok_or_else(|| {
             ProviderError::not_found(format!(
                 "sandbox {} does not exist, so template {id} cannot be captured from it; fix spec.sandboxRef",
                 request.sandbox_id
             ))
         })?;
-        for path in &capture {
-            let options = ContainerArchiveInfoOptionsBuilder::default()
-                .path(path)
-                .build();
-            match docker
-                .get_container_archive_info(&request.sandbox_id, Some(options))
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {
-                    return Err(ProviderError::invalid(format!(
-                        "capture path {path} does not exist in sandbox {}; fix spec.capturePaths (a template \
-                         without it would boot into an empty workspace)",
-                        request.sandbox_id
-                    )));
-                }
-                Err(e) => return Err(map_err(&format!("checking capture path {path}"), e)),
-            }
-        }
+        self.check_paths_exist(&request.sandbox_id, &capture)
+            .await?;
         let mounts: Vec<String> = source
             .mounts
             .clone()
@@ -482,98 +573,8 @@ impl Templates for DockerProvider {
             .collect();
         let copies = copy_plan(&capture, &mounts);
         let previous = self.template_inspect(id).await?.and_then(|i| i.id);
-
-        // Labels: the template's owner and id, and every label the source container carried
-        // that its image did not, blanked (see the module docs).
-        let mut labels: BTreeMap<String, String> = BTreeMap::new();
-        let source_image_labels = match source.image.as_deref() {
-            Some(image) => match docker.inspect_image(image).await {
-                Ok(i) => i.config.and_then(|c| c.labels).unwrap_or_default(),
-                Err(e) if is_not_found(&e) => HashMap::new(),
-                Err(e) => return Err(map_err("looking up the sandbox's image", e)),
-            },
-            None => HashMap::new(),
-        };
-        for key in source
-            .config
-            .as_ref()
-            .and_then(|c| c.labels.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|(k, _)| k)
-            .filter(|k| !source_image_labels.contains_key(*k))
-        {
-            labels.insert(key.clone(), String::new());
-        }
-        labels.extend(request.owner.labels());
-        labels.insert(TEMPLATE_ID_LABEL.to_string(), id.clone());
-        labels.insert(
-            CAPTURE_PATHS_LABEL.to_string(),
-            serde_json::to_string(&capture).unwrap_or_else(|_| "[]".into()),
-        );
-        labels.insert(
-            TEMPLATE_LABEL_LABEL.to_string(),
-            request.label.clone().unwrap_or_default(),
-        );
-        // A template of a template keeps the first one's base image.
-        let base = source_image_labels
-            .get(BASE_IMAGE_LABEL)
-            .filter(|b| !b.is_empty())
-            .cloned()
-            .or_else(|| source.config.as_ref().and_then(|c| c.image.clone()));
-        labels.insert(BASE_IMAGE_LABEL.to_string(), base.unwrap_or_default());
-        let config = ContainerConfig {
-            labels: Some(labels.into_iter().collect()),
-            ..Default::default()
-        };
-
-        let comment = request.label.as_deref().unwrap_or("");
-        let image_id = if copies.is_empty() {
-            let options = CommitContainerOptionsBuilder::default()
-                .container(&request.sandbox_id)
-                .repo(&self.settings.template_repository)
-                .tag(id)
-                .comment(comment)
-                .pause(true)
-                .build();
-            docker
-                .commit_container(options, config)
-                .await
-                .map_err(|e| {
-                    map_err(
-                        &format!("committing sandbox {} as template {id}", request.sandbox_id),
-                        e,
-                    )
-                })?
-                .id
-        } else {
-            let options = CommitContainerOptionsBuilder::default()
-                .container(&request.sandbox_id)
-                .comment(comment)
-                .pause(true)
-                .build();
-            let intermediate = docker
-                .commit_container(options, config.clone())
-                .await
-                .map_err(|e| {
-                    map_err(
-                        &format!("committing sandbox {} as template {id}", request.sandbox_id),
-                        e,
-                    )
-                })?
-                .id;
-            match self
-                .commit_with_copies(request, &intermediate, &copies, &config)
-                .await
-            {
-                Ok(image) => image,
-                Err(e) => {
-                    self.remove_unused_image(&intermediate).await;
-                    return Err(e);
-                }
-            }
-        };
-
+        let config = self.template_config(request, &source, &capture).await?;
+        let image_id = self.commit_image(request, &copies, config).await?;
         if let Some(old) = previous.filter(|old| *old != image_id) {
             self.remove_unused_image(&old).await;
         }
