@@ -167,7 +167,7 @@ impl Provider for Broken {
 
 /// The inner provider's capability `cap`, which the accessors above only expose when it
 /// exists.
-fn inner<'a, T: ?Sized>(cap: Option<&'a T>) -> &'a T {
+fn inner<T: ?Sized>(cap: Option<&T>) -> &T {
     cap.expect("exposed only when the inner provider has it")
 }
 
