@@ -129,10 +129,15 @@ pub async fn capability_bulk_files(fx: &Fixture) -> Check {
         sums == format!("fn main() {{}}\n{}\n", super::support::sha256_hex(&blob)),
         "the imported tree differs: {sums:?}"
     );
-    match bulk.export(&id, "/tmp/conf-ws/none").await {
-        Err(e) if e.is(ErrorKind::NotFound) => {}
-        Err(e) => return Err(format!("export of an absent path: {e}")),
-        Ok(_) => return Err("export of an absent path succeeded".into()),
+    for (path, kind) in [
+        ("/tmp/conf-ws/none", ErrorKind::NotFound),
+        ("/", ErrorKind::Invalid),
+    ] {
+        match bulk.export(&id, path).await {
+            Err(e) if e.is(kind) => {}
+            Err(e) => return Err(format!("export of {path:?}: want {kind:?}, got {e}")),
+            Ok(_) => return Err(format!("export of {path:?} succeeded")),
+        }
     }
 
     // Mode bits and ownership from a tenant's archive are never honoured.
@@ -146,6 +151,7 @@ pub async fn capability_bulk_files(fx: &Fixture) -> Check {
         b"#!/bin/sh\nid\n",
     );
     raw_member(&mut a, "bin/group", tar::EntryType::Regular, 0o2755, b"g");
+    raw_member(&mut a, "dev-node", tar::EntryType::Char, 0o666, b"");
     bulk.import(&id, "/tmp/conf-imported", finish(a))
         .await
         .or_fail("import")?;
@@ -164,6 +170,13 @@ pub async fn capability_bulk_files(fx: &Fixture) -> Check {
             && lines.iter().all(|l| !l.ends_with("1234:1234")),
         "setuid/setgid or ownership survived an import: {modes:?}"
     );
+    let node = sh(
+        fx,
+        &id,
+        "test -e /tmp/conf-imported/dev-node && echo present || echo absent",
+    )
+    .await?;
+    ensure!(node == "absent\n", "a device node was imported: {node}");
     hostile_imports_are_refused(fx, bulk, &id).await
 }
 

@@ -36,8 +36,31 @@ pub async fn capability_files(fx: &Fixture) -> Check {
         back == b"short",
         "replaced, not appended or overlaid: {back:?}"
     );
-    let mode = sh(fx, &id, &format!("stat -c %a {path}")).await?;
-    ensure!(mode == "640\n", "mode of a written file: {mode:?}");
+    let modes = sh(
+        fx,
+        &id,
+        &format!("stat -c %a /tmp/conf-new /tmp/conf-new/deeper {path} /tmp"),
+    )
+    .await?;
+    ensure!(
+        modes == "755\n755\n640\n1777\n",
+        "created parents are 755, the file as asked, an existing parent untouched: {modes:?}"
+    );
+    sh(
+        fx,
+        &id,
+        "mkdir -p /tmp/conf-real && ln -s /tmp/conf-real /tmp/conf-alias",
+    )
+    .await?;
+    files
+        .write_file(&id, "/tmp/conf-alias/via-link", b"linked", 0o644)
+        .await
+        .or_fail("write through a symlinked parent")?;
+    let through = sh(fx, &id, "cat /tmp/conf-real/via-link").await?;
+    ensure!(
+        through == "linked",
+        "a write through a symlinked parent: {through:?}"
+    );
 
     files
         .write_file(&id, "/tmp/conf-tool", b"#!/bin/sh\n", 0o4755)
@@ -65,6 +88,33 @@ pub async fn capability_files(fx: &Fixture) -> Check {
         &[ErrorKind::Invalid],
         "writing over a directory",
     )?;
+    let kept = sh(fx, &id, "cat /tmp/conf-dir/inner/f").await?;
+    ensure!(
+        kept == "keep\n",
+        "a refused write touched the directory: {kept:?}"
+    );
+    expect_kind(
+        files
+            .write_file(&id, "/tmp/conf-tool/child", b"x", 0o644)
+            .await,
+        &[ErrorKind::Invalid],
+        "writing below a file",
+    )?;
+    expect_kind(
+        files.write_file(&id, "/", b"x", 0o644).await,
+        &[ErrorKind::Invalid],
+        "writing /",
+    )?;
+    expect_kind(
+        files.read_file(&id, "/etc").await,
+        &[ErrorKind::Invalid],
+        "reading a directory",
+    )?;
+    expect_kind(
+        files.read_file(&id, "relative/path").await,
+        &[ErrorKind::Invalid],
+        "reading a relative path",
+    )?;
 
     files
         .write_file(&id, "/tmp/conf-list/a.txt", b"12345", 0o644)
@@ -74,7 +124,12 @@ pub async fn capability_files(fx: &Fixture) -> Check {
         .write_file(&id, "/tmp/conf-list/sub/deep.txt", b"x", 0o644)
         .await
         .or_fail("write")?;
-    sh(fx, &id, "ln -s /etc/hostname /tmp/conf-list/link").await?;
+    sh(
+        fx,
+        &id,
+        "ln -s /etc/hostname /tmp/conf-list/link && touch \"/tmp/conf-list/$(printf 'new\\nline\\ttab')\"",
+    )
+    .await?;
     let listed = files
         .list_dir(&id, "/tmp/conf-list")
         .await
@@ -86,6 +141,7 @@ pub async fn capability_files(fx: &Fixture) -> Check {
         seen == vec![
             ("a.txt".to_string(), EntryKind::File),
             ("link".to_string(), EntryKind::Symlink),
+            ("new\nline\ttab".to_string(), EntryKind::File),
             ("sub".to_string(), EntryKind::Directory),
         ],
         "one level, names only, with kinds: {listed:?}"
@@ -109,6 +165,15 @@ pub async fn capability_files(fx: &Fixture) -> Check {
         "list_dir of a file",
     )?;
 
+    let root = files.list_dir(&id, "/").await.or_fail("list_dir /")?;
+    ensure!(
+        ["etc", "tmp"]
+            .iter()
+            .all(|n| root.iter().any(|e| e.name == *n))
+            && root.iter().all(|e| !e.name.contains('/')),
+        "/ lists names (never paths), etc and tmp among them: {root:?}"
+    );
+
     files
         .delete_path(&id, "/tmp/conf-list/a.txt")
         .await
@@ -131,11 +196,13 @@ pub async fn capability_files(fx: &Fixture) -> Check {
         .delete_path(&id, "/tmp/conf-never-existed")
         .await
         .or_fail("deleting an absent path")?;
-    expect_kind(
-        files.delete_path(&id, "/").await,
-        &[ErrorKind::Invalid],
-        "deleting /",
-    )?;
+    for root in ["/", "//", "/tmp/.."] {
+        expect_kind(
+            files.delete_path(&id, root).await,
+            &[ErrorKind::Invalid],
+            &format!("deleting {root:?}"),
+        )?;
+    }
     let alive = sh(fx, &id, "test -d /etc && echo alive").await?;
     ensure!(
         alive == "alive\n",

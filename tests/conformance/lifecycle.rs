@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use sandbox_operator::provider::labels::{KIND, MANAGED_BY, OWNER, OWNER_UID};
 use sandbox_operator::provider::{
-    ErrorKind, ExecRequest, RestartPolicy, SandboxQuery, SandboxState,
+    ErrorKind, ExecRequest, PortRequest, RestartPolicy, SandboxQuery, SandboxState,
 };
 
 use super::Fixture;
@@ -488,4 +488,76 @@ pub async fn exec_timeout_is_transient_and_bounded(fx: &Fixture) -> Check {
 
 fn mentions_command(message: &str) -> bool {
     message.contains("sleep 30")
+}
+
+/// A tiny TCP server for the base image (perl is part of Debian's essential set): answers
+/// every connection with one line.
+const SERVER: &str = "cat > /tmp/conf-server.pl <<'PERL'
+use IO::Socket::INET;
+my $s = IO::Socket::INET->new(LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die $!;
+while (my $c = $s->accept) { print $c \"hello-from-sandbox\\n\"; close $c }
+PERL
+nohup perl /tmp/conf-server.pl > /dev/null 2>&1 &";
+
+/// A requested port is published once the sandbox runs (not before) and reaches the
+/// sandbox's server from outside.
+pub async fn published_ports_are_reachable(fx: &Fixture) -> Check {
+    let mut request = fx.request();
+    request.ports = vec![PortRequest {
+        sandbox_port: 8080,
+        protocol: "tcp".into(),
+    }];
+    let created = create(fx, &request).await?;
+    ensure!(
+        created.ports.is_empty(),
+        "a never-started sandbox has no reachable ports: {:?}",
+        created.ports
+    );
+    let id = created.id;
+    fx.provider.start(&id).await.or_fail("start")?;
+    wait_until("the sandbox to run commands", fx.patience, || {
+        sh(fx, &id, "true")
+    })
+    .await?;
+    sh(fx, &id, SERVER).await?;
+    let ports = describe(fx, &id).await?.ports;
+    ensure!(
+        ports.len() == 1
+            && ports[0].sandbox_port == 8080
+            && ports[0].protocol == "tcp"
+            && ports[0].port != 0
+            && !ports[0].host.is_empty(),
+        "port mappings of a running sandbox: {ports:?}"
+    );
+    let (host, port) = (ports[0].host.clone(), ports[0].port);
+    let answer = wait_until("the sandbox's server to answer", fx.patience, || {
+        let host = host.clone();
+        async move {
+            tokio::task::spawn_blocking(move || read_line_from(&host, port))
+                .await
+                .map_err(|e| e.to_string())?
+        }
+    })
+    .await?;
+    ensure!(
+        answer == "hello-from-sandbox\n",
+        "the server answered {answer:?}"
+    );
+    Ok(())
+}
+
+/// Connects to `host:port` and reads until the peer closes; an empty answer is an error
+/// (a port proxy may accept before the server listens, then close).
+fn read_line_from(host: &str, port: u16) -> Result<String, String> {
+    use std::io::Read;
+    let mut stream = std::net::TcpStream::connect((host, port)).map_err(|e| e.to_string())?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(2)))
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    stream
+        .read_to_string(&mut answer)
+        .map_err(|e| e.to_string())?;
+    ensure!(!answer.is_empty(), "connected, but nothing was sent");
+    Ok(answer)
 }

@@ -84,6 +84,7 @@ macro_rules! conformance_suite {
             lifecycle::operations_on_an_absent_sandbox_are_not_found,
             lifecycle::exec_returns_output_and_exit_code_as_data,
             lifecycle::exec_timeout_is_transient_and_bounded,
+            lifecycle::published_ports_are_reachable,
             hibernation::capability_hibernation,
             volumes::capability_volumes,
             templates::capability_templates,

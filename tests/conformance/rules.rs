@@ -49,6 +49,19 @@ pub async fn rule_01_enumerations_fail_when_they_cannot_look(fx: &Fixture) -> Ch
         )?;
     }
 
+    // A lookup that could not look is not "absent" either.
+    let id = format!("sbx-{}", unique_hex());
+    expect_kind(
+        down.describe(&id).await,
+        &transient,
+        "rule 1: describe on an unreachable provider",
+    )?;
+    expect_kind(
+        down.destroy(&id).await,
+        &transient,
+        "rule 1: destroy on an unreachable provider (absent = success only when it looked)",
+    )?;
+
     // Looked, found none: an empty answer from the live provider.
     let found = fx
         .provider

@@ -4,19 +4,29 @@
 //! `tests/template_restore.rs`.
 
 use sandbox_operator::provider::labels::OWNER_UID;
-use sandbox_operator::provider::{CommitRequest, ErrorKind};
+use sandbox_operator::provider::{CommitRequest, ErrorKind, Templates, VolumeMount};
 
 use super::Fixture;
-use super::support::{Check, OrFail, create, expect_kind, running, running_from, sh, unique_hex};
+use super::support::{
+    Check, OrFail, create, expect_kind, running_from, sh, unique_hex, wait_until,
+};
+use super::volumes::volume_name;
 
 /// A template id every provider accepts.
 pub fn template_id() -> String {
     format!("ct-{}", unique_hex())
 }
 
-/// A commit captures the files under its capture paths; a sandbox booted from the template
-/// has them and says which template it booted from; re-committing the same id replaces it;
-/// capture paths that are absent or not clean are refused.
+/// What the source sandbox holds: a file on its root filesystem, and — when the provider
+/// has volumes — files on a mounted volume, only some of them under a capture path.
+const SOURCE_FILES: &str = "mkdir -p /opt/conf && echo first > /opt/conf/file";
+const VOLUME_FILES: &str = "mkdir -p /data/project/sub && echo on-volume > /data/project/sub/file \
+                            && echo not-captured > /data/elsewhere";
+
+/// A commit captures the files under its capture paths, also those on a mounted volume
+/// that the native capture would miss; a sandbox booted from the template has exactly those
+/// and says which template it booted from; re-committing the same id (from a stopped
+/// sandbox, too) replaces it; capture paths that are absent or not clean are refused.
 pub async fn capability_templates(fx: &Fixture) -> Check {
     let Some(templates) = fx.provider.templates() else {
         ensure!(
@@ -29,92 +39,129 @@ pub async fn capability_templates(fx: &Fixture) -> Check {
         fx.expect.templates,
         "templates() is Some but the provider declares none"
     );
-    let source = running(fx).await?;
-    sh(
+    let mut request = fx.request();
+    let mut paths = vec!["/opt/conf".to_string()];
+    if let Some(volumes) = fx.provider.volumes() {
+        let vol = volume_name();
+        let owner = fx.owner("SandboxVolume");
+        volumes
+            .create_volume(&vol, &owner.labels())
+            .await
+            .or_fail("create_volume")?;
+        request.volumes = vec![VolumeMount {
+            volume_name: vol,
+            mount_path: "/data".into(),
+            read_only: false,
+        }];
+        paths.push("/data/project".into());
+    }
+    let source = running_from(fx, &request).await?;
+    sh(fx, &source, SOURCE_FILES).await?;
+    if !request.volumes.is_empty() {
+        sh(fx, &source, VOLUME_FILES).await?;
+    }
+    let commit = CommitRequest {
+        sandbox_id: source.clone(),
+        template_id: template_id(),
+        capture_paths: paths,
+        label: Some("conformance".into()),
+        owner: fx.owner("SandboxTemplate"),
+    };
+    let first = committed(templates, &commit).await?;
+    boots_with(
         fx,
-        &source,
-        "mkdir -p /opt/conf && echo first > /opt/conf/file",
+        &commit.template_id,
+        "first\n",
+        !request.volumes.is_empty(),
     )
     .await?;
-    let id = template_id();
-    let owner = fx.owner("SandboxTemplate");
-    let commit = |paths: Vec<&str>| CommitRequest {
-        sandbox_id: source.clone(),
-        template_id: id.clone(),
-        capture_paths: paths.into_iter().map(String::from).collect(),
-        label: Some("conformance".into()),
-        owner: owner.clone(),
-    };
-    let first = templates
-        .commit(&commit(vec!["/opt/conf"]))
-        .await
-        .or_fail("commit")?;
-    ensure!(
-        first.id == id
-            && !first.reference.is_empty()
-            && first.label.as_deref() == Some("conformance")
-            && first.labels.get(OWNER_UID) == Some(&owner.uid),
-        "the committed template: {first:?}"
-    );
-    let got = templates.get_template(&id).await.or_fail("get_template")?;
-    ensure!(
-        got.as_ref().is_some_and(|t| t.reference == first.reference),
-        "get_template after commit: {got:?}"
-    );
-    let listed = templates
-        .list_templates(Some(&id))
-        .await
-        .or_fail("list_templates")?;
-    ensure!(
-        listed.len() == 1 && listed[0].id == id,
-        "list_templates: {listed:?}"
-    );
 
-    let mut request = fx.request();
-    request.template = Some(id.clone());
-    let booted = create(fx, &request).await?;
-    ensure!(
-        booted.template_ref.as_deref() == Some(id.as_str()),
-        "a sandbox booted from {id} reports template_ref {:?}",
-        booted.template_ref
-    );
-    let booted = running_from_existing(fx, &booted.id).await?;
-    let content = sh(fx, &booted, "cat /opt/conf/file").await?;
-    ensure!(content == "first\n", "the booted sandbox reads {content:?}");
-
-    // Re-committing the same id replaces the capture.
+    // Re-committing the same id replaces the capture, also from a stopped sandbox.
     sh(fx, &source, "echo second > /opt/conf/file").await?;
-    let second = templates
-        .commit(&commit(vec!["/opt/conf"]))
-        .await
-        .or_fail("re-commit")?;
+    fx.provider.stop(&source).await.or_fail("stop")?;
+    let second = committed(templates, &commit).await?;
     ensure!(
         second.reference != first.reference,
         "a re-commit kept the old capture: {second:?}"
     );
+    boots_with(
+        fx,
+        &commit.template_id,
+        "second\n",
+        !request.volumes.is_empty(),
+    )
+    .await?;
+    refuses_bad_capture_paths(templates, &commit).await
+}
+
+/// Commits `commit` and checks what the provider reports for it.
+async fn committed(
+    templates: &dyn Templates,
+    commit: &CommitRequest,
+) -> Result<sandbox_operator::provider::Template, String> {
+    let id = &commit.template_id;
+    let t = templates.commit(commit).await.or_fail("commit")?;
+    ensure!(
+        t.id == *id
+            && !t.reference.is_empty()
+            && t.label.as_deref() == Some("conformance")
+            && t.labels.get(OWNER_UID) == Some(&commit.owner.uid),
+        "the committed template: {t:?}"
+    );
+    let got = templates.get_template(id).await.or_fail("get_template")?;
+    ensure!(
+        got.as_ref().is_some_and(|g| g.reference == t.reference),
+        "get_template after commit: {got:?}"
+    );
     let listed = templates
-        .list_templates(Some(&id))
+        .list_templates(Some(id))
         .await
         .or_fail("list_templates")?;
     ensure!(
-        listed.len() == 1,
-        "a re-commit left two templates: {listed:?}"
+        listed.len() == 1 && listed[0].reference == t.reference,
+        "list_templates after commit (one per id): {listed:?}"
     );
-    let mut request = fx.request();
-    request.template = Some(id.clone());
-    let rebooted = running_from(fx, &request).await?;
-    let content = sh(fx, &rebooted, "cat /opt/conf/file").await?;
-    ensure!(
-        content == "second\n",
-        "a sandbox from the re-commit reads {content:?}"
-    );
+    Ok(t)
+}
 
-    // Capture paths are checked before anything is captured.
+/// Boots a sandbox (without any volume) from template `id` and checks the captured files.
+async fn boots_with(fx: &Fixture, id: &str, rootfs: &str, from_volume: bool) -> Check {
+    let mut request = fx.request();
+    request.template = Some(id.to_string());
+    let booted = create(fx, &request).await?;
+    ensure!(
+        booted.template_ref.as_deref() == Some(id),
+        "a sandbox booted from {id} reports template_ref {:?}",
+        booted.template_ref
+    );
+    let booted = booted.id;
+    fx.provider.start(&booted).await.or_fail("start")?;
+    wait_until("the sandbox to run commands", fx.patience, || {
+        sh(fx, &booted, "true")
+    })
+    .await?;
+    let content = sh(fx, &booted, "cat /opt/conf/file").await?;
+    ensure!(content == rootfs, "the booted sandbox reads {content:?}");
+    if from_volume {
+        let script = "cat /data/project/sub/file; test -e /data/elsewhere && echo leaked || true";
+        let content = sh(fx, &booted, script).await?;
+        ensure!(
+            content == "on-volume\n",
+            "a captured volume path must be in the template, nothing else from the volume: \
+             {content:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Capture paths are checked before anything is captured.
+async fn refuses_bad_capture_paths(templates: &dyn Templates, commit: &CommitRequest) -> Check {
     let bad = template_id();
     for path in ["/conf/no/such/dir", "/opt/../etc", "relative/path"] {
         let request = CommitRequest {
             template_id: bad.clone(),
-            ..commit(vec![path])
+            capture_paths: vec![path.to_string()],
+            ..commit.clone()
         };
         let result = templates.commit(&request).await;
         expect_kind(
@@ -126,14 +173,4 @@ pub async fn capability_templates(fx: &Fixture) -> Check {
     let none = templates.get_template(&bad).await.or_fail("get_template")?;
     ensure!(none.is_none(), "a refused commit left {none:?}");
     Ok(())
-}
-
-/// Starts an already created sandbox and waits until it runs commands.
-async fn running_from_existing(fx: &Fixture, id: &str) -> Result<String, String> {
-    fx.provider.start(id).await.or_fail("start")?;
-    super::support::wait_until("the sandbox to run commands", fx.patience, || {
-        sh(fx, id, "true")
-    })
-    .await?;
-    Ok(id.to_string())
 }
