@@ -443,6 +443,12 @@ pub async fn rule_06_started_at_none_means_never_started(fx: &Fixture) -> Check 
         started.started_at.is_some(),
         "rule 6: a started sandbox has no started_at: {started:?}"
     );
+    if let (Some(created), Some(began)) = (started.created_at, started.started_at) {
+        ensure!(
+            began >= created,
+            "rule 6: started before it was created: {started:?}"
+        );
+    }
     p.stop(&id).await.or_fail("stop")?;
     let stopped = describe(fx, &id).await?;
     ensure!(

@@ -84,6 +84,10 @@ pub async fn capability_templates(fx: &Fixture) -> Check {
         second.reference != first.reference,
         "a re-commit kept the old capture: {second:?}"
     );
+    ensure!(
+        second.in_use,
+        "the sandbox booted from the first capture still uses this id: {second:?}"
+    );
     boots_with(
         fx,
         &commit.template_id,
@@ -165,10 +169,16 @@ async fn refuses_bad_capture_paths(templates: &dyn Templates, commit: &CommitReq
         };
         let result = templates.commit(&request).await;
         expect_kind(
-            result,
+            result.clone(),
             &[ErrorKind::Invalid],
             &format!("commit of capture path {path:?}"),
         )?;
+        if let Err(e) = result {
+            ensure!(
+                e.message().contains(path),
+                "the refusal does not name the capture path {path:?}: {e}"
+            );
+        }
     }
     let none = templates.get_template(&bad).await.or_fail("get_template")?;
     ensure!(none.is_none(), "a refused commit left {none:?}");
