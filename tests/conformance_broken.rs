@@ -421,3 +421,13 @@ async fn a_capability_missing_from_the_declared_set_fails_its_own_check() {
     })
     .await;
 }
+
+/// The opt-in mechanism itself: a live factory without its credentials declines, and the
+/// suite turns that into a printed reason instead of a run.
+#[test]
+fn a_live_run_without_credentials_is_skipped_with_its_reason() {
+    let var = "SANDBOX_LIVE_CONFORMANCE_NEVER_SET";
+    let declined = conformance::live_env(var).expect_err("the variable is not set");
+    assert!(declined.0.contains(var), "{declined:?}");
+    assert!(conformance::setup(Err(declined)).is_none());
+}

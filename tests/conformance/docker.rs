@@ -97,6 +97,7 @@ pub async fn fixture() -> Result<Fixture, Skipped> {
         guard: Some(Box::new(Cleanup {
             instance: instance.clone(),
         })),
+        faults: None,
         instance,
         base,
         expect: expect(),

@@ -96,6 +96,18 @@ pub trait Planter: Send + Sync {
     async fn plant(&self, labels: &BTreeMap<String, String>) -> Result<String, String>;
 }
 
+/// Fault injection at the service, for providers tested against a double: while failing,
+/// every request the provider makes is answered with a server error (5xx), so rule 1 is
+/// checked on a provider that reached its service and was refused, not only on one that
+/// reached nothing.
+#[async_trait]
+pub trait Faults: Send + Sync {
+    /// Makes every following request fail until [`Faults::heal`].
+    async fn fail_all(&self);
+    /// Ends [`Faults::fail_all`].
+    async fn heal(&self);
+}
+
 /// One test's world.
 pub struct Fixture {
     /// The provider under test.
@@ -112,6 +124,8 @@ pub struct Fixture {
     pub expect: Expect,
     /// Plants resources behind the provider's back, when the service allows it.
     pub planter: Option<Arc<dyn Planter>>,
+    /// Fails the service on demand (a double's fault injection), when there is one.
+    pub faults: Option<Arc<dyn Faults>>,
     /// How long an asynchronous effect may take to show (a start, an event).
     pub patience: Duration,
     /// Kept alive for the fixture's lifetime, dropped after [`Fixture::cleanup`]: a double's

@@ -32,7 +32,7 @@ pub mod templates;
 pub mod volumes;
 
 #[allow(unused_imports)]
-pub use fixture::{Expect, Fixture, Planter, Skipped, live_env, skip};
+pub use fixture::{Expect, Faults, Fixture, Planter, Skipped, live_env, skip};
 pub use support::Check;
 
 /// The fixture a factory produced, or `None` after printing `skipped: <reason>` when the

@@ -62,6 +62,10 @@ pub async fn rule_01_enumerations_fail_when_they_cannot_look(fx: &Fixture) -> Ch
         "rule 1: destroy on an unreachable provider (absent = success only when it looked)",
     )?;
 
+    if let Some(faults) = &fx.faults {
+        refused_enumerations_fail(fx, faults.as_ref()).await?;
+    }
+
     // Looked, found none: an empty answer from the live provider.
     let found = fx
         .provider
@@ -108,6 +112,42 @@ pub async fn rule_01_enumerations_fail_when_they_cannot_look(fx: &Fixture) -> Ch
             "rule 1: list_dir of an absent directory",
         )?;
     }
+    Ok(())
+}
+
+/// Rule 1 on a provider whose service answers every request with a server error: each
+/// enumeration is `Err`, and works again once the service heals.
+async fn refused_enumerations_fail(fx: &Fixture, faults: &dyn super::Faults) -> Check {
+    let p = &fx.provider;
+    let volume_query = VolumeQuery {
+        labels: fx.instance_labels(),
+        ..Default::default()
+    };
+    faults.fail_all().await;
+    let mut outcome = expect_kind(
+        p.find(&fx.query()).await,
+        &[ErrorKind::Transient],
+        "rule 1: find while the service fails",
+    );
+    if let (Ok(()), Some(volumes)) = (&outcome, p.volumes()) {
+        outcome = expect_kind(
+            volumes.list_volumes(&volume_query).await,
+            &[ErrorKind::Transient],
+            "rule 1: list_volumes while the service fails",
+        );
+    }
+    if let (Ok(()), Some(templates)) = (&outcome, p.templates()) {
+        outcome = expect_kind(
+            templates.list_templates(None).await,
+            &[ErrorKind::Transient],
+            "rule 1: list_templates while the service fails",
+        );
+    }
+    faults.heal().await;
+    outcome?;
+    p.find(&fx.query())
+        .await
+        .or_fail("find once the service healed")?;
     Ok(())
 }
 
