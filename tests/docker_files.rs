@@ -24,7 +24,7 @@ use bollard::query_parameters::{
 use futures::StreamExt;
 
 use sandbox_operator::provider::ErrorKind;
-use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
+use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::labels::Owner;
 use sandbox_operator::provider::{
     CapacityProbe, Egress, EgressState, ExecOutput, ExecRequest, Files, Provider, ProviderError,
@@ -62,7 +62,7 @@ async fn raw() -> Docker {
 }
 
 async fn provider() -> DockerProvider {
-    DockerProvider::connect_negotiated(DockerConfig::default())
+    DockerProvider::connect_negotiated("docker", DockerSettings::default())
         .await
         .expect("provider connects to the local engine")
 }

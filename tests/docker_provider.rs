@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use bollard::query_parameters::InspectContainerOptions;
 use common::{IDLE, TestEnv, base_image, unique, wait_for};
 use sandbox_operator::provider::ErrorKind;
-use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
+use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::labels::MANAGED_BY;
 use sandbox_operator::provider::{
     CommitRequest, Provider, Resources, RestartPolicy, SandboxQuery, SandboxState, VolumeMount,
@@ -179,10 +179,13 @@ async fn unix_socket_endpoints_that_do_not_answer_are_transient() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("docker.sock");
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
-    let provider = DockerProvider::connect(DockerConfig {
-        endpoint: Some(format!("unix://{}", socket.display())),
-        ..Default::default()
-    })
+    let provider = DockerProvider::connect(
+        "docker",
+        DockerSettings {
+            endpoint: Some(format!("unix://{}", socket.display())),
+            ..Default::default()
+        },
+    )
     .unwrap();
     let err = provider.find(&SandboxQuery::default()).await.unwrap_err();
     assert!(err.is(ErrorKind::Transient), "find: {err}");
@@ -190,10 +193,13 @@ async fn unix_socket_endpoints_that_do_not_answer_are_transient() {
     assert!(err.is(ErrorKind::Transient), "describe: {err}");
     // A socket path that does not exist at all is not a configuration error either: a
     // daemon that is still starting.
-    let err = DockerProvider::connect(DockerConfig {
-        endpoint: Some(format!("unix:///nonexistent/{}.sock", unique("d"))),
-        ..Default::default()
-    })
+    let err = DockerProvider::connect(
+        "docker",
+        DockerSettings {
+            endpoint: Some(format!("unix:///nonexistent/{}.sock", unique("d"))),
+            ..Default::default()
+        },
+    )
     .err()
     .unwrap();
     assert!(err.is(ErrorKind::Transient), "{err}");

@@ -12,7 +12,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::CreateContainerOptionsBuilder;
-use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
+use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::labels::MANAGED_BY;
 use sandbox_operator::provider::{CreateRequest, Resources, RestartPolicy};
 
@@ -60,11 +60,13 @@ pub fn expect() -> Expect {
 /// answer fails the test (run `tests/setup/docker.sh`), it never skips it.
 pub async fn fixture() -> Result<Fixture, Skipped> {
     let instance = format!("conf-{}", unique_hex());
-    let provider = DockerProvider::connect_negotiated(DockerConfig {
-        name: "docker-conformance".into(),
-        default_image: Some(base_image()),
-        ..Default::default()
-    })
+    let provider = DockerProvider::connect_negotiated(
+        "docker-conformance",
+        DockerSettings {
+            default_image: Some(base_image()),
+            ..Default::default()
+        },
+    )
     .await
     .expect("the Docker engine answers (run tests/setup/docker.sh)");
     let base = CreateRequest {
@@ -111,11 +113,13 @@ pub fn unreachable() -> DockerProvider {
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
         .expect("a free local port");
-    DockerProvider::connect(DockerConfig {
-        name: "docker-unreachable".into(),
-        endpoint: Some(format!("tcp://127.0.0.1:{port}")),
-        ..Default::default()
-    })
+    DockerProvider::connect(
+        "docker-unreachable",
+        DockerSettings {
+            endpoint: Some(format!("tcp://127.0.0.1:{port}")),
+            ..Default::default()
+        },
+    )
     .expect("a client for a closed port is built without contacting it")
 }
 
