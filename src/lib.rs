@@ -14,5 +14,6 @@ pub mod provider;
 pub mod registry;
 pub mod run;
 pub mod server;
+pub mod supervisor;
 pub mod telemetry;
 pub mod templates;

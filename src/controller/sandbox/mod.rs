@@ -31,6 +31,7 @@ const KIND: &str = "Sandbox";
 /// One reconcile of one Sandbox.
 pub async fn reconcile(sandbox: Arc<Sandbox>, ctx: Arc<Context>) -> Result<Action> {
     let _timer = ctx.metrics.reconcile_timer(KIND);
+    ctx.failpoint("sandbox-reconcile");
     let ns = sandbox.namespace().unwrap_or_default();
     let key = format!("{KIND}/{ns}/{}", sandbox.name_any());
     let api: Api<Sandbox> = Api::namespaced(ctx.client.clone(), &ns);
