@@ -76,10 +76,13 @@ pub struct LeaderConfig {
 }
 
 impl LeaderConfig {
-    /// Settings for operator instance `instance` with the defaults (lease 15 s, renew
-    /// deadline 10 s, renew every 5 s, retry every 2 s), the namespace from
-    /// [`ENV_POD_NAMESPACE`] (else `default`) and a fresh [`default_identity`].
-    pub fn for_instance(instance: &str) -> Self {
+    /// Settings for operator instance `instance` with a lease of `lease_secs` (at least 3;
+    /// the operator's default is 15) and timings that scale with it: renew deadline 2/3 of
+    /// the lease, renewal every 1/3, followers retry every 1/7 (at least 0.5 s). The namespace
+    /// comes from [`ENV_POD_NAMESPACE`] (else `default`), the identity is a fresh
+    /// [`default_identity`].
+    pub fn for_instance(instance: &str, lease_secs: u64) -> Self {
+        let lease = lease_secs.max(3);
         LeaderConfig {
             namespace: std::env::var(ENV_POD_NAMESPACE)
                 .ok()
@@ -87,10 +90,10 @@ impl LeaderConfig {
                 .unwrap_or_else(|| "default".into()),
             lease_name: lease_name(instance),
             identity: default_identity(),
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            renew_interval: Duration::from_secs(5),
-            retry_interval: Duration::from_secs(2),
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_millis(lease * 2000 / 3),
+            renew_interval: Duration::from_millis(lease * 1000 / 3),
+            retry_interval: Duration::from_millis((lease * 1000 / 7).max(500)),
         }
     }
 
@@ -386,16 +389,6 @@ impl LeaderElector {
     /// channel closing when [`run`](Self::run) returns.
     pub fn subscribe(&self) -> watch::Receiver<bool> {
         self.tx.subscribe()
-    }
-
-    /// This replica's identity.
-    pub fn identity(&self) -> &str {
-        &self.config.identity
-    }
-
-    /// The settings in use.
-    pub fn config(&self) -> &LeaderConfig {
-        &self.config
     }
 
     /// Elect until `shutdown` resolves; then publish `false` and release the Lease if we hold
@@ -920,12 +913,18 @@ mod tests {
 
     #[test]
     fn defaults() {
-        let c = LeaderConfig::for_instance("blue");
+        let c = LeaderConfig::for_instance("blue", 15);
         assert_eq!(c.lease_name, "sandbox-operator-blue");
         assert_eq!(c.lease_duration, Duration::from_secs(15));
+        assert_eq!(c.renew_deadline, Duration::from_secs(10));
         assert_eq!(c.renew_interval, Duration::from_secs(5));
-        assert_eq!(c.retry_interval, Duration::from_secs(2));
+        assert_eq!(c.retry_interval, Duration::from_millis(2142));
         c.validate().unwrap();
+        let short = LeaderConfig::for_instance("blue", 1);
+        assert_eq!(short.lease_duration, Duration::from_secs(3), "at least 3 s");
+        assert_eq!(short.renew_deadline, Duration::from_secs(2));
+        assert_eq!(short.retry_interval, Duration::from_millis(500));
+        short.validate().unwrap();
         let a = default_identity();
         let b = default_identity();
         assert_ne!(a, b, "identities must differ per call");

@@ -193,7 +193,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let metrics = Metrics::new();
     let providers = build_providers(&config, &metrics).await?;
     let template_stores = template_stores_by_provider(&config)?;
-    let leader_config = leader_config(&config.instance, args.lease_duration_secs);
+    let leader_config = LeaderConfig::for_instance(&config.instance, args.lease_duration_secs);
     let elector =
         LeaderElector::new(client.clone(), leader_config.clone())?.with_metrics(metrics.clone());
     let parts = Parts {
@@ -206,15 +206,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         concurrency: args.concurrency,
     };
 
-    let signal = Trigger::new();
-    {
-        let signal = signal.clone();
-        tokio::spawn(async move {
-            wait_for_signal().await;
-            tracing::info!("shutdown requested");
-            signal.fire();
-        });
-    }
+    let signal = signal_trigger();
 
     // HTTP endpoints and the readiness probe run until the very end, so the probes answer
     // (truthfully) while the process stops.
@@ -233,8 +225,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     // Leader election: only the Lease holder reconciles. The elector stops (and releases the
     // Lease) only after the controllers have stopped.
     let mut leading = elector.subscribe();
-    let elector_stop = Trigger::new();
-    let elector_task = tokio::spawn(elector.run(elector_stop.fired()));
+    let election = Election::start(elector, &leader_config);
 
     let followed = tokio::select! {
         () = signal.fired() => Err(End::Signal),
@@ -260,31 +251,56 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         }
     };
 
-    elector_stop.fire();
-    let release_bound = leader_config.renew_deadline + Duration::from_secs(1);
-    match tokio::time::timeout(release_bound, elector_task).await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::error!(error = %e, "the leader election task failed"),
-        Err(_) => {
-            tracing::warn!(bound = ?release_bound, "the leader election did not stop in time; exiting without it")
-        }
-    }
+    election.stop().await;
     process_stop.fire();
     log_stops(process.stop_within(Duration::from_secs(5)).await);
     tracing::info!(?end, "stopped");
     end.into_result()
 }
 
-/// The election timings for `lease_secs` (at least 3): renew deadline 2/3 of the lease,
-/// renewal every 1/3, followers retry every 1/7 (at least 0.5 s).
-fn leader_config(instance: &str, lease_secs: u64) -> LeaderConfig {
-    let mut config = LeaderConfig::for_instance(instance);
-    let lease = lease_secs.max(3);
-    config.lease_duration = Duration::from_secs(lease);
-    config.renew_deadline = Duration::from_millis(lease * 2000 / 3);
-    config.renew_interval = Duration::from_millis(lease * 1000 / 3);
-    config.retry_interval = Duration::from_millis((lease * 1000 / 7).max(500));
-    config
+/// A trigger fired on SIGTERM or SIGINT.
+fn signal_trigger() -> Trigger {
+    let signal = Trigger::new();
+    let fire = signal.clone();
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested");
+        fire.fire();
+    });
+    signal
+}
+
+/// The running leader election.
+struct Election {
+    stop: Trigger,
+    task: tokio::task::JoinHandle<()>,
+    /// How long it may take to stop: its release is bounded by the renew deadline.
+    bound: Duration,
+}
+
+impl Election {
+    fn start(elector: LeaderElector, config: &LeaderConfig) -> Election {
+        let stop = Trigger::new();
+        let task = tokio::spawn(elector.run(stop.fired()));
+        Election {
+            stop,
+            task,
+            bound: config.renew_deadline + Duration::from_secs(1),
+        }
+    }
+
+    /// Stop electing and release the Lease if held. Call it only once the leader's work has
+    /// stopped: a standby starts as soon as the Lease is released.
+    async fn stop(self) {
+        self.stop.fire();
+        match tokio::time::timeout(self.bound, self.task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "the leader election task failed"),
+            Err(_) => {
+                tracing::warn!(bound = ?self.bound, "the leader election did not stop in time; exiting without it")
+            }
+        }
+    }
 }
 
 /// The tasks every replica runs, leader or not: the HTTP server and the readiness probe of

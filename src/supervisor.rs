@@ -10,7 +10,7 @@
 //! Stopping is bounded: [`TaskSet::stop_within`] waits for the tasks to finish after they
 //! were asked to, and aborts whatever is still running at the deadline (as
 //! controller-runtime's `GracefulShutdownTimeout` does), so a stuck graceful shutdown can
-//! never keep the process alive.
+//! never keep the process alive. A [`Trigger`] is the stop signal handed to the tasks.
 
 use std::collections::HashMap;
 use std::fmt;
