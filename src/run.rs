@@ -771,3 +771,45 @@ async fn wait_for_signal() {
         let _ = tokio::signal::ctrl_c().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health() -> Health {
+        let health = Health {
+            liveness: Liveness::new(),
+            readiness: Readiness::new(),
+        };
+        health.readiness.set_ready();
+        health
+    }
+
+    #[test]
+    fn a_requested_stop_keeps_healthz_green_and_exits_zero() {
+        let h = health();
+        h.declare(&End::Signal);
+        assert_eq!(h.liveness.status(), Ok(()));
+        assert_eq!(h.readiness.status(), Err("shutting down".into()));
+        assert!(End::Signal.into_result().is_ok());
+    }
+
+    #[test]
+    fn lost_leadership_and_failed_tasks_fail_healthz_with_the_reason_and_exit_non_zero() {
+        for (end, says) in [
+            (End::Lost("lost leadership".into()), "lost leadership"),
+            (
+                End::Failed("the sweeper panicked: boom".into()),
+                "the sweeper panicked: boom",
+            ),
+        ] {
+            let h = health();
+            h.declare(&end);
+            let reason = h.liveness.status().unwrap_err();
+            assert!(reason.starts_with(says), "{reason}");
+            assert!(h.readiness.status().is_err());
+            let err = end.into_result().unwrap_err().to_string();
+            assert!(err.starts_with(says) && err.contains("exiting"), "{err}");
+        }
+    }
+}
