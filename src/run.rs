@@ -404,6 +404,7 @@ fn spawn_leader_tasks(tasks: &mut TaskSet, parts: &Parts, stop: &Trigger) {
         parts.config.resync(),
     );
     let (sandbox_triggers, volume_triggers) = provider_triggers(
+        tasks,
         &parts.providers,
         &parts.config.instance,
         &parts.client,
@@ -575,7 +576,11 @@ pub fn template_stores_by_provider(
 /// at once rather than after their error backoff, and whatever changed while no events could
 /// arrive is noticed. A connection that drops while the provider keeps answering is not such a
 /// change: the periodic resync is the safety net for events missed then.
+///
+/// Each stream runs as a supervised task: one that ends on its own fails the process like a
+/// controller would, since drift would silently stop being noticed.
 fn provider_triggers(
+    tasks: &mut TaskSet,
     providers: &ProviderRegistry,
     instance: &str,
     client: &Client,
@@ -588,7 +593,7 @@ fn provider_triggers(
     let (sbx_tx, sbx_rx) = mpsc::unbounded();
     let (vol_tx, vol_rx) = mpsc::unbounded();
     let stop = futures::FutureExt::shared(Box::pin(stop));
-    for handle in providers.iter() {
+    for handle in providers.iter().filter(|h| h.provider.events().is_some()) {
         let handle = handle.clone();
         let provider = handle.provider.clone();
         let registry = providers.clone();
@@ -598,7 +603,7 @@ fn provider_triggers(
         let mut sbx_tx = sbx_tx.clone();
         let mut vol_tx = vol_tx.clone();
         let stop = stop.clone();
-        tokio::spawn(async move {
+        tasks.spawn("provider event stream", async move {
             let Some(events) = provider.events() else {
                 return;
             };
