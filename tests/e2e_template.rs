@@ -6,14 +6,16 @@
 //! the test process instead, because they need a provider the binary cannot be configured
 //! with: Docker with its native templates hidden, standing in for Fly Machines and E2B.
 
-mod no_native_templates;
-mod s3env;
-mod support;
+mod harness;
 
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use harness::cluster::*;
+use harness::docker::*;
+use harness::operator::*;
+use harness::{unique, wait_for};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::DeleteParams;
@@ -23,9 +25,8 @@ use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest};
 use sandbox_operator::templates::service::TemplateService;
 use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
 use sandbox_operator::templates::transfer::{self, Limits};
-use support::*;
 
-use s3env::s3_env;
+use harness::s3::s3_env;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -544,7 +545,7 @@ async fn a_template_published_by_one_operator_is_fetched_and_booted_by_another()
     let client = client().await;
     let store = store(&prefix);
     let _objects = PurgePrefix(store.clone(), prefix.clone());
-    let shared = format!("shared-{:08x}", fastrand::u32(..));
+    let shared = harness::unique("shared");
 
     // Operator A captures and publishes under a stable id.
     let sandboxes_a: Api<Sandbox> = Api::namespaced(client.clone(), &ns_a);
@@ -894,7 +895,7 @@ async fn without_native_templates_a_sandbox_boots_the_base_image_and_is_restored
     )
     .await
     .expect("engine");
-    let fly = Arc::new(no_native_templates::NoNativeTemplates(docker));
+    let fly = Arc::new(harness::no_native_templates::NoNativeTemplates(docker));
     let op = InProcess::start(&ns, fly, store.clone()).await;
     let client = client().await;
     let sandboxes: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
