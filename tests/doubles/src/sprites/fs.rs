@@ -223,6 +223,21 @@ pub async fn list(
         Ok(t) => t,
         Err(r) => return r,
     };
+    match run(&state, &container, &["test", "-d", &path]).await {
+        Ok((0, _)) => {}
+        Ok(_) => {
+            return match run(&state, &container, &["test", "-e", &path]).await {
+                Ok((0, _)) => error(
+                    StatusCode::BAD_REQUEST,
+                    "not_a_directory",
+                    format!("{path} is not a directory"),
+                ),
+                Ok(_) => absent(&path),
+                Err(e) => engine(e),
+            };
+        }
+        Err(e) => return engine(e),
+    }
     // One NUL-terminated record per entry: type, size, octal mode, link target, name.
     let argv = [
         "find",
