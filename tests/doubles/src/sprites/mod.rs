@@ -93,6 +93,11 @@ pub async fn spawn(opts: SpritesOptions) -> SpritesDouble {
 }
 
 impl SpritesDouble {
+    /// The tag on every container of this double (the value of [`TAG_LABEL`]).
+    pub fn tag(&self) -> &str {
+        &self.state.opts.tag
+    }
+
     /// Fault injection for the following requests.
     pub fn faults(&self) -> &Faults {
         &self.state.faults
