@@ -11,6 +11,11 @@ use crate::provider::{
     RestartPolicy, SandboxDescriptor, SandboxState,
 };
 
+/// Label recording the restart policy. A sprite has no main process whose exit the policy
+/// could govern (the service brings the whole sprite back on the next request whatever
+/// happened), so the policy is recorded and reported, never acted on.
+pub const RESTART_LABEL: &str = "sandboxes.dev/restart-policy";
+
 /// The one port a sprite exposes: its URL routes to 8080 inside it.
 pub const URL_PORT: u16 = 8080;
 
@@ -44,9 +49,6 @@ pub fn check_request(request: &CreateRequest) -> ProviderResult<Option<SpriteCon
             "command",
             "a sprite has no main process to replace; run it with exec",
         );
-    }
-    if request.restart_policy != RestartPolicy::Never {
-        return refuse("restartPolicy", "a sprite has no main process to restart");
     }
     if request.resources.pids.is_some() {
         return refuse("pids", "the API has no process-count ceiling");
@@ -102,7 +104,16 @@ pub fn labels(request: &CreateRequest) -> ProviderResult<Vec<String>> {
     let merged = merge_labels(&request.owner, &request.labels).map_err(|why| {
         ProviderError::invalid(format!("sandbox {}: labels: {why}", request.name))
     })?;
-    Ok(merged.iter().map(|(k, v)| format!("{k}={v}")).collect())
+    let restart = match request.restart_policy {
+        RestartPolicy::Never => "Never",
+        RestartPolicy::OnFailure => "OnFailure",
+        RestartPolicy::Always => "Always",
+    };
+    Ok(merged
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .chain([format!("{RESTART_LABEL}={restart}")])
+        .collect())
 }
 
 /// Label strings back into a map (strings without `=` are someone else's and kept as keys
@@ -115,6 +126,14 @@ fn parse_labels(labels: &[String]) -> BTreeMap<String, String> {
             None => (l.clone(), String::new()),
         })
         .collect()
+}
+
+fn restart_policy(labels: &BTreeMap<String, String>) -> RestartPolicy {
+    match labels.get(RESTART_LABEL).map(String::as_str) {
+        Some("OnFailure") => RestartPolicy::OnFailure,
+        Some("Always") => RestartPolicy::Always,
+        _ => RestartPolicy::Never,
+    }
 }
 
 /// The seam's state of a sprite. `running` is Running; `warm` (suspended with its processes
@@ -134,10 +153,12 @@ pub fn state(info: &SpriteInfo) -> SandboxState {
 pub fn descriptor(info: &SpriteInfo) -> SandboxDescriptor {
     let state = state(info);
     let config = info.config.clone().unwrap_or_default();
+    let labels = parse_labels(info.labels.as_deref().unwrap_or_default());
     SandboxDescriptor {
         id: info.name.clone(),
         state,
-        labels: parse_labels(info.labels.as_deref().unwrap_or_default()),
+        restart_policy: restart_policy(&labels),
+        labels,
         created_at: info.created_at,
         started_at: info.last_running_at,
         exit_code: None,
@@ -156,7 +177,6 @@ pub fn descriptor(info: &SpriteInfo) -> SandboxDescriptor {
             pids: None,
         },
         command: None,
-        restart_policy: RestartPolicy::Never,
         env: info.environment.clone().unwrap_or_default(),
     }
 }
