@@ -116,7 +116,7 @@ async fn exchange(
         exit_code: 0,
     };
     while let Some(message) = socket.next().await {
-        let message = message.map_err(|e| lost(&what, e))?;
+        let message = message.map_err(|e| closed_early(&what).with_source(e))?;
         let Message::Binary(data) = message else {
             continue;
         };
@@ -131,10 +131,15 @@ async fn exchange(
             _ => {}
         }
     }
-    Err(ProviderError::transient(format!(
+    Err(closed_early(&what))
+}
+
+/// The socket ended without an exit frame: not an exit code, and not known to have failed.
+fn closed_early(what: &str) -> ProviderError {
+    ProviderError::transient(format!(
         "{what}: the exec connection closed before the exit code arrived; the command may or \
          may not have finished"
-    )))
+    ))
 }
 
 /// A handshake the API refused (its status mapped like any other call) or never answered.
