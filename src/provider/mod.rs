@@ -16,6 +16,7 @@ pub mod error;
 pub mod factory;
 pub mod fly;
 pub mod labels;
+pub mod sprites;
 pub mod tarsafe;
 pub mod types;
 pub mod validate;

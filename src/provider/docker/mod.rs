@@ -44,6 +44,8 @@ use std::sync::Arc;
 use bollard::Docker;
 use tokio::sync::OnceCell;
 
+/// Path normalisation shared with the other providers' file capabilities (one rule).
+pub(crate) use files::normalize_path;
 pub use settings::DockerSettings;
 
 use super::{ProviderError, ProviderResult};
