@@ -51,9 +51,24 @@ async fn run_e2b(args: &[String]) {
     println!("E2B_API_URL={}", double.api_url());
     println!("E2B_SANDBOX_URL={}", double.envd_url());
     println!("E2B_API_KEY={}", double.api_key());
-    let _ = tokio::signal::ctrl_c().await;
+    wait_for_signal().await;
     match double.shutdown().await {
         Ok(removed) => eprintln!("sandbox-double e2b: removed {removed} containers"),
         Err(e) => eprintln!("sandbox-double e2b: cleanup failed: {e}"),
+    }
+}
+
+/// Ctrl-C or SIGTERM, so the containers are removed either way.
+async fn wait_for_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(term) => term,
+        Err(_) => {
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
     }
 }
