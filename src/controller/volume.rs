@@ -310,9 +310,7 @@ async fn finish(
     next.conditions = conditions;
     next.observed_generation = generation;
     status::write(api, name, Some(current), &next).await?;
-    Ok(Action::requeue(super::sandbox::apply::jittered(
-        ctx.resync, name,
-    )))
+    Ok(Action::requeue(crate::jitter::by_key(ctx.resync, name)))
 }
 
 /// Runs the SandboxVolume controller until `shutdown` resolves.
