@@ -7,7 +7,8 @@
 //! it lacks with a no-op or an empty answer — a caller that deletes what an enumeration
 //! returns would believe an empty stub.
 //!
-//! The eleven contract rules of DESIGN.md are written on the methods they govern below.
+//! The eleven contract rules of `docs/architecture.md` are written on the methods they
+//! govern below.
 
 pub mod docker;
 pub mod e2b;

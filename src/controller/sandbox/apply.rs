@@ -707,12 +707,16 @@ async fn provider_failure(
         }
         return Err(err);
     }
+    // Refused credentials stall every object on the provider with one condition and one
+    // Event each; they are looked at again only at the backoff ceiling, so a revoked token
+    // never turns into a hot retry loop against the provider.
+    let unauthorized = matches!(&err, Error::Provider(p) if p.is(ErrorKind::Unauthorized));
     finish(
         r,
         current,
         next,
         Health::stalled(err.category(), err.to_string()),
-        None,
+        unauthorized.then_some(crate::controller::backoff::CAP),
     )
     .await
 }
