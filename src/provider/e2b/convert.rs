@@ -40,17 +40,22 @@ pub fn check_enforceable(request: &CreateRequest) -> ProviderResult<()> {
         );
     }
     let r = &request.resources;
-    if r.cpu_millis.is_some()
-        || r.memory_bytes.is_some()
-        || r.disk_bytes.is_some()
-        || r.pids.is_some()
-    {
-        return refuse(
-            "spec.resources cannot be enforced on E2B: CPU, memory and disk are properties of \
-             the E2B template; remove spec.resources and choose (or build) a template of the \
-             size you need"
-                .into(),
-        );
+    let asked: Vec<&str> = [
+        (r.cpu_millis.is_some(), "spec.resources.cpu"),
+        (r.memory_bytes.is_some(), "spec.resources.memory"),
+        (r.disk_bytes.is_some(), "spec.resources.disk"),
+        (r.pids.is_some(), "spec.resources.pids"),
+    ]
+    .into_iter()
+    .filter_map(|(set, field)| set.then_some(field))
+    .collect();
+    if !asked.is_empty() {
+        return refuse(format!(
+            "{} cannot be enforced on E2B: CPU, memory and disk are properties of the E2B \
+             template and there is no process ceiling; remove them and choose (or build) a \
+             template of the size you need",
+            asked.join(", ")
+        ));
     }
     if !request.volumes.is_empty() {
         return refuse(

@@ -127,6 +127,29 @@ impl E2bProvider {
         )))
     }
 
+    /// The nearest existing ancestor of `path` when it is not a directory; `None` when it is
+    /// one, or when that could not be found out.
+    async fn non_directory_ancestor(&self, id: &str, path: &str) -> Option<String> {
+        let script = "p=$(dirname -- \"$1\"); \
+                      while [ \"$p\" != / ] && [ ! -e \"$p\" ]; do p=$(dirname -- \"$p\"); done; \
+                      [ -d \"$p\" ] || printf %s \"$p\"";
+        let request = ExecRequest {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                script.into(),
+                "sh".into(),
+                path.into(),
+            ],
+            cwd: None,
+            env: Default::default(),
+            timeout: std::time::Duration::from_secs(20),
+        };
+        let out = self.inner.exec_request(id, &request).await.ok()?;
+        let blocker = String::from_utf8_lossy(&out.stdout).into_owned();
+        (out.exit_code == 0 && !blocker.is_empty()).then_some(blocker)
+    }
+
     async fn upload(&self, id: &str, path: &str, data: &[u8]) -> ProviderResult<()> {
         self.inner
             .envd_call(id, |access| async move {
@@ -158,7 +181,20 @@ impl Files for E2bProvider {
                 "file path \"/\" is a directory; name a file",
             ));
         }
-        self.upload(id, &path, data).await?;
+        match self.upload(id, &path, data).await {
+            Ok(()) => {}
+            // envd answers 500 when it cannot create the parents: say why, when it is a file
+            // standing where a directory must be (bad input, not something to retry).
+            Err(e) if e.is(ErrorKind::Transient) => {
+                return Err(match self.non_directory_ancestor(id, &path).await {
+                    Some(blocker) => ProviderError::invalid(format!(
+                        "cannot write {path} in E2B sandbox {id}: {blocker} is not a directory"
+                    )),
+                    None => e,
+                });
+            }
+            Err(e) => return Err(e),
+        }
         let mode = format!("{:o}", mode & 0o777);
         self.helper(
             id,

@@ -427,6 +427,7 @@ async fn list_v2(State(shared): State<Shared>, Query(params): Query<ListParams>)
             if ascending { k > cursor } else { k < cursor }
         });
     }
+    let limit = limit.min(shared.page_cap);
     let more = matching.len() > limit;
     matching.truncate(limit);
     let body = Value::Array(matching.iter().map(|s| listed_body(s)).collect());

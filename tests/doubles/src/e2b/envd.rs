@@ -161,6 +161,7 @@ const EXIT_ABSENT: i64 = 20;
 const EXIT_IS_DIR: i64 = 21;
 const EXIT_NOT_DIR: i64 = 22;
 const EXIT_EXISTS: i64 = 17;
+const EXIT_NO_PARENT: i64 = 23;
 
 /// Runs `script` with `sh -c` (its `$1` is `path`) as `user`.
 async fn helper(
@@ -204,6 +205,14 @@ fn path_error(code: i64, path: &str, stderr: &[u8]) -> ConnectError {
             format!("path '{path}' is not a directory"),
         ),
         EXIT_EXISTS => ConnectError::new("already_exists", format!("path '{path}' already exists")),
+        // envd answers 500 when it cannot create the parent directories.
+        EXIT_NO_PARENT => ConnectError::new(
+            "internal",
+            format!(
+                "error ensuring directories: {}",
+                String::from_utf8_lossy(stderr).trim()
+            ),
+        ),
         _ => ConnectError::new(
             "internal",
             format!("{path}: {}", String::from_utf8_lossy(stderr).trim()),
@@ -266,7 +275,7 @@ async fn write_one(
 ) -> Result<Value, ConnectError> {
     let script = format!(
         "if [ -d \"$1\" ]; then exit {EXIT_IS_DIR}; fi; \
-         mkdir -p -- \"$(dirname -- \"$1\")\" || exit 1; id -u; id -g; \
+         mkdir -p -- \"$(dirname -- \"$1\")\" || exit {EXIT_NO_PARENT}; id -u; id -g; \
          stat -c %a -- \"$1\" 2>/dev/null; exit 0"
     );
     let (code, stdout, stderr) = helper(shared, target, user, &script, path).await?;

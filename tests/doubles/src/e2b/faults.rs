@@ -57,9 +57,11 @@ impl FaultAction {
 #[derive(Debug, Clone)]
 struct Fault {
     method: Option<String>,
-    /// `/`-separated segments; `*` matches exactly one segment.
+    /// `/`-separated segments; `*` matches exactly one segment, a final `**` any rest.
     path: Vec<String>,
     action: FaultAction,
+    /// Matching requests to let through before this fault fires.
+    skip: usize,
     remaining: usize,
 }
 
@@ -69,6 +71,15 @@ impl Fault {
             return false;
         }
         let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+        if let Some((last, head)) = self.path.split_last()
+            && last == "**"
+        {
+            return segments.len() >= head.len()
+                && head
+                    .iter()
+                    .zip(&segments)
+                    .all(|(want, got)| want == "*" || want == got);
+        }
         segments.len() == self.path.len()
             && self
                 .path
@@ -85,9 +96,23 @@ pub struct Faults(Arc<Mutex<Vec<Fault>>>);
 
 impl Faults {
     /// Makes the next `times` requests matching `method` (`None` = any) and `path` fail with
-    /// `action`. `path` is a request path whose `*` segments match any one segment, e.g.
-    /// `/sandboxes/*/timeout` or `/process.Process/Start`.
+    /// `action`. `path` is a request path whose `*` segments match any one segment and whose
+    /// final `**` matches any rest, e.g. `/sandboxes/*/timeout`, `/process.Process/Start`,
+    /// `/**` (everything).
     pub fn inject(&self, method: Option<&str>, path: &str, action: FaultAction, times: usize) {
+        self.inject_after(method, path, action, 0, times);
+    }
+
+    /// Like [`Faults::inject`], letting the first `skip` matching requests through (e.g. the
+    /// second page of a list).
+    pub fn inject_after(
+        &self,
+        method: Option<&str>,
+        path: &str,
+        action: FaultAction,
+        skip: usize,
+        times: usize,
+    ) {
         let fault = Fault {
             method: method.map(str::to_uppercase),
             path: path
@@ -96,6 +121,7 @@ impl Faults {
                 .map(String::from)
                 .collect(),
             action,
+            skip,
             remaining: times,
         };
         lock(&self.0).push(fault);
@@ -114,6 +140,10 @@ impl Faults {
     fn take(&self, method: &str, path: &str) -> Option<FaultAction> {
         let mut faults = lock(&self.0);
         let index = faults.iter().position(|f| f.matches(method, path))?;
+        if faults[index].skip > 0 {
+            faults[index].skip -= 1;
+            return None;
+        }
         let action = faults[index].action.clone();
         faults[index].remaining -= 1;
         if faults[index].remaining == 0 {
@@ -288,5 +318,14 @@ mod tests {
         );
         assert_eq!(faults.take("POST", "/sandboxes/def/timeout"), None);
         assert_eq!(faults.pending(), 0);
+    }
+
+    #[test]
+    fn a_double_star_matches_any_rest_and_skips_let_requests_through() {
+        let faults = Faults::default();
+        faults.inject_after(None, "/**", FaultAction::status(503), 1, 1);
+        assert_eq!(faults.take("GET", "/v2/sandboxes"), None, "skipped");
+        assert_eq!(faults.take("GET", "/a/b/c"), Some(FaultAction::status(503)));
+        assert_eq!(faults.take("GET", "/a"), None);
     }
 }

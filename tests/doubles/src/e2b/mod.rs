@@ -52,6 +52,9 @@ pub struct E2bDoubleOptions {
     pub max_running: Option<usize>,
     /// The `domain` it reports for sandboxes.
     pub domain: String,
+    /// Largest page the v2 list returns, whatever `limit` asks (E2B: 100). A test lowers it
+    /// to make a client follow `X-Next-Token` without a hundred containers.
+    pub page_cap: usize,
 }
 
 impl Default for E2bDoubleOptions {
@@ -73,6 +76,7 @@ impl Default for E2bDoubleOptions {
             max_timeout_secs: 24 * 3600,
             max_running: None,
             domain: "e2b-double.local".to_string(),
+            page_cap: 100,
         }
     }
 }
@@ -120,6 +124,7 @@ pub async fn spawn(options: E2bDoubleOptions) -> Result<E2bDouble, SpawnError> {
         max_timeout_secs: options.max_timeout_secs,
         max_running: options.max_running,
         domain: options.domain,
+        page_cap: options.page_cap.max(1),
     };
     let bind = |addr| async move {
         TcpListener::bind(addr)

@@ -117,6 +117,7 @@ pub struct Shared {
     pub(crate) max_timeout_secs: u64,
     pub(crate) max_running: Option<usize>,
     pub(crate) domain: String,
+    pub(crate) page_cap: usize,
 }
 
 impl Shared {
