@@ -2,6 +2,7 @@
 //! that breaks exactly one rule, run through the check for that rule, which must return
 //! `Err`. (The same checks pass on the unwrapped provider in `tests/conformance_docker.rs`.)
 
+mod harness;
 #[macro_use]
 mod conformance;
 

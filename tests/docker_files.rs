@@ -4,27 +4,27 @@
 //! What every provider promises is in the conformance suite (`tests/conformance/`, run for
 //! Docker by `tests/conformance_docker.rs`).
 //!
-//! Self-contained: containers are set up directly with bollard (not through the provider's
-//! own create), each test uses unique names and removes what it made through a guard, and
-//! nothing waits by sleeping — anything asynchronous is polled against a deadline.
+//! Containers are set up directly with bollard (not through the provider's own create),
+//! each test uses unique names and removes what it made through a guard, and nothing waits
+//! by sleeping — anything asynchronous is polled against a deadline.
 //!
 //! Needs a Docker engine at the default socket (or `DOCKER_HOST`) and the base image
 //! (`SANDBOX_BASE_IMAGE`, default `sandbox-operator/base:bookworm`; see tests/setup).
 
+mod harness;
+
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use bollard::Docker;
 use bollard::models::{ContainerCreateBody, HostConfig, VolumeCreateRequest};
-use bollard::query_parameters::{
-    CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, RemoveVolumeOptionsBuilder,
-    StopContainerOptionsBuilder,
-};
+use bollard::query_parameters::{CreateContainerOptionsBuilder, StopContainerOptionsBuilder};
 use futures::StreamExt;
 
 use sandbox_operator::provider::ErrorKind;
-use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
+use sandbox_operator::provider::docker::DockerProvider;
+
+use harness::docker::{Purge, TEST_LABEL, base_image, engine, provider};
+use harness::unique;
 use sandbox_operator::provider::labels::Owner;
 use sandbox_operator::provider::{
     CapacityProbe, Egress, EgressState, ExecOutput, ExecRequest, Files, Provider, ProviderError,
@@ -34,94 +34,6 @@ use sandbox_operator::provider::{
 // ---------------------------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------------------------
-
-fn base_image() -> String {
-    std::env::var("SANDBOX_BASE_IMAGE").unwrap_or_else(|_| "sandbox-operator/base:bookworm".into())
-}
-
-/// A name no other test (or earlier run) uses.
-fn unique(what: &str) -> String {
-    static COUNTER: AtomicU32 = AtomicU32::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .subsec_nanos();
-    format!(
-        "sbxtest-files-{what}-{}-{}-{nanos:x}",
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-async fn raw() -> Docker {
-    Docker::connect_with_defaults()
-        .expect("docker client")
-        .negotiate_version()
-        .await
-        .expect("the Docker engine must be reachable for these tests")
-}
-
-async fn provider() -> DockerProvider {
-    DockerProvider::connect_negotiated("docker", DockerSettings::default())
-        .await
-        .expect("provider connects to the local engine")
-}
-
-/// Removes a container (and its anonymous volumes) when dropped, even when the test panics.
-struct ContainerGuard(String);
-
-impl Drop for ContainerGuard {
-    fn drop(&mut self) {
-        let name = self.0.clone();
-        // A fresh runtime on a fresh thread: Drop may run inside (or outside) a runtime.
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                let docker = raw().await;
-                let _ = docker
-                    .remove_container(
-                        &name,
-                        Some(
-                            RemoveContainerOptionsBuilder::default()
-                                .force(true)
-                                .v(true)
-                                .build(),
-                        ),
-                    )
-                    .await;
-            });
-        })
-        .join();
-    }
-}
-
-/// Removes a volume when dropped.
-struct VolumeGuard(String);
-
-impl Drop for VolumeGuard {
-    fn drop(&mut self) {
-        let name = self.0.clone();
-        let _ = std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
-                let docker = raw().await;
-                let _ = docker
-                    .remove_volume(
-                        &name,
-                        Some(RemoveVolumeOptionsBuilder::default().force(true).build()),
-                    )
-                    .await;
-            });
-        })
-        .join();
-    }
-}
 
 struct Spec {
     network_mode: Option<&'static str>,
@@ -139,15 +51,18 @@ impl Default for Spec {
     }
 }
 
-/// Creates (and by default starts) a container of the base image running `sleep infinity`.
-async fn container(what: &str, spec: Spec) -> (String, ContainerGuard) {
-    let docker = raw().await;
+/// Creates (and by default starts) a container of the base image running `sleep infinity`,
+/// removed (with its anonymous volumes) when the returned guard drops.
+async fn container(what: &str, spec: Spec) -> (String, Purge) {
+    let docker = engine().await;
     let name = unique(what);
-    let guard = ContainerGuard(name.clone());
+    let guard = Purge(name.clone());
+    let mut labels = spec.labels;
+    labels.insert(TEST_LABEL.to_string(), name.clone());
     let body = ContainerCreateBody {
         image: Some(base_image()),
         cmd: Some(vec!["sleep".into(), "infinity".into()]),
-        labels: Some(spec.labels),
+        labels: Some(labels),
         host_config: Some(HostConfig {
             network_mode: spec.network_mode.map(String::from),
             ..Default::default()
@@ -171,7 +86,7 @@ async fn container(what: &str, spec: Spec) -> (String, ContainerGuard) {
 }
 
 async fn stop(name: &str) {
-    raw()
+    engine()
         .await
         .stop_container(
             name,
@@ -219,7 +134,7 @@ fn labels_of(owner: &Owner) -> HashMap<String, String> {
 
 #[tokio::test]
 async fn a_stopped_container_is_read_and_written_through_the_archive_api() {
-    let p = provider().await;
+    let p = provider("docker").await;
     let (id, _g) = container("stopped-files", Spec::default()).await;
     p.write_file(&id, "/data/a.txt", b"12345", 0o644)
         .await
@@ -267,7 +182,7 @@ async fn a_stopped_container_is_read_and_written_through_the_archive_api() {
         err.is(ErrorKind::Conflict) && err.message().contains("not running"),
         "{err:?}"
     );
-    raw().await.start_container(&id, None).await.unwrap();
+    engine().await.start_container(&id, None).await.unwrap();
     p.delete_path(&id, "/opt/cold/file").await.unwrap();
     let err = p.read_file(&id, "/opt/cold/file").await.unwrap_err();
     assert!(err.is(ErrorKind::NotFound), "{err:?}");
@@ -279,7 +194,7 @@ async fn a_stopped_container_is_read_and_written_through_the_archive_api() {
 
 #[tokio::test]
 async fn capacity_of_the_local_engine_is_measured() {
-    let p = provider().await;
+    let p = provider("docker").await;
     let c = CapacityProbe::capacity(&p).await.unwrap();
     assert!(c.disk_bytes.is_some_and(|b| b > 0), "{c:?}");
     assert!(c.inodes.is_some_and(|i| i > 0), "{c:?}");
@@ -294,7 +209,7 @@ async fn capacity_of_the_local_engine_is_measured() {
 
 #[tokio::test]
 async fn egress_verdicts_read_the_network_mode_and_the_namespace() {
-    let p = provider().await;
+    let p = provider("docker").await;
     let (none, _g1) = container(
         "egress-none",
         Spec {
@@ -365,8 +280,8 @@ async fn wait_for_events(
 
 #[tokio::test]
 async fn events_map_managed_changes_to_their_owner_and_nothing_else() {
-    let p = provider().await;
-    let docker = raw().await;
+    let p = provider("docker").await;
+    let docker = engine().await;
     let instance = unique("inst");
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let mut events = p.subscribe(&instance);
@@ -450,7 +365,7 @@ async fn events_map_managed_changes_to_their_owner_and_nothing_else() {
     // A volume's create is mapped by inspecting it, so remove it only once that was seen
     // (as in real life: nothing deletes a volume in the instant it is created).
     let volume = unique("vol");
-    let _vg = VolumeGuard(volume.clone());
+    let _volumes = Purge(instance.clone());
     docker
         .create_volume(VolumeCreateRequest {
             name: Some(volume.clone()),

@@ -6,13 +6,14 @@
 //! Needs a running engine and the base image (`tests/setup/docker.sh`,
 //! `tests/setup/base-image.sh`; `SANDBOX_BASE_IMAGE` overrides the tag).
 
-mod common;
+mod harness;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bollard::query_parameters::InspectContainerOptions;
-use common::{IDLE, TestEnv, base_image, unique, wait_for};
+use harness::docker::{IDLE, TestEnv, base_image, engine};
+use harness::{unique, wait_for};
 use sandbox_operator::provider::ErrorKind;
 use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::labels::MANAGED_BY;
@@ -21,15 +22,6 @@ use sandbox_operator::provider::{
 };
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Raw engine client, to check what the engine holds independently of the provider.
-async fn engine() -> bollard::Docker {
-    bollard::Docker::connect_with_defaults()
-        .expect("docker client")
-        .negotiate_version()
-        .await
-        .expect("engine answers")
-}
 
 async fn raw_inspect(name: &str) -> bollard::models::ContainerInspectResponse {
     engine()
@@ -144,7 +136,9 @@ async fn create_maps_command_restart_policy_env_and_limits_onto_the_engine() {
     assert_eq!(cmdline.lines().collect::<Vec<_>>(), command);
     let greeting = wait_for("the main process to write its greeting", WAIT, || async {
         let out = env.sh(&name, "cat /tmp/greeting 2>/dev/null || true").await;
-        (!out.is_empty()).then_some(out)
+        (!out.is_empty())
+            .then_some(out)
+            .ok_or("no greeting yet".to_string())
     })
     .await;
     assert_eq!(greeting, "hello world\n");
@@ -329,7 +323,8 @@ async fn hibernate_pauses_and_resume_keeps_the_processes() {
     env.provider.create(&request).await.unwrap();
     env.provider.start(&name).await.unwrap();
     wait_for("the counter to reach 3", WAIT, || async {
-        (count(&env, &name).await >= 3).then_some(())
+        let n = count(&env, &name).await;
+        (n >= 3).then_some(()).ok_or(format!("count {n}"))
     })
     .await;
     let start_before = pid1_start(&env, &name).await;
@@ -352,7 +347,8 @@ async fn hibernate_pauses_and_resume_keeps_the_processes() {
     let frozen_at = count(&env, &name).await;
     assert!(frozen_at >= 3, "the counter did not reset: {frozen_at}");
     wait_for("the counter to continue", WAIT, || async {
-        (count(&env, &name).await > frozen_at).then_some(())
+        let n = count(&env, &name).await;
+        (n > frozen_at).then_some(()).ok_or(format!("count {n}"))
     })
     .await;
     assert_eq!(restarts_in_log(&env, &name).await, 1, "never restarted");

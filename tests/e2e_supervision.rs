@@ -9,15 +9,18 @@
 //! lease). A guard resumes the server when dropped, even on a panic, and a detached watchdog
 //! resumes it if this process dies first. The tests of this binary run one at a time.
 
-mod support;
+mod harness;
 
 use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
+use harness::cluster::*;
+use harness::docker::*;
+use harness::operator::*;
+use harness::{cache, wait_for};
 use kube::Api;
 use kube::api::DeleteParams;
 use sandbox_operator::api::{Sandbox, condition};
-use support::*;
 
 /// A short lease, so a freeze longer than its renew deadline (2/3 of it) stays short.
 const LEASE_SECS: u64 = 6;

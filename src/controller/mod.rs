@@ -12,6 +12,7 @@ pub mod scaffold;
 pub mod status;
 pub mod sweeper;
 pub mod template;
+pub mod triggers;
 pub mod volume;
 
 use std::sync::Arc;

@@ -58,7 +58,8 @@ pub async fn finish(fixture: Fixture, result: Check) {
 
 /// Expands to one `#[tokio::test]` per contract rule and per capability, each running the
 /// check of that name against a fixture from `$factory` (an `async fn() -> Result<Fixture,
-/// Skipped>`). Use it in a test binary that declares `#[macro_use] mod conformance;`.
+/// Skipped>`). Use it in a test binary that declares `mod harness;` and
+/// `#[macro_use] mod conformance;` (the Docker factory cleans up through the harness).
 #[macro_export]
 macro_rules! conformance_suite {
     ($factory:path) => {
