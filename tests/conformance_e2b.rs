@@ -9,6 +9,7 @@
 //! else runs unchanged. Needs a running Docker engine and the base image
 //! (`tests/setup/docker.sh`, `tests/setup/base-image.sh`).
 
+mod harness;
 #[macro_use]
 mod conformance;
 
