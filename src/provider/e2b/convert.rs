@@ -320,7 +320,8 @@ mod tests {
 
     #[test]
     fn what_e2b_cannot_enforce_is_refused_naming_the_field() {
-        let cases: Vec<(Box<dyn Fn(&mut CreateRequest)>, &str)> = vec![
+        type Change = Box<dyn Fn(&mut CreateRequest)>;
+        let cases: Vec<(Change, &str)> = vec![
             (
                 Box::new(|r| r.command = Some(vec!["x".into()])),
                 "spec.command",
