@@ -792,3 +792,64 @@ async fn a_stream_cut_before_its_end_is_transient() {
     drop(provider);
     d.shutdown().await.expect("cleanup");
 }
+
+/// Drift made behind the provider's back (a pause and a kill straight at E2B) reaches the
+/// subscribers of the sandbox's instance through the watch's periodic list, mapped to its
+/// owner; another instance's subscribers hear nothing of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_behind_the_providers_back_is_reported_by_the_watch() {
+    use futures::StreamExt;
+    let d = start_double(E2bDoubleOptions::default()).await;
+    let provider =
+        E2bProvider::new("e2b-drift", settings_for(&d, d.api_key(), 60, 1)).expect("provider");
+    let request = base_request("drifty");
+    let events = provider.events().expect("events");
+    let mut ours = events.subscribe(&request.owner.instance);
+    let mut theirs = events.subscribe("someone-else");
+    let id = provider.create(&request).await.expect("create").id;
+    let next = async |stream: &mut futures::stream::BoxStream<'static, _>| {
+        tokio::time::timeout(Duration::from_secs(30), stream.next())
+            .await
+            .expect("an event within 30 s")
+            .expect("the stream goes on")
+    };
+    let created: sandbox_operator::provider::ProviderResult<_> = next(&mut ours).await;
+    assert_eq!(created.expect("event").action, "create");
+    // The watch reports changes between two of its lists: let it look once first.
+    let lists = d.api_counters().get("GET /v2/sandboxes");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while d.api_counters().get("GET /v2/sandboxes") < lists + 2 {
+        assert!(Instant::now() < deadline, "the watch never listed");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let client = reqwest::Client::new();
+    let at = |path: String| {
+        client
+            .request(reqwest::Method::POST, format!("{}{path}", d.api_url()))
+            .header("X-API-Key", d.api_key())
+    };
+    let paused = at(format!("/sandboxes/{id}/pause"))
+        .send()
+        .await
+        .expect("pause");
+    assert_eq!(paused.status(), reqwest::StatusCode::NO_CONTENT);
+    let event: sandbox_operator::provider::ProviderResult<_> = next(&mut ours).await;
+    let event = event.expect("event");
+    assert_eq!(
+        (event.owner.clone(), event.action.as_str()),
+        (request.owner.clone(), "paused")
+    );
+    let killed = client
+        .delete(format!("{}/sandboxes/{id}", d.api_url()))
+        .header("X-API-Key", d.api_key())
+        .send()
+        .await
+        .expect("kill");
+    assert_eq!(killed.status(), reqwest::StatusCode::NO_CONTENT);
+    let event: sandbox_operator::provider::ProviderResult<_> = next(&mut ours).await;
+    assert_eq!(event.expect("event").action, "killed");
+    let quiet = tokio::time::timeout(Duration::from_millis(1500), theirs.next()).await;
+    assert!(quiet.is_err(), "another instance heard: {quiet:?}");
+    drop(provider);
+    d.shutdown().await.expect("cleanup");
+}

@@ -114,6 +114,7 @@ impl Inner {
             }
             Err(e) => return Err(e),
         }
+        self.notify(id, "pause");
         let detail = match recorded {
             Ok(_) => "paused with its memory; the resume will check that the processes survived",
             Err(_) => {

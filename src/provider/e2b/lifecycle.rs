@@ -53,6 +53,12 @@ impl Inner {
             .api
             .list(&metadata_filter(&filters), states.as_deref().unwrap_or(&[]))
             .await?;
+        for l in &listed {
+            self.own(&l.sandbox_id, l.metadata.as_ref());
+        }
+        for l in &listed {
+            self.own(&l.sandbox_id, l.metadata.as_ref());
+        }
         let mut found: Vec<SandboxDescriptor> = listed
             .iter()
             .map(|l| {
@@ -70,6 +76,7 @@ impl Inner {
             self.forget(id);
             return Ok(None);
         };
+        self.own(id, detail.listed.metadata.as_ref());
         if let Some(instance) = detail
             .listed
             .metadata
@@ -120,7 +127,9 @@ impl Inner {
         })?;
         let id = created.sandbox_id;
         self.remember(&id, created.envd_access_token, created.domain);
-        self.describe(&id).await?.ok_or_else(|| {
+        let described = self.describe(&id).await?;
+        self.notify(&id, "create");
+        described.ok_or_else(|| {
             ProviderError::transient(format!(
                 "E2B sandbox {id} ({:?}) was created but was gone when read back",
                 request.name
@@ -133,6 +142,9 @@ impl Inner {
         let (resumed, created) = self.api.connect(id, self.settings.timeout_secs).await?;
         lock(&self.stopped).remove(id);
         self.remember(id, created.envd_access_token, created.domain);
+        if resumed {
+            self.notify(id, "resume");
+        }
         Ok(resumed)
     }
 
@@ -161,6 +173,7 @@ impl Inner {
             Err(e) => return Err(e),
         }
         lock(&self.stopped).insert(id.to_string());
+        self.notify(id, "stop");
         Ok(())
     }
 
@@ -246,7 +259,9 @@ impl Provider for E2bProvider {
     }
 
     async fn destroy(&self, id: &str) -> ProviderResult<()> {
-        self.inner.api.kill(id).await?;
+        if self.inner.api.kill(id).await? {
+            self.inner.notify(id, "destroy");
+        }
         self.inner.forget(id);
         Ok(())
     }

@@ -75,6 +75,7 @@ pub use settings::{
 
 use self::api::Api;
 use self::envd::{Access, Envd, EnvdError};
+use super::labels::Owner;
 use super::{ProviderError, ProviderEvent, ProviderResult};
 
 /// An E2B account as a sandbox provider. Cheap to clone; clones share state.
@@ -97,6 +98,9 @@ pub(crate) struct Inner {
     stopped: Mutex<HashSet<String>>,
     /// Operator instances whose sandboxes the watch keeps alive.
     instances: Mutex<BTreeSet<String>>,
+    /// The owner of each sandbox seen, read from its metadata, so the provider's own calls
+    /// can be reported as events (see [`Inner::notify`]).
+    owners: Mutex<HashMap<String, Owner>>,
     events: broadcast::Sender<WatchNotice>,
 }
 
@@ -129,6 +133,7 @@ impl E2bProvider {
             access: Mutex::default(),
             stopped: Mutex::default(),
             instances: Mutex::default(),
+            owners: Mutex::default(),
             events,
         });
         watch::spawn(&inner);
@@ -157,6 +162,30 @@ impl Inner {
     fn forget(&self, id: &str) {
         lock(&self.access).remove(id);
         lock(&self.stopped).remove(id);
+        lock(&self.owners).remove(id);
+    }
+
+    /// Records who owns `id`, from its metadata (sandboxes without owner labels concern no
+    /// object and are not recorded).
+    fn own(&self, id: &str, metadata: Option<&std::collections::BTreeMap<String, String>>) {
+        if let Some(owner) = metadata.and_then(Owner::from_labels) {
+            lock(&self.owners).insert(id.to_string(), owner);
+        }
+    }
+
+    /// Reports a change this provider made itself (`start`, `stop`, `pause`, …) to the
+    /// subscribers of the sandbox's instance. The watch alone would miss a change undone
+    /// between two of its lists (a stop and a start inside one interval), which Docker's own
+    /// event stream, for instance, reports.
+    fn notify(&self, id: &str, action: &str) {
+        let owner = lock(&self.owners).get(id).cloned();
+        if let Some(owner) = owner {
+            let event = ProviderEvent {
+                owner: owner.clone(),
+                action: action.to_string(),
+            };
+            let _ = self.events.send((owner.instance, Ok(event)));
+        }
     }
 
     fn is_stopped(&self, id: &str) -> bool {

@@ -71,6 +71,9 @@ impl Inner {
                     continue;
                 }
             };
+            for l in &listed {
+                self.own(&l.sandbox_id, l.metadata.as_ref());
+            }
             self.keep_alive(&listed).await;
             self.report(&instance, &listed, seen);
         }
@@ -123,6 +126,8 @@ impl Inner {
             })
             .collect();
         if let Some(before) = seen.get(instance) {
+            // Forget the owners of sandboxes that vanished between the two lists.
+            lock(&self.owners).retain(|id, _| now.contains_key(id) || !before.contains_key(id));
             for (owner, action) in changes(before, &now) {
                 let event = ProviderEvent { owner, action };
                 let _ = self.events.send((instance.to_string(), Ok(event)));
@@ -133,8 +138,10 @@ impl Inner {
 }
 
 impl ProviderEvents for E2bProvider {
-    /// Drift as the watch sees it: `running`, `paused` or `killed` for each sandbox of
-    /// `instance` whose state changed between two lists; an `Err` when a list failed.
+    /// What this provider did itself (`create`, `resume`, `stop`, `pause`, `destroy`) as it
+    /// does it, and drift as the watch sees it: `running`, `paused` or `killed` for each
+    /// sandbox of `instance` whose state changed between two lists; an `Err` when a list
+    /// failed.
     fn subscribe(&self, instance: &str) -> BoxStream<'static, ProviderResult<ProviderEvent>> {
         self.inner.learn(instance);
         let rx = self.inner.events.subscribe();
