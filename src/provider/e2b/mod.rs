@@ -17,7 +17,7 @@
 //! | `read_file` / `write_file` | envd `GET` / `POST /files?path=` (404 = `NotFound`, rule 2; multipart upload), then `chmod` via `Process/Start` |
 //! | `list_dir` / `delete_path` | envd `filesystem.Filesystem/ListDir` / `Remove` |
 //! | `export` / `import` | envd `Filesystem/Stat`, then `tar` through `Process/Start`; import uploads the sanitised archive with `POST /files` and extracts it |
-//! | keep-alive, drift ([`ProviderEvents`]) | one `GET /v2/sandboxes?metadata=sandboxes.dev/managed-by=<instance>` (all pages) per `watchIntervalSecs`; `POST /sandboxes/{id}/timeout` for each running sandbox nearing its timeout |
+//! | keep-alive, drift ([`ProviderEvents`]) | one `GET /v2/sandboxes?metadata=sandboxes.dev/managed-by=<instance>` (all pages) per `watchIntervalSecs`; `POST /sandboxes/{id}/timeout` for each running sandbox nearing its timeout; events for what changed between two lists, and for the provider's own calls as it makes them (no call of their own) |
 //! | [`E2bProvider::set_allowed_domains`] | `PUT /sandboxes/{id}/network` {`allowOut`, `denyOut`}: replaced in place |
 //!
 //! Capabilities: hibernation, files, bulk files and events. No templates (the controller's
