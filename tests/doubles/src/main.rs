@@ -5,9 +5,21 @@ use std::net::SocketAddr;
 
 fn usage() -> ! {
     eprintln!(
-        "usage: sandbox-double <fly|e2b> [--listen 127.0.0.1:PORT] [--envd-listen 127.0.0.1:PORT]"
+        "usage: sandbox-double <fly|e2b|sprites> [--listen 127.0.0.1:PORT] [--envd-listen 127.0.0.1:PORT]"
     );
     std::process::exit(2);
+}
+
+/// The Sprites double on a free loopback port until Ctrl-C; prints its URL and token.
+async fn run_sprites() {
+    let image = std::env::var("SANDBOX_BASE_IMAGE")
+        .unwrap_or_else(|_| "sandbox-operator/base:bookworm".into());
+    let double =
+        sandbox_doubles::sprites::spawn(sandbox_doubles::sprites::SpritesOptions::new(image)).await;
+    println!("SPRITES_API_URL={}", double.base_url);
+    println!("SPRITES_TOKEN={}", double.token);
+    let _ = tokio::signal::ctrl_c().await;
+    double.shutdown().await;
 }
 
 /// The value after `flag`, parsed as an address.
@@ -24,6 +36,7 @@ async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
         Some("e2b") => run_e2b(&args[1..]).await,
+        Some("sprites") => run_sprites().await,
         _ => usage(),
     }
 }
