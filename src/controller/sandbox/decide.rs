@@ -128,9 +128,6 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
     if resources_differ(&desired.request.resources, &current.resources) {
         steps.push(Step::SetResources);
     }
-    if observed.egress == EgressConvergence::Differs {
-        steps.push(Step::SetEgress);
-    }
     if observed.wants_env && !observed.env_delivered {
         steps.push(Step::DeliverEnv);
     }
@@ -165,21 +162,32 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
         (D::Stopped, S::Sleeping) => &[Step::Resume, Step::Stop],
     };
     steps.extend_from_slice(power);
-    // Resume replaces the egress policy: a sandbox resumed from a snapshot may come back with
-    // the allow-list it was suspended with.
-    if observed.egress != EgressConvergence::NotInPlace
-        && power.contains(&Step::Resume)
-        && !steps.contains(&Step::SetEgress)
-    {
-        let at = steps
-            .iter()
-            .position(|s| *s == Step::Resume)
-            .map_or(steps.len(), |i| i + 1);
-        steps.insert(at, Step::SetEgress);
-    }
+    with_egress(&mut steps, observed.egress, current.state == S::Running);
     Plan {
         steps,
         ..Plan::default()
+    }
+}
+
+/// Adds the in-place allow-list step where the sandbox runs: providers apply allow-lists to a
+/// live sandbox. It goes right after a start or resume in the plan — resume replaces the
+/// egress policy, since a sandbox resumed from a snapshot may come back with the allow-list it
+/// was suspended with — else first when the sandbox already runs (before a hibernate or
+/// stop). A sandbox that stays down gets it at its next resume.
+fn with_egress(steps: &mut Vec<Step>, egress: EgressConvergence, running: bool) {
+    let brought_up = steps
+        .iter()
+        .rposition(|s| matches!(s, Step::Start | Step::Resume));
+    let wanted = match egress {
+        EgressConvergence::NotInPlace => false,
+        EgressConvergence::Differs => true,
+        EgressConvergence::Applied => steps.contains(&Step::Resume),
+    };
+    match (wanted, brought_up) {
+        (false, _) => {}
+        (true, Some(i)) => steps.insert(i + 1, Step::SetEgress),
+        (true, None) if running => steps.insert(0, Step::SetEgress),
+        (true, None) => {}
     }
 }
 
@@ -322,13 +330,23 @@ mod tests {
             (D::Running, S::Running, E::Differs, vec![SetEgress]),
             (D::Running, S::Running, E::Applied, vec![]),
             (D::Running, S::Sleeping, E::Applied, vec![Resume, SetEgress]),
-            (D::Running, S::Sleeping, E::Differs, vec![SetEgress, Resume]),
+            (D::Running, S::Sleeping, E::Differs, vec![Resume, SetEgress]),
             (
                 D::Stopped,
                 S::Sleeping,
                 E::Applied,
                 vec![Resume, SetEgress, Stop],
             ),
+            (
+                D::Sleeping,
+                S::Running,
+                E::Differs,
+                vec![SetEgress, Hibernate],
+            ),
+            (D::Stopped, S::Running, E::Differs, vec![SetEgress, Stop]),
+            (D::Running, S::Creating, E::Differs, vec![Start, SetEgress]),
+            // Stays down: applied at its next resume.
+            (D::Sleeping, S::Sleeping, E::Differs, vec![]),
             (D::Running, S::Sleeping, E::NotInPlace, vec![Resume]),
         ];
         for (want, have, egress, steps) in cases {

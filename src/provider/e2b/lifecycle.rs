@@ -12,8 +12,9 @@ use super::envd;
 use super::{E2bProvider, Inner, lock};
 use crate::provider::labels::{MANAGED_BY, OWNER};
 use crate::provider::{
-    BulkFiles, CreateRequest, ErrorKind, ExecOutput, ExecRequest, Files, Hibernation, Provider,
-    ProviderError, ProviderEvents, ProviderResult, SandboxDescriptor, SandboxQuery, SandboxState,
+    BulkFiles, CreateRequest, EgressPolicy, ErrorKind, ExecOutput, ExecRequest, Files, Hibernation,
+    Provider, ProviderError, ProviderEvents, ProviderResult, SandboxDescriptor, SandboxQuery,
+    SandboxState,
 };
 
 /// Output held in memory for one exec, stdout and stderr together.
@@ -278,6 +279,10 @@ impl Provider for E2bProvider {
         Some(self)
     }
 
+    fn egress_policy(&self) -> Option<&dyn EgressPolicy> {
+        Some(self)
+    }
+
     fn bulk_files(&self) -> Option<&dyn BulkFiles> {
         Some(self)
     }
@@ -309,5 +314,18 @@ impl E2bProvider {
                 ProviderError::not_found(format!("E2B sandbox {id} does not exist"))
             })?;
         Ok(convert::allowed_domains(detail.network.as_ref()))
+    }
+}
+
+/// The seam's form of [`E2bProvider::set_allowed_domains`]: E2B replaces a live sandbox's
+/// network rules in place.
+#[async_trait]
+impl EgressPolicy for E2bProvider {
+    async fn set_allowed_domains(
+        &self,
+        id: &str,
+        allowed: Option<&[String]>,
+    ) -> ProviderResult<()> {
+        E2bProvider::set_allowed_domains(self, id, allowed.map(<[String]>::to_vec)).await
     }
 }
