@@ -282,6 +282,8 @@ impl World {
             volumes: vec![],
             allowed_domains: None,
             idle_action: None,
+            image_pull_policy: Default::default(),
+            registry_credentials: Vec::new(),
         };
         self.provider
             .create(&request)
@@ -1370,6 +1372,8 @@ async fn bench_one_pass_over_many_labelled_containers() {
                     volumes: vec![],
                     allowed_domains: None,
                     idle_action: None,
+                    image_pull_policy: Default::default(),
+                    registry_credentials: Vec::new(),
                 };
                 provider.create(&request).await.expect("create container");
             }

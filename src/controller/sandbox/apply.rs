@@ -25,6 +25,7 @@ use crate::registry::ProviderHandle;
 use super::build::{self, Desired};
 use super::decide::{self, Hold, Observed, Step};
 use super::lifetime::{self, Deadline};
+use super::pulling;
 use super::resolve::{self, Blocked, SELF_DELIVERED_ENV_PATH, SelfDeliveredEnv};
 
 /// How long to wait before looking again at something that will come by itself.
@@ -263,6 +264,9 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     for step in &plan.steps {
         acted = true;
         if let Err(e) = act(&on, &desired, env.as_ref(), *step, &mut target, &mut next).await {
+            if let Some(p) = pulling::in_progress(&e) {
+                return pulling::report(ctx, &api, &sandbox, &current, next, p).await;
+            }
             warning(
                 ctx,
                 sandbox.as_ref(),
@@ -525,6 +529,9 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
     {
         Ok(d) => {
             ctx.failpoint("after-create");
+            if let Some(pull) = &d.image_pull {
+                pulling::pulled(ctx, sandbox, pull, d.image_digest.as_deref()).await;
+            }
             normal(
                 ctx,
                 sandbox,
@@ -538,6 +545,9 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
             .await;
             next.sandbox_id = Some(d.id.clone());
             next.self_delivered_env_hash = None;
+            // What the digest in status was resolved from (see `build::image_to_boot`).
+            next.image = sandbox.spec.image.clone().filter(|_| d.template_ref.is_none());
+            next.image_digest = d.image_digest.clone();
             let before = sandbox.status.clone();
             status::write(api, &sandbox.name_any(), before.as_ref(), next).await?;
             Ok(d.id)
@@ -560,6 +570,7 @@ fn record(next: &mut SandboxStatus, d: &SandboxDescriptor, sandbox: &Sandbox) {
     next.created_at = d.created_at.map(crate::api::rfc3339);
     next.started_at = d.started_at.map(crate::api::rfc3339);
     next.template_ref = d.template_ref.clone();
+    next.image_digest = d.image_digest.clone();
     let names = sandbox.spec.ports.iter().flatten();
     next.ports = d
         .ports

@@ -7,9 +7,14 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use crate::api::{DesiredState, IdleAction, Protocol, RestartPolicy, Sandbox, SandboxSpec};
+use crate::api::{
+    DesiredState, IdleAction, ImagePullPolicy, Protocol, RestartPolicy, Sandbox, SandboxSpec,
+    SandboxStatus,
+};
 use crate::provider::labels::{Owner, SPEC_HASH, TEMPLATE};
-use crate::provider::{self, CreateRequest, PortRequest, Resources, VolumeMount};
+use crate::provider::{
+    self, CreateRequest, PortRequest, RegistryCredential, Resources, VolumeMount,
+};
 
 /// External name of a Sandbox's provider resource: deterministic from its UID, so a
 /// crashed create is found again instead of duplicated.
@@ -26,6 +31,9 @@ pub struct Resolved {
     pub volume_names: Vec<String>,
     /// Env from `spec.envFrom` Secrets, already prefixed. Secret values: never logged.
     pub secret_env: BTreeMap<String, String>,
+    /// Registry credentials from `spec.imagePullSecrets`, in order. Their `Debug` redacts
+    /// the secrets.
+    pub registry_credentials: Vec<RegistryCredential>,
 }
 
 /// What the provider should hold for this Sandbox.
@@ -139,7 +147,7 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
         request: CreateRequest {
             name: external_name(&uid),
             owner,
-            image: spec.image.clone(),
+            image: image_to_boot(spec, sandbox.status.as_ref()),
             template: resolved.template_id.clone(),
             command: spec.command.clone(),
             restart_policy,
@@ -150,10 +158,33 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
             volumes,
             allowed_domains: spec.egress.as_ref().and_then(|e| e.allowed_domains.clone()),
             idle_action,
+            image_pull_policy: match spec.image_pull_policy.unwrap_or_default() {
+                ImagePullPolicy::Always => provider::ImagePullPolicy::Always,
+                ImagePullPolicy::IfNotPresent => provider::ImagePullPolicy::IfNotPresent,
+                ImagePullPolicy::Never => provider::ImagePullPolicy::Never,
+            },
+            registry_credentials: resolved.registry_credentials.clone(),
         },
         state: spec.state.unwrap_or(DesiredState::Running),
         spec_hash,
     })
+}
+
+/// The image a create boots: `spec.image`, except that under `IfNotPresent` and `Never` the
+/// registry digest status recorded for this same `spec.image` is booted instead, so a
+/// recreate boots the same bits after the tag has moved. `Always` resolves the tag again;
+/// an image id (an image no registry knows) is not pinned, as there is nowhere to fetch it
+/// from should it go.
+pub fn image_to_boot(spec: &SandboxSpec, status: Option<&SandboxStatus>) -> Option<String> {
+    let image = spec.image.clone()?;
+    if spec.image_pull_policy == Some(ImagePullPolicy::Always) {
+        return Some(image);
+    }
+    let pinned = status
+        .filter(|s| s.image.as_deref() == Some(image.as_str()))
+        .and_then(|s| s.image_digest.clone())
+        .filter(|d| d.contains("@sha256:"));
+    Some(pinned.unwrap_or(image))
 }
 
 /// Parses `spec.resources` into provider units, naming the field on error.
@@ -307,6 +338,45 @@ mod tests {
                 .unwrap_err()
                 .contains("both in spec.env")
         );
+    }
+
+    #[test]
+    fn a_recorded_registry_digest_pins_the_image_unless_always() {
+        let digest = format!("r:5000/app@sha256:{}", "a".repeat(64));
+        let mut spec = base_spec();
+        spec.image = Some("r:5000/app:1".into());
+        let status = SandboxStatus {
+            image: Some("r:5000/app:1".into()),
+            image_digest: Some(digest.clone()),
+            ..SandboxStatus::default()
+        };
+        assert_eq!(image_to_boot(&spec, Some(&status)), Some(digest.clone()));
+        assert_eq!(image_to_boot(&spec, None).as_deref(), Some("r:5000/app:1"));
+        spec.image_pull_policy = Some(ImagePullPolicy::Never);
+        assert_eq!(image_to_boot(&spec, Some(&status)), Some(digest.clone()));
+        spec.image_pull_policy = Some(ImagePullPolicy::Always);
+        assert_eq!(image_to_boot(&spec, Some(&status)).as_deref(), Some("r:5000/app:1"));
+
+        let mut moved = base_spec();
+        moved.image = Some("r:5000/app:2".into());
+        assert_eq!(image_to_boot(&moved, Some(&status)).as_deref(), Some("r:5000/app:2"));
+
+        let local = SandboxStatus {
+            image: Some("img".into()),
+            image_digest: Some("sha256:0123".into()),
+            ..SandboxStatus::default()
+        };
+        assert_eq!(image_to_boot(&base_spec(), Some(&local)).as_deref(), Some("img"));
+
+        let mut s = sandbox(spec);
+        s.status = Some(status);
+        let d = desired(&s, "ops", &Resolved::default()).unwrap();
+        assert_eq!(d.request.image_pull_policy, provider::ImagePullPolicy::Always);
+        let mut pinned = s.clone();
+        pinned.spec.image_pull_policy = None;
+        let p = desired(&pinned, "ops", &Resolved::default()).unwrap();
+        assert_eq!(p.request.image, Some(digest));
+        assert_eq!(p.spec_hash, d.spec_hash, "the pin and the policy never force a recreate");
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //!   the fallback that is reported as such;
 //! - templates are `docker commit` images tagged `<template_repository>:<template id>`, with
 //!   capture paths on mounted storage copied in through the archive API;
+//! - images follow Kubernetes' `imagePullPolicy`, pulled with the request's matching registry
+//!   credentials, one background pull per image (see `pull`);
 //! - volumes are named local volumes; `set_resources` is `docker update`;
 //! - exec, exact file I/O and bulk tar transfer go through the exec and archive APIs;
 //!   capacity, egress observation and the event stream have their own modules.
@@ -25,6 +27,7 @@
 
 mod core;
 mod hibernation;
+mod pull;
 mod resources;
 mod templates;
 mod volumes;
@@ -61,6 +64,10 @@ pub const TEMPLATE_LABEL_LABEL: &str = "sandboxes.dev/template-label";
 /// Docker cannot enforce a disk ceiling on overlay2 without xfs project quotas, so the
 /// request is recorded here for status, never passed to the engine.
 pub const DISK_ADVISORY_LABEL: &str = "sandboxes.dev/disk-bytes";
+/// Label on a container: the exact image it was created from (`repository@sha256:…`, or the
+/// engine's image id for an image no registry knows), so `describe` reports it without
+/// another engine call.
+pub const IMAGE_DIGEST_LABEL: &str = "sandboxes.dev/image-digest";
 
 /// A Docker engine as a sandbox provider.
 #[derive(Clone)]
@@ -81,6 +88,9 @@ pub struct DockerProvider {
         Arc<crate::templates::store::TemplateStore>,
         crate::templates::transfer::Limits,
     )>,
+    /// Image pulls in flight and just finished (one per image and credential), shared by
+    /// clones.
+    pulls: Arc<pull::Pulls>,
 }
 
 impl DockerProvider {
@@ -114,6 +124,7 @@ impl DockerProvider {
             docker,
             negotiated: Arc::new(OnceCell::new()),
             template_store: None,
+            pulls: Arc::default(),
         })
     }
 
