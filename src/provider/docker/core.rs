@@ -108,6 +108,7 @@ impl Provider for DockerProvider {
             (None, Some(image), _) | (None, None, Some(image)) => {
                 let boot = self
                     .image_for_create(
+                        &request.name,
                         image,
                         request.image_pull_policy,
                         &request.registry_credentials,

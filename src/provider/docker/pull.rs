@@ -9,9 +9,10 @@
 //!   stores, logs or prints them; error messages name the Secret they came from.
 //! - **One pull per image**: pulls run in the background, one per reference and credential,
 //!   and a create that needs an image being pulled answers `Transient` with reason
-//!   [`PULLING_IMAGE`] at once instead of holding a provider slot for minutes. The result is
-//!   kept for a short while, so every sandbox that waited for the pull gets it (with its size
-//!   and duration) rather than starting a pull of its own. Each pull is bounded by the
+//!   [`PULLING_IMAGE`] at once instead of holding a provider slot for minutes. Every sandbox
+//!   that waited for a pull gets its outcome once (with size and duration, or the error) on
+//!   its next create, rather than starting a pull of its own; a sandbox that comes later
+//!   starts afresh (so `Always` resolves the tag again). Each pull is bounded by the
 //!   provider's `imagePullTimeoutSeconds`.
 //! - **Digests**: a create boots an image that came from a registry by its digest reference
 //!   (`repository@sha256:…`) and records it on the container, so status can pin it and a
@@ -20,7 +21,7 @@
 //!   naming the Secret, a missing repository or tag is `NotFound` naming the reference, and a
 //!   registry that cannot be reached is `Transient`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -38,12 +39,8 @@ use crate::provider::{
     ImagePull, ImagePullPolicy, ProviderError, ProviderResult, RegistryCredential,
 };
 
-/// How long a successful pull's result is handed to the creates that waited for it.
-const SHARE_SUCCESS: Duration = Duration::from_secs(60);
-/// How long a failed pull's error is handed out before a create may try again: long enough
-/// for every waiter to see the one failure, short enough that a retry after backoff pulls
-/// afresh.
-const SHARE_FAILURE: Duration = Duration::from_secs(5);
+/// How long a finished pull's outcome waits for the creates that waited for it to come back.
+const SHARE_WINDOW: Duration = Duration::from_secs(120);
 
 /// What a create boots after the image is settled.
 pub(crate) struct Boot {
@@ -85,11 +82,15 @@ impl PullKey {
     }
 }
 
+/// One pull's state, with the creates (by sandbox name) waiting for its outcome.
 enum Entry {
-    Running,
+    Running {
+        waiters: HashSet<String>,
+    },
     Done {
         at: Instant,
         result: Result<ImagePull, ProviderError>,
+        waiters: HashSet<String>,
     },
 }
 
@@ -99,13 +100,13 @@ pub(crate) struct Pulls {
     entries: Mutex<HashMap<PullKey, Entry>>,
 }
 
-/// What the table says about one pull.
+/// What the table says about one pull, for one sandbox.
 enum Seen {
-    /// No pull in flight, none recently finished.
+    /// Nothing this sandbox waits for.
     None,
-    /// In flight.
+    /// In flight; the sandbox is now among its waiters.
     Running,
-    /// Finished recently.
+    /// Finished, and this sandbox waited for it: its outcome, handed out once.
     Done(Result<ImagePull, ProviderError>),
 }
 
@@ -114,40 +115,62 @@ impl Pulls {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Looks a pull up, forgetting results older than their sharing window first.
-    fn seen(&self, key: &PullKey) -> Seen {
+    /// Looks the pull up for the sandbox `waiter`: joins it when running, takes its outcome
+    /// when it finished while `waiter` waited. Outcomes no waiter came back for (the sandbox
+    /// was deleted meanwhile) are forgotten after [`SHARE_WINDOW`].
+    fn seen(&self, key: &PullKey, waiter: &str) -> Seen {
         let mut entries = self.lock();
         entries.retain(|_, e| match e {
-            Entry::Running => true,
-            Entry::Done { at, result } => {
-                at.elapsed()
-                    < if result.is_ok() {
-                        SHARE_SUCCESS
-                    } else {
-                        SHARE_FAILURE
-                    }
-            }
+            Entry::Running { .. } => true,
+            Entry::Done { at, waiters, .. } => !waiters.is_empty() && at.elapsed() < SHARE_WINDOW,
         });
-        match entries.get(key) {
+        match entries.get_mut(key) {
             None => Seen::None,
-            Some(Entry::Running) => Seen::Running,
-            Some(Entry::Done { result, .. }) => Seen::Done(result.clone()),
+            Some(Entry::Running { waiters }) => {
+                waiters.insert(waiter.to_string());
+                Seen::Running
+            }
+            Some(Entry::Done {
+                result, waiters, ..
+            }) => {
+                if waiters.remove(waiter) {
+                    Seen::Done(result.clone())
+                } else {
+                    Seen::None
+                }
+            }
         }
     }
 
-    /// Claims the pull for the caller; `false` when another caller already runs it.
-    fn begin(&self, key: &PullKey) -> bool {
+    /// Starts a pull for `waiter` unless one is already running (then `waiter` joins it).
+    /// Returns whether the caller must run it.
+    fn begin(&self, key: &PullKey, waiter: &str) -> bool {
         let mut entries = self.lock();
-        if matches!(entries.get(key), Some(Entry::Running)) {
+        if let Some(Entry::Running { waiters }) = entries.get_mut(key) {
+            waiters.insert(waiter.to_string());
             return false;
         }
-        entries.insert(key.clone(), Entry::Running);
+        let waiters = HashSet::from([waiter.to_string()]);
+        entries.insert(key.clone(), Entry::Running { waiters });
         true
     }
 
+    /// Records the outcome for everyone who waited.
     fn finish(&self, key: PullKey, result: Result<ImagePull, ProviderError>) {
+        let mut entries = self.lock();
+        let waiters = match entries.remove(&key) {
+            Some(Entry::Running { waiters }) => waiters,
+            _ => HashSet::new(),
+        };
         let at = Instant::now();
-        self.lock().insert(key, Entry::Done { at, result });
+        entries.insert(
+            key,
+            Entry::Done {
+                at,
+                result,
+                waiters,
+            },
+        );
     }
 
     fn forget(&self, key: &PullKey) {
@@ -156,10 +179,12 @@ impl Pulls {
 }
 
 impl DockerProvider {
-    /// Settles the image a create boots under `policy`: answers at once from the engine, or
-    /// starts (or joins) the pull and answers `Transient`/[`PULLING_IMAGE`] until it is done.
+    /// Settles the image the create of `sandbox` boots under `policy`: answers at once from
+    /// the engine, or starts (or joins) the pull and answers `Transient`/[`PULLING_IMAGE`]
+    /// until it is done.
     pub(super) async fn image_for_create(
         &self,
+        sandbox: &str,
         image: &str,
         policy: ImagePullPolicy,
         credentials: &[RegistryCredential],
@@ -179,7 +204,7 @@ impl DockerProvider {
             .map_err(|m| ProviderError::invalid(format!("spec.image: {m}")))?;
         let credential = image::credential_for(&reference, credentials);
         let key = PullKey::new(image, credential);
-        match self.pulls.seen(&key) {
+        match self.pulls.seen(&key, sandbox) {
             Seen::Running => return Err(pulling(image, policy)),
             Seen::Done(Err(e)) => return Err(e),
             Seen::Done(Ok(pull)) => match self.local_image(image).await? {
@@ -194,7 +219,7 @@ impl DockerProvider {
         {
             return Ok(boot(image, &local, None));
         }
-        if self.pulls.begin(&key) {
+        if self.pulls.begin(&key, sandbox) {
             self.spawn_pull(key, &reference, credential).await?;
         }
         Err(pulling(image, policy))
@@ -450,26 +475,36 @@ mod tests {
     }
 
     #[test]
-    fn pulls_are_keyed_by_reference_and_credential_and_claimed_once() {
+    fn pulls_are_keyed_by_reference_and_credential_and_shared_by_their_waiters() {
         let pulls = Pulls::default();
         let right = PullKey::new("r:5000/a:1", Some(&cred("right")));
         let wrong = PullKey::new("r:5000/a:1", Some(&cred("wrong")));
         assert!(right != wrong && right != PullKey::new("r:5000/a:1", None));
-        assert!(matches!(pulls.seen(&right), Seen::None));
-        assert!(pulls.begin(&right));
-        assert!(!pulls.begin(&right), "a second caller joins the running pull");
-        assert!(matches!(pulls.seen(&right), Seen::Running));
-        assert!(pulls.begin(&wrong), "other credentials are another pull");
+        assert!(matches!(pulls.seen(&right, "a"), Seen::None));
+        assert!(pulls.begin(&right, "a"));
+        assert!(!pulls.begin(&right, "b"), "a second create joins the running pull");
+        assert!(matches!(pulls.seen(&right, "c"), Seen::Running), "so does a third");
+        assert!(pulls.begin(&wrong, "d"), "other credentials are another pull");
         let done = ImagePull {
             reference: "r:5000/a:1".into(),
             size_bytes: Some(7),
             duration: Duration::from_millis(5),
         };
         pulls.finish(right.clone(), Ok(done.clone()));
-        assert!(matches!(pulls.seen(&right), Seen::Done(Ok(p)) if p == done));
-        assert!(matches!(pulls.seen(&right), Seen::Done(Ok(_))), "shared, not consumed");
-        pulls.forget(&right);
-        assert!(matches!(pulls.seen(&right), Seen::None));
+        for waiter in ["a", "b", "c"] {
+            assert!(matches!(pulls.seen(&right, waiter), Seen::Done(Ok(ref p)) if *p == done));
+            assert!(
+                matches!(pulls.seen(&right, waiter), Seen::None),
+                "handed out once"
+            );
+        }
+        assert!(
+            matches!(pulls.seen(&right, "late"), Seen::None),
+            "a later create did not wait for it"
+        );
+        pulls.finish(wrong.clone(), Err(ProviderError::unauthorized("no")));
+        assert!(matches!(pulls.seen(&wrong, "d"), Seen::Done(Err(_))));
+        assert!(pulls.begin(&wrong, "d"), "after the failure, a retry pulls afresh");
     }
 
     #[test]
