@@ -105,11 +105,18 @@ async fn a_private_image_is_pulled_with_the_matching_credential_and_booted_by_di
     let (created, pulling) = create_through_pull(&env, &request).await;
     let created = created.expect("created after the pull");
     assert!(pulling >= 1, "the first create answers PullingImage");
-    let pull = created.image_pull.clone().expect("the create reports its pull");
+    let pull = created
+        .image_pull
+        .clone()
+        .expect("the create reports its pull");
     assert_eq!(pull.reference, image);
     assert!(pull.size_bytes.is_some_and(|s| s > 0));
     assert_eq!(created.image_digest.as_deref(), Some(digest.as_str()));
-    assert_eq!(created.image.as_deref(), Some(digest.as_str()), "booted by digest");
+    assert_eq!(
+        created.image.as_deref(),
+        Some(digest.as_str()),
+        "booted by digest"
+    );
 
     let described = env.provider.describe(&created.id).await.unwrap().unwrap();
     assert_eq!(described.image_digest.as_deref(), Some(digest.as_str()));
@@ -122,7 +129,10 @@ async fn a_private_image_is_pulled_with_the_matching_credential_and_booted_by_di
         .unwrap();
     let json = serde_json::to_string(&inspect).unwrap();
     assert!(!json.contains(&r.password) && !json.contains("decoy-password"));
-    assert!(!format!("{request:?}").contains(&r.password), "Debug redacts");
+    assert!(
+        !format!("{request:?}").contains(&r.password),
+        "Debug redacts"
+    );
 
     // Present now: a second sandbox of the same image does not pull again.
     let mut again = image_request(&env, &image, ImagePullPolicy::IfNotPresent);
@@ -152,7 +162,13 @@ async fn refused_credentials_are_unauthorized_name_the_secret_and_create_nothing
     assert_eq!(err.reason(), "ImagePullUnauthorized");
     assert!(err.message().contains("\"regcred\""), "{err}");
     assert!(!err.message().contains("not-the-password"), "{err}");
-    assert!(env.provider.describe(&request.name).await.unwrap().is_none());
+    assert!(
+        env.provider
+            .describe(&request.name)
+            .await
+            .unwrap()
+            .is_none()
+    );
 
     let mut anonymous = image_request(&env, &image, ImagePullPolicy::IfNotPresent);
     anonymous.registry_credentials = vec![credential("registry.example.com", "p", "decoy", "x")];
@@ -221,11 +237,19 @@ async fn local_images_are_never_pulled_under_if_not_present_or_never() {
     let repo = unique("pull/never");
     let absent = format!("{}/{repo}:1", r.addr);
     let request = image_request(&env, &absent, ImagePullPolicy::Never);
-    let err = env.provider.create(&request).await.expect_err("not present");
+    let err = env
+        .provider
+        .create(&request)
+        .await
+        .expect_err("not present");
     assert!(err.is(ErrorKind::NotFound), "{err}");
     assert_eq!(err.reason(), "ImageNotPresent");
     assert!(err.message().contains("imagePullPolicy is Never"), "{err}");
-    assert_eq!(r.manifest_requests(&repo), 0, "Never never asks the registry");
+    assert_eq!(
+        r.manifest_requests(&repo),
+        0,
+        "Never never asks the registry"
+    );
 }
 
 #[tokio::test]
@@ -255,7 +279,12 @@ async fn concurrent_creates_of_one_new_image_share_one_pull() {
     for (result, _) in results {
         let created = result.expect("created");
         assert_eq!(created.image_digest.as_deref(), Some(digest.as_str()));
-        durations.push(created.image_pull.expect("each create waited for the pull").duration);
+        durations.push(
+            created
+                .image_pull
+                .expect("each create waited for the pull")
+                .duration,
+        );
     }
     durations.dedup();
     assert_eq!(durations.len(), 1, "one pull, shared: {durations:?}");
@@ -291,7 +320,10 @@ async fn always_pulls_again_and_boots_the_moved_tag() {
     let mut later = image_request(&env, &image, ImagePullPolicy::Always);
     later.registry_credentials = request.registry_credentials.clone();
     let (b, pulling) = create_through_pull(&env, &later).await;
-    assert!(pulling >= 1, "Always pulls although the engine has the tag's old image");
+    assert!(
+        pulling >= 1,
+        "Always pulls although the engine has the tag's old image"
+    );
     assert_eq!(b.unwrap().image_digest.as_deref(), Some(second.as_str()));
     let first_sandbox = env.provider.describe(&request.name).await.unwrap().unwrap();
     assert_eq!(first_sandbox.image_digest.as_deref(), Some(first.as_str()));

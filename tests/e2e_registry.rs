@@ -45,7 +45,13 @@ struct World {
 impl Drop for World {
     fn drop(&mut self) {
         let _ = kubectl(
-            &["delete", "namespace", &self.ns, "--wait=true", "--timeout=60s"],
+            &[
+                "delete",
+                "namespace",
+                &self.ns,
+                "--wait=true",
+                "--timeout=60s",
+            ],
             None,
         );
     }
@@ -79,7 +85,11 @@ fn ensure_crd() {
         ],
         None,
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let out = kubectl(
         &[
             "wait",
@@ -89,7 +99,11 @@ fn ensure_crd() {
         ],
         None,
     );
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Sets up a [`World`].
@@ -99,7 +113,12 @@ async fn setup(prefix: &str) -> World {
     let _purge = Purge(ns.clone());
     let op = Operator::start(&ns, &ns, &OperatorOptions::default());
     let api = Api::namespaced(client().await, &ns);
-    World { ns, op, api, _purge }
+    World {
+        ns,
+        op,
+        api,
+        _purge,
+    }
 }
 
 /// A `kubernetes.io/dockerconfigjson` Secret for `registry` with `password`.
@@ -130,7 +149,11 @@ fn sandbox_yaml(name: &str, image: &str, policy: &str, secret: Option<&str>) -> 
 fn apply(yaml: &str, ns: &str) {
     ensure_crd();
     let out = apply_yaml(yaml, ns);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// `(type, status, reason, message)` of every condition.
@@ -213,7 +236,10 @@ async fn assert_secret_nowhere(secret: &str, ns: &str, s: &Sandbox, op: &Operato
     assert!(!status.contains(secret), "credential in status: {status}");
     let name = s.metadata.name.clone().unwrap_or_default();
     for (_, reason, note) in events_about(ns, &name).await {
-        assert!(!note.contains(secret), "credential in Event {reason}: {note}");
+        assert!(
+            !note.contains(secret),
+            "credential in Event {reason}: {note}"
+        );
     }
     let log = std::fs::read_to_string(&op.log).unwrap_or_default();
     assert!(!log.contains(secret), "credential in {}", op.log.display());
@@ -248,7 +274,9 @@ async fn containers_of(uid: &str) -> usize {
         ])
         .output()
         .expect("docker ps");
-    String::from_utf8_lossy(&out.stdout).split_whitespace().count()
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .count()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -261,15 +289,18 @@ async fn a_private_image_is_pulled_with_its_secret_and_its_digest_recorded() {
     let _images = Images(vec![image.clone(), digest.clone()]);
     let w = setup("e2e-pull").await;
     let (ns, op, api) = (&w.ns, &w.op, &w.api);
-    pull_secret(&ns, "regcred", &r, &r.password).await;
+    pull_secret(ns, "regcred", &r, &r.password).await;
 
-    apply(&sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")), &ns);
-    let s = wait_ready(&api, "app", &op).await;
+    apply(
+        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+        ns,
+    );
+    let s = wait_ready(api, "app", op).await;
     let status = s.status.clone().expect("status");
     assert_eq!(status.image.as_deref(), Some(image.as_str()));
     assert_eq!(status.image_digest.as_deref(), Some(digest.as_str()));
 
-    let events = events_about(&ns, "app").await;
+    let events = events_about(ns, "app").await;
     let pulling = events.iter().find(|(_, reason, _)| reason == "Pulling");
     assert!(
         pulling.is_some_and(|(t, _, note)| t == "Normal" && note.contains(&image)),
@@ -283,7 +314,7 @@ async fn a_private_image_is_pulled_with_its_secret_and_its_digest_recorded() {
         pulled.2.contains(&digest) && pulled.2.contains(" bytes") && pulled.2.contains(" s;"),
         "the Pulled event gives digest, size and duration: {pulled:?}"
     );
-    assert_secret_nowhere(&r.password, &ns, &s, &op).await;
+    assert_secret_nowhere(&r.password, ns, &s, op).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -297,15 +328,22 @@ async fn a_wrong_password_stalls_naming_the_secret_and_creates_nothing() {
     let w = setup("e2e-pull-denied").await;
     let (ns, op, api) = (&w.ns, &w.op, &w.api);
     let wrong = "wrong-password-do-not-leak";
-    pull_secret(&ns, "regcred", &r, wrong).await;
+    pull_secret(ns, "regcred", &r, wrong).await;
 
-    apply(&sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")), &ns);
-    let s = wait_condition(&api, "app", "Stalled", "ImagePullUnauthorized", &op).await;
+    apply(
+        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+        ns,
+    );
+    let s = wait_condition(api, "app", "Stalled", "ImagePullUnauthorized", op).await;
     let stalled = condition(&s.status.as_ref().unwrap().conditions, "Stalled").unwrap();
-    assert!(stalled.message.contains("\"regcred\""), "{}", stalled.message);
+    assert!(
+        stalled.message.contains("\"regcred\""),
+        "{}",
+        stalled.message
+    );
     let uid = s.metadata.uid.clone().unwrap();
     assert_eq!(containers_of(&uid).await, 0, "nothing created");
-    assert_secret_nowhere(wrong, &ns, &s, &op).await;
+    assert_secret_nowhere(wrong, ns, &s, op).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -313,11 +351,14 @@ async fn a_missing_tag_stalls_naming_the_reference() {
     let r = registry();
     let w = setup("e2e-pull-missing").await;
     let (ns, op, api) = (&w.ns, &w.op, &w.api);
-    pull_secret(&ns, "regcred", &r, &r.password).await;
+    pull_secret(ns, "regcred", &r, &r.password).await;
     let image = format!("{}/{}:missing", r.addr, unique("e2e/missing"));
 
-    apply(&sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")), &ns);
-    let s = wait_condition(&api, "app", "Stalled", "ImageNotFound", &op).await;
+    apply(
+        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+        ns,
+    );
+    let s = wait_condition(api, "app", "Stalled", "ImageNotFound", op).await;
     let stalled = condition(&s.status.as_ref().unwrap().conditions, "Stalled").unwrap();
     assert!(stalled.message.contains(&image), "{}", stalled.message);
     assert_eq!(containers_of(&s.metadata.uid.clone().unwrap()).await, 0);
@@ -335,11 +376,14 @@ async fn a_stopped_registry_is_transient_and_the_sandbox_recovers_by_itself() {
     let _images = Images(vec![image.clone(), digest.clone()]);
     let w = setup("e2e-pull-outage").await;
     let (ns, op, api) = (&w.ns, &w.op, &w.api);
-    pull_secret(&ns, "regcred", &r, &r.password).await;
+    pull_secret(ns, "regcred", &r, &r.password).await;
 
     own.stop();
-    apply(&sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")), &ns);
-    let s = wait_condition(&api, "app", "Reconciling", "RegistryUnavailable", &op).await;
+    apply(
+        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+        ns,
+    );
+    let s = wait_condition(api, "app", "Reconciling", "RegistryUnavailable", op).await;
     let st = s.status.clone().unwrap();
     assert!(
         condition(&st.conditions, "Stalled").is_none(),
@@ -351,7 +395,7 @@ async fn a_stopped_registry_is_transient_and_the_sandbox_recovers_by_itself() {
     );
 
     own.resume();
-    let s = wait_ready(&api, "app", &op).await;
+    let s = wait_ready(api, "app", op).await;
     assert_eq!(
         s.status.unwrap().image_digest.as_deref(),
         Some(digest.as_str())
@@ -368,12 +412,18 @@ async fn always_picks_up_a_new_digest_only_on_recreate_and_if_not_present_keeps_
     let mut images = Images(vec![image.clone(), first.clone()]);
     let w = setup("e2e-pull-always").await;
     let (ns, op, api) = (&w.ns, &w.op, &w.api);
-    pull_secret(&ns, "regcred", &r, &r.password).await;
+    pull_secret(ns, "regcred", &r, &r.password).await;
 
-    apply(&sandbox_yaml("always", &image, "Always", Some("regcred")), &ns);
-    apply(&sandbox_yaml("pinned", &image, "IfNotPresent", Some("regcred")), &ns);
-    let a = wait_ready(&api, "always", &op).await;
-    let b = wait_ready(&api, "pinned", &op).await;
+    apply(
+        &sandbox_yaml("always", &image, "Always", Some("regcred")),
+        ns,
+    );
+    apply(
+        &sandbox_yaml("pinned", &image, "IfNotPresent", Some("regcred")),
+        ns,
+    );
+    let a = wait_ready(api, "always", op).await;
+    let b = wait_ready(api, "pinned", op).await;
     let digest = |s: &Sandbox| s.status.as_ref().and_then(|st| st.image_digest.clone());
     // The engine's container id: the provider id (the container name) survives a recreate.
     let id = |s: &Sandbox| {
@@ -395,26 +445,37 @@ async fn always_picks_up_a_new_digest_only_on_recreate_and_if_not_present_keeps_
     assert_ne!(first, second);
 
     // A change applied in place leaves the running sandbox on its digest.
-    patch(&api, "always", serde_json::json!({"resources": {"cpu": "500m"}})).await;
-    let a2 = wait_ready(&api, "always", &op).await;
+    patch(
+        api,
+        "always",
+        serde_json::json!({"resources": {"cpu": "500m"}}),
+    )
+    .await;
+    let a2 = wait_ready(api, "always", op).await;
     assert_eq!(id(&a2), first_container, "not recreated");
     assert_eq!(digest(&a2).as_deref(), Some(first.as_str()));
 
     // A recreate under Always resolves the tag again.
-    let slower = |secs: u32| {
-        serde_json::json!({"command": ["sh", "-c", format!("trap 'exit 0' TERM; while :; do sleep {secs}; done")]})
-    };
-    patch(&api, "always", slower(2)).await;
-    let a3 = wait_ready(&api, "always", &op).await;
+    let slower = |secs: u32| serde_json::json!({"command": ["sh", "-c", format!("trap 'exit 0' TERM; while :; do sleep {secs}; done")]});
+    patch(api, "always", slower(2)).await;
+    let a3 = wait_ready(api, "always", op).await;
     assert_ne!(id(&a3), first_container, "recreated");
-    assert_eq!(digest(&a3).as_deref(), Some(second.as_str()), "new digest on recreate");
+    assert_eq!(
+        digest(&a3).as_deref(),
+        Some(second.as_str()),
+        "new digest on recreate"
+    );
 
     // A recreate under IfNotPresent boots its recorded digest, although the engine's tag
     // now names the new one.
-    patch(&api, "pinned", slower(3)).await;
-    let b2 = wait_ready(&api, "pinned", &op).await;
+    patch(api, "pinned", slower(3)).await;
+    let b2 = wait_ready(api, "pinned", op).await;
     assert_eq!(digest(&b2).as_deref(), Some(first.as_str()), "pinned");
-    let container = b2.status.as_ref().and_then(|s| s.sandbox_id.clone()).unwrap();
+    let container = b2
+        .status
+        .as_ref()
+        .and_then(|s| s.sandbox_id.clone())
+        .unwrap();
     let inspect = std::process::Command::new("docker")
         .args(["inspect", "-f", "{{.Config.Image}}", &container])
         .output()
@@ -433,14 +494,14 @@ async fn twenty_sandboxes_of_one_new_image_cause_one_pull() {
     assert!(r.blob_gets(&repo).is_empty());
     let w = setup("e2e-pull-many").await;
     let (ns, op, api) = (&w.ns, &w.op, &w.api);
-    pull_secret(&ns, "regcred", &r, &r.password).await;
+    pull_secret(ns, "regcred", &r, &r.password).await;
 
     let manifests: Vec<String> = (0..20)
         .map(|i| sandbox_yaml(&format!("app-{i}"), &image, "IfNotPresent", Some("regcred")))
         .collect();
-    apply(&manifests.join("---\n"), &ns);
+    apply(&manifests.join("---\n"), ns);
     for i in 0..20 {
-        let s = wait_ready(&api, &format!("app-{i}"), &op).await;
+        let s = wait_ready(api, &format!("app-{i}"), op).await;
         assert_eq!(
             s.status.unwrap().image_digest.as_deref(),
             Some(digest.as_str())

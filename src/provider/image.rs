@@ -224,7 +224,11 @@ mod tests {
         ] {
             let creds = [cred(key, "hub")];
             assert_eq!(pick("python:3.12-slim", &creds), Some("hub"), "{key}");
-            assert_eq!(pick("docker.io/library/python", &creds), Some("hub"), "{key}");
+            assert_eq!(
+                pick("docker.io/library/python", &creds),
+                Some("hub"),
+                "{key}"
+            );
             assert_eq!(pick("team/app:1", &creds), Some("hub"), "{key}");
             assert_eq!(pick("ghcr.io/team/app:1", &creds), None, "{key}");
         }
@@ -278,7 +282,11 @@ mod tests {
         assert_eq!(creds[2].identity_token.as_deref(), Some("refresh"));
         assert!(creds.iter().all(|c| c.source == "regcred"));
         let printed = format!("{creds:?}");
-        assert!(!printed.contains("s3cr3t") && !printed.contains("tok\"") && !printed.contains("refresh"));
+        assert!(
+            !printed.contains("s3cr3t")
+                && !printed.contains("tok\"")
+                && !printed.contains("refresh")
+        );
 
         let bad = credentials_from_docker_config(br#"{"auths": {"x": {"password": 12345}}}"#, "s")
             .unwrap_err();
@@ -302,6 +310,10 @@ mod tests {
         let pinned = format!("docker.io/team/app@sha256:{}", "b".repeat(64));
         assert!(same_repository(&r, &parse(&pinned).unwrap()));
         assert!(!same_repository(&r, &parse("team/other:2").unwrap()));
-        assert!(parse("Not A Reference").unwrap_err().contains("not a valid image reference"));
+        assert!(
+            parse("Not A Reference")
+                .unwrap_err()
+                .contains("not a valid image reference")
+        );
     }
 }

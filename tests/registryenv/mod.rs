@@ -44,7 +44,10 @@ pub fn registry() -> Registry {
     REGISTRY
         .get_or_init(|| {
             let out = Command::new("bash")
-                .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/setup/registry.sh"))
+                .arg(concat!(
+                    env!("CARGO_MANIFEST_DIR"),
+                    "/tests/setup/registry.sh"
+                ))
                 .output()
                 .expect("run tests/setup/registry.sh");
             assert!(

@@ -546,7 +546,11 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
             next.sandbox_id = Some(d.id.clone());
             next.self_delivered_env_hash = None;
             // What the digest in status was resolved from (see `build::image_to_boot`).
-            next.image = sandbox.spec.image.clone().filter(|_| d.template_ref.is_none());
+            next.image = sandbox
+                .spec
+                .image
+                .clone()
+                .filter(|_| d.template_ref.is_none());
             next.image_digest = d.image_digest.clone();
             let before = sandbox.status.clone();
             status::write(api, &sandbox.name_any(), before.as_ref(), next).await?;

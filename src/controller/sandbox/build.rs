@@ -355,28 +355,43 @@ mod tests {
         spec.image_pull_policy = Some(ImagePullPolicy::Never);
         assert_eq!(image_to_boot(&spec, Some(&status)), Some(digest.clone()));
         spec.image_pull_policy = Some(ImagePullPolicy::Always);
-        assert_eq!(image_to_boot(&spec, Some(&status)).as_deref(), Some("r:5000/app:1"));
+        assert_eq!(
+            image_to_boot(&spec, Some(&status)).as_deref(),
+            Some("r:5000/app:1")
+        );
 
         let mut moved = base_spec();
         moved.image = Some("r:5000/app:2".into());
-        assert_eq!(image_to_boot(&moved, Some(&status)).as_deref(), Some("r:5000/app:2"));
+        assert_eq!(
+            image_to_boot(&moved, Some(&status)).as_deref(),
+            Some("r:5000/app:2")
+        );
 
         let local = SandboxStatus {
             image: Some("img".into()),
             image_digest: Some("sha256:0123".into()),
             ..SandboxStatus::default()
         };
-        assert_eq!(image_to_boot(&base_spec(), Some(&local)).as_deref(), Some("img"));
+        assert_eq!(
+            image_to_boot(&base_spec(), Some(&local)).as_deref(),
+            Some("img")
+        );
 
         let mut s = sandbox(spec);
         s.status = Some(status);
         let d = desired(&s, "ops", &Resolved::default()).unwrap();
-        assert_eq!(d.request.image_pull_policy, provider::ImagePullPolicy::Always);
+        assert_eq!(
+            d.request.image_pull_policy,
+            provider::ImagePullPolicy::Always
+        );
         let mut pinned = s.clone();
         pinned.spec.image_pull_policy = None;
         let p = desired(&pinned, "ops", &Resolved::default()).unwrap();
         assert_eq!(p.request.image, Some(digest));
-        assert_eq!(p.spec_hash, d.spec_hash, "the pin and the policy never force a recreate");
+        assert_eq!(
+            p.spec_hash, d.spec_hash,
+            "the pin and the policy never force a recreate"
+        );
     }
 
     #[test]

@@ -200,8 +200,8 @@ impl DockerProvider {
                 .with_reason("ImageNotPresent")),
             };
         }
-        let reference = image::parse(image)
-            .map_err(|m| ProviderError::invalid(format!("spec.image: {m}")))?;
+        let reference =
+            image::parse(image).map_err(|m| ProviderError::invalid(format!("spec.image: {m}")))?;
         let credential = image::credential_for(&reference, credentials);
         let key = PullKey::new(image, credential);
         match self.pulls.seen(&key, sandbox) {
@@ -296,8 +296,7 @@ impl PullJob {
             .build();
         let credentials = self.auth.as_ref().map(|(_, c)| c.clone());
         let stream = docker.create_image(Some(options), None, credentials);
-        match tokio::time::timeout(self.timeout, stream.try_for_each(|_| async { Ok(()) })).await
-        {
+        match tokio::time::timeout(self.timeout, stream.try_for_each(|_| async { Ok(()) })).await {
             Err(_) => {
                 return Err(ProviderError::transient(format!(
                     "pulling image {:?} did not finish within {} s (the provider's imagePullTimeoutSeconds); retrying",
@@ -311,7 +310,12 @@ impl PullJob {
         }
         let size_bytes = match docker.inspect_image(&self.image).await {
             Ok(i) => i.size.and_then(|s| u64::try_from(s).ok()),
-            Err(e) => return Err(map_err(&format!("looking up pulled image {:?}", self.image), e)),
+            Err(e) => {
+                return Err(map_err(
+                    &format!("looking up pulled image {:?}", self.image),
+                    e,
+                ));
+            }
         };
         Ok(ImagePull {
             reference: self.image.clone(),
@@ -385,8 +389,7 @@ fn failure_kind(status: Option<u16>, message: &str) -> Failure {
     ];
     if refused.iter().any(|r| m.contains(r)) {
         Failure::Refused
-    } else if status == Some(404) || m.contains("manifest unknown") || m.contains("not found: ")
-    {
+    } else if status == Some(404) || m.contains("manifest unknown") || m.contains("not found: ") {
         Failure::NotFound
     } else {
         Failure::Unavailable
@@ -431,7 +434,11 @@ mod tests {
     #[test]
     fn pull_failures_are_sorted_by_what_fixes_them() {
         let cases = [
-            (Some(500), "unauthorized: authentication required", Failure::Refused),
+            (
+                Some(500),
+                "unauthorized: authentication required",
+                Failure::Refused,
+            ),
             (
                 Some(500),
                 "Head \"http://127.0.0.1:5000/v2/x/manifests/1\": no basic auth credentials",
@@ -457,7 +464,11 @@ mod tests {
                 "Get \"http://127.0.0.1:5999/v2/\": dial tcp 127.0.0.1:5999: connect: connection refused",
                 Failure::Unavailable,
             ),
-            (Some(500), "received unexpected HTTP status: 503 Service Unavailable", Failure::Unavailable),
+            (
+                Some(500),
+                "received unexpected HTTP status: 503 Service Unavailable",
+                Failure::Unavailable,
+            ),
         ];
         for (status, message, want) in cases {
             assert_eq!(failure_kind(status, message), want, "{message}");
@@ -482,9 +493,18 @@ mod tests {
         assert!(right != wrong && right != PullKey::new("r:5000/a:1", None));
         assert!(matches!(pulls.seen(&right, "a"), Seen::None));
         assert!(pulls.begin(&right, "a"));
-        assert!(!pulls.begin(&right, "b"), "a second create joins the running pull");
-        assert!(matches!(pulls.seen(&right, "c"), Seen::Running), "so does a third");
-        assert!(pulls.begin(&wrong, "d"), "other credentials are another pull");
+        assert!(
+            !pulls.begin(&right, "b"),
+            "a second create joins the running pull"
+        );
+        assert!(
+            matches!(pulls.seen(&right, "c"), Seen::Running),
+            "so does a third"
+        );
+        assert!(
+            pulls.begin(&wrong, "d"),
+            "other credentials are another pull"
+        );
         let done = ImagePull {
             reference: "r:5000/a:1".into(),
             size_bytes: Some(7),
@@ -504,7 +524,10 @@ mod tests {
         );
         pulls.finish(wrong.clone(), Err(ProviderError::unauthorized("no")));
         assert!(matches!(pulls.seen(&wrong, "d"), Seen::Done(Err(_))));
-        assert!(pulls.begin(&wrong, "d"), "after the failure, a retry pulls afresh");
+        assert!(
+            pulls.begin(&wrong, "d"),
+            "after the failure, a retry pulls afresh"
+        );
     }
 
     #[test]
