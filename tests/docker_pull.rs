@@ -3,14 +3,14 @@
 //! policy, credentials matched to the registry, one pull per image for concurrent creates,
 //! digests, and failures sorted by what fixes them.
 
-mod common;
-mod registryenv;
+mod harness;
 
 use std::time::{Duration, Instant};
 
 use bollard::query_parameters::InspectContainerOptions;
-use common::{TestEnv, base_image, unique};
-use registryenv::{Registry, push_fresh_image, registry};
+use harness::docker::{TestEnv, base_image, engine};
+use harness::registry::{Registry, push_fresh_image, registry};
+use harness::unique;
 use sandbox_operator::provider::image::PULLING_IMAGE;
 use sandbox_operator::provider::{
     CreateRequest, ErrorKind, ImagePullPolicy, Provider, ProviderError, RegistryCredential,
@@ -18,15 +18,6 @@ use sandbox_operator::provider::{
 };
 
 const PULL_DEADLINE: Duration = Duration::from_secs(120);
-
-/// A client of the engine for test set-up (pushing images, inspecting containers).
-async fn engine() -> bollard::Docker {
-    bollard::Docker::connect_with_defaults()
-        .expect("docker")
-        .negotiate_version()
-        .await
-        .expect("negotiate the Docker API version")
-}
 
 /// Removes the images a test pulled, also when it panics.
 struct Images(Vec<String>);

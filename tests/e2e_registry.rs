@@ -3,18 +3,20 @@
 //! kube-apiserver: pull Secrets, pull progress, digests pinned in status, failures sorted by
 //! what fixes them, and one pull for many Sandboxes of one image.
 
-mod registryenv;
-mod support;
+mod harness;
 
 use std::time::Duration;
 
+use harness::cluster::*;
+use harness::docker::{Purge, base_image, engine};
+use harness::operator::*;
+use harness::registry::{OwnRegistry, Registry, push_fresh_image, registry};
+use harness::{repo, unique, wait_for};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
-use registryenv::{OwnRegistry, Registry, push_fresh_image, registry};
 use sandbox_operator::api::{Sandbox, condition};
-use support::*;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 const IDLE: &str = r#"["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]"#;
@@ -282,7 +284,7 @@ async fn containers_of(uid: &str) -> usize {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_private_image_is_pulled_with_its_secret_and_its_digest_recorded() {
     let r = registry();
-    let docker = docker().await;
+    let docker = engine().await;
     let repo = unique("e2e/private");
     let digest = push_fresh_image(&docker, &base_image(), &r, &repo, "1", "private").await;
     let image = format!("{}/{repo}:1", r.addr);
@@ -320,7 +322,7 @@ async fn a_private_image_is_pulled_with_its_secret_and_its_digest_recorded() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_wrong_password_stalls_naming_the_secret_and_creates_nothing() {
     let r = registry();
-    let docker = docker().await;
+    let docker = engine().await;
     let repo = unique("e2e/denied");
     let digest = push_fresh_image(&docker, &base_image(), &r, &repo, "1", "denied").await;
     let image = format!("{}/{repo}:1", r.addr);
@@ -369,7 +371,7 @@ async fn a_stopped_registry_is_transient_and_the_sandbox_recovers_by_itself() {
     let shared = registry();
     let mut own = OwnRegistry::start(&shared);
     let r = own.as_registry(&shared);
-    let docker = docker().await;
+    let docker = engine().await;
     let repo = unique("e2e/outage");
     let digest = push_fresh_image(&docker, &base_image(), &r, &repo, "1", "outage").await;
     let image = format!("{}/{repo}:1", r.addr);
@@ -405,7 +407,7 @@ async fn a_stopped_registry_is_transient_and_the_sandbox_recovers_by_itself() {
 #[tokio::test(flavor = "multi_thread")]
 async fn always_picks_up_a_new_digest_only_on_recreate_and_if_not_present_keeps_its_pin() {
     let r = registry();
-    let docker = docker().await;
+    let docker = engine().await;
     let repo = unique("e2e/moving");
     let first = push_fresh_image(&docker, &base_image(), &r, &repo, "1", "first").await;
     let image = format!("{}/{repo}:1", r.addr);
@@ -486,7 +488,7 @@ async fn always_picks_up_a_new_digest_only_on_recreate_and_if_not_present_keeps_
 #[tokio::test(flavor = "multi_thread")]
 async fn twenty_sandboxes_of_one_new_image_cause_one_pull() {
     let r = registry();
-    let docker = docker().await;
+    let docker = engine().await;
     let repo = unique("e2e/many");
     let digest = push_fresh_image(&docker, &base_image(), &r, &repo, "1", "many").await;
     let image = format!("{}/{repo}:1", r.addr);

@@ -7,7 +7,8 @@
 //!   namespaces and manifests;
 //! - [`operator`]: the operator binary run out of cluster against that control plane;
 //! - [`tools`]: helm, kstatus and the Argo CD health check;
-//! - [`s3`]: the test S3 server's settings.
+//! - [`s3`]: the test S3 server's settings;
+//! - [`registry`]: the test image registry, images pushed to it, and its access log.
 //!
 //! A test binary declares `mod harness;` and uses the modules it needs.
 
@@ -16,6 +17,7 @@
 pub mod cluster;
 pub mod docker;
 pub mod operator;
+pub mod registry;
 pub mod s3;
 pub mod tools;
 

@@ -3,8 +3,6 @@
 //! it — pushing a fresh image, counting the registry's blob requests in its access log, and a
 //! registry of a test's own that it can stop and start.
 
-#![allow(dead_code)]
-
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
