@@ -28,12 +28,12 @@ use crate::config::OperatorConfig;
 use crate::controller::{self, Context};
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::metrics::Metrics;
-use crate::provider::docker::DockerProvider;
-use crate::provider::{Provider, ProviderSettings};
+use crate::provider::Provider;
 use crate::registry::{ProviderHandle, ProviderRegistry};
 use crate::server::{self, Liveness, Readiness, ServerState};
 use crate::supervisor::{Ending, TaskExit, TaskSet, Trigger};
 use crate::telemetry::{self, LogFormat};
+use crate::templates::service::TemplateService;
 use crate::templates::store::{StoreSettings, TemplateStore};
 use crate::templates::transfer::Limits;
 
@@ -151,7 +151,7 @@ struct Parts {
     client: Client,
     metrics: Metrics,
     providers: ProviderRegistry,
-    template_stores: controller::template::Stores,
+    templates: Arc<TemplateService>,
     config: OperatorConfig,
     namespace: Option<String>,
     concurrency: u16,
@@ -188,7 +188,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let client = Client::try_default().await?;
     let metrics = Metrics::new();
     let providers = build_providers(&config, &metrics).await?;
-    let template_stores = template_stores_by_provider(&config)?;
+    let templates = Arc::new(template_service(&config)?);
     let leader_config = LeaderConfig::for_instance(&config.instance, args.lease_duration_secs);
     let elector =
         LeaderElector::new(client.clone(), leader_config.clone())?.with_metrics(metrics.clone());
@@ -196,7 +196,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         client,
         metrics,
         providers,
-        template_stores,
+        templates,
         config,
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
@@ -395,6 +395,7 @@ fn spawn_leader_tasks(tasks: &mut TaskSet, parts: &Parts, stop: &Trigger) {
     let ctx = Context::new(
         parts.client.clone(),
         parts.providers.clone(),
+        parts.templates.clone(),
         parts.metrics.clone(),
         parts.config.instance.clone(),
         parts.config.resync(),
@@ -422,10 +423,10 @@ fn spawn_leader_tasks(tasks: &mut TaskSet, parts: &Parts, stop: &Trigger) {
         "SandboxVolume controller",
         controller::volume::run(ctx.clone(), volume_triggers, stop.fired(), ns.clone()),
     );
-    // SandboxTemplates, with each provider's template store (for fetch and unpublish).
+    // SandboxTemplates (the template stores are in the context's templates service).
     tasks.spawn(
         "SandboxTemplate controller",
-        controller::template::run(ctx, parts.template_stores.clone(), stop.fired(), ns),
+        controller::template::run(ctx, stop.fired(), ns),
     );
     let sweeper = &parts.config.sweeper;
     if sweeper.enabled {
@@ -492,19 +493,9 @@ pub async fn build_providers(
             name: p.name.clone(),
             message: e.to_string(),
         };
-        let provider: Arc<dyn Provider> = match (&settings, template_store_of(config, p)?) {
-            // Docker carries its template store until publish/fetch move to the templates
-            // service.
-            (ProviderSettings::Docker(s), Some((store, limits))) => Arc::new(
-                DockerProvider::connect_negotiated(p.name.clone(), s.clone())
-                    .await
-                    .map_err(failed)?
-                    .with_template_store(store, limits),
-            ),
-            _ => crate::provider::build(&p.name, &settings)
-                .await
-                .map_err(failed)?,
-        };
+        let provider: Arc<dyn Provider> = crate::provider::build(&p.name, &settings)
+            .await
+            .map_err(failed)?;
         registry.insert(ProviderHandle::new(
             provider,
             config.provider_concurrency,
@@ -518,48 +509,35 @@ pub async fn build_providers(
     Ok(registry)
 }
 
-/// The S3 template store a provider names (`providers[].templateStore`), built from its
-/// settings with the environment as fallback; `None` when it names none. A store whose
-/// settings are incomplete fails start-up with the missing settings named, rather than
-/// surfacing later as a network failure.
-fn template_store_of(
-    config: &OperatorConfig,
-    provider: &crate::config::ProviderConfig,
-) -> Result<Option<(Arc<TemplateStore>, Limits)>, RunError> {
-    let Some(name) = &provider.template_store else {
-        return Ok(None);
-    };
-    let store_config = config
-        .template_store(name)
-        .ok_or_else(|| RunError::Provider {
+/// The templates service: one store client per template store a provider names
+/// (`providers[].templateStore`), built from its settings with the environment as fallback,
+/// shared by every provider that names it. A store whose settings are incomplete fails
+/// start-up with the missing settings named, rather than surfacing later as a network
+/// failure. Building a client makes no request.
+pub fn template_service(config: &OperatorConfig) -> Result<TemplateService, RunError> {
+    let mut service = TemplateService::new(Limits::default());
+    let mut built = std::collections::BTreeSet::new();
+    for provider in &config.providers {
+        let Some(name) = &provider.template_store else {
+            continue;
+        };
+        let fail = |message: String| RunError::Provider {
             name: provider.name.clone(),
-            message: format!("templateStore {name:?} is not defined under templateStores"),
-        })?;
-    let settings =
-        StoreSettings::resolve(store_config, |k| std::env::var(k).ok()).map_err(|e| {
-            RunError::Provider {
-                name: provider.name.clone(),
-                message: e.to_string(),
-            }
-        })?;
-    Ok(Some((
-        Arc::new(TemplateStore::new(settings)),
-        Limits::default(),
-    )))
-}
-
-/// The template store of every provider that names one, by provider name (one store client
-/// per provider: building one makes no request).
-pub fn template_stores_by_provider(
-    config: &OperatorConfig,
-) -> Result<controller::template::Stores, RunError> {
-    let mut stores = controller::template::Stores::new();
-    for p in &config.providers {
-        if let Some(store) = template_store_of(config, p)? {
-            stores.insert(p.name.clone(), store);
+            message,
+        };
+        if built.insert(name.clone()) {
+            let store_config = config.template_store(name).ok_or_else(|| {
+                fail(format!(
+                    "templateStore {name:?} is not defined under templateStores"
+                ))
+            })?;
+            let settings = StoreSettings::resolve(store_config, |k| std::env::var(k).ok())
+                .map_err(|e| fail(e.to_string()))?;
+            service.add_store(Arc::new(TemplateStore::new(settings)));
         }
+        service.assign(&provider.name, name);
     }
-    Ok(stores)
+    Ok(service)
 }
 
 async fn wait_for_signal() {

@@ -9,6 +9,7 @@ pub mod decide;
 pub mod lifetime;
 pub mod pulling;
 pub mod resolve;
+pub mod restore;
 
 use std::sync::Arc;
 
