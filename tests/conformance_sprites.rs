@@ -5,6 +5,7 @@
 //! Needs a running engine and the base image (`tests/setup/docker.sh`,
 //! `tests/setup/base-image.sh`; `SANDBOX_BASE_IMAGE` overrides the tag).
 
+mod harness;
 #[macro_use]
 mod conformance;
 
