@@ -117,12 +117,13 @@ impl DockerProvider {
                 settings.endpoint
             )),
         })?;
+        let pull_timeout = settings.image_pull_timeout();
         Ok(DockerProvider {
             name: name.into(),
             settings,
             docker,
             negotiated: Arc::new(OnceCell::new()),
-            pulls: Arc::default(),
+            pulls: Arc::new(pull::Pulls::new(pull_timeout)),
         })
     }
 

@@ -85,6 +85,7 @@ impl PullKey {
 /// One pull's state, with the creates (by sandbox name) waiting for its outcome.
 enum Entry {
     Running {
+        since: Instant,
         waiters: HashSet<String>,
     },
     Done {
@@ -95,9 +96,11 @@ enum Entry {
 }
 
 /// The pulls in flight and recently finished, shared by every clone of a provider.
-#[derive(Default)]
 pub(crate) struct Pulls {
     entries: Mutex<HashMap<PullKey, Entry>>,
+    /// A pull still marked running after this long lost its task (it is bounded by the pull
+    /// timeout): it is forgotten, so no sandbox waits for it forever.
+    stale_after: Duration,
 }
 
 /// What the table says about one pull, for one sandbox.
@@ -111,6 +114,14 @@ enum Seen {
 }
 
 impl Pulls {
+    /// A table for pulls bounded by `pull_timeout`.
+    pub(crate) fn new(pull_timeout: Duration) -> Self {
+        Pulls {
+            entries: Mutex::default(),
+            stale_after: pull_timeout + Duration::from_secs(60),
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<PullKey, Entry>> {
         self.entries.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -121,12 +132,12 @@ impl Pulls {
     fn seen(&self, key: &PullKey, waiter: &str) -> Seen {
         let mut entries = self.lock();
         entries.retain(|_, e| match e {
-            Entry::Running { .. } => true,
+            Entry::Running { since, .. } => since.elapsed() < self.stale_after,
             Entry::Done { at, waiters, .. } => !waiters.is_empty() && at.elapsed() < SHARE_WINDOW,
         });
         match entries.get_mut(key) {
             None => Seen::None,
-            Some(Entry::Running { waiters }) => {
+            Some(Entry::Running { waiters, .. }) => {
                 waiters.insert(waiter.to_string());
                 Seen::Running
             }
@@ -146,12 +157,13 @@ impl Pulls {
     /// Returns whether the caller must run it.
     fn begin(&self, key: &PullKey, waiter: &str) -> bool {
         let mut entries = self.lock();
-        if let Some(Entry::Running { waiters }) = entries.get_mut(key) {
+        if let Some(Entry::Running { waiters, .. }) = entries.get_mut(key) {
             waiters.insert(waiter.to_string());
             return false;
         }
         let waiters = HashSet::from([waiter.to_string()]);
-        entries.insert(key.clone(), Entry::Running { waiters });
+        let since = Instant::now();
+        entries.insert(key.clone(), Entry::Running { since, waiters });
         true
     }
 
@@ -159,7 +171,7 @@ impl Pulls {
     fn finish(&self, key: PullKey, result: Result<ImagePull, ProviderError>) {
         let mut entries = self.lock();
         let waiters = match entries.remove(&key) {
-            Some(Entry::Running { waiters }) => waiters,
+            Some(Entry::Running { waiters, .. }) => waiters,
             _ => HashSet::new(),
         };
         let at = Instant::now();
@@ -487,7 +499,7 @@ mod tests {
 
     #[test]
     fn pulls_are_keyed_by_reference_and_credential_and_shared_by_their_waiters() {
-        let pulls = Pulls::default();
+        let pulls = Pulls::new(Duration::from_secs(600));
         let right = PullKey::new("r:5000/a:1", Some(&cred("right")));
         let wrong = PullKey::new("r:5000/a:1", Some(&cred("wrong")));
         assert!(right != wrong && right != PullKey::new("r:5000/a:1", None));
@@ -527,6 +539,14 @@ mod tests {
         assert!(
             pulls.begin(&wrong, "d"),
             "after the failure, a retry pulls afresh"
+        );
+
+        let mut lost = Pulls::new(Duration::ZERO);
+        lost.stale_after = Duration::ZERO;
+        assert!(lost.begin(&right, "a"));
+        assert!(
+            matches!(lost.seen(&right, "a"), Seen::None),
+            "a pull running past its bound is forgotten"
         );
     }
 
