@@ -28,8 +28,7 @@ use crate::config::OperatorConfig;
 use crate::controller::{self, Context};
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::metrics::Metrics;
-use crate::provider::Provider;
-use crate::registry::{ProviderHandle, ProviderRegistry};
+use crate::registry::ProviderRegistry;
 use crate::server::{self, Liveness, Readiness, ServerState};
 use crate::supervisor::{Ending, TaskExit, TaskSet, Trigger};
 use crate::telemetry::{self, LogFormat};
@@ -88,7 +87,10 @@ pub enum RunError {
     /// No Kubernetes client (no kubeconfig, no in-cluster environment).
     #[error("cannot build a Kubernetes client (set KUBECONFIG or run in a cluster): {0}")]
     Kube(#[from] kube::Error),
-    /// A provider could not be set up.
+    /// A configured provider could not be built.
+    #[error(transparent)]
+    Providers(#[from] crate::registry::BuildError),
+    /// A provider's template store could not be set up.
     #[error("provider {name:?}: {message}")]
     Provider {
         /// Provider name.
@@ -187,7 +189,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let config = OperatorConfig::load(args.config.as_deref())?;
     let client = Client::try_default().await?;
     let metrics = Metrics::new();
-    let providers = build_providers(&config, &metrics).await?;
+    let providers = ProviderRegistry::from_config(&config, &metrics).await?;
     let templates = Arc::new(template_service(&config)?);
     let leader_config = LeaderConfig::for_instance(&config.instance, args.lease_duration_secs);
     let elector =
@@ -469,44 +471,6 @@ fn log_stops(exits: Vec<TaskExit>) {
 /// kube (and later reqwest and the AWS SDK) never disagree about it — mixing providers panics.
 fn install_crypto_provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-}
-
-/// Builds the provider registry from the configuration.
-pub async fn build_providers(
-    config: &OperatorConfig,
-    metrics: &Metrics,
-) -> Result<ProviderRegistry, RunError> {
-    let mut registry = ProviderRegistry::new();
-    let mut configured = config.providers.clone();
-    if configured.is_empty() {
-        configured.push(crate::config::ProviderConfig::docker_default("docker"));
-    }
-    for p in &configured {
-        let settings = p.settings().ok_or_else(|| RunError::Provider {
-            name: p.name.clone(),
-            message: format!(
-                "a provider of type {} needs its `{}:` block",
-                p.type_, p.type_
-            ),
-        })?;
-        let failed = |e: crate::provider::ProviderError| RunError::Provider {
-            name: p.name.clone(),
-            message: e.to_string(),
-        };
-        let provider: Arc<dyn Provider> = crate::provider::build(&p.name, &settings)
-            .await
-            .map_err(failed)?;
-        registry.insert(ProviderHandle::new(
-            provider,
-            config.provider_concurrency,
-            config.provider_timeout(),
-            metrics.clone(),
-        ));
-    }
-    if let Some(d) = config.default_provider_name() {
-        registry.set_default(d);
-    }
-    Ok(registry)
 }
 
 /// The templates service: one store client per template store a provider names
