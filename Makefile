@@ -13,12 +13,13 @@ build:
 	$(CARGO) build
 
 ## Start (or reuse) what the integration tests talk to: a Docker engine with the locally
-## built base image, and a real kube-apiserver + etcd.
+## built base image, a real kube-apiserver + etcd, an S3 server and an image registry.
 test-setup:
 	bash tests/setup/docker.sh
 	bash tests/setup/base-image.sh
 	bash tests/cluster/up.sh
 	bash tests/setup/s3.sh
+	bash tests/setup/registry.sh
 	bash tests/setup/tools.sh
 
 lint:

@@ -104,6 +104,8 @@ async fn fixture() -> Result<Fixture, Skipped> {
         volumes: vec![],
         allowed_domains: None,
         idle_action: None,
+        image_pull_policy: sandbox_operator::provider::ImagePullPolicy::IfNotPresent,
+        registry_credentials: Vec::new(),
     };
     let d = Arc::new(d);
     Ok(Fixture {
@@ -455,6 +457,8 @@ async fn keep_alive_outlives_several_timeouts_and_only_for_our_sandboxes() {
         volumes: vec![],
         allowed_domains: None,
         idle_action: None,
+        image_pull_policy: sandbox_operator::provider::ImagePullPolicy::IfNotPresent,
+        registry_credentials: Vec::new(),
     };
     let kept = provider.create(&request).await.expect("create").id;
     // One the provider never learns of: the double ends it at its timeout.
@@ -580,6 +584,8 @@ fn base_request(name: &str) -> sandbox_operator::provider::CreateRequest {
         volumes: vec![],
         allowed_domains: None,
         idle_action: None,
+        image_pull_policy: sandbox_operator::provider::ImagePullPolicy::IfNotPresent,
+        registry_credentials: Vec::new(),
     }
 }
 

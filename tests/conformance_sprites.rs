@@ -86,6 +86,8 @@ async fn fixture() -> Result<Fixture, Skipped> {
         volumes: vec![],
         allowed_domains: None,
         idle_action: None,
+        image_pull_policy: Default::default(),
+        registry_credentials: Vec::new(),
     };
     let double = Arc::new(Guard(Some(double)));
     Ok(Fixture {

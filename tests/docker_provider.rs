@@ -145,7 +145,7 @@ async fn create_maps_command_restart_policy_env_and_limits_onto_the_engine() {
 }
 
 #[tokio::test]
-async fn images_are_never_pulled_and_templates_never_fall_back_to_them() {
+async fn templates_never_fall_back_to_the_image_and_never_pulls_nothing() {
     let env = TestEnv::new("notemplate").await;
     let name = env.name("sbx");
     let mut request = env.request(&name);
@@ -155,12 +155,14 @@ async fn images_are_never_pulled_and_templates_never_fall_back_to_them() {
         err.is(ErrorKind::NotFound) && err.message().contains("never booted from the base image"),
         "{err}"
     );
-    // A plain image that is not on the engine: never pulled (no registry is assumed).
+    // A plain image that is not on the engine under imagePullPolicy Never: not pulled
+    // (tests/docker_pull.rs covers the other policies against a real registry).
     let mut request = env.request(&name);
     request.image = Some("sandbox-operator/not-here:never".into());
+    request.image_pull_policy = sandbox_operator::provider::ImagePullPolicy::Never;
     let err = env.provider.create(&request).await.unwrap_err();
     assert!(
-        err.is(ErrorKind::NotFound) && err.message().contains("never pulled"),
+        err.is(ErrorKind::NotFound) && err.message().contains("imagePullPolicy is Never"),
         "{err}"
     );
     assert_eq!(env.provider.describe(&name).await.unwrap(), None);

@@ -1087,6 +1087,8 @@ async fn a_fetched_template_is_swept_once_its_sandbox_template_is_gone() {
         volumes: vec![],
         allowed_domains: None,
         idle_action: None,
+        image_pull_policy: Default::default(),
+        registry_credentials: Vec::new(),
     };
     request.owner.kind = "Sandbox".into();
     let created = docker.create(&request).await.expect("create");

@@ -284,6 +284,8 @@ impl World {
             volumes: vec![],
             allowed_domains: None,
             idle_action: None,
+            image_pull_policy: Default::default(),
+            registry_credentials: Vec::new(),
         };
         self.provider
             .create(&request)
@@ -1366,6 +1368,8 @@ async fn bench_one_pass_over_many_labelled_containers() {
                     volumes: vec![],
                     allowed_domains: None,
                     idle_action: None,
+                    image_pull_policy: Default::default(),
+                    registry_credentials: Vec::new(),
                 };
                 provider.create(&request).await.expect("create container");
             }

@@ -87,6 +87,28 @@ pub struct SandboxSpec {
     #[schemars(length(min = 1, max = 1024))]
     pub image: Option<String>,
 
+    /// When `image` is fetched from its registry, as for a Pod. `IfNotPresent` (the default):
+    /// only when the provider does not have it, so images built or loaded on the provider
+    /// never need a registry. `Always`: the tag is resolved at the registry on every create of
+    /// the sandbox; a running sandbox never changes, a recreate picks up a moved tag. `Never`:
+    /// only what the provider already has. Under `IfNotPresent` and `Never` a recreate boots
+    /// the digest in `status.imageDigest`, even after the tag has moved. Templates are never
+    /// pulled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_policy: Option<ImagePullPolicy>,
+
+    /// Secrets (in this namespace) of type `kubernetes.io/dockerconfigjson` with registry
+    /// credentials for `image` — the same Secrets Pods use (`kubectl create secret
+    /// docker-registry`). The credential whose registry matches the image's is used (Docker
+    /// Hub's names count as one registry; the most specific match wins). The credentials are
+    /// handed to the provider for the pull only: never stored in its configuration, never in
+    /// logs, Events or status. A registry that refuses them stalls the Sandbox with a
+    /// condition naming the Secret to fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self.all(s, self.exists_one(t, t.name == s.name))").message("spec.imagePullSecrets: a Secret is listed twice; list each Secret once"))]
+    #[schemars(length(max = 16))]
+    pub image_pull_secrets: Option<Vec<LocalObjectRef>>,
+
     /// SandboxTemplate (in this namespace) to boot from. Takes precedence over `image`. A
     /// template that does not exist, or is not ready, is an error reported in the Ready
     /// condition; the operator never silently falls back to `image`.
@@ -193,6 +215,19 @@ pub enum RestartPolicy {
     OnFailure,
     /// Restart after any exit.
     Always,
+}
+
+/// When an image is fetched from its registry (Kubernetes' `imagePullPolicy`).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, Default, JsonSchema)]
+#[schemars(transform = no_description)]
+pub enum ImagePullPolicy {
+    /// Resolve the tag at the registry on every create.
+    Always,
+    /// Pull only when the provider does not have the image (the default).
+    #[default]
+    IfNotPresent,
+    /// Never pull: the image must be on the provider.
+    Never,
 }
 
 /// One environment variable.
@@ -428,6 +463,16 @@ pub struct SandboxStatus {
     /// Resource ceilings as the provider applied them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<AppliedResourcesStatus>,
+    /// The image the sandbox was created from, as `spec.image` named it; empty when it booted
+    /// from a template.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// The exact image the sandbox booted: `<repository>@sha256:<digest>` when it came from a
+    /// registry, else the provider's image id (`sha256:…`) of an image built or loaded on the
+    /// provider. Under `imagePullPolicy` `IfNotPresent` or `Never` a recreate boots this same
+    /// registry digest while `spec.image` is unchanged.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image_digest: Option<String>,
     /// The SandboxTemplate the sandbox actually booted from, when it booted from one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub template_ref: Option<String>,

@@ -15,6 +15,7 @@ pub mod e2b;
 pub mod error;
 pub mod factory;
 pub mod fly;
+pub mod image;
 pub mod labels;
 pub mod sprites;
 pub mod tarsafe;

@@ -120,6 +120,75 @@ pub struct CreateRequest {
     pub allowed_domains: Option<Vec<String>>,
     /// Idle policy for providers with a proxy in front of their sandboxes.
     pub idle_action: Option<IdleAction>,
+    /// When `image` is fetched from its registry (Kubernetes' semantics). Never applies to a
+    /// template: templates are never pulled.
+    pub image_pull_policy: ImagePullPolicy,
+    /// Registry credentials for pulling `image`, from the owner's pull Secrets. Passed per
+    /// call and never kept: a provider uses the one whose registry matches the image
+    /// reference (see [`super::image::credential_for`]) for this pull only, and never writes
+    /// any of them into the sandbox's configuration, a log or an error message. A provider
+    /// that cannot pull with per-call credentials refuses a request that carries some
+    /// (rule 10) rather than pulling without them.
+    pub registry_credentials: Vec<RegistryCredential>,
+}
+
+/// When an image is fetched from its registry: Kubernetes' `imagePullPolicy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ImagePullPolicy {
+    /// Resolve the reference at the registry on every create (a moved tag is picked up by
+    /// the next create, never by a running sandbox).
+    Always,
+    /// Use the image when the provider already has it; pull it otherwise (the default).
+    #[default]
+    IfNotPresent,
+    /// Never contact a registry: the image must already be on the provider.
+    Never,
+}
+
+/// Credentials for one registry, as a `kubernetes.io/dockerconfigjson` Secret holds them.
+///
+/// `Debug` prints the registry, the user name and the Secret but never the password or
+/// token, so a stray `{:?}` of a request cannot leak them.
+#[derive(Clone, PartialEq, Eq)]
+pub struct RegistryCredential {
+    /// The registry key as the Secret writes it (`registry.example.com`,
+    /// `https://index.docker.io/v1/`, `*.example.com`, `example.com:5000/team`).
+    pub registry: String,
+    /// User name (empty with an identity token).
+    pub username: String,
+    /// Password or access token. Secret.
+    pub password: String,
+    /// OAuth identity (refresh) token, when the registry uses one instead of a password.
+    /// Secret.
+    pub identity_token: Option<String>,
+    /// The Secret it came from (in the owner's namespace), so a refusal names what to fix.
+    pub source: String,
+}
+
+impl std::fmt::Debug for RegistryCredential {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryCredential")
+            .field("registry", &self.registry)
+            .field("username", &self.username)
+            .field("password", &"<redacted>")
+            .field(
+                "identity_token",
+                &self.identity_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+/// What a create had to fetch from a registry before it could create the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImagePull {
+    /// The reference that was pulled.
+    pub reference: String,
+    /// The image's size on the provider after the pull, when reported.
+    pub size_bytes: Option<u64>,
+    /// How long the pull took (shared by every sandbox that waited for it).
+    pub duration: Duration,
 }
 
 /// What a provider's proxy does with an idle sandbox (Fly's words).
@@ -180,6 +249,13 @@ pub struct SandboxDescriptor {
     pub restart_policy: RestartPolicy,
     /// Non-secret env as configured (`KEY` → value).
     pub env: BTreeMap<String, String>,
+    /// The exact image it booted: `<repository>@sha256:…` (the registry's manifest digest)
+    /// when the image came from a registry, else the provider's own image id. `None` when
+    /// booted from a template or when the provider cannot tell.
+    pub image_digest: Option<String>,
+    /// Only on the descriptor `create` returns, and only when that create used an image
+    /// pull: what was fetched and how long it took.
+    pub image_pull: Option<ImagePull>,
 }
 
 /// Narrowing for `find`. Every field is something the caller set itself.

@@ -326,6 +326,8 @@ fn helper_request(
         // The helper talks to the store over presigned URLs.
         allowed_domains: None,
         idle_action: None,
+        image_pull_policy: Default::default(),
+        registry_credentials: Vec::new(),
     }
 }
 

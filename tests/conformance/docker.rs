@@ -59,6 +59,8 @@ pub async fn fixture() -> Result<Fixture, Skipped> {
         volumes: vec![],
         allowed_domains: None,
         idle_action: None,
+        image_pull_policy: Default::default(),
+        registry_credentials: Vec::new(),
     };
     Ok(Fixture {
         provider: Arc::new(provider),

@@ -170,6 +170,8 @@ impl TestEnv {
             volumes: vec![],
             allowed_domains: None,
             idle_action: None,
+            image_pull_policy: Default::default(),
+            registry_credentials: Vec::new(),
         }
     }
 

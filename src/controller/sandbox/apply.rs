@@ -25,6 +25,7 @@ use crate::registry::ProviderHandle;
 use super::build::{self, Desired};
 use super::decide::{self, EgressConvergence, Hold, Observed, Step};
 use super::lifetime::{self, Deadline};
+use super::pulling;
 use super::resolve::{self, Blocked, SELF_DELIVERED_ENV_PATH, SelfDeliveredEnv};
 
 /// How long to wait before looking again at something that will come by itself.
@@ -270,6 +271,9 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     for step in &plan.steps {
         acted = true;
         if let Err(e) = act(&on, &desired, env.as_ref(), *step, &mut target, &mut next).await {
+            if let Some(p) = pulling::in_progress(&e) {
+                return pulling::report(ctx, &api, &sandbox, &current, next, p).await;
+            }
             warning(
                 ctx,
                 sandbox.as_ref(),
@@ -565,6 +569,9 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
     {
         Ok(d) => {
             ctx.failpoint("after-create");
+            if let Some(pull) = &d.image_pull {
+                pulling::pulled(ctx, sandbox, pull, d.image_digest.as_deref()).await;
+            }
             normal(
                 ctx,
                 sandbox,
@@ -584,6 +591,13 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
                 .provider
                 .egress_policy()
                 .map(|_| AppliedEgress::of(desired.request.allowed_domains.as_deref()));
+            // What the digest in status was resolved from (see `build::image_to_boot`).
+            next.image = sandbox
+                .spec
+                .image
+                .clone()
+                .filter(|_| d.template_ref.is_none());
+            next.image_digest = d.image_digest.clone();
             let before = sandbox.status.clone();
             status::write(api, &sandbox.name_any(), before.as_ref(), next).await?;
             Ok(d.id)
@@ -623,6 +637,7 @@ fn record(next: &mut SandboxStatus, d: &SandboxDescriptor, sandbox: &Sandbox) {
     next.created_at = d.created_at.map(crate::api::rfc3339);
     next.started_at = d.started_at.map(crate::api::rfc3339);
     next.template_ref = d.template_ref.clone();
+    next.image_digest = d.image_digest.clone();
     let names = sandbox.spec.ports.iter().flatten();
     next.ports = d
         .ports

@@ -7,9 +7,14 @@ use std::collections::BTreeMap;
 
 use sha2::{Digest, Sha256};
 
-use crate::api::{DesiredState, IdleAction, Protocol, RestartPolicy, Sandbox, SandboxSpec};
+use crate::api::{
+    DesiredState, IdleAction, ImagePullPolicy, Protocol, RestartPolicy, Sandbox, SandboxSpec,
+    SandboxStatus,
+};
 use crate::provider::labels::{Owner, SPEC_HASH, TEMPLATE};
-use crate::provider::{self, CreateRequest, PortRequest, Resources, VolumeMount};
+use crate::provider::{
+    self, CreateRequest, PortRequest, RegistryCredential, Resources, VolumeMount,
+};
 use crate::templates::service::Boot;
 
 /// External name of a Sandbox's provider resource: deterministic from its UID, so a
@@ -32,6 +37,9 @@ pub struct Resolved {
     /// Whether the provider replaces an allow-list in place: then `spec.egress` is left out of
     /// the spec hash and converges like resources do, instead of recreating the sandbox.
     pub egress_in_place: bool,
+    /// Registry credentials from `spec.imagePullSecrets`, in order. Their `Debug` redacts
+    /// the secrets.
+    pub registry_credentials: Vec<RegistryCredential>,
 }
 
 /// What the provider should hold for this Sandbox.
@@ -144,7 +152,7 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
         labels.insert(TEMPLATE.into(), t.clone());
     }
 
-    let (image, template, restore) = boot(spec, resolved);
+    let (image, template, restore) = boot(spec, resolved, sandbox.status.as_ref());
     Ok(Desired {
         request: CreateRequest {
             name: external_name(&uid),
@@ -160,6 +168,12 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
             volumes,
             allowed_domains: spec.egress.as_ref().and_then(|e| e.allowed_domains.clone()),
             idle_action,
+            image_pull_policy: match spec.image_pull_policy.unwrap_or_default() {
+                ImagePullPolicy::Always => provider::ImagePullPolicy::Always,
+                ImagePullPolicy::IfNotPresent => provider::ImagePullPolicy::IfNotPresent,
+                ImagePullPolicy::Never => provider::ImagePullPolicy::Never,
+            },
+            registry_credentials: resolved.registry_credentials.clone(),
         },
         state: spec.state.unwrap_or(DesiredState::Running),
         spec_hash,
@@ -167,18 +181,37 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
     })
 }
 
+/// The image a create boots: `spec.image`, except that under `IfNotPresent` and `Never` the
+/// registry digest status recorded for this same `spec.image` is booted instead, so a
+/// recreate boots the same bits after the tag has moved. `Always` resolves the tag again;
+/// an image id (an image no registry knows) is not pinned, as there is nowhere to fetch it
+/// from should it go.
+pub fn image_to_boot(spec: &SandboxSpec, status: Option<&SandboxStatus>) -> Option<String> {
+    let image = spec.image.clone()?;
+    if spec.image_pull_policy == Some(ImagePullPolicy::Always) {
+        return Some(image);
+    }
+    let pinned = status
+        .filter(|s| s.image.as_deref() == Some(image.as_str()))
+        .and_then(|s| s.image_digest.clone())
+        .filter(|d| d.contains("@sha256:"));
+    Some(pinned.unwrap_or(image))
+}
+
 /// What the sandbox is created from — `(image, provider template)` — and the template to
 /// restore after start. A provider's own template wins over the image; a store template
 /// boots the base image it was captured on (the spec's image when it names none) and is
-/// restored into it.
+/// restored into it; a plain image boot may be pinned to a digest (see [`image_to_boot`]).
 fn boot(
     spec: &SandboxSpec,
     resolved: &Resolved,
+    status: Option<&SandboxStatus>,
 ) -> (Option<String>, Option<String>, Option<String>) {
     let id = resolved.template_id.clone();
     match &resolved.boot {
         Some(Boot::Restore { image }) => (image.clone().or_else(|| spec.image.clone()), None, id),
-        Some(Boot::Native) | None => (spec.image.clone(), id, None),
+        Some(Boot::Native) => (spec.image.clone(), id, None),
+        None => (image_to_boot(spec, status), id, None),
     }
 }
 
@@ -348,6 +381,60 @@ mod tests {
             desired(&sandbox(spec), "ops", &clash)
                 .unwrap_err()
                 .contains("both in spec.env")
+        );
+    }
+
+    #[test]
+    fn a_recorded_registry_digest_pins_the_image_unless_always() {
+        let digest = format!("r:5000/app@sha256:{}", "a".repeat(64));
+        let mut spec = base_spec();
+        spec.image = Some("r:5000/app:1".into());
+        let status = SandboxStatus {
+            image: Some("r:5000/app:1".into()),
+            image_digest: Some(digest.clone()),
+            ..SandboxStatus::default()
+        };
+        assert_eq!(image_to_boot(&spec, Some(&status)), Some(digest.clone()));
+        assert_eq!(image_to_boot(&spec, None).as_deref(), Some("r:5000/app:1"));
+        spec.image_pull_policy = Some(ImagePullPolicy::Never);
+        assert_eq!(image_to_boot(&spec, Some(&status)), Some(digest.clone()));
+        spec.image_pull_policy = Some(ImagePullPolicy::Always);
+        assert_eq!(
+            image_to_boot(&spec, Some(&status)).as_deref(),
+            Some("r:5000/app:1")
+        );
+
+        let mut moved = base_spec();
+        moved.image = Some("r:5000/app:2".into());
+        assert_eq!(
+            image_to_boot(&moved, Some(&status)).as_deref(),
+            Some("r:5000/app:2")
+        );
+
+        let local = SandboxStatus {
+            image: Some("img".into()),
+            image_digest: Some("sha256:0123".into()),
+            ..SandboxStatus::default()
+        };
+        assert_eq!(
+            image_to_boot(&base_spec(), Some(&local)).as_deref(),
+            Some("img")
+        );
+
+        let mut s = sandbox(spec);
+        s.status = Some(status);
+        let d = desired(&s, "ops", &Resolved::default()).unwrap();
+        assert_eq!(
+            d.request.image_pull_policy,
+            provider::ImagePullPolicy::Always
+        );
+        let mut pinned = s.clone();
+        pinned.spec.image_pull_policy = None;
+        let p = desired(&pinned, "ops", &Resolved::default()).unwrap();
+        assert_eq!(p.request.image, Some(digest));
+        assert_eq!(
+            p.spec_hash, d.spec_hash,
+            "the pin and the policy never force a recreate"
         );
     }
 

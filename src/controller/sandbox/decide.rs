@@ -277,6 +277,8 @@ mod tests {
                 volumes: vec![],
                 allowed_domains: None,
                 idle_action: None,
+                image_pull_policy: Default::default(),
+                registry_credentials: Vec::new(),
             },
             state,
             spec_hash: "h1".into(),
@@ -308,6 +310,8 @@ mod tests {
             command: None,
             restart_policy: RestartPolicy::Never,
             env: BTreeMap::new(),
+            image_digest: None,
+            image_pull: None,
         }
     }
 

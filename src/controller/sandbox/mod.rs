@@ -7,6 +7,7 @@ pub mod apply;
 pub mod build;
 pub mod decide;
 pub mod lifetime;
+pub mod pulling;
 pub mod resolve;
 pub mod restore;
 

@@ -7,14 +7,20 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
 
-use crate::api::{Sandbox, SandboxTemplate, SandboxVolume, condition};
+use crate::api::{LocalObjectRef, Sandbox, SandboxTemplate, SandboxVolume, condition};
 use crate::controller::status::READY;
 use crate::controller::template::owner_of;
 use crate::controller::{Context, Error};
+use crate::provider::RegistryCredential;
 use crate::registry::ProviderHandle;
 use crate::templates::service::Boot;
 
 use super::build::Resolved;
+
+/// The Secret type of registry credentials, as Pods use them.
+pub const DOCKER_CONFIG_JSON_TYPE: &str = "kubernetes.io/dockerconfigjson";
+/// The key of such a Secret that holds the Docker config document.
+pub const DOCKER_CONFIG_JSON_KEY: &str = ".dockerconfigjson";
 
 /// Where the self-delivered env file lands inside the sandbox.
 pub const SELF_DELIVERED_ENV_PATH: &str = "/run/sandboxes.dev/env";
@@ -44,7 +50,7 @@ impl From<kube::Error> for Blocked {
     }
 }
 
-/// Resolves template, volumes and `envFrom` Secrets.
+/// Resolves template, volumes, `envFrom` Secrets and, for an image boot, the pull Secrets.
 pub async fn references(
     sandbox: &Sandbox,
     ctx: &Context,
@@ -125,7 +131,57 @@ pub async fn references(
             resolved.secret_env.insert(name, value);
         }
     }
+    if spec.template_ref.is_none() {
+        let pull_secrets = spec.image_pull_secrets.as_deref().unwrap_or_default();
+        resolved.registry_credentials = pull_credentials(&secrets, pull_secrets).await?;
+    }
     Ok(resolved)
+}
+
+/// Reads the registry credentials of `spec.imagePullSecrets`, in order. A Secret of another
+/// type, or one whose document cannot be read, stalls with a message naming it — and never
+/// quoting it.
+async fn pull_credentials(
+    api: &Api<Secret>,
+    refs: &[LocalObjectRef],
+) -> Result<Vec<RegistryCredential>, Blocked> {
+    let mut credentials = Vec::new();
+    for (i, secret_ref) in refs.iter().enumerate() {
+        let name = &secret_ref.name;
+        let field = format!("spec.imagePullSecrets[{i}]");
+        let Some(secret) = api.get_opt(name).await? else {
+            return Err(Blocked::Wait(
+                "SecretNotFound",
+                format!("{field}: Secret {name:?} does not exist yet"),
+            ));
+        };
+        let invalid = |why: String| {
+            Blocked::Stall(
+                "InvalidPullSecret",
+                format!(
+                    "{field}: Secret {name:?} {why}; create it with kubectl create secret docker-registry {name} --docker-server=... --docker-username=... --docker-password=..."
+                ),
+            )
+        };
+        if secret.type_.as_deref() != Some(DOCKER_CONFIG_JSON_TYPE) {
+            return Err(invalid(format!(
+                "is of type {:?}, not {DOCKER_CONFIG_JSON_TYPE}",
+                secret.type_.as_deref().unwrap_or("Opaque")
+            )));
+        }
+        let Some(document) = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(DOCKER_CONFIG_JSON_KEY))
+        else {
+            return Err(invalid(format!("has no {DOCKER_CONFIG_JSON_KEY} key")));
+        };
+        credentials.extend(
+            crate::provider::image::credentials_from_docker_config(&document.0, name)
+                .map_err(invalid)?,
+        );
+    }
+    Ok(credentials)
 }
 
 /// Resolves `spec.templateRef` (named `name`) to a template id and how it boots on the

@@ -15,9 +15,11 @@
 //!   cut-off; a non-empty allow-list is `Unsupported` because Docker cannot filter by
 //!   domain (rule 10). There is no proxy in front of a container, so an idle policy other
 //!   than `Off` is `Unsupported` too.
-//! - **images** are never pulled: no registry is assumed reachable, so an image (or template)
-//!   that is not on the engine is `NotFound`, and a template is never replaced by the base
-//!   image.
+//! - **images** follow the request's `imagePullPolicy` (see the `pull` module): an image the
+//!   engine has is never pulled under `IfNotPresent`/`Never`, so templates and local images
+//!   need no registry; a pull runs in the background and the create answers `Transient`
+//!   (`PullingImage`) until it is done. A template is never pulled, and never replaced by
+//!   the base image.
 //! - **volumes** must exist before a sandbox mounts them: Docker would silently create an
 //!   unlabelled volume for a missing name, which nothing would ever reclaim.
 //! - **find** enumerates with one filtered list call, then inspects each match (at most
@@ -45,7 +47,7 @@ use bollard::query_parameters::{
 use chrono::{DateTime, Datelike, Utc};
 use futures::stream::{self, StreamExt, TryStreamExt};
 
-use super::{DISK_ADVISORY_LABEL, DockerProvider, is_not_found, map_err};
+use super::{DISK_ADVISORY_LABEL, DockerProvider, IMAGE_DIGEST_LABEL, is_not_found, map_err};
 use crate::provider::labels::{self, TEMPLATE};
 use crate::provider::validate;
 use crate::provider::{
@@ -81,6 +83,7 @@ impl Provider for DockerProvider {
         let mut body = create_body(request, &self.settings.publish_host)?;
         let docker = self.engine().await?;
 
+        let mut pulled = None;
         let image = match (
             &request.template,
             &request.image,
@@ -103,17 +106,19 @@ impl Provider for DockerProvider {
                 }
             }
             (None, Some(image), _) | (None, None, Some(image)) => {
-                match docker.inspect_image(image).await {
-                    Ok(_) => image.clone(),
-                    Err(e) if is_not_found(&e) => {
-                        return Err(ProviderError::not_found(format!(
-                            "image {image:?} is not present on Docker provider {:?}; images are never pulled \
-                             (no registry is assumed reachable): load or build it on the engine, or fix spec.image",
-                            self.name
-                        )));
-                    }
-                    Err(e) => return Err(map_err(&format!("looking up image {image:?}"), e)),
+                let boot = self
+                    .image_for_create(
+                        &request.name,
+                        image,
+                        request.image_pull_policy,
+                        &request.registry_credentials,
+                    )
+                    .await?;
+                if let (Some(labels), Some(digest)) = (body.labels.as_mut(), &boot.digest) {
+                    labels.insert(IMAGE_DIGEST_LABEL.to_string(), digest.clone());
                 }
+                pulled = boot.pull;
+                boot.reference
             }
             (None, None, None) => {
                 return Err(ProviderError::invalid(format!(
@@ -157,12 +162,14 @@ impl Provider for DockerProvider {
             }
             Err(e) => return Err(map_err(&format!("creating sandbox {:?}", request.name), e)),
         }
-        self.describe(&request.name).await?.ok_or_else(|| {
+        let mut created = self.describe(&request.name).await?.ok_or_else(|| {
             ProviderError::transient(format!(
                 "sandbox {:?} was created but disappeared before it could be described",
                 request.name
             ))
-        })
+        })?;
+        created.image_pull = pulled;
+        Ok(created)
     }
 
     async fn describe(&self, id: &str) -> ProviderResult<Option<SandboxDescriptor>> {
@@ -464,10 +471,19 @@ impl DockerProvider {
             .and_then(|n| n.ports)
             .map(|p| ports_from_map(&p, &self.reachable_host()))
             .unwrap_or_default();
+        let template_ref = labels.get(TEMPLATE).filter(|t| !t.is_empty()).cloned();
+        // A template image carries the label of the sandbox it was committed from: only an
+        // image boot's own label says what it booted.
+        let image_digest = labels
+            .get(IMAGE_DIGEST_LABEL)
+            .filter(|d| !d.is_empty() && template_ref.is_none())
+            .cloned();
         SandboxDescriptor {
             id,
             state: container_state(status),
-            template_ref: labels.get(TEMPLATE).filter(|t| !t.is_empty()).cloned(),
+            template_ref,
+            image_digest,
+            image_pull: None,
             resources: applied_resources(&host, &labels),
             labels,
             created_at: c.created.as_deref().and_then(parse_time),
@@ -769,7 +785,7 @@ mod tests {
     use super::*;
     use crate::provider::ErrorKind;
     use crate::provider::labels::Owner;
-    use crate::provider::{PortRequest, Resources, VolumeMount};
+    use crate::provider::{ImagePullPolicy, PortRequest, Resources, VolumeMount};
 
     fn request() -> CreateRequest {
         CreateRequest {
@@ -792,6 +808,8 @@ mod tests {
             volumes: vec![],
             allowed_domains: None,
             idle_action: None,
+            image_pull_policy: ImagePullPolicy::IfNotPresent,
+            registry_credentials: vec![],
         }
     }
 

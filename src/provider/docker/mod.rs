@@ -12,6 +12,8 @@
 //! - templates are `docker commit` images tagged `<template_repository>:<template id>`, with
 //!   capture paths on mounted storage copied in through the archive API (sharing them through
 //!   an S3 store is the controller-side templates service's work, not the provider's);
+//! - images follow Kubernetes' `imagePullPolicy`, pulled with the request's matching registry
+//!   credentials, one background pull per image (see `pull`);
 //! - volumes are named local volumes; `set_resources` is `docker update`;
 //! - exec, exact file I/O and bulk tar transfer go through the exec and archive APIs;
 //!   capacity, egress observation and the event stream have their own modules.
@@ -26,6 +28,7 @@
 
 mod core;
 mod hibernation;
+mod pull;
 mod resources;
 mod templates;
 mod volumes;
@@ -67,6 +70,10 @@ pub const BASE_IMAGE_LABEL: &str = "sandboxes.dev/base-image";
 /// Docker cannot enforce a disk ceiling on overlay2 without xfs project quotas, so the
 /// request is recorded here for status, never passed to the engine.
 pub const DISK_ADVISORY_LABEL: &str = "sandboxes.dev/disk-bytes";
+/// Label on a container: the exact image it was created from (`repository@sha256:…`, or the
+/// engine's image id for an image no registry knows), so `describe` reports it without
+/// another engine call.
+pub const IMAGE_DIGEST_LABEL: &str = "sandboxes.dev/image-digest";
 
 /// A Docker engine as a sandbox provider.
 #[derive(Clone)]
@@ -80,6 +87,9 @@ pub struct DockerProvider {
     pub(crate) docker: Docker,
     /// Set once the API version has been negotiated (shared by clones, like the client).
     negotiated: Arc<OnceCell<()>>,
+    /// Image pulls in flight and just finished (one per image and credential), shared by
+    /// clones.
+    pulls: Arc<pull::Pulls>,
 }
 
 impl DockerProvider {
@@ -107,11 +117,13 @@ impl DockerProvider {
                 settings.endpoint
             )),
         })?;
+        let pull_timeout = settings.image_pull_timeout();
         Ok(DockerProvider {
             name: name.into(),
             settings,
             docker,
             negotiated: Arc::new(OnceCell::new()),
+            pulls: Arc::new(pull::Pulls::new(pull_timeout)),
         })
     }
 

@@ -11,6 +11,9 @@ pub const DEFAULT_PUBLISH_HOST: &str = "127.0.0.1";
 /// Repository committed templates are tagged into unless configured.
 pub const DEFAULT_TEMPLATE_REPOSITORY: &str = "sandbox-operator/template";
 
+/// How long one image pull may take unless configured.
+pub const DEFAULT_IMAGE_PULL_TIMEOUT_SECONDS: u64 = 600;
+
 /// Settings of a Docker provider. Every field has a default, so the block may be omitted.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields, default)]
@@ -26,6 +29,9 @@ pub struct DockerSettings {
     pub default_image: Option<String>,
     /// Repository committed templates are tagged into (`<repository>:<template id>`).
     pub template_repository: String,
+    /// Longest time one image pull may take before it is abandoned (and retried by the next
+    /// create, with backoff).
+    pub image_pull_timeout_seconds: u64,
 }
 
 impl Default for DockerSettings {
@@ -35,11 +41,17 @@ impl Default for DockerSettings {
             publish_host: DEFAULT_PUBLISH_HOST.into(),
             default_image: None,
             template_repository: DEFAULT_TEMPLATE_REPOSITORY.into(),
+            image_pull_timeout_seconds: DEFAULT_IMAGE_PULL_TIMEOUT_SECONDS,
         }
     }
 }
 
 impl DockerSettings {
+    /// [`Self::image_pull_timeout_seconds`] as a duration.
+    pub fn image_pull_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.image_pull_timeout_seconds)
+    }
+
     /// Reports every setting that cannot work, under `at` (e.g. `providers[0].docker`).
     pub fn validate(&self, at: &str, issues: &mut Issues) {
         if self.publish_host.parse::<std::net::IpAddr>().is_err() {
@@ -65,6 +77,14 @@ impl DockerSettings {
                     ),
                 );
             }
+        }
+        if self.image_pull_timeout_seconds == 0 {
+            issues.push(
+                format!("{at}.imagePullTimeoutSeconds"),
+                format!(
+                    "must be at least 1; remove it for the default {DEFAULT_IMAGE_PULL_TIMEOUT_SECONDS}"
+                ),
+            );
         }
         if self.template_repository.trim().is_empty() {
             issues.push(

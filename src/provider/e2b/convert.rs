@@ -13,8 +13,8 @@ use super::api::{Detail, Listed};
 use super::settings::{E2bSettings, OnTimeout};
 use crate::provider::labels::{TEMPLATE, merge_labels};
 use crate::provider::{
-    AppliedResources, CreateRequest, IdleAction, PortMapping, ProviderError, ProviderResult,
-    RestartPolicy, SandboxDescriptor, SandboxState,
+    AppliedResources, CreateRequest, IdleAction, ImagePullPolicy, PortMapping, ProviderError,
+    ProviderResult, RestartPolicy, SandboxDescriptor, SandboxState,
 };
 
 /// Metadata key: the request's deterministic external name.
@@ -68,6 +68,20 @@ pub fn check_enforceable(request: &CreateRequest) -> ProviderResult<()> {
         return refuse(
             "this E2B provider boots no SandboxTemplate natively; the controller restores \
              templates over exec and files"
+                .into(),
+        );
+    }
+    if !request.registry_credentials.is_empty() {
+        return refuse(
+            "spec.imagePullSecrets cannot be used on E2B: spec.image names an E2B template, \
+             which E2B builds and stores itself; remove spec.imagePullSecrets"
+                .into(),
+        );
+    }
+    if request.image_pull_policy == ImagePullPolicy::Always {
+        return refuse(
+            "spec.imagePullPolicy: Always cannot be enforced on E2B: a sandbox boots the \
+             template's current build, with no pull to repeat; remove it or use IfNotPresent"
                 .into(),
         );
     }
@@ -220,6 +234,8 @@ pub fn descriptor(listed: &Listed, domain: &str, stopped: StoppedHint) -> Sandbo
         // E2B starts a sandbox as it creates it: every sandbox it lists has run (rule 6).
         started_at: Some(listed.started_at),
         exit_code: None,
+        image_digest: None,
+        image_pull: None,
         image: Some(
             listed
                 .alias
@@ -288,6 +304,8 @@ mod tests {
             volumes: vec![],
             allowed_domains: Some(vec!["example.com".into()]),
             idle_action: None,
+            image_pull_policy: ImagePullPolicy::IfNotPresent,
+            registry_credentials: Vec::new(),
         }
     }
 

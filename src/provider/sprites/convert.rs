@@ -164,6 +164,8 @@ pub fn descriptor(info: &SpriteInfo) -> SandboxDescriptor {
         exit_code: None,
         template_ref: None,
         image: None,
+        image_digest: None,
+        image_pull: None,
         volumes: Vec::new(),
         ports: match state {
             SandboxState::Running | SandboxState::Sleeping => url_port(info.url.as_deref()),

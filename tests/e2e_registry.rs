@@ -1,0 +1,518 @@
+//! End to end: Sandboxes whose images come from a real registry (Debian's distribution
+//! registry on loopback with htpasswd auth), through the operator binary and a real
+//! kube-apiserver: pull Secrets, pull progress, digests pinned in status, failures sorted by
+//! what fixes them, and one pull for many Sandboxes of one image.
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::cluster::*;
+use harness::docker::{Purge, base_image, engine};
+use harness::operator::*;
+use harness::registry::{OwnRegistry, Registry, push_fresh_image, registry};
+use harness::{repo, unique, wait_for};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use sandbox_operator::api::{Sandbox, condition};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(120);
+const IDLE: &str = r#"["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]"#;
+
+/// Removes the images a test pulled, also when it panics.
+struct Images(Vec<String>);
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        for image in &self.0 {
+            let _ = std::process::Command::new("docker")
+                .args(["rmi", "-f", image])
+                .output();
+        }
+    }
+}
+
+/// One test's namespace, its operator and its Sandbox API. Dropping it deletes the namespace
+/// while the operator still runs (so the Sandboxes' finalizers are honoured and their
+/// containers removed), then stops the operator and purges anything left behind.
+struct World {
+    ns: String,
+    op: Operator,
+    api: Api<Sandbox>,
+    _purge: Purge,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        let _ = kubectl(
+            &[
+                "delete",
+                "namespace",
+                &self.ns,
+                "--wait=true",
+                "--timeout=60s",
+            ],
+            None,
+        );
+    }
+}
+
+/// Installs this branch's Sandbox CRD unless the installed one already has its image
+/// fields. The API server is shared by every branch's test runs, and one that installs a CRD
+/// without these fields makes the API server prune them from our objects.
+fn ensure_crd() {
+    let installed = kubectl(
+        &[
+            "get",
+            "crd",
+            "sandboxes.sandboxes.dev",
+            "-o",
+            "jsonpath={.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.imagePullSecrets.type}",
+        ],
+        None,
+    );
+    if String::from_utf8_lossy(&installed.stdout).trim() == "array" {
+        return;
+    }
+    let crd = repo().join("crds/sandboxes.sandboxes.dev.yaml");
+    let out = kubectl(
+        &[
+            "apply",
+            "--server-side",
+            "--force-conflicts",
+            "-f",
+            &crd.to_string_lossy(),
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = kubectl(
+        &[
+            "wait",
+            "--for=condition=Established",
+            "--timeout=60s",
+            "crd/sandboxes.sandboxes.dev",
+        ],
+        None,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Sets up a [`World`].
+async fn setup(prefix: &str) -> World {
+    ensure_crd();
+    let ns = namespace(prefix).await;
+    let _purge = Purge(ns.clone());
+    let op = Operator::start(&ns, &ns, &OperatorOptions::default());
+    let api = Api::namespaced(client().await, &ns);
+    World {
+        ns,
+        op,
+        api,
+        _purge,
+    }
+}
+
+/// A `kubernetes.io/dockerconfigjson` Secret for `registry` with `password`.
+async fn pull_secret(ns: &str, name: &str, registry: &Registry, password: &str) {
+    let secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": registry.docker_config(password)},
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(client().await, ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create pull secret");
+}
+
+fn sandbox_yaml(name: &str, image: &str, policy: &str, secret: Option<&str>) -> String {
+    let secrets = secret.map_or(String::new(), |s| {
+        format!("  imagePullSecrets:\n    - name: {s}\n")
+    });
+    format!(
+        "apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: {name}\nspec:\n  \
+         image: {image}\n  imagePullPolicy: {policy}\n{secrets}  command: {IDLE}\n  \
+         restartPolicy: Always\n"
+    )
+}
+
+fn apply(yaml: &str, ns: &str) {
+    ensure_crd();
+    let out = apply_yaml(yaml, ns);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// `(type, status, reason, message)` of every condition.
+fn conditions(s: &Sandbox) -> Vec<(String, String, String, String)> {
+    s.status
+        .iter()
+        .flat_map(|st| st.conditions.iter())
+        .map(|c| {
+            (
+                c.type_.clone(),
+                c.status.clone(),
+                c.reason.clone(),
+                c.message.clone(),
+            )
+        })
+        .collect()
+}
+
+/// Waits until `name` has condition `kind` True with `reason`; returns the object.
+async fn wait_condition(
+    api: &Api<Sandbox>,
+    name: &str,
+    kind: &str,
+    reason: &str,
+    op: &Operator,
+) -> Sandbox {
+    let what = format!(
+        "Sandbox {name} {kind}={reason} (operator log {})",
+        op.log.display()
+    );
+    wait_for(&what, READY_TIMEOUT, || async {
+        let s = api.get(name).await.map_err(|e| e.to_string())?;
+        let st = s.status.clone().unwrap_or_default();
+        match condition(&st.conditions, kind) {
+            Some(c) if c.reason == reason && c.status == "True" => Ok(s),
+            _ => Err(format!("{:?}", conditions(&s))),
+        }
+    })
+    .await
+}
+
+/// Waits for Ready=True at the object's current generation.
+async fn wait_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
+    let what = format!("Sandbox {name} Ready (operator log {})", op.log.display());
+    wait_for(&what, READY_TIMEOUT, || async {
+        let s = api.get(name).await.map_err(|e| e.to_string())?;
+        let st = s.status.clone().unwrap_or_default();
+        let current = st.observed_generation == s.metadata.generation;
+        match condition(&st.conditions, "Ready") {
+            Some(c) if c.status == "True" && current => Ok(s),
+            _ => Err(format!("{:?}", conditions(&s))),
+        }
+    })
+    .await
+}
+
+/// events.k8s.io Events about `name`: (type, reason, note).
+async fn events_about(ns: &str, name: &str) -> Vec<(String, String, String)> {
+    let api: Api<Event> = Api::namespaced(client().await, ns);
+    api.list(&Default::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// Asserts `secret` appears nowhere the operator writes: status, Events, its log, and the
+/// container's configuration.
+async fn assert_secret_nowhere(secret: &str, ns: &str, s: &Sandbox, op: &Operator) {
+    let status = serde_json::to_string(&s.status).expect("status json");
+    assert!(!status.contains(secret), "credential in status: {status}");
+    let name = s.metadata.name.clone().unwrap_or_default();
+    for (_, reason, note) in events_about(ns, &name).await {
+        assert!(
+            !note.contains(secret),
+            "credential in Event {reason}: {note}"
+        );
+    }
+    let log = std::fs::read_to_string(&op.log).unwrap_or_default();
+    assert!(!log.contains(secret), "credential in {}", op.log.display());
+    if let Some(id) = s.status.as_ref().and_then(|st| st.sandbox_id.clone()) {
+        let inspect = std::process::Command::new("docker")
+            .args(["inspect", &id])
+            .output()
+            .expect("docker inspect");
+        let text = String::from_utf8_lossy(&inspect.stdout);
+        assert!(!text.contains(secret), "credential in the container config");
+    }
+}
+
+/// Merge-patches `spec` of Sandbox `name`.
+async fn patch(api: &Api<Sandbox>, name: &str, spec: serde_json::Value) {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(serde_json::json!({ "spec": spec })),
+    )
+    .await
+    .expect("patch");
+}
+
+async fn containers_of(uid: &str) -> usize {
+    let out = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-aq",
+            "--filter",
+            &format!("label=sandboxes.dev/owner-uid={uid}"),
+        ])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_private_image_is_pulled_with_its_secret_and_its_digest_recorded() {
+    let r = registry();
+    let docker = engine().await;
+    let repo = unique("e2e/private");
+    let digest = push_fresh_image(&docker, &base_image(), &r, &repo, "1", "private").await;
+    let image = format!("{}/{repo}:1", r.addr);
+    let _images = Images(vec![image.clone(), digest.clone()]);
+    let w = setup("e2e-pull").await;
+    let (ns, op, api) = (&w.ns, &w.op, &w.api);
+    pull_secret(ns, "regcred", &r, &r.password).await;
+
+    apply(
+        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+        ns,
+    );
+    let s = wait_ready(api, "app", op).await;
+    let status = s.status.clone().expect("status");
+    assert_eq!(status.image.as_deref(), Some(image.as_str()));
+    assert_eq!(status.image_digest.as_deref(), Some(digest.as_str()));
+
+    let events = events_about(ns, "app").await;
+    let pulling = events.iter().find(|(_, reason, _)| reason == "Pulling");
+    assert!(
+        pulling.is_some_and(|(t, _, note)| t == "Normal" && note.contains(&image)),
+        "{events:?}"
+    );
+    let pulled = events
+        .iter()
+        .find(|(_, reason, _)| reason == "Pulled")
+        .unwrap_or_else(|| panic!("no Pulled event: {events:?}"));
+    assert!(
+        pulled.2.contains(&digest) && pulled.2.contains(" bytes") && pulled.2.contains(" s;"),
+        "the Pulled event gives digest, size and duration: {pulled:?}"
+    );
+    assert_secret_nowhere(&r.password, ns, &s, op).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_wrong_password_stalls_naming_the_secret_and_creates_nothing() {
+    let r = registry();
+    let docker = engine().await;
+    let repo = unique("e2e/denied");
+    let digest = push_fresh_image(&docker, &base_image(), &r, &repo, "1", "denied").await;
+    let image = format!("{}/{repo}:1", r.addr);
+    let _images = Images(vec![image.clone(), digest]);
+    let w = setup("e2e-pull-denied").await;
+    let (ns, op, api) = (&w.ns, &w.op, &w.api);
+    let wrong = "wrong-password-do-not-leak";
+    pull_secret(ns, "regcred", &r, wrong).await;
+
+    apply(
+        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+        ns,
+    );
+    let s = wait_condition(api, "app", "Stalled", "ImagePullUnauthorized", op).await;
+    let stalled = condition(&s.status.as_ref().unwrap().conditions, "Stalled").unwrap();
+    assert!(
+        stalled.message.contains("\"regcred\""),
+        "{}",
+        stalled.message
+    );
+    let uid = s.metadata.uid.clone().unwrap();
+    assert_eq!(containers_of(&uid).await, 0, "nothing created");
+    assert_secret_nowhere(wrong, ns, &s, op).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_missing_tag_stalls_naming_the_reference() {
+    let r = registry();
+    let w = setup("e2e-pull-missing").await;
+    let (ns, op, api) = (&w.ns, &w.op, &w.api);
+    pull_secret(ns, "regcred", &r, &r.password).await;
+    let image = format!("{}/{}:missing", r.addr, unique("e2e/missing"));
+
+    apply(
+        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+        ns,
+    );
+    let s = wait_condition(api, "app", "Stalled", "ImageNotFound", op).await;
+    let stalled = condition(&s.status.as_ref().unwrap().conditions, "Stalled").unwrap();
+    assert!(stalled.message.contains(&image), "{}", stalled.message);
+    assert_eq!(containers_of(&s.metadata.uid.clone().unwrap()).await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_stopped_registry_is_transient_and_the_sandbox_recovers_by_itself() {
+    let shared = registry();
+    let mut own = OwnRegistry::start(&shared);
+    let r = own.as_registry(&shared);
+    let docker = engine().await;
+    let repo = unique("e2e/outage");
+    let digest = push_fresh_image(&docker, &base_image(), &r, &repo, "1", "outage").await;
+    let image = format!("{}/{repo}:1", r.addr);
+    let _images = Images(vec![image.clone(), digest.clone()]);
+    let w = setup("e2e-pull-outage").await;
+    let (ns, op, api) = (&w.ns, &w.op, &w.api);
+    pull_secret(ns, "regcred", &r, &r.password).await;
+
+    own.stop();
+    apply(
+        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+        ns,
+    );
+    let s = wait_condition(api, "app", "Reconciling", "RegistryUnavailable", op).await;
+    let st = s.status.clone().unwrap();
+    assert!(
+        condition(&st.conditions, "Stalled").is_none(),
+        "an outage is not a stall"
+    );
+    assert_eq!(
+        condition(&st.conditions, "Ready").map(|c| c.status.as_str()),
+        Some("False")
+    );
+
+    own.resume();
+    let s = wait_ready(api, "app", op).await;
+    assert_eq!(
+        s.status.unwrap().image_digest.as_deref(),
+        Some(digest.as_str())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn always_picks_up_a_new_digest_only_on_recreate_and_if_not_present_keeps_its_pin() {
+    let r = registry();
+    let docker = engine().await;
+    let repo = unique("e2e/moving");
+    let first = push_fresh_image(&docker, &base_image(), &r, &repo, "1", "first").await;
+    let image = format!("{}/{repo}:1", r.addr);
+    let mut images = Images(vec![image.clone(), first.clone()]);
+    let w = setup("e2e-pull-always").await;
+    let (ns, op, api) = (&w.ns, &w.op, &w.api);
+    pull_secret(ns, "regcred", &r, &r.password).await;
+
+    apply(
+        &sandbox_yaml("always", &image, "Always", Some("regcred")),
+        ns,
+    );
+    apply(
+        &sandbox_yaml("pinned", &image, "IfNotPresent", Some("regcred")),
+        ns,
+    );
+    let a = wait_ready(api, "always", op).await;
+    let b = wait_ready(api, "pinned", op).await;
+    let digest = |s: &Sandbox| s.status.as_ref().and_then(|st| st.image_digest.clone());
+    // The engine's container id: the provider id (the container name) survives a recreate.
+    let id = |s: &Sandbox| {
+        let name = s.status.as_ref().and_then(|st| st.sandbox_id.clone())?;
+        let out = std::process::Command::new("docker")
+            .args(["inspect", "-f", "{{.Id}}", &name])
+            .output()
+            .ok()?;
+        Some(String::from_utf8_lossy(&out.stdout).trim().to_string()).filter(|i| !i.is_empty())
+    };
+    assert_eq!(digest(&a).as_deref(), Some(first.as_str()));
+    assert_eq!(digest(&b).as_deref(), Some(first.as_str()));
+    let first_container = id(&a);
+    assert!(first_container.is_some());
+
+    // The tag moves at the registry.
+    let second = push_fresh_image(&docker, &base_image(), &r, &repo, "1", "second").await;
+    images.0.push(second.clone());
+    assert_ne!(first, second);
+
+    // A change applied in place leaves the running sandbox on its digest.
+    patch(
+        api,
+        "always",
+        serde_json::json!({"resources": {"cpu": "500m"}}),
+    )
+    .await;
+    let a2 = wait_ready(api, "always", op).await;
+    assert_eq!(id(&a2), first_container, "not recreated");
+    assert_eq!(digest(&a2).as_deref(), Some(first.as_str()));
+
+    // A recreate under Always resolves the tag again.
+    let slower = |secs: u32| serde_json::json!({"command": ["sh", "-c", format!("trap 'exit 0' TERM; while :; do sleep {secs}; done")]});
+    patch(api, "always", slower(2)).await;
+    let a3 = wait_ready(api, "always", op).await;
+    assert_ne!(id(&a3), first_container, "recreated");
+    assert_eq!(
+        digest(&a3).as_deref(),
+        Some(second.as_str()),
+        "new digest on recreate"
+    );
+
+    // A recreate under IfNotPresent boots its recorded digest, although the engine's tag
+    // now names the new one.
+    patch(api, "pinned", slower(3)).await;
+    let b2 = wait_ready(api, "pinned", op).await;
+    assert_eq!(digest(&b2).as_deref(), Some(first.as_str()), "pinned");
+    let container = b2
+        .status
+        .as_ref()
+        .and_then(|s| s.sandbox_id.clone())
+        .unwrap();
+    let inspect = std::process::Command::new("docker")
+        .args(["inspect", "-f", "{{.Config.Image}}", &container])
+        .output()
+        .expect("docker inspect");
+    assert_eq!(String::from_utf8_lossy(&inspect.stdout).trim(), first);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn twenty_sandboxes_of_one_new_image_cause_one_pull() {
+    let r = registry();
+    let docker = engine().await;
+    let repo = unique("e2e/many");
+    let digest = push_fresh_image(&docker, &base_image(), &r, &repo, "1", "many").await;
+    let image = format!("{}/{repo}:1", r.addr);
+    let _images = Images(vec![image.clone(), digest.clone()]);
+    assert!(r.blob_gets(&repo).is_empty());
+    let w = setup("e2e-pull-many").await;
+    let (ns, op, api) = (&w.ns, &w.op, &w.api);
+    pull_secret(ns, "regcred", &r, &r.password).await;
+
+    let manifests: Vec<String> = (0..20)
+        .map(|i| sandbox_yaml(&format!("app-{i}"), &image, "IfNotPresent", Some("regcred")))
+        .collect();
+    apply(&manifests.join("---\n"), ns);
+    for i in 0..20 {
+        let s = wait_ready(api, &format!("app-{i}"), op).await;
+        assert_eq!(
+            s.status.unwrap().image_digest.as_deref(),
+            Some(digest.as_str())
+        );
+    }
+    let gets = r.blob_gets(&repo);
+    assert!(!gets.is_empty(), "the image was pulled");
+    assert!(
+        gets.values().all(|n| *n == 1),
+        "20 Sandboxes, one pull: every blob fetched once: {gets:?}"
+    );
+}
