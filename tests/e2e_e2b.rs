@@ -514,3 +514,86 @@ fn docker_cli(args: &[&str]) -> String {
 fn docker_exec(container: &str, script: &str) -> String {
     docker_cli(&["exec", container, "sh", "-c", script])
 }
+
+/// A changed `spec.egress.allowedDomains` is replaced in place through E2B's network update:
+/// the same sandbox id, the new rules at the double, `status.egressApplied` saying what was
+/// applied — and a resume from `Sleeping` applies it again (resume replaces the policy).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_allow_list_is_replaced_in_place_and_again_on_resume() {
+    let w = World::new("e2e-e2b-egress").await;
+    let op = w.operator("  enabled: false\n", vec![]);
+    w.apply("walled", "  egress:\n    allowedDomains: [pypi.org]\n");
+    let s = w.wait_ready("walled", &op).await;
+    let id = sandbox_id(&s);
+    let record = w.double.sandbox(&id).await.expect("held by the double");
+    assert_eq!(record.network.allow_out, Some(vec!["pypi.org".to_string()]));
+    let updates_at_create = record.network_updates;
+
+    w.patch_spec(
+        "walled",
+        json!({"egress": {"allowedDomains": ["github.com", "*.githubusercontent.com"]}}),
+    )
+    .await;
+    let what = format!(
+        "the new allow-list applied (operator log: {})",
+        op.log.display()
+    );
+    wait_for(&what, READY_TIMEOUT, || async {
+        let s = w.get("walled").await?;
+        let applied = s
+            .status
+            .as_ref()
+            .and_then(|st| st.egress_applied.clone())
+            .ok_or("no egressApplied")?;
+        let record = w.double.sandbox(&id).await.ok_or("the sandbox is gone")?;
+        let want = vec![
+            "github.com".to_string(),
+            "*.githubusercontent.com".to_string(),
+        ];
+        if applied.allowed_domains == want && record.network.allow_out == Some(want) {
+            Ok(())
+        } else {
+            Err(format!("status {applied:?}, double {:?}", record.network))
+        }
+    })
+    .await;
+    let s = w.wait_ready("walled", &op).await;
+    assert_eq!(sandbox_id(&s), id, "replaced in place, not recreated");
+    assert_eq!(w.sandboxes_of(&uid(&s)).await.len(), 1, "one sandbox");
+    let updated = w.double.sandbox(&id).await.expect("held").network_updates;
+    assert_eq!(updated, updates_at_create + 1, "one network update");
+
+    // Sleep, then wake: the resume replaces the policy once more.
+    w.patch_spec("walled", json!({"state": "Sleeping"})).await;
+    wait_for("paused", READY_TIMEOUT, || async {
+        let r = w.double.sandbox(&id).await.ok_or("gone")?;
+        if r.power == Power::Running {
+            Err("still running".to_string())
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    w.patch_spec("walled", json!({"state": "Running"})).await;
+    wait_for(
+        "the policy re-applied after the resume",
+        READY_TIMEOUT,
+        || async {
+            let r = w.double.sandbox(&id).await.ok_or("gone")?;
+            if r.power == Power::Running && r.network_updates >= updated + 1 {
+                Ok(())
+            } else {
+                Err(format!(
+                    "power {:?}, updates {}",
+                    r.power, r.network_updates
+                ))
+            }
+        },
+    )
+    .await;
+    let s = w.wait_ready("walled", &op).await;
+    assert_eq!(sandbox_id(&s), id, "the same sandbox after the resume");
+    w.delete_and_wait_gone("walled", &op).await;
+    drop(op);
+    w.shutdown().await;
+}
