@@ -41,7 +41,7 @@ demo:
 demo-down:
 	bash examples/demo.sh down
 
-## Performance figures of DESIGN.md (ratios against the raw provider, same run); not run in CI.
+## Performance figures of docs/architecture.md (ratios against the raw provider, same run); not run in CI.
 bench:
 	bash bench/run.sh
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make bench`: the performance figures of DESIGN.md, each as a ratio against the raw provider
+# `make bench`: the performance figures of docs/architecture.md, each as a ratio against the raw provider
 # measured in the same run. Self-contained: starts Docker + the base image + the test control
 # plane (or uses a reachable $KUBECONFIG), builds the operator in release mode, runs its own
 # operator (instance `bench`, namespace `sandbox-bench`), cleans up. Not run in CI.

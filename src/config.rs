@@ -20,23 +20,19 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::provider::ProviderSettings;
+use crate::provider::docker::DockerSettings;
+use crate::provider::e2b::E2bSettings;
+use crate::provider::fly::FlySettings;
+pub use crate::secret::{SecretError, SecretSource};
+use crate::validation::{Issue, Issues, check_dns_label, check_url, format_issues, list_or_none};
+
 /// Environment variable that overrides [`OperatorConfig::instance`] (handy for a second
 /// operator in the same cluster without a second configuration file).
 pub const ENV_INSTANCE: &str = "SANDBOX_OPERATOR_INSTANCE";
 
-/// Default Fly Machines API endpoint.
-pub const DEFAULT_FLY_API_URL: &str = "https://api.machines.dev";
-/// Default E2B API endpoint.
-pub const DEFAULT_E2B_API_URL: &str = "https://api.e2b.dev";
-/// Address Docker publishes sandbox ports on unless configured: loopback, so a sandbox is not
-/// exposed to the network unless the configuration says so.
-pub const DEFAULT_PUBLISH_HOST: &str = "127.0.0.1";
 /// Name of the provider used when no configuration file is given.
 pub const DEFAULT_PROVIDER_NAME: &str = "docker";
-
-/// Relative jitter applied to the resync period (±10 %), so that many objects (and many
-/// operator replicas after a restart) do not resync in lockstep.
-const RESYNC_JITTER: f64 = 0.10;
 
 /// Everything that can go wrong while loading the configuration or resolving a secret.
 ///
@@ -63,68 +59,9 @@ pub enum ConfigError {
     /// The file parsed but its content is inconsistent; every problem found is listed.
     #[error("operator configuration is invalid:{}", format_issues(.0))]
     Invalid(Vec<Issue>),
-    /// A secret's environment variable is not set.
-    #[error(
-        "secret for {field}: environment variable {name} is not set; set it (for example from a \
-         Kubernetes Secret with `env[].valueFrom.secretKeyRef`) or use `file:` instead"
-    )]
-    SecretEnvMissing {
-        /// Config field path that references the secret.
-        field: String,
-        /// The environment variable name.
-        name: String,
-    },
-    /// A secret's environment variable is set but is not valid UTF-8.
-    #[error("secret for {field}: environment variable {name} is not valid UTF-8")]
-    SecretEnvNotUnicode {
-        /// Config field path that references the secret.
-        field: String,
-        /// The environment variable name.
-        name: String,
-    },
-    /// A secret file could not be read.
-    #[error("secret for {field}: cannot read file {}: {source}", path.display())]
-    SecretFile {
-        /// Config field path that references the secret.
-        field: String,
-        /// The file.
-        path: PathBuf,
-        /// The I/O error (never contains file content).
-        source: std::io::Error,
-    },
-    /// A secret resolved to an empty string (after trimming the trailing newline).
-    #[error("secret for {field}: {origin} is empty; put the secret value there")]
-    SecretEmpty {
-        /// Config field path that references the secret.
-        field: String,
-        /// `environment variable X` or `file Y`.
-        origin: String,
-    },
-    /// A secret reference names neither or both of `env` and `file`.
-    #[error("secret for {field}: set exactly one of `env` (variable name) or `file` (path)")]
-    SecretSourceAmbiguous {
-        /// Config field path that references the secret.
-        field: String,
-    },
-}
-
-/// One validation problem: where it is and what to do about it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Issue {
-    /// Field path in YAML notation, e.g. `providers[1].fly.org`.
-    pub path: String,
-    /// What is wrong and how to fix it.
-    pub message: String,
-}
-
-impl fmt::Display for Issue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
-    }
-}
-
-fn format_issues(issues: &[Issue]) -> String {
-    issues.iter().map(|i| format!("\n  - {i}")).collect()
+    /// A secret reference could not be resolved.
+    #[error(transparent)]
+    Secret(#[from] SecretError),
 }
 
 /// The whole operator configuration (the file's top level).
@@ -240,167 +177,17 @@ impl ProviderConfig {
         }
     }
 
-    /// Docker settings with defaults filled in when the block is absent (only meaningful for
-    /// `type: docker`).
-    pub fn docker_settings(&self) -> DockerSettings {
-        self.docker.clone().unwrap_or_default()
-    }
-}
-
-/// Settings of a Docker provider.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
-pub struct DockerSettings {
-    /// Engine endpoint (`unix:///var/run/docker.sock`, `tcp://host:2375`); absent = the
-    /// environment's default (`DOCKER_HOST`, then the local socket).
-    pub endpoint: Option<String>,
-    /// Host address published ports bind to; absent = [`DEFAULT_PUBLISH_HOST`].
-    pub publish_host: Option<String>,
-    /// Image for Sandboxes that name neither an image nor a template.
-    pub default_image: Option<String>,
-    /// Repository committed templates are tagged into; absent = the provider's default.
-    pub template_repository: Option<String>,
-}
-
-impl DockerSettings {
-    /// The publish host with its default applied.
-    pub fn publish_host(&self) -> &str {
-        self.publish_host.as_deref().unwrap_or(DEFAULT_PUBLISH_HOST)
-    }
-}
-
-/// Settings of a Fly Machines provider.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct FlySettings {
-    /// Machines API base URL.
-    #[serde(default = "default_fly_api_url")]
-    pub api_url: String,
-    /// Fly organization slug apps are created in.
-    pub org: String,
-    /// Prefix of the Fly app names this operator creates. Fly app names are global, so pick
-    /// one unique to your organization.
-    pub app_prefix: String,
-    /// API token (by reference).
-    pub token: SecretSource,
-}
-
-fn default_fly_api_url() -> String {
-    DEFAULT_FLY_API_URL.into()
-}
-
-/// Settings of an E2B provider.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct E2bSettings {
-    /// E2B API base URL.
-    #[serde(default = "default_e2b_api_url")]
-    pub api_url: String,
-    /// API key (by reference).
-    pub api_key: SecretSource,
-    /// E2B template used for Sandboxes that name neither an image nor a template.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub template: Option<String>,
-}
-
-fn default_e2b_api_url() -> String {
-    DEFAULT_E2B_API_URL.into()
-}
-
-/// Where a secret comes from: exactly one of an environment variable or a file (typically a
-/// mounted Kubernetes Secret). The value itself never appears in the configuration.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SecretSource {
-    /// Name of an environment variable holding the secret.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub env: Option<String>,
-    /// Path of a file holding the secret (one trailing newline is ignored).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub file: Option<PathBuf>,
-}
-
-impl SecretSource {
-    /// A secret read from the environment variable `name`.
-    pub fn env(name: impl Into<String>) -> Self {
-        SecretSource {
-            env: Some(name.into()),
-            file: None,
+    /// The settings block matching `type` (Docker's defaults when its block is absent);
+    /// `None` when a type that needs its block has none, which [`OperatorConfig::validate`]
+    /// reports.
+    pub fn settings(&self) -> Option<ProviderSettings> {
+        match self.type_ {
+            ProviderType::Docker => Some(ProviderSettings::Docker(
+                self.docker.clone().unwrap_or_default(),
+            )),
+            ProviderType::Fly => self.fly.clone().map(ProviderSettings::Fly),
+            ProviderType::E2b => self.e2b.clone().map(ProviderSettings::E2b),
         }
-    }
-
-    /// A secret read from the file at `path`.
-    pub fn file(path: impl Into<PathBuf>) -> Self {
-        SecretSource {
-            env: None,
-            file: Some(path.into()),
-        }
-    }
-
-    /// Read the secret now. Errors name the variable or file, never the value.
-    pub fn resolve(&self) -> Result<String, ConfigError> {
-        self.resolve_for("secret")
-    }
-
-    /// Like [`resolve`](Self::resolve), with `field` (the config path, e.g.
-    /// `providers[1].fly.token`) in any error so the operator log points at the setting.
-    pub fn resolve_for(&self, field: &str) -> Result<String, ConfigError> {
-        self.resolve_with(field, |name| std::env::var_os(name))
-    }
-
-    fn resolve_with(
-        &self,
-        field: &str,
-        lookup: impl Fn(&str) -> Option<std::ffi::OsString>,
-    ) -> Result<String, ConfigError> {
-        match (&self.env, &self.file) {
-            (Some(name), None) => {
-                let raw = lookup(name).ok_or_else(|| ConfigError::SecretEnvMissing {
-                    field: field.into(),
-                    name: name.clone(),
-                })?;
-                let value = raw
-                    .into_string()
-                    .map_err(|_| ConfigError::SecretEnvNotUnicode {
-                        field: field.into(),
-                        name: name.clone(),
-                    })?;
-                non_empty(value, field, || format!("environment variable {name}"))
-            }
-            (None, Some(path)) => {
-                let raw =
-                    std::fs::read_to_string(path).map_err(|source| ConfigError::SecretFile {
-                        field: field.into(),
-                        path: path.clone(),
-                        source,
-                    })?;
-                // Secrets mounted from files often end with a newline; a token never does.
-                let value = raw
-                    .strip_suffix("\r\n")
-                    .or_else(|| raw.strip_suffix('\n'))
-                    .unwrap_or(&raw)
-                    .to_owned();
-                non_empty(value, field, || format!("file {}", path.display()))
-            }
-            _ => Err(ConfigError::SecretSourceAmbiguous {
-                field: field.into(),
-            }),
-        }
-    }
-}
-
-fn non_empty(
-    value: String,
-    field: &str,
-    origin: impl FnOnce() -> String,
-) -> Result<String, ConfigError> {
-    if value.trim().is_empty() {
-        Err(ConfigError::SecretEmpty {
-            field: field.into(),
-            origin: origin(),
-        })
-    } else {
-        Ok(value)
     }
 }
 
@@ -538,8 +325,7 @@ impl OperatorConfig {
     /// Check internal consistency. Every problem is reported at once, each with its field
     /// path and a fix.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let mut issues = Vec::new();
-        let mut issue = |path: String, message: String| issues.push(Issue { path, message });
+        let mut issues = Issues::default();
 
         let instance_path = if self.instance_from_env {
             format!("instance (from {ENV_INSTANCE})")
@@ -547,7 +333,7 @@ impl OperatorConfig {
             "instance".to_string()
         };
         if let Err(why) = check_dns_label(&self.instance) {
-            issue(
+            issues.push(
                 instance_path,
                 format!(
                     "{why}; it becomes the `sandboxes.dev/managed-by` label value and part of the \
@@ -557,11 +343,10 @@ impl OperatorConfig {
         }
 
         if self.providers.is_empty() {
-            issue(
-                "providers".into(),
+            issues.push(
+                "providers",
                 "no provider is configured; add at least one, e.g. \
-                 `providers: [{name: docker, type: docker}]`"
-                    .into(),
+                 `providers: [{name: docker, type: docker}]`",
             );
         }
 
@@ -574,13 +359,13 @@ impl OperatorConfig {
         for (i, p) in self.providers.iter().enumerate() {
             let at = format!("providers[{i}]");
             if let Err(why) = check_dns_label(&p.name) {
-                issue(
+                issues.push(
                     format!("{at}.name"),
                     format!("{why}; Sandboxes refer to providers by this name"),
                 );
             }
             if let Some(first) = seen.insert(p.name.as_str(), i) {
-                issue(
+                issues.push(
                     format!("{at}.name"),
                     format!(
                         "duplicate provider name `{}` (also providers[{first}]); give each \
@@ -589,11 +374,11 @@ impl OperatorConfig {
                     ),
                 );
             }
-            validate_provider_blocks(p, &at, &mut issue);
+            validate_provider_blocks(p, &at, &mut issues);
             if let Some(store) = &p.template_store
                 && !store_names.contains(store.as_str())
             {
-                issue(
+                issues.push(
                     format!("{at}.templateStore"),
                     format!(
                         "unknown template store `{store}`; define it under `templateStores` or \
@@ -607,8 +392,8 @@ impl OperatorConfig {
         if let Some(default) = &self.default_provider
             && !self.providers.iter().any(|p| &p.name == default)
         {
-            issue(
-                "defaultProvider".into(),
+            issues.push(
+                "defaultProvider",
                 format!(
                     "unknown provider `{default}`; name one of the configured providers ({}) or \
                      remove `defaultProvider`",
@@ -621,13 +406,13 @@ impl OperatorConfig {
         for (i, s) in self.template_stores.iter().enumerate() {
             let at = format!("templateStores[{i}]");
             if let Err(why) = check_dns_label(&s.name) {
-                issue(
+                issues.push(
                     format!("{at}.name"),
                     format!("{why}; providers refer to stores by this name"),
                 );
             }
             if let Some(first) = seen_stores.insert(s.name.as_str(), i) {
-                issue(
+                issues.push(
                     format!("{at}.name"),
                     format!(
                         "duplicate template store name `{}` (also templateStores[{first}]); give \
@@ -637,33 +422,28 @@ impl OperatorConfig {
                 );
             }
             if s.bucket.trim().is_empty() {
-                issue(
-                    format!("{at}.bucket"),
-                    "is empty; set the bucket name".into(),
-                );
+                issues.push(format!("{at}.bucket"), "is empty; set the bucket name");
             }
             if let Some(endpoint) = &s.endpoint {
-                check_url(endpoint, &format!("{at}.endpoint"), &mut issue);
+                check_url(endpoint, &format!("{at}.endpoint"), &mut issues);
             }
             match (&s.access_key_id, &s.secret_access_key) {
-                (Some(_), None) => issue(
+                (Some(_), None) => issues.push(
                     format!("{at}.secretAccessKey"),
                     "missing while `accessKeyId` is set; set both or neither (neither = the SDK's \
-                     default credential chain)"
-                        .into(),
+                     default credential chain)",
                 ),
-                (None, Some(_)) => issue(
+                (None, Some(_)) => issues.push(
                     format!("{at}.accessKeyId"),
-                    "missing while `secretAccessKey` is set; set both or neither".into(),
+                    "missing while `secretAccessKey` is set; set both or neither",
                 ),
                 _ => {}
             }
             if s.session_token.is_some() && s.access_key_id.is_none() {
-                issue(
+                issues.push(
                     format!("{at}.sessionToken"),
                     "only makes sense with `accessKeyId` and `secretAccessKey`; add them or \
-                     remove it"
-                        .into(),
+                     remove it",
                 );
             }
             for (key, src) in [
@@ -672,46 +452,43 @@ impl OperatorConfig {
                 ("sessionToken", &s.session_token),
             ] {
                 if let Some(src) = src {
-                    check_secret_source(src, &format!("{at}.{key}"), &mut issue);
+                    src.validate(&format!("{at}.{key}"), &mut issues);
                 }
             }
         }
 
         if self.resync_secs == 0 {
-            issue(
-                "resyncSecs".into(),
-                "must be greater than 0; the default is 600 (10 minutes)".into(),
+            issues.push(
+                "resyncSecs",
+                "must be greater than 0; the default is 600 (10 minutes)",
             );
         }
         if self.provider_concurrency == 0 {
-            issue(
-                "providerConcurrency".into(),
-                "must be greater than 0 (0 would block every provider call); the default is 16"
-                    .into(),
+            issues.push(
+                "providerConcurrency",
+                "must be greater than 0 (0 would block every provider call); the default is 16",
             );
         }
         if self.provider_timeout_secs == 0 {
-            issue(
-                "providerTimeoutSecs".into(),
-                "must be greater than 0; the default is 120".into(),
+            issues.push(
+                "providerTimeoutSecs",
+                "must be greater than 0; the default is 120",
             );
         }
         let sw = &self.sweeper;
         if sw.enabled {
             if sw.interval_secs == 0 {
-                issue(
-                    "sweeper.intervalSecs".into(),
+                issues.push(
+                    "sweeper.intervalSecs",
                     "must be greater than 0 (the default is 300); to turn the sweeper off set \
-                     `sweeper.enabled: false`"
-                        .into(),
+                     `sweeper.enabled: false`",
                 );
             }
             if sw.max_deletions_per_pass == 0 {
-                issue(
-                    "sweeper.maxDeletionsPerPass".into(),
+                issues.push(
+                    "sweeper.maxDeletionsPerPass",
                     "must be greater than 0 (the default is 50); to only report set \
-                     `sweeper.dryRun: true`, to turn the sweeper off set `sweeper.enabled: false`"
-                        .into(),
+                     `sweeper.dryRun: true`, to turn the sweeper off set `sweeper.enabled: false`",
                 );
             }
         }
@@ -719,7 +496,7 @@ impl OperatorConfig {
         if issues.is_empty() {
             Ok(())
         } else {
-            Err(ConfigError::Invalid(issues))
+            Err(ConfigError::Invalid(issues.into_vec()))
         }
     }
 
@@ -751,7 +528,7 @@ impl OperatorConfig {
     /// A resync period drawn uniformly from ±10 % around [`resync`](Self::resync); call it
     /// per scheduling so objects spread out instead of resyncing together.
     pub fn jittered_resync(&self) -> Duration {
-        jitter(self.resync(), fastrand::f64())
+        crate::jitter::random(self.resync())
     }
 
     /// Timeout for one provider call.
@@ -761,7 +538,7 @@ impl OperatorConfig {
 
     /// Resolve every secret reference now and report all that fail (names only). Lets `run`
     /// fail at startup instead of at the first reconcile that needs a credential.
-    pub fn check_secrets(&self) -> Result<(), Vec<ConfigError>> {
+    pub fn check_secrets(&self) -> Result<(), Vec<SecretError>> {
         let mut errors = Vec::new();
         let mut check = |src: &SecretSource, field: String| {
             if let Err(e) = src.resolve_for(&field) {
@@ -795,14 +572,7 @@ impl OperatorConfig {
     }
 }
 
-/// `base` scaled by a factor in `[1 - RESYNC_JITTER, 1 + RESYNC_JITTER]` chosen by `unit`
-/// (a number in `[0, 1)`).
-fn jitter(base: Duration, unit: f64) -> Duration {
-    let factor = 1.0 - RESYNC_JITTER + 2.0 * RESYNC_JITTER * unit.clamp(0.0, 1.0);
-    base.mul_f64(factor)
-}
-
-fn validate_provider_blocks(p: &ProviderConfig, at: &str, issue: &mut impl FnMut(String, String)) {
+fn validate_provider_blocks(p: &ProviderConfig, at: &str, issues: &mut Issues) {
     let blocks = [
         (ProviderType::Docker, p.docker.is_some()),
         (ProviderType::Fly, p.fly.is_some()),
@@ -810,7 +580,7 @@ fn validate_provider_blocks(p: &ProviderConfig, at: &str, issue: &mut impl FnMut
     ];
     for (kind, present) in blocks {
         if present && kind != p.type_ {
-            issue(
+            issues.push(
                 format!("{at}.{kind}"),
                 format!(
                     "settings for `{kind}` on a provider of type `{}`; remove this block or set \
@@ -820,144 +590,21 @@ fn validate_provider_blocks(p: &ProviderConfig, at: &str, issue: &mut impl FnMut
             );
         }
     }
-    match p.type_ {
-        ProviderType::Docker => {
-            if let Some(d) = &p.docker {
-                if let Some(host) = &d.publish_host
-                    && host.parse::<std::net::IpAddr>().is_err()
-                {
-                    issue(
-                        format!("{at}.docker.publishHost"),
-                        format!(
-                            "`{host}` is not an IP address; use one such as `127.0.0.1` \
-                             (loopback only) or `0.0.0.0` (all interfaces)"
-                        ),
-                    );
-                }
-                if let Some(endpoint) = &d.endpoint {
-                    let ok = ["unix://", "tcp://", "http://", "https://", "npipe://"]
-                        .iter()
-                        .any(|scheme| endpoint.starts_with(scheme));
-                    if !ok {
-                        issue(
-                            format!("{at}.docker.endpoint"),
-                            format!(
-                                "`{endpoint}` has no known scheme; use `unix:///var/run/docker.sock` \
-                                 or `tcp://HOST:PORT`, or remove it for the default"
-                            ),
-                        );
-                    }
-                }
-            }
-        }
-        ProviderType::Fly => match &p.fly {
-            None => issue(
-                format!("{at}.fly"),
-                "missing: a provider of type `fly` needs a `fly:` block with `org`, `appPrefix` \
-                 and `token` (e.g. `token: {env: FLY_API_TOKEN}`)"
-                    .into(),
-            ),
-            Some(fly) => {
-                check_url(&fly.api_url, &format!("{at}.fly.apiUrl"), issue);
-                if fly.org.trim().is_empty() {
-                    issue(
-                        format!("{at}.fly.org"),
-                        "is empty; set your Fly organization slug".into(),
-                    );
-                }
-                if let Err(why) = check_dns_label(&fly.app_prefix) {
-                    issue(
-                        format!("{at}.fly.appPrefix"),
-                        format!("{why}; it starts every Fly app name this operator creates"),
-                    );
-                }
-                check_secret_source(&fly.token, &format!("{at}.fly.token"), issue);
-            }
-        },
-        ProviderType::E2b => match &p.e2b {
-            None => issue(
-                format!("{at}.e2b"),
-                "missing: a provider of type `e2b` needs an `e2b:` block with `apiKey` (e.g. \
-                 `apiKey: {env: E2B_API_KEY}`)"
-                    .into(),
-            ),
-            Some(e2b) => {
-                check_url(&e2b.api_url, &format!("{at}.e2b.apiUrl"), issue);
-                check_secret_source(&e2b.api_key, &format!("{at}.e2b.apiKey"), issue);
-            }
-        },
-    }
-}
-
-fn check_secret_source(src: &SecretSource, at: &str, issue: &mut impl FnMut(String, String)) {
-    match (&src.env, &src.file) {
-        (Some(name), None) => {
-            let valid = !name.is_empty()
-                && !name.starts_with(|c: char| c.is_ascii_digit())
-                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-            if !valid {
-                issue(
-                    format!("{at}.env"),
-                    format!(
-                        "`{name}` is not an environment variable name; use letters, digits and \
-                         '_' (e.g. `FLY_API_TOKEN`) — the secret value itself never goes in \
-                         this file"
-                    ),
-                );
-            }
-        }
-        (None, Some(path)) => {
-            if path.as_os_str().is_empty() {
-                issue(
-                    format!("{at}.file"),
-                    "is empty; give the path of a mounted secret file".into(),
-                );
-            }
-        }
-        (Some(_), Some(_)) => issue(
-            at.to_string(),
-            "sets both `env` and `file`; keep exactly one".into(),
+    match (p.type_, p.settings()) {
+        (_, Some(ProviderSettings::Docker(d))) => d.validate(&format!("{at}.docker"), issues),
+        (_, Some(ProviderSettings::Fly(f))) => f.validate(&format!("{at}.fly"), issues),
+        (_, Some(ProviderSettings::E2b(e))) => e.validate(&format!("{at}.e2b"), issues),
+        (ProviderType::Fly, None) => issues.push(
+            format!("{at}.fly"),
+            "missing: a provider of type `fly` needs a `fly:` block with `org`, `appPrefix` and \
+             `token` (e.g. `token: {env: FLY_API_TOKEN}`)",
         ),
-        (None, None) => issue(
-            at.to_string(),
-            "names no source; set `env: VAR_NAME` or `file: /path/to/secret`".into(),
+        (ProviderType::E2b, None) => issues.push(
+            format!("{at}.e2b"),
+            "missing: a provider of type `e2b` needs an `e2b:` block with `apiKey` (e.g. \
+             `apiKey: {env: E2B_API_KEY}`)",
         ),
-    }
-}
-
-fn check_url(url: &str, at: &str, issue: &mut impl FnMut(String, String)) {
-    if !(url.starts_with("https://") || url.starts_with("http://")) || url.len() <= "https://".len()
-    {
-        issue(
-            at.to_string(),
-            format!("`{url}` is not an http(s) URL; use e.g. `https://host[:port]`"),
-        );
-    }
-}
-
-/// DNS-1123 label: 1–63 characters, lowercase alphanumerics and '-', alphanumeric at both ends.
-fn check_dns_label(value: &str) -> Result<(), String> {
-    if value.is_empty() {
-        return Err("is empty".into());
-    }
-    if value.len() > 63 {
-        return Err(format!("`{value}` is longer than 63 characters"));
-    }
-    let valid_chars = value
-        .chars()
-        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
-    if !valid_chars || value.starts_with('-') || value.ends_with('-') {
-        return Err(format!("`{value}` is not a DNS-1123 label"));
-    }
-    Ok(())
-}
-
-fn list_or_none<'a>(names: impl Iterator<Item = &'a str>) -> String {
-    let names: Vec<String> = names.map(|n| format!("`{n}`")).collect();
-    if names.is_empty() {
-        "none".into()
-    } else {
-        names.join(", ")
+        (ProviderType::Docker, None) => {}
     }
 }
 
@@ -1036,12 +683,15 @@ sweeper:
         assert_eq!(c.provider_timeout(), Duration::from_secs(60));
         let local = c.provider("local").unwrap();
         assert_eq!(local.type_, ProviderType::Docker);
-        assert_eq!(local.docker_settings().publish_host(), "0.0.0.0");
+        assert_eq!(
+            local.docker.clone().unwrap_or_default().publish_host,
+            "0.0.0.0"
+        );
         let fly = c.provider("fly-eu").unwrap().fly.as_ref().unwrap();
-        assert_eq!(fly.api_url, DEFAULT_FLY_API_URL);
+        assert_eq!(fly.api_url, crate::provider::fly::DEFAULT_API_URL);
         assert_eq!(fly.token, SecretSource::env("FLY_API_TOKEN"));
         let e2b = c.provider("e2b").unwrap().e2b.as_ref().unwrap();
-        assert_eq!(e2b.api_url, DEFAULT_E2B_API_URL);
+        assert_eq!(e2b.api_url, crate::provider::e2b::DEFAULT_API_URL);
         assert_eq!(e2b.template.as_deref(), Some("base"));
         let store = c.template_store("s3").unwrap();
         assert_eq!(store.path_style, Some(true));
@@ -1067,7 +717,14 @@ sweeper:
         assert_eq!(c.providers[0].name, "docker");
         assert_eq!(c.providers[0].type_, ProviderType::Docker);
         assert_eq!(c.default_provider_name(), Some("docker"));
-        assert_eq!(c.providers[0].docker_settings().publish_host(), "127.0.0.1");
+        assert_eq!(
+            c.providers[0]
+                .docker
+                .clone()
+                .unwrap_or_default()
+                .publish_host,
+            "127.0.0.1"
+        );
         assert_eq!(c.resync(), Duration::from_secs(600));
         assert_eq!(c.provider_concurrency, 16);
         assert_eq!(c.provider_timeout_secs, 120);
@@ -1470,10 +1127,6 @@ templateStores:
 
     #[test]
     fn jitter_stays_within_ten_percent() {
-        let base = Duration::from_secs(600);
-        assert_eq!(jitter(base, 0.0), Duration::from_secs(540));
-        assert_eq!(jitter(base, 0.5), Duration::from_secs(600));
-        assert!(jitter(base, 0.999_999) <= Duration::from_secs(660));
         for _ in 0..100 {
             let d = OperatorConfig::builtin().jittered_resync();
             assert!(

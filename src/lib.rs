@@ -8,11 +8,14 @@
 pub mod api;
 pub mod config;
 pub mod controller;
+pub mod jitter;
 pub mod leader;
 pub mod metrics;
 pub mod provider;
 pub mod registry;
 pub mod run;
+pub mod secret;
 pub mod server;
 pub mod telemetry;
 pub mod templates;
+pub mod validation;

@@ -224,8 +224,9 @@ impl Metrics {
         }
     }
 
-    /// Count a failed reconcile. `category` is a fixed word such as `transient`, `invalid`,
-    /// `conflict`, `not_found`, `unsupported`, `kube`.
+    /// Count a failed reconcile. `category` is the error's CamelCase category, the same word
+    /// its Event reason uses (`ProviderUnavailable`, `ProviderUnauthorized`, `KubeApiError`,
+    /// `InvalidSpec`, …).
     pub fn reconcile_error(&self, kind: &str, category: &str) {
         self.inner
             .reconcile_errors

@@ -13,12 +13,12 @@ use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
 
 use crate::api::{Sandbox, SandboxVolume};
-use crate::config::{OperatorConfig, ProviderType};
+use crate::config::OperatorConfig;
 use crate::controller::{self, Context};
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::metrics::Metrics;
-use crate::provider::docker::{DockerConfig, DockerProvider};
-use crate::provider::{Provider, ProviderEvent};
+use crate::provider::docker::DockerProvider;
+use crate::provider::{Provider, ProviderEvent, ProviderSettings};
 use crate::registry::{ProviderHandle, ProviderRegistry};
 use crate::server::{self, Liveness, Readiness, ServerState};
 use crate::telemetry::{self, LogFormat};
@@ -258,38 +258,29 @@ pub async fn build_providers(
         configured.push(crate::config::ProviderConfig::docker_default("docker"));
     }
     for p in &configured {
-        let provider: Arc<dyn Provider> = match p.type_ {
-            ProviderType::Docker => {
-                let s = p.docker_settings();
-                let defaults = DockerConfig::default();
-                let docker = DockerProvider::connect_negotiated(DockerConfig {
-                    name: p.name.clone(),
-                    endpoint: s.endpoint.clone(),
-                    publish_host: s.publish_host().to_string(),
-                    default_image: s.default_image.clone(),
-                    template_repository: s
-                        .template_repository
-                        .clone()
-                        .unwrap_or(defaults.template_repository),
-                })
+        let settings = p.settings().ok_or_else(|| RunError::Provider {
+            name: p.name.clone(),
+            message: format!(
+                "a provider of type {} needs its `{}:` block",
+                p.type_, p.type_
+            ),
+        })?;
+        let failed = |e: crate::provider::ProviderError| RunError::Provider {
+            name: p.name.clone(),
+            message: e.to_string(),
+        };
+        let provider: Arc<dyn Provider> = match (&settings, template_store_of(config, p)?) {
+            // Docker carries its template store until publish/fetch move to the templates
+            // service.
+            (ProviderSettings::Docker(s), Some((store, limits))) => Arc::new(
+                DockerProvider::connect_negotiated(p.name.clone(), s.clone())
+                    .await
+                    .map_err(failed)?
+                    .with_template_store(store, limits),
+            ),
+            _ => crate::provider::build(&p.name, &settings)
                 .await
-                .map_err(|e| RunError::Provider {
-                    name: p.name.clone(),
-                    message: e.to_string(),
-                })?;
-                match template_store_of(config, p)? {
-                    Some((store, limits)) => Arc::new(docker.with_template_store(store, limits)),
-                    None => Arc::new(docker),
-                }
-            }
-            other => {
-                return Err(RunError::Provider {
-                    name: p.name.clone(),
-                    message: format!(
-                        "provider type {other} is not available in this build; use type docker"
-                    ),
-                });
-            }
+                .map_err(failed)?,
         };
         registry.insert(ProviderHandle::new(
             provider,

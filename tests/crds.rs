@@ -341,7 +341,7 @@ fn cel_rules_are_where_they_belong() {
     has(
         "Sandbox",
         &["spec", "resources", "memory"],
-        "must not be negative",
+        "must be greater than zero",
     );
     has(
         "SandboxTemplate",
@@ -353,7 +353,11 @@ fn cel_rules_are_where_they_belong() {
         &["spec", "capturePaths", "[]"],
         "shell metacharacters",
     );
-    has("SandboxVolume", &["spec", "size"], "must not be negative");
+    has(
+        "SandboxVolume",
+        &["spec", "size"],
+        "must be greater than zero",
+    );
 }
 
 #[test]

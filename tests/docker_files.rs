@@ -23,7 +23,7 @@ use futures::StreamExt;
 use sha2::{Digest, Sha256};
 
 use sandbox_operator::provider::ErrorKind;
-use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
+use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::labels::Owner;
 use sandbox_operator::provider::{
     BulkFiles, CapacityProbe, Egress, EgressState, EntryKind, ExecOutput, ExecRequest, Files,
@@ -61,7 +61,7 @@ async fn raw() -> Docker {
 }
 
 async fn provider() -> DockerProvider {
-    DockerProvider::connect_negotiated(DockerConfig::default())
+    DockerProvider::connect_negotiated("docker", DockerSettings::default())
         .await
         .expect("provider connects to the local engine")
 }
@@ -805,10 +805,13 @@ async fn capacity_of_the_local_engine_is_measured() {
 
 #[tokio::test]
 async fn capacity_of_an_unreachable_engine_is_an_error_not_zeros() {
-    let p = DockerProvider::connect(DockerConfig {
-        endpoint: Some("tcp://127.0.0.1:1".into()),
-        ..Default::default()
-    })
+    let p = DockerProvider::connect(
+        "docker",
+        DockerSettings {
+            endpoint: Some("tcp://127.0.0.1:1".into()),
+            ..Default::default()
+        },
+    )
     .unwrap();
     let err = CapacityProbe::capacity(&p).await.unwrap_err();
     assert!(err.is(ErrorKind::Transient), "{err:?}");

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bollard::query_parameters::InspectContainerOptions;
 use common::{IDLE, TestEnv, base_image, unique, wait_for};
 use sandbox_operator::provider::ErrorKind;
-use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
+use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::labels::{KIND, MANAGED_BY, OWNER, OWNER_UID, TEMPLATE};
 use sandbox_operator::provider::{
     CommitRequest, PortRequest, Provider, ProviderError, Resources, RestartPolicy, SandboxQuery,
@@ -398,10 +398,13 @@ fn unreachable_providers() -> (tempfile::TempDir, Vec<DockerProvider>) {
     ]
     .into_iter()
     .map(|endpoint| {
-        DockerProvider::connect(DockerConfig {
-            endpoint: Some(endpoint),
-            ..Default::default()
-        })
+        DockerProvider::connect(
+            "docker",
+            DockerSettings {
+                endpoint: Some(endpoint),
+                ..Default::default()
+            },
+        )
         .unwrap()
     })
     .collect();
@@ -412,7 +415,7 @@ fn unreachable_providers() -> (tempfile::TempDir, Vec<DockerProvider>) {
 async fn enumerations_and_lookups_fail_when_the_engine_is_unreachable() {
     let (_dir, providers) = unreachable_providers();
     for provider in providers {
-        let endpoint = provider.config().endpoint.clone();
+        let endpoint = provider.settings().endpoint.clone();
         let transient = |r: &ProviderError| r.is(ErrorKind::Transient);
         let err = provider.find(&SandboxQuery::default()).await.unwrap_err();
         assert!(transient(&err), "{endpoint:?}: find: {err}");
@@ -434,10 +437,13 @@ async fn enumerations_and_lookups_fail_when_the_engine_is_unreachable() {
         assert!(transient(&err), "{endpoint:?}: destroy: {err}");
     }
     // A socket path that does not exist at all is not a configuration error either.
-    let err = DockerProvider::connect(DockerConfig {
-        endpoint: Some(format!("unix:///nonexistent/{}.sock", unique("d"))),
-        ..Default::default()
-    })
+    let err = DockerProvider::connect(
+        "docker",
+        DockerSettings {
+            endpoint: Some(format!("unix:///nonexistent/{}.sock", unique("d"))),
+            ..Default::default()
+        },
+    )
     .err()
     .unwrap();
     assert!(err.is(ErrorKind::Transient), "{err}");

@@ -34,7 +34,7 @@ use sandbox_operator::config::SweeperConfig;
 use sandbox_operator::controller::sweeper::Sweeper;
 use sandbox_operator::controller::sweeper::report::{Action, Outcome, PassReport};
 use sandbox_operator::metrics::Metrics;
-use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
+use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::labels::{Owner, RECLAIM_POLICY};
 use sandbox_operator::provider::{
     CommitRequest, CreateRequest, ExecOutput, ExecRequest, Provider, ProviderError, ProviderResult,
@@ -141,11 +141,13 @@ impl World {
     async fn new(prefix: &str) -> World {
         let ns = namespace(prefix).await;
         let instance = unique(&format!("{prefix}-i"));
-        let provider = DockerProvider::connect_negotiated(DockerConfig {
-            name: "docker".into(),
-            default_image: Some(base_image()),
-            ..Default::default()
-        })
+        let provider = DockerProvider::connect_negotiated(
+            "docker",
+            DockerSettings {
+                default_image: Some(base_image()),
+                ..Default::default()
+            },
+        )
         .await
         .expect("the Docker engine answers (run tests/setup/docker.sh)");
         let mut cleanup = Cleanup::default();

@@ -21,7 +21,7 @@ use common::{TestEnv, unique};
 use s3env::s3_env;
 use sandbox_operator::config::TemplateStoreConfig;
 use sandbox_operator::provider::ErrorKind;
-use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
+use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::{CommitRequest, ExecRequest, Provider, Templates};
 use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest};
 use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
@@ -64,12 +64,17 @@ fn limits() -> Limits {
 /// A second provider instance on the same engine, standing in for another host: its own
 /// template repository, so its templates are not the first one's images.
 async fn other_host(store: Arc<TemplateStore>) -> DockerProvider {
-    DockerProvider::connect_negotiated(DockerConfig {
-        name: "docker-other".into(),
-        default_image: Some(common::base_image()),
-        template_repository: format!("sandbox-operator/template-other-{:08x}", fastrand::u32(..)),
-        ..Default::default()
-    })
+    DockerProvider::connect_negotiated(
+        "docker-other",
+        DockerSettings {
+            default_image: Some(common::base_image()),
+            template_repository: format!(
+                "sandbox-operator/template-other-{:08x}",
+                fastrand::u32(..)
+            ),
+            ..Default::default()
+        },
+    )
     .await
     .expect("engine")
     .with_template_store(store, limits())
@@ -490,7 +495,7 @@ async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
         let id = unique("refused");
         let _images = Images(vec![format!(
             "{}:{id}",
-            provider.config().template_repository
+            provider.settings().template_repository
         )]);
         upload(&store, &id, &archive(&members)).await;
         let err = provider
@@ -504,7 +509,7 @@ async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
             containers_named(&id)
         );
         assert!(
-            !image_exists(&format!("{}:{id}", provider.config().template_repository)),
+            !image_exists(&format!("{}:{id}", provider.settings().template_repository)),
             "nothing is tagged as template {id}"
         );
         assert!(provider.get_template(&id).await.expect("lookup").is_none());
@@ -619,7 +624,10 @@ async fn capture_publish_fetch_boot_round_trip_keeps_contents_and_modes() {
 
     // Another host: nothing local, so fetch restores from the store.
     let there = other_host(store.clone()).await;
-    let _images = Images(vec![format!("{}:{id}", there.config().template_repository)]);
+    let _images = Images(vec![format!(
+        "{}:{id}",
+        there.settings().template_repository
+    )]);
     assert!(there.get_template(&id).await.expect("lookup").is_none());
     let fetched = there
         .fetch(&id)
@@ -734,7 +742,10 @@ async fn boot_from_template_versus_building_from_scratch() {
     // Another host: fetch from the store (restore through the boundary), then boot.
     here.publish(&id).await.expect("publish");
     let there = other_host(store.clone()).await;
-    let _images = Images(vec![format!("{}:{id}", there.config().template_repository)]);
+    let _images = Images(vec![format!(
+        "{}:{id}",
+        there.settings().template_repository
+    )]);
     let t1 = Instant::now();
     there.fetch(&id).await.expect("fetch").expect("published");
     let fetch = t1.elapsed();

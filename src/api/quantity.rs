@@ -115,12 +115,14 @@ impl JsonSchema for Quantity {
 
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         // No `type` (structural int-or-string); the pattern applies to the string form only.
+        // Every quantity in the API is a ceiling or a size, for which zero would silently read
+        // as "no limit": the rule refuses zero and negatives at admission.
         json_schema!({
             "x-kubernetes-int-or-string": true,
             "pattern": QUANTITY_PATTERN,
             "x-kubernetes-validations": [{
-                "rule": "type(self) == int ? self >= 0 : !self.startsWith('-')",
-                "message": "must not be negative: give a quantity such as 500m, 2 or 512Mi"
+                "rule": "type(self) == int ? self > 0 : (!self.startsWith('-') && quantity(self).isGreaterThan(quantity('0')))",
+                "message": "must be greater than zero (zero or a negative amount is not \"no limit\"): remove the field for the provider's default, or give a quantity such as 500m, 2 or 512Mi"
             }]
         })
     }

@@ -431,8 +431,8 @@ pub struct SandboxStatus {
     /// The SandboxTemplate the sandbox actually booted from, when it booted from one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub template_ref: Option<String>,
-    /// SHA-256 (hex) of the content last delivered from `spec.selfDeliveredEnv`, to notice
-    /// changes. Never the content itself.
+    /// The `resourceVersion` of the Secret named by `spec.selfDeliveredEnv` whose values were
+    /// last delivered into the sandbox, to notice changes. Never the content itself.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub self_delivered_env_hash: Option<String>,
 }

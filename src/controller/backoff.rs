@@ -15,8 +15,9 @@ pub struct Backoff {
 
 /// First retry delay.
 const BASE: Duration = Duration::from_millis(500);
-/// Longest delay between retries.
-const CAP: Duration = Duration::from_secs(300);
+/// Longest delay between retries, and how often a stalled object whose provider refused our
+/// credentials is looked at again.
+pub const CAP: Duration = Duration::from_secs(300);
 
 impl Backoff {
     /// Records a failure and returns how long to wait before the next attempt:

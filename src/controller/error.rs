@@ -53,3 +53,27 @@ fn provider_category(e: &ProviderError) -> &'static str {
 
 /// Result alias for reconcilers.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn provider_errors_map_to_distinct_reasons() {
+        let cases = [
+            (ProviderError::not_found("x"), "ProviderNotFound"),
+            (ProviderError::unsupported("x"), "ProviderUnsupported"),
+            (ProviderError::conflict("x"), "ProviderConflict"),
+            (ProviderError::transient("x"), "ProviderUnavailable"),
+            (ProviderError::invalid("x"), "ProviderRejected"),
+            (ProviderError::unauthorized("x"), "ProviderUnauthorized"),
+            (
+                ProviderError::transient("no room").with_reason("InsufficientCapacity"),
+                "InsufficientCapacity",
+            ),
+        ];
+        for (err, reason) in cases {
+            assert_eq!(Error::Provider(err).category(), reason);
+        }
+    }
+}

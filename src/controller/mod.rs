@@ -8,6 +8,7 @@ pub mod backoff;
 pub mod error;
 pub mod events;
 pub mod sandbox;
+pub mod scaffold;
 pub mod status;
 pub mod sweeper;
 pub mod template;

@@ -468,14 +468,9 @@ pub async fn run_periodic(
             () = &mut shutdown => break,
             _ = sweeper.pass_all(&providers) => {}
         }
-        wait = jittered(config.interval(), fastrand::f64());
+        wait = crate::jitter::random(config.interval());
     }
     tracing::info!("sweeper stopped");
-}
-
-/// `base` scaled by a factor in [0.9, 1.1) picked by `unit` ∈ [0, 1).
-fn jittered(base: Duration, unit: f64) -> Duration {
-    base.mul_f64(0.9 + 0.2 * unit.clamp(0.0, 1.0))
 }
 
 fn kind_index(kind: ResourceKind) -> usize {
@@ -514,15 +509,6 @@ fn truncate(mut s: String, max: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn jitter_stays_within_ten_percent() {
-        let base = Duration::from_secs(300);
-        assert_eq!(jittered(base, 0.0), Duration::from_secs(270));
-        assert_eq!(jittered(base, 0.5), Duration::from_secs(300));
-        assert!(jittered(base, 0.999_999) < Duration::from_secs(330));
-        assert_eq!(jittered(base, 7.0), Duration::from_secs(330));
-    }
 
     #[test]
     fn event_reasons_are_distinct_camel_case() {

@@ -1192,7 +1192,7 @@ async fn finish(
     status::write(api, &template.name_any(), Some(current), &next).await?;
     let uid = template.uid().unwrap_or_default();
     Ok(Action::requeue(requeue.unwrap_or_else(|| {
-        super::sandbox::apply::jittered(ctx.resync, &uid)
+        crate::jitter::by_key(ctx.resync, &uid)
     })))
 }
 

@@ -7,14 +7,13 @@ use futures::{Stream, StreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
-use crate::api::{FINALIZER, ReclaimPolicy, SandboxVolume, SandboxVolumeStatus};
+use crate::api::{ReclaimPolicy, SandboxVolume, SandboxVolumeStatus};
 use crate::controller::events::{normal, warning};
 use crate::controller::status::{self, Health};
-use crate::controller::{Context, Error, Result};
+use crate::controller::{Context, Error, Result, scaffold};
 use crate::provider::labels::{Owner, RECLAIM_POLICY};
 use crate::provider::validate;
 use crate::provider::{ErrorKind, ProviderError};
@@ -36,35 +35,12 @@ pub fn reclaim(volume: &SandboxVolume) -> ReclaimPolicy {
 
 /// One reconcile of one SandboxVolume.
 pub async fn reconcile(volume: Arc<SandboxVolume>, ctx: Arc<Context>) -> Result<Action> {
-    let _timer = ctx.metrics.reconcile_timer(KIND);
-    let ns = volume.namespace().unwrap_or_default();
-    let key = format!("{KIND}/{ns}/{}", volume.name_any());
-    let api: Api<SandboxVolume> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = crate::controller::finalizer_outcome(
-        finalizer(&api, FINALIZER, volume, |event| async {
-            match event {
-                Finalizer::Apply(v) => apply(v, &ctx).await,
-                Finalizer::Cleanup(v) => cleanup(v, &ctx).await,
-            }
-        })
-        .await,
-    );
-    if result.is_ok() {
-        ctx.backoff.reset(&key);
-    }
-    result
+    scaffold::reconcile(KIND, volume, &ctx, |v| apply(v, &ctx), |v| cleanup(v, &ctx)).await
 }
 
 /// Backoff and metrics for failed reconciles.
 pub fn error_policy(volume: Arc<SandboxVolume>, err: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.reconcile_error(KIND, err.category());
-    let key = format!(
-        "{KIND}/{}/{}",
-        volume.namespace().unwrap_or_default(),
-        volume.name_any()
-    );
-    tracing::warn!(volume = %key, error = %err, "reconcile failed");
-    Action::requeue(ctx.backoff.next_delay(&key))
+    scaffold::error_policy(KIND, volume.as_ref(), err, &ctx)
 }
 
 async fn apply(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
@@ -310,9 +286,7 @@ async fn finish(
     next.conditions = conditions;
     next.observed_generation = generation;
     status::write(api, name, Some(current), &next).await?;
-    Ok(Action::requeue(super::sandbox::apply::jittered(
-        ctx.resync, name,
-    )))
+    Ok(Action::requeue(crate::jitter::by_key(ctx.resync, name)))
 }
 
 /// Runs the SandboxVolume controller until `shutdown` resolves.

@@ -2,7 +2,7 @@
 //!
 //! They are the only link from a provider resource back to the Kubernetes object that owns
 //! it, so the sweeper, crash adoption and event mapping all read them. Their names are fixed
-//! by DESIGN.md; do not rename them.
+//! by `docs/architecture.md`; do not rename them.
 
 use std::collections::BTreeMap;
 
@@ -41,7 +41,7 @@ pub struct Owner {
 }
 
 impl Owner {
-    /// The four owner labels of DESIGN.md.
+    /// The four owner labels (see `docs/architecture.md`).
     pub fn labels(&self) -> BTreeMap<String, String> {
         BTreeMap::from([
             (MANAGED_BY.to_string(), self.instance.clone()),

@@ -7,10 +7,14 @@
 //! it lacks with a no-op or an empty answer — a caller that deletes what an enumeration
 //! returns would believe an empty stub.
 //!
-//! The eleven contract rules of DESIGN.md are written on the methods they govern below.
+//! The eleven contract rules of `docs/architecture.md` are written on the methods they
+//! govern below.
 
 pub mod docker;
+pub mod e2b;
 pub mod error;
+pub mod factory;
+pub mod fly;
 pub mod labels;
 pub mod tarsafe;
 pub mod types;
@@ -20,6 +24,7 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 
 pub use error::{ErrorKind, ProviderError, ProviderResult, parse_retry_after};
+pub use factory::{ProviderSettings, build};
 pub use types::*;
 
 /// Core lifecycle every provider offers.

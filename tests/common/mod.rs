@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use sandbox_operator::provider::docker::{DockerConfig, DockerProvider};
+use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::labels::{MANAGED_BY, Owner};
 use sandbox_operator::provider::{CreateRequest, ExecRequest, Provider, Resources, RestartPolicy};
 
@@ -63,11 +63,13 @@ impl TestEnv {
     /// the default image.
     pub async fn new(test: &str) -> TestEnv {
         let instance = unique(&format!("t-{test}"));
-        let provider = DockerProvider::connect_negotiated(DockerConfig {
-            name: "docker-test".into(),
-            default_image: Some(base_image()),
-            ..Default::default()
-        })
+        let provider = DockerProvider::connect_negotiated(
+            "docker-test",
+            DockerSettings {
+                default_image: Some(base_image()),
+                ..Default::default()
+            },
+        )
         .await
         .expect("the Docker engine answers (run tests/setup/docker.sh)");
         TestEnv { instance, provider }

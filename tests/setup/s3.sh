@@ -27,6 +27,11 @@ if [ ! -x "$BIN" ] || ! "$BIN" --version 2>/dev/null | grep -q "$VERSION"; then
 fi
 
 HOST="$(docker network inspect bridge -f '{{(index .IPAM.Config 0).Gateway}}')"
+# A freshly started engine may leave Gateway out of the default bridge's IPAM config; the
+# bridge interface carries the same address.
+if [ -z "$HOST" ]; then
+  HOST="$(ip -4 -o addr show docker0 2>/dev/null | awk '{split($4, a, "/"); print a[1]; exit}')"
+fi
 [ -n "$HOST" ] || { echo "s3.sh: cannot find the Docker bridge gateway address" >&2; exit 1; }
 ENDPOINT="http://$HOST:$PORT"
 

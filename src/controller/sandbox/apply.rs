@@ -304,7 +304,7 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     next.phase = Some(phase(descriptor.state).into());
     let requeue = match (requeue, &deadline) {
         (Some(r), _) => Some(r),
-        (None, Deadline::At(at)) => Some(until(*at).min(jittered(ctx.resync, &uid))),
+        (None, Deadline::At(at)) => Some(until(*at).min(crate::jitter::by_key(ctx.resync, &uid))),
         _ => None,
     };
     finish(&report, &current, next, health, requeue).await
@@ -557,8 +557,8 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
 /// Copies what the provider reports into status.
 fn record(next: &mut SandboxStatus, d: &SandboxDescriptor, sandbox: &Sandbox) {
     next.sandbox_id = Some(d.id.clone());
-    next.created_at = d.created_at.map(rfc3339);
-    next.started_at = d.started_at.map(rfc3339);
+    next.created_at = d.created_at.map(crate::api::rfc3339);
+    next.started_at = d.started_at.map(crate::api::rfc3339);
     next.template_ref = d.template_ref.clone();
     let names = sandbox.spec.ports.iter().flatten();
     next.ports = d
@@ -707,12 +707,16 @@ async fn provider_failure(
         }
         return Err(err);
     }
+    // Refused credentials stall every object on the provider with one condition and one
+    // Event each; they are looked at again only at the backoff ceiling, so a revoked token
+    // never turns into a hot retry loop against the provider.
+    let unauthorized = matches!(&err, Error::Provider(p) if p.is(ErrorKind::Unauthorized));
     finish(
         r,
         current,
         next,
         Health::stalled(err.category(), err.to_string()),
-        None,
+        unauthorized.then_some(crate::controller::backoff::CAP),
     )
     .await
 }
@@ -749,19 +753,8 @@ async fn finish(
     Ok(match (stalled, requeue) {
         (_, Some(d)) => Action::requeue(d),
         // Stalled waits for a spec change (a watch event), with the slow resync as a net.
-        _ => Action::requeue(jittered(ctx.resync, &uid)),
+        _ => Action::requeue(crate::jitter::by_key(ctx.resync, &uid)),
     })
-}
-
-/// The resync period ±10%, spread deterministically by UID so 5,000 objects created together
-/// do not all resync in the same second.
-pub fn jittered(base: Duration, uid: &str) -> Duration {
-    let spread = uid
-        .bytes()
-        .fold(0u64, |a, b| a.wrapping_mul(31).wrapping_add(u64::from(b)))
-        % 201;
-    let factor = 0.9 + (spread as f64) / 1000.0;
-    base.mul_f64(factor)
 }
 
 fn until(at: DateTime<Utc>) -> Duration {
@@ -769,8 +762,4 @@ fn until(at: DateTime<Utc>) -> Duration {
         .to_std()
         .unwrap_or(Duration::from_secs(1))
         .max(Duration::from_secs(1))
-}
-
-fn rfc3339(t: DateTime<Utc>) -> String {
-    t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }

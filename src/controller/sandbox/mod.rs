@@ -15,13 +15,12 @@ use futures::{Stream, StreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-use crate::api::{FINALIZER, Sandbox};
+use crate::api::Sandbox;
 use crate::controller::events::normal;
-use crate::controller::{Context, Error, Result};
+use crate::controller::{Context, Error, Result, scaffold};
 use crate::provider::SandboxQuery;
 use crate::provider::labels::OWNER_UID;
 
@@ -30,36 +29,19 @@ const KIND: &str = "Sandbox";
 
 /// One reconcile of one Sandbox.
 pub async fn reconcile(sandbox: Arc<Sandbox>, ctx: Arc<Context>) -> Result<Action> {
-    let _timer = ctx.metrics.reconcile_timer(KIND);
-    let ns = sandbox.namespace().unwrap_or_default();
-    let key = format!("{KIND}/{ns}/{}", sandbox.name_any());
-    let api: Api<Sandbox> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = crate::controller::finalizer_outcome(
-        finalizer(&api, FINALIZER, sandbox, |event| async {
-            match event {
-                Finalizer::Apply(s) => apply::apply(s, &ctx).await,
-                Finalizer::Cleanup(s) => cleanup(s, &ctx).await,
-            }
-        })
-        .await,
-    );
-    if result.is_ok() {
-        ctx.backoff.reset(&key);
-    }
-    result
+    scaffold::reconcile(
+        KIND,
+        sandbox,
+        &ctx,
+        |s| apply::apply(s, &ctx),
+        |s| cleanup(s, &ctx),
+    )
+    .await
 }
 
 /// Retries with per-object exponential backoff and counts the error by category.
 pub fn error_policy(sandbox: Arc<Sandbox>, err: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.reconcile_error(KIND, err.category());
-    let key = format!(
-        "{KIND}/{}/{}",
-        sandbox.namespace().unwrap_or_default(),
-        sandbox.name_any()
-    );
-    let delay = ctx.backoff.next_delay(&key);
-    tracing::warn!(sandbox = %key, error = %err, retry_in = ?delay, "reconcile failed");
-    Action::requeue(delay)
+    scaffold::error_policy(KIND, sandbox.as_ref(), err, &ctx)
 }
 
 /// The Cleanup half of the finalizer: destroy every provider resource this Sandbox owns

@@ -59,7 +59,7 @@ impl DockerProvider {
     /// Whether the engine is reached over a local unix socket (the only case in which this
     /// host's filesystem and memory are the engine's).
     pub(crate) fn engine_is_local(&self) -> bool {
-        let endpoint = match self.config.endpoint.clone() {
+        let endpoint = match self.settings.endpoint.clone() {
             Some(ep) => ep,
             None => std::env::var("DOCKER_HOST").unwrap_or_else(|_| "unix://".into()),
         };

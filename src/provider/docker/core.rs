@@ -66,7 +66,7 @@ pub(crate) const INSPECT_CONCURRENCY: usize = 16;
 #[async_trait]
 impl Provider for DockerProvider {
     fn name(&self) -> &str {
-        &self.config.name
+        &self.name
     }
 
     fn kind(&self) -> &'static str {
@@ -78,13 +78,13 @@ impl Provider for DockerProvider {
     async fn create(&self, request: &CreateRequest) -> ProviderResult<SandboxDescriptor> {
         // Everything that can be refused without asking the engine is refused first, so an
         // unsupported spec never leaves anything behind.
-        let mut body = create_body(request, &self.config.publish_host)?;
+        let mut body = create_body(request, &self.settings.publish_host)?;
         let docker = self.engine().await?;
 
         let image = match (
             &request.template,
             &request.image,
-            &self.config.default_image,
+            &self.settings.default_image,
         ) {
             (Some(template), _, _) => {
                 validate::resource_name("template", template).map_err(ProviderError::invalid)?;
@@ -96,7 +96,7 @@ impl Provider for DockerProvider {
                             "template {template:?} (image {image}) does not exist on Docker provider {:?}; \
                              a sandbox is never booted from the base image instead: commit or fetch the \
                              template first, or fix spec.templateRef",
-                            self.config.name
+                            self.name
                         )));
                     }
                     Err(e) => return Err(map_err(&format!("looking up template {template:?}"), e)),
@@ -109,7 +109,7 @@ impl Provider for DockerProvider {
                         return Err(ProviderError::not_found(format!(
                             "image {image:?} is not present on Docker provider {:?}; images are never pulled \
                              (no registry is assumed reachable): load or build it on the engine, or fix spec.image",
-                            self.config.name
+                            self.name
                         )));
                     }
                     Err(e) => return Err(map_err(&format!("looking up image {image:?}"), e)),
@@ -119,7 +119,7 @@ impl Provider for DockerProvider {
                 return Err(ProviderError::invalid(format!(
                     "spec.image is not set and Docker provider {:?} has no default image; set spec.image \
                      or spec.templateRef",
-                    self.config.name
+                    self.name
                 )));
             }
         };
@@ -152,7 +152,7 @@ impl Provider for DockerProvider {
                 return Err(ProviderError::conflict(format!(
                     "a container named {:?} already exists on Docker provider {:?}; find it by its \
                      owner-uid label and adopt it instead of creating another",
-                    request.name, self.config.name
+                    request.name, self.name
                 )));
             }
             Err(e) => return Err(map_err(&format!("creating sandbox {:?}", request.name), e)),
@@ -410,7 +410,7 @@ impl DockerProvider {
     /// The address a published port is reached at when the engine bound it to every
     /// interface: the engine's host for a TCP endpoint, loopback for a local socket.
     fn reachable_host(&self) -> String {
-        match self.config.endpoint.as_deref() {
+        match self.settings.endpoint.as_deref() {
             Some(ep) if ep.starts_with("tcp://") || ep.starts_with("http://") => {
                 let rest = ep.split_once("://").map_or(ep, |(_, r)| r);
                 let authority = rest.split('/').next().unwrap_or(rest);

@@ -29,6 +29,8 @@ mod resources;
 mod templates;
 mod volumes;
 
+mod settings;
+
 mod bulk;
 mod capacity;
 mod egress;
@@ -40,6 +42,8 @@ use std::sync::Arc;
 
 use bollard::Docker;
 use tokio::sync::OnceCell;
+
+pub use settings::DockerSettings;
 
 use super::{ProviderError, ProviderResult};
 
@@ -58,39 +62,12 @@ pub const TEMPLATE_LABEL_LABEL: &str = "sandboxes.dev/template-label";
 /// request is recorded here for status, never passed to the engine.
 pub const DISK_ADVISORY_LABEL: &str = "sandboxes.dev/disk-bytes";
 
-/// Settings of one Docker provider instance.
-#[derive(Debug, Clone)]
-pub struct DockerConfig {
-    /// Provider name as Sandboxes refer to it.
-    pub name: String,
-    /// Engine endpoint: `unix:///var/run/docker.sock`, `tcp://host:port`, or `None` for the
-    /// environment's default (`DOCKER_HOST`, then the local socket).
-    pub endpoint: Option<String>,
-    /// Address published ports bind to. `127.0.0.1` by default: a sandbox is not exposed to
-    /// the network unless the operator's configuration says so.
-    pub publish_host: String,
-    /// Image used when a Sandbox names neither an image nor a template.
-    pub default_image: Option<String>,
-    /// Repository committed templates are tagged into (`<repository>:<template id>`).
-    pub template_repository: String,
-}
-
-impl Default for DockerConfig {
-    fn default() -> Self {
-        DockerConfig {
-            name: "docker".into(),
-            endpoint: None,
-            publish_host: "127.0.0.1".into(),
-            default_image: None,
-            template_repository: "sandbox-operator/template".into(),
-        }
-    }
-}
-
 /// A Docker engine as a sandbox provider.
 #[derive(Clone)]
 pub struct DockerProvider {
-    pub(crate) config: DockerConfig,
+    /// Provider name as Sandboxes refer to it.
+    pub(crate) name: String,
+    pub(crate) settings: DockerSettings,
     /// The engine client. Reach it through [`DockerProvider::engine`], which negotiates the
     /// API version first; using this field directly before negotiation fails against engines
     /// older than bollard's default API version.
@@ -113,9 +90,9 @@ impl DockerProvider {
     /// Fails with `Invalid` for an endpoint that cannot be used at all (a malformed
     /// address), and with `Transient` when a unix socket does not exist yet — a daemon that
     /// is still starting is not a configuration error.
-    pub fn connect(config: DockerConfig) -> ProviderResult<Self> {
+    pub fn connect(name: impl Into<String>, settings: DockerSettings) -> ProviderResult<Self> {
         let version = bollard::API_DEFAULT_VERSION;
-        let docker = match config.endpoint.as_deref() {
+        let docker = match settings.endpoint.as_deref() {
             None => Docker::connect_with_defaults().map(|d| d.with_timeout(client_timeout())),
             Some(ep) if ep.starts_with("unix://") || ep.starts_with('/') => {
                 Docker::connect_with_unix(ep, CLIENT_TIMEOUT_SECS, version)
@@ -128,11 +105,12 @@ impl DockerProvider {
             )),
             other => ProviderError::invalid(format!(
                 "cannot use Docker endpoint {:?}: {other}; fix the provider's endpoint setting",
-                config.endpoint
+                settings.endpoint
             )),
         })?;
         Ok(DockerProvider {
-            config,
+            name: name.into(),
+            settings,
             docker,
             negotiated: Arc::new(OnceCell::new()),
             template_store: None,
@@ -153,15 +131,18 @@ impl DockerProvider {
 
     /// Like [`connect`](Self::connect), then negotiates the API version right away, so an
     /// unreachable or incompatible engine shows up at start-up instead of on the first call.
-    pub async fn connect_negotiated(config: DockerConfig) -> ProviderResult<Self> {
-        let provider = Self::connect(config)?;
+    pub async fn connect_negotiated(
+        name: impl Into<String>,
+        settings: DockerSettings,
+    ) -> ProviderResult<Self> {
+        let provider = Self::connect(name, settings)?;
         provider.engine().await?;
         Ok(provider)
     }
 
     /// The provider's settings.
-    pub fn config(&self) -> &DockerConfig {
-        &self.config
+    pub fn settings(&self) -> &DockerSettings {
+        &self.settings
     }
 
     /// The engine client, with the API version negotiated (once per provider, retried on
@@ -182,7 +163,7 @@ impl DockerProvider {
 
     /// The image reference a template id is stored under.
     pub(crate) fn template_image(&self, template_id: &str) -> String {
-        format!("{}:{template_id}", self.config.template_repository)
+        format!("{}:{template_id}", self.settings.template_repository)
     }
 }
 

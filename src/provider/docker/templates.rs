@@ -473,7 +473,7 @@ impl DockerProvider {
             }
             let options = CommitContainerOptionsBuilder::default()
                 .container(&helper)
-                .repo(&self.config.template_repository)
+                .repo(&self.settings.template_repository)
                 .tag(&request.template_id)
                 .comment(request.label.as_deref().unwrap_or(""))
                 .pause(false)
@@ -587,7 +587,7 @@ impl Templates for DockerProvider {
         let image_id = if copies.is_empty() {
             let options = CommitContainerOptionsBuilder::default()
                 .container(&request.sandbox_id)
-                .repo(&self.config.template_repository)
+                .repo(&self.settings.template_repository)
                 .tag(id)
                 .comment(comment)
                 .pause(true)
@@ -771,7 +771,7 @@ impl Templates for DockerProvider {
             return Err(ProviderError::unsupported(format!(
                 "no template store is configured for Docker provider {:?}, so template {template_id} cannot be \
                  published; set templateStore on that provider in the operator configuration",
-                self.config.name
+                self.name
             )));
         };
         self.publish_to_store(template_id, &store, limits).await
@@ -782,7 +782,7 @@ impl Templates for DockerProvider {
             return Err(ProviderError::unsupported(format!(
                 "no template store is configured for Docker provider {:?}, so template {template_id} cannot be \
                  fetched; set templateStore on that provider in the operator configuration",
-                self.config.name
+                self.name
             )));
         };
         self.fetch_from_store(template_id, &store, limits).await
@@ -806,7 +806,7 @@ impl DockerProvider {
             ProviderError::not_found(format!(
                 "template {template_id} does not exist on Docker provider {:?}, so it cannot be published; \
                  capture it first",
-                self.config.name
+                self.name
             ))
         })?;
         let labels: BTreeMap<String, String> = image
@@ -867,12 +867,12 @@ impl DockerProvider {
         limits: crate::templates::transfer::Limits,
     ) -> ProviderResult<Option<Template>> {
         validate::resource_name("template", template_id).map_err(ProviderError::invalid)?;
-        let Some(image) = self.config.default_image.clone() else {
+        let Some(image) = self.settings.default_image.clone() else {
             return Err(ProviderError::invalid(format!(
                 "fetching template {template_id} needs an image to restore it into, and Docker provider {:?} \
                  has none; set docker.defaultImage on that provider in the operator configuration (an image \
                  with GNU tar, gzip, find and curl)",
-                self.config.name
+                self.name
             )));
         };
         let unowned = crate::provider::labels::Owner {

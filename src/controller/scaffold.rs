@@ -1,0 +1,127 @@
+//! The reconcile scaffold every kind shares: time the reconcile, hand off through
+//! kube-runtime's `finalizer()` to the kind's apply or cleanup, reset the object's backoff on
+//! success, and on failure count the error and pick the retry delay.
+
+use std::fmt::Debug;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::Api;
+use kube::runtime::controller::Action;
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tracing::Instrument;
+
+use super::{Context, Error, Result};
+use crate::api::FINALIZER;
+
+/// The backoff key of an object: `Kind/namespace/name`.
+pub fn key<K: ResourceExt>(kind: &str, object: &K) -> String {
+    format!(
+        "{kind}/{}/{}",
+        object.namespace().unwrap_or_default(),
+        object.name_any()
+    )
+}
+
+/// One reconcile of a namespaced `object` of `kind`, in a span naming it: `apply` converges a
+/// live object, `cleanup` releases a deleted one's provider resources before the finalizer
+/// goes.
+pub async fn reconcile<K, FA, FC, A, C>(
+    kind: &'static str,
+    object: Arc<K>,
+    ctx: &Context,
+    apply: FA,
+    cleanup: FC,
+) -> Result<Action>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + Debug
+        + Serialize
+        + DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    FA: FnOnce(Arc<K>) -> A,
+    FC: FnOnce(Arc<K>) -> C,
+    A: Future<Output = Result<Action>>,
+    C: Future<Output = Result<Action>>,
+{
+    let _timer = ctx.metrics.reconcile_timer(kind);
+    let ns = object.namespace().unwrap_or_default();
+    let key = key(kind, object.as_ref());
+    let span = tracing::info_span!("reconcile", kind, namespace = %ns, name = %object.name_any());
+    let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
+    let result = super::finalizer_outcome(
+        finalizer(&api, FINALIZER, object, |event| async {
+            match event {
+                Finalizer::Apply(o) => apply(o).await,
+                Finalizer::Cleanup(o) => cleanup(o).await,
+            }
+        })
+        .instrument(span)
+        .await,
+    );
+    if result.is_ok() {
+        ctx.backoff.reset(&key);
+    }
+    result
+}
+
+/// Counts the failure and retries with per-object exponential backoff, never sooner than the
+/// provider asked (`Retry-After`).
+pub fn error_policy<K: ResourceExt>(
+    kind: &'static str,
+    object: &K,
+    err: &Error,
+    ctx: &Context,
+) -> Action {
+    ctx.metrics.reconcile_error(kind, err.category());
+    let key = key(kind, object);
+    let delay = retry_delay(ctx.backoff.next_delay(&key), err);
+    tracing::warn!(object = %key, error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// The backoff delay, raised to what the provider asked for when it said how long to wait.
+pub fn retry_delay(backoff: Duration, err: &Error) -> Duration {
+    match err {
+        Error::Provider(p) => p.retry_after().map_or(backoff, |after| backoff.max(after)),
+        _ => backoff,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::ProviderError;
+
+    #[test]
+    fn retry_after_raises_the_backoff_but_never_lowers_it() {
+        let throttled = Error::Provider(
+            ProviderError::transient("429").with_retry_after(Some(Duration::from_secs(30))),
+        );
+        assert_eq!(
+            retry_delay(Duration::from_secs(1), &throttled),
+            Duration::from_secs(30)
+        );
+        assert_eq!(
+            retry_delay(Duration::from_secs(60), &throttled),
+            Duration::from_secs(60)
+        );
+        let plain = Error::Provider(ProviderError::transient("500"));
+        assert_eq!(
+            retry_delay(Duration::from_secs(2), &plain),
+            Duration::from_secs(2)
+        );
+        let kube = Error::Dependency("x".into());
+        assert_eq!(
+            retry_delay(Duration::from_secs(2), &kube),
+            Duration::from_secs(2)
+        );
+    }
+}

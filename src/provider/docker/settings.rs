@@ -1,0 +1,113 @@
+//! Settings of one Docker provider: the `docker:` block of a provider in the operator
+//! configuration. Defaults live here and nowhere else.
+
+use serde::{Deserialize, Serialize};
+
+use crate::validation::Issues;
+
+/// Address published ports bind to unless configured: loopback, so a sandbox is not exposed
+/// to the network unless the configuration says so.
+pub const DEFAULT_PUBLISH_HOST: &str = "127.0.0.1";
+/// Repository committed templates are tagged into unless configured.
+pub const DEFAULT_TEMPLATE_REPOSITORY: &str = "sandbox-operator/template";
+
+/// Settings of a Docker provider. Every field has a default, so the block may be omitted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields, default)]
+pub struct DockerSettings {
+    /// Engine endpoint (`unix:///var/run/docker.sock`, `tcp://host:2375`); absent = the
+    /// environment's default (`DOCKER_HOST`, then the local socket).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+    /// Host address published ports bind to.
+    pub publish_host: String,
+    /// Image for Sandboxes that name neither an image nor a template.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_image: Option<String>,
+    /// Repository committed templates are tagged into (`<repository>:<template id>`).
+    pub template_repository: String,
+}
+
+impl Default for DockerSettings {
+    fn default() -> Self {
+        DockerSettings {
+            endpoint: None,
+            publish_host: DEFAULT_PUBLISH_HOST.into(),
+            default_image: None,
+            template_repository: DEFAULT_TEMPLATE_REPOSITORY.into(),
+        }
+    }
+}
+
+impl DockerSettings {
+    /// Reports every setting that cannot work, under `at` (e.g. `providers[0].docker`).
+    pub fn validate(&self, at: &str, issues: &mut Issues) {
+        if self.publish_host.parse::<std::net::IpAddr>().is_err() {
+            issues.push(
+                format!("{at}.publishHost"),
+                format!(
+                    "`{}` is not an IP address; use one such as `127.0.0.1` (loopback only) or \
+                     `0.0.0.0` (all interfaces)",
+                    self.publish_host
+                ),
+            );
+        }
+        if let Some(endpoint) = &self.endpoint {
+            let ok = ["unix://", "tcp://", "http://", "https://", "npipe://"]
+                .iter()
+                .any(|scheme| endpoint.starts_with(scheme));
+            if !ok {
+                issues.push(
+                    format!("{at}.endpoint"),
+                    format!(
+                        "`{endpoint}` has no known scheme; use `unix:///var/run/docker.sock` or \
+                         `tcp://HOST:PORT`, or remove it for the default"
+                    ),
+                );
+            }
+        }
+        if self.template_repository.trim().is_empty() {
+            issues.push(
+                format!("{at}.templateRepository"),
+                format!(
+                    "is empty; remove it for the default `{DEFAULT_TEMPLATE_REPOSITORY}` or name \
+                     a local repository"
+                ),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_absent_block_and_an_empty_one_mean_the_defaults() {
+        let empty: DockerSettings = serde_yaml::from_str("{}").unwrap();
+        assert_eq!(empty, DockerSettings::default());
+        assert_eq!(empty.publish_host, "127.0.0.1");
+        assert_eq!(empty.template_repository, "sandbox-operator/template");
+    }
+
+    #[test]
+    fn validation_names_each_bad_field() {
+        let bad = DockerSettings {
+            publish_host: "localhost".into(),
+            endpoint: Some("docker.sock".into()),
+            template_repository: " ".into(),
+            ..DockerSettings::default()
+        };
+        let mut issues = Issues::default();
+        bad.validate("providers[0].docker", &mut issues);
+        let paths: Vec<&str> = issues.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            paths,
+            [
+                "providers[0].docker.publishHost",
+                "providers[0].docker.endpoint",
+                "providers[0].docker.templateRepository"
+            ]
+        );
+    }
+}

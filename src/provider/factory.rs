@@ -1,0 +1,49 @@
+//! The one place providers are built from their settings.
+//!
+//! Each provider module owns its settings type (defaults and validation included); this module
+//! only maps a settings variant to its constructor. Adding a provider is its module, its
+//! settings variant here and its arm in [`build`].
+
+use std::sync::Arc;
+
+use super::docker::{DockerProvider, DockerSettings};
+use super::e2b::E2bSettings;
+use super::fly::FlySettings;
+use super::{Provider, ProviderError, ProviderResult};
+
+/// The settings of one provider, by type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProviderSettings {
+    /// A Docker engine.
+    Docker(DockerSettings),
+    /// Fly Machines.
+    Fly(FlySettings),
+    /// E2B.
+    E2b(E2bSettings),
+}
+
+impl ProviderSettings {
+    /// The provider type as the configuration spells it (`type: docker`).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ProviderSettings::Docker(_) => "docker",
+            ProviderSettings::Fly(_) => "fly",
+            ProviderSettings::E2b(_) => "e2b",
+        }
+    }
+}
+
+/// Builds the provider `name` from its settings, contacting it where that is cheap (Docker
+/// negotiates its API version), so a provider that cannot work fails at start-up with its
+/// settings named rather than at the first reconcile.
+pub async fn build(name: &str, settings: &ProviderSettings) -> ProviderResult<Arc<dyn Provider>> {
+    match settings {
+        ProviderSettings::Docker(s) => Ok(Arc::new(
+            DockerProvider::connect_negotiated(name, s.clone()).await?,
+        )),
+        other => Err(ProviderError::unsupported(format!(
+            "provider type {} is not available in this build; use type docker",
+            other.type_name()
+        ))),
+    }
+}
