@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::docker::{DockerProvider, DockerSettings};
 use super::e2b::E2bSettings;
-use super::fly::FlySettings;
+use super::fly::{FlyProvider, FlySettings};
 use super::{Provider, ProviderError, ProviderResult};
 
 /// The settings of one provider, by type.
@@ -41,6 +41,7 @@ pub async fn build(name: &str, settings: &ProviderSettings) -> ProviderResult<Ar
         ProviderSettings::Docker(s) => Ok(Arc::new(
             DockerProvider::connect_negotiated(name, s.clone()).await?,
         )),
+        ProviderSettings::Fly(s) => Ok(Arc::new(FlyProvider::connect(name, s.clone()).await?)),
         other => Err(ProviderError::unsupported(format!(
             "provider type {} is not available in this build; use type docker",
             other.type_name()
