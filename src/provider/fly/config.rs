@@ -121,8 +121,8 @@ pub(crate) fn machine_config(
     mounts: Vec<Value>,
     public_ports: &BTreeMap<u16, u16>,
 ) -> ProviderResult<Value> {
-    let mut metadata = merge_labels(&request.owner, &request.labels)
-        .map_err(ProviderError::invalid)?;
+    let mut metadata =
+        merge_labels(&request.owner, &request.labels).map_err(ProviderError::invalid)?;
     if let Some(disk) = request.resources.disk_bytes {
         metadata.insert(DISK_KEY.into(), disk.to_string());
     }
@@ -254,7 +254,8 @@ mod tests {
 
     #[test]
     fn what_fly_cannot_enforce_is_refused_naming_the_field() {
-        let cases: Vec<(Box<dyn Fn(&mut CreateRequest)>, &str)> = vec![
+        type Change = Box<dyn Fn(&mut CreateRequest)>;
+        let cases: Vec<(Change, &str)> = vec![
             (
                 Box::new(|r| r.allowed_domains = Some(vec!["a.com".into()])),
                 "spec.egress.allowedDomains",
@@ -263,7 +264,10 @@ mod tests {
                 Box::new(|r| r.allowed_domains = Some(vec![])),
                 "spec.egress.allowedDomains",
             ),
-            (Box::new(|r| r.resources.pids = Some(64)), "spec.resources.pids"),
+            (
+                Box::new(|r| r.resources.pids = Some(64)),
+                "spec.resources.pids",
+            ),
             (
                 Box::new(|r| r.resources.cpu_millis = Some(500)),
                 "spec.resources.cpu",
@@ -272,7 +276,10 @@ mod tests {
                 Box::new(|r| r.resources.memory_bytes = Some(300 * 1024 * 1024)),
                 "spec.resources.memory",
             ),
-            (Box::new(|r| r.ports[0].protocol = "udp".into()), "spec.ports"),
+            (
+                Box::new(|r| r.ports[0].protocol = "udp".into()),
+                "spec.ports",
+            ),
             (
                 Box::new(|r| {
                     r.volumes = vec![

@@ -67,12 +67,12 @@ impl FlyProvider {
         for port in &request.ports {
             let public = ports::choose(&mut taken, &request.name, port.sandbox_port, first, last)
                 .ok_or_else(|| {
-                    ProviderError::transient(format!(
-                        "every public port {first}..={last} of app {} is taken; widen the \
+                ProviderError::transient(format!(
+                    "every public port {first}..={last} of app {} is taken; widen the \
                          provider's firstPublicPort/lastPublicPort or delete Sandboxes",
-                        self.settings.app
-                    ))
-                })?;
+                    self.settings.app
+                ))
+            })?;
             chosen.insert(port.sandbox_port, public);
         }
         Ok(chosen)

@@ -163,7 +163,11 @@ mod tests {
 
     #[test]
     fn never_started_is_none_and_a_start_event_or_the_record_is_the_first_start() {
-        let created = machine("created", json!([{"type": "launch", "status": "created", "timestamp": 1}]), json!({}));
+        let created = machine(
+            "created",
+            json!([{"type": "launch", "status": "created", "timestamp": 1}]),
+            json!({}),
+        );
         let d = descriptor(&created, "h").unwrap();
         assert_eq!(d.started_at, None);
         assert_eq!(d.state, SandboxState::Creating);
@@ -188,7 +192,11 @@ mod tests {
         );
         let d = descriptor(&updated, "h").unwrap();
         assert!(d.started_at.is_some(), "history truncated, record kept");
-        assert_eq!(d.state, SandboxState::Stopped, "created after it ran is stopped");
+        assert_eq!(
+            d.state,
+            SandboxState::Stopped,
+            "created after it ran is stopped"
+        );
     }
 
     #[test]

@@ -76,7 +76,7 @@ fn changes(before: &HashMap<String, Seen>, now: &HashMap<String, Seen>) -> Vec<P
 enum Step {
     /// Scan next (after the interval, unless this is the first scan).
     Scan {
-        provider: FlyProvider,
+        provider: Box<FlyProvider>,
         instance: String,
         baseline: Option<HashMap<String, Seen>>,
     },
@@ -94,7 +94,10 @@ async fn step(step: Step) -> Option<(Vec<ProviderResult<ProviderEvent>>, Step)> 
         return None;
     };
     if baseline.is_some() {
-        tokio::time::sleep(Duration::from_secs(provider.settings.drift_interval_seconds)).await;
+        tokio::time::sleep(Duration::from_secs(
+            provider.settings.drift_interval_seconds,
+        ))
+        .await;
     }
     let filter = [(MANAGED_BY.to_string(), instance.clone())];
     let machines = match provider.list_machines(&filter).await {
@@ -124,7 +127,7 @@ impl ProviderEvents for FlyProvider {
     /// See the module docs.
     fn subscribe(&self, instance: &str) -> BoxStream<'static, ProviderResult<ProviderEvent>> {
         let first = Step::Scan {
-            provider: self.clone(),
+            provider: Box::new(self.clone()),
             instance: instance.to_string(),
             baseline: None,
         };

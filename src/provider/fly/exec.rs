@@ -73,9 +73,10 @@ impl FlyProvider {
                     "exec in sandbox {id}: it is not running; start it ({})",
                     e.message()
                 )),
-                ErrorKind::NotFound => {
-                    ProviderError::not_found(format!("sandbox {id} does not exist ({})", e.message()))
-                }
+                ErrorKind::NotFound => ProviderError::not_found(format!(
+                    "sandbox {id} does not exist ({})",
+                    e.message()
+                )),
                 _ => e.context(format!("exec of {:?} in sandbox {id}", argv.first())),
             })?;
         Ok(ExecOutput {
@@ -151,7 +152,11 @@ fn absolute(what: &str, path: &str) -> ProviderResult<String> {
         )));
     }
     let trimmed = path.trim_end_matches('/');
-    Ok(if trimmed.is_empty() { "/".into() } else { trimmed.into() })
+    Ok(if trimmed.is_empty() {
+        "/".into()
+    } else {
+        trimmed.into()
+    })
 }
 
 fn decode(id: &str, text: &str) -> ProviderResult<Vec<u8>> {

@@ -34,7 +34,9 @@ impl FlyProvider {
         let request = ExecRequest::shell(FINGERPRINT, FINGERPRINT_TIMEOUT);
         match self.run_exec(id, &request).await {
             Ok(out) if out.exit_code == 0 => {
-                let text = String::from_utf8_lossy(&out.stdout).trim().replace('\n', "/");
+                let text = String::from_utf8_lossy(&out.stdout)
+                    .trim()
+                    .replace('\n', "/");
                 if text.is_empty() {
                     Err("the fingerprint read back empty".into())
                 } else {
@@ -65,7 +67,8 @@ impl Hibernation for FlyProvider {
                     processes_preserved: true,
                     mechanism: "suspend".into(),
                     detail: Some(match &fingerprint {
-                        Ok(_) => "memory snapshot taken; a resume reports whether Fly could use it".into(),
+                        Ok(_) => "memory snapshot taken; a resume reports whether Fly could use it"
+                            .into(),
                         Err(why) => format!(
                             "memory snapshot taken, but the running system could not be \
                              fingerprinted ({why}), so a resume cannot verify it"

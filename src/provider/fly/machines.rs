@@ -87,8 +87,11 @@ impl FlyProvider {
     pub(crate) async fn create_machine(&self, body: &Value) -> ProviderResult<Machine> {
         self.api
             .json(
-                Call::new(Method::POST, format!("/apps/{}/machines", self.settings.app))
-                    .json(body),
+                Call::new(
+                    Method::POST,
+                    format!("/apps/{}/machines", self.settings.app),
+                )
+                .json(body),
             )
             .await
     }
@@ -243,8 +246,7 @@ impl FlyProvider {
     pub(crate) async fn create_fly_volume(&self, body: &Value) -> ProviderResult<Volume> {
         self.api
             .json(
-                Call::new(Method::POST, format!("/apps/{}/volumes", self.settings.app))
-                    .json(body),
+                Call::new(Method::POST, format!("/apps/{}/volumes", self.settings.app)).json(body),
             )
             .await
     }

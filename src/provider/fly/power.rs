@@ -73,7 +73,9 @@ impl FlyProvider {
     pub(crate) async fn power_stop(&self, id: &str) -> ProviderResult<()> {
         self.leased(id, |nonce| async move {
             let Some(machine) = self.get_machine(id).await? else {
-                return Err(ProviderError::not_found(format!("machine {id} does not exist")));
+                return Err(ProviderError::not_found(format!(
+                    "machine {id} does not exist"
+                )));
             };
             if matches!(machine.state.as_str(), "stopped" | "created" | "failed") {
                 return Ok(());

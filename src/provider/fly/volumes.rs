@@ -28,9 +28,7 @@ use serde_json::json;
 
 use super::FlyProvider;
 use super::wire::{Machine, Volume};
-use crate::provider::{
-    ErrorKind, ProviderError, ProviderResult, VolumeInfo, VolumeQuery, Volumes,
-};
+use crate::provider::{ErrorKind, ProviderError, ProviderResult, VolumeInfo, VolumeQuery, Volumes};
 
 /// Size of a volume the seam creates, in GB (the seam has no size; Fly's smallest is 1).
 const VOLUME_SIZE_GB: u64 = 1;
@@ -111,7 +109,8 @@ fn parse_base36(text: &str) -> Option<u128> {
         return None;
     }
     text.chars().try_fold(0u128, |acc, c| {
-        acc.checked_mul(36)?.checked_add(u128::from(c.to_digit(36)?))
+        acc.checked_mul(36)?
+            .checked_add(u128::from(c.to_digit(36)?))
     })
 }
 

@@ -17,6 +17,8 @@ pub struct Matcher {
     pub method: Option<Method>,
     /// Only paths containing this (`None` = any).
     pub path_contains: Option<String>,
+    /// Only query strings containing this (`None` = any).
+    pub query_contains: Option<String>,
 }
 
 impl Matcher {
@@ -30,6 +32,7 @@ impl Matcher {
         Matcher {
             method: Some(method),
             path_contains: Some(part.to_string()),
+            query_contains: None,
         }
     }
 
@@ -38,15 +41,26 @@ impl Matcher {
         Matcher {
             method: None,
             path_contains: Some(part.to_string()),
+            query_contains: None,
         }
     }
 
-    fn matches(&self, method: &Method, path: &str) -> bool {
+    /// Narrows to query strings containing `part` (`cursor=` matches every later page).
+    pub fn with_query(mut self, part: &str) -> Self {
+        self.query_contains = Some(part.to_string());
+        self
+    }
+
+    fn matches(&self, method: &Method, path: &str, query: &str) -> bool {
         self.method.as_ref().is_none_or(|m| m == method)
             && self
                 .path_contains
                 .as_deref()
                 .is_none_or(|p| path.contains(p))
+            && self
+                .query_contains
+                .as_deref()
+                .is_none_or(|q| query.contains(q))
     }
 }
 
@@ -156,11 +170,11 @@ impl Faults {
     }
 
     /// The fault for this request, consuming one firing of the first matching rule.
-    pub(crate) fn take(&self, method: &Method, path: &str) -> Option<Fault> {
+    pub(crate) fn take(&self, method: &Method, path: &str, query: &str) -> Option<Fault> {
         let mut rules = lock(&self.rules);
         let index = rules
             .iter()
-            .position(|r| r.remaining != Some(0) && r.matcher.matches(method, path))?;
+            .position(|r| r.remaining != Some(0) && r.matcher.matches(method, path, query))?;
         let rule = &mut rules[index];
         if let Some(n) = rule.remaining.as_mut() {
             *n -= 1;
@@ -204,7 +218,7 @@ impl RequestLog {
     pub fn matching(&self, matcher: &Matcher) -> Vec<RequestRecord> {
         lock(&self.records)
             .iter()
-            .filter(|r| matcher.matches(&r.method, &r.path))
+            .filter(|r| matcher.matches(&r.method, &r.path, &r.query))
             .cloned()
             .collect()
     }

@@ -65,7 +65,8 @@ fn nonce(headers: &HeaderMap) -> Option<String> {
 /// `GET /v1/apps/{app}/machines`: `include_deleted`, `region`, `state` (comma list) and
 /// `metadata.{key}` filters (all must match). Without `limit` the answer is the whole list as
 /// a JSON array, as documented; with `limit` (and `cursor`) it is one page,
-/// `{"machines": [...], "next_cursor": "..."}`, with `next_cursor` absent on the last page.
+/// `{"machines": [...], "next_cursor": "..."}`, with `next_cursor` absent on the last page;
+/// a page holds at most `max_page_size` machines, whatever `limit` asks for.
 pub async fn list(
     State(shared): Shared_,
     Path(app): Path<String>,
@@ -88,6 +89,7 @@ pub async fn list(
         ),
         None => None,
     };
+    let limit = limit.map(|l| l.min(shared.options.max_page_size.max(1)));
     let cursor = param(&pairs, "cursor").unwrap_or("");
     let store = lock(&shared.store);
     store.app(&app)?;

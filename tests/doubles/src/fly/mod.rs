@@ -66,6 +66,8 @@ pub struct FlyDoubleOptions {
     /// Extra time every transition spends in its transient state before the Docker work
     /// (zero by default: the Docker work itself takes a while).
     pub transition_delay: Duration,
+    /// Largest page the paged listing returns, whatever `limit` asks for (servers clamp).
+    pub max_page_size: usize,
 }
 
 impl Default for FlyDoubleOptions {
@@ -78,6 +80,7 @@ impl Default for FlyDoubleOptions {
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             publish_host: "127.0.0.1".into(),
             transition_delay: Duration::ZERO,
+            max_page_size: 100,
         }
     }
 }

@@ -104,16 +104,17 @@ async fn gate(
 ) -> Result<Response<Body>, std::io::Error> {
     let method = req.method().clone();
     let path = req.uri().path().to_string();
+    let query = req.uri().query().unwrap_or("").to_string();
     let authorized = authorized(&shared, req.headers());
     shared.log.push(RequestRecord {
         method: method.clone(),
         path: path.clone(),
-        query: req.uri().query().unwrap_or("").to_string(),
+        query: query.clone(),
         at: std::time::Instant::now(),
         authorized,
     });
     let mut truncate = false;
-    match shared.faults.take(&method, &path) {
+    match shared.faults.take(&method, &path, &query) {
         Some(Fault::Drop) => {
             return Err(std::io::Error::other(
                 "connection dropped by fault injection",
