@@ -27,8 +27,8 @@ lint:
 
 ## The README's test command: set-up, formatting, lints, then every test.
 test: test-setup lint
-	$(CARGO) build --bins
-	$(CARGO) test --all-targets -- --test-threads=4
+	$(CARGO) build --workspace --bins
+	$(CARGO) test --workspace --all-targets -- --test-threads=4
 
 ## Regenerate the checked-in CRDs (tests/crds.rs fails when they are stale).
 crds:

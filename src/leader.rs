@@ -18,11 +18,15 @@
 //! The decision is the pure function [`decide`] (table-tested below); [`LeaderElector::run`]
 //! only observes, calls it and acts.
 //!
-//! Why not a crate: `kube-lease-manager` 0.13 does build against kube 5, but it never
-//! reports loss of leadership while the API server is unreachable (its watch loop logs the
-//! error and retries, the channel stays `true` past the lease's expiry), it updates with
-//! server-side apply rather than resourceVersion-guarded replace, and it has no renew
-//! deadline. `kube-leader-election` requires kube 4. So this is the ~300 lines it takes.
+//! Why not a crate: `kube-lease-manager` 0.13 builds against kube 5 / k8s-openapi 0.29, but
+//! it gives weaker guarantees than the ones above. Its leadership flag changes only on a
+//! successful read, so while the API server does not answer a leader keeps reporting `true`
+//! past the Lease's expiry (no renew deadline, and no timeout of its own on any call);
+//! renewals are unguarded patches rather than resourceVersion-guarded replaces; a follower
+//! takes an expired Lease in two writes (force-release, then apply), counting a transition
+//! even when the Lease was released rather than taken; its release on shutdown has no
+//! bound; and its timings are whole seconds (renewal `grace` ≥ 1 s). `kube-leader-election`
+//! requires kube 4. So this is the ~300 lines it takes.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -72,10 +76,13 @@ pub struct LeaderConfig {
 }
 
 impl LeaderConfig {
-    /// Settings for operator instance `instance` with the defaults (lease 15 s, renew
-    /// deadline 10 s, renew every 5 s, retry every 2 s), the namespace from
-    /// [`ENV_POD_NAMESPACE`] (else `default`) and a fresh [`default_identity`].
-    pub fn for_instance(instance: &str) -> Self {
+    /// Settings for operator instance `instance` with a lease of `lease_secs` (at least 3;
+    /// the operator's default is 15) and timings that scale with it: renew deadline 2/3 of
+    /// the lease, renewal every 1/3, followers retry every 1/7 (at least 0.5 s). The namespace
+    /// comes from [`ENV_POD_NAMESPACE`] (else `default`), the identity is a fresh
+    /// [`default_identity`].
+    pub fn for_instance(instance: &str, lease_secs: u64) -> Self {
+        let lease = lease_secs.max(3);
         LeaderConfig {
             namespace: std::env::var(ENV_POD_NAMESPACE)
                 .ok()
@@ -83,10 +90,10 @@ impl LeaderConfig {
                 .unwrap_or_else(|| "default".into()),
             lease_name: lease_name(instance),
             identity: default_identity(),
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            renew_interval: Duration::from_secs(5),
-            retry_interval: Duration::from_secs(2),
+            lease_duration: Duration::from_secs(lease),
+            renew_deadline: Duration::from_millis(lease * 2000 / 3),
+            renew_interval: Duration::from_millis(lease * 1000 / 3),
+            retry_interval: Duration::from_millis((lease * 1000 / 7).max(500)),
         }
     }
 
@@ -333,9 +340,28 @@ struct LoopState {
     conflicts: u32,
 }
 
-enum WriteError {
+/// Why a bounded API call failed.
+#[derive(Debug, thiserror::Error)]
+enum CallError {
+    /// 409: the Lease changed since it was read.
+    #[error("the Lease changed since it was read")]
     Conflict,
+    /// Anything else, including the timeout, as one line.
+    #[error("{0}")]
     Other(String),
+}
+
+/// `call` with a timeout, its failure reduced to what the election acts on.
+async fn bounded<T>(
+    timeout: Duration,
+    call: impl Future<Output = kube::Result<T>>,
+) -> Result<T, CallError> {
+    match tokio::time::timeout(timeout, call).await {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(kube::Error::Api(status))) if status.code == 409 => Err(CallError::Conflict),
+        Ok(Err(e)) => Err(CallError::Other(e.to_string())),
+        Err(_) => Err(CallError::Other(format!("timed out after {timeout:?}"))),
+    }
 }
 
 impl LeaderElector {
@@ -365,18 +391,9 @@ impl LeaderElector {
         self.tx.subscribe()
     }
 
-    /// This replica's identity.
-    pub fn identity(&self) -> &str {
-        &self.config.identity
-    }
-
-    /// The settings in use.
-    pub fn config(&self) -> &LeaderConfig {
-        &self.config
-    }
-
     /// Elect until `shutdown` resolves; then publish `false` and release the Lease if we hold
-    /// it. Never returns early: API errors are logged and retried.
+    /// it. Never returns early: API errors are logged and retried. After `shutdown` it returns
+    /// within the renew deadline, whether or not the API server answers the release.
     ///
     /// Stop leader-only work (controllers, sweeper) before resolving `shutdown`, or at least
     /// on seeing `false`: once the Lease is released another replica starts at once.
@@ -410,7 +427,19 @@ impl LeaderElector {
             }
         }
         self.set_leading(&mut state, false, "shutting down");
-        self.release().await;
+        let name = &self.config.lease_name;
+        match tokio::time::timeout(self.config.renew_deadline, self.release()).await {
+            Ok(Ok(true)) => {
+                tracing::info!(lease = %name, identity = %self.config.identity, "released the leader Lease");
+            }
+            Ok(Ok(false)) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(lease = %name, error = %e, "cannot release the Lease; it will expire");
+            }
+            Err(_) => {
+                tracing::warn!(lease = %name, timeout = ?self.config.renew_deadline, "timed out releasing the Lease; it will expire");
+            }
+        }
     }
 
     fn set_leading(&self, state: &mut LoopState, leading: bool, why: &str) {
@@ -459,24 +488,18 @@ impl LeaderElector {
     /// One observe → decide → act round; returns how long to wait before the next.
     async fn step(&self, state: &mut LoopState) -> Duration {
         let name = &self.config.lease_name;
-        let read = tokio::time::timeout(self.call_timeout(state), self.api.get_opt(name)).await;
-        let current = match read {
-            Ok(Ok(lease)) => Ok(lease),
-            Ok(Err(e)) => Err(e.to_string()),
-            Err(_) => Err("timed out".to_string()),
-        };
-        let view = match &current {
-            Ok(Some(lease)) => Some(LeaseView::from(lease)),
-            _ => None,
-        };
+        let current = bounded(self.call_timeout(state), self.api.get_opt(name)).await;
+        if let Err(e) = &current {
+            tracing::warn!(lease = %name, error = %e, "cannot read the leader Lease");
+        }
+        let view = current
+            .as_ref()
+            .ok()
+            .and_then(|l| l.as_ref().map(LeaseView::from));
         let observed = match (&current, &view) {
-            (Err(e), _) => {
-                tracing::warn!(lease = %name, error = %e, "cannot read the leader Lease");
-                Observed::Unreadable
-            }
-            (Ok(None), _) => Observed::Absent,
             (Ok(Some(_)), Some(view)) => Observed::Present(view),
-            (Ok(Some(_)), None) => Observed::Unreadable,
+            (Ok(None), _) => Observed::Absent,
+            _ => Observed::Unreadable,
         };
         let now = Timestamp::now();
         let local = LocalState {
@@ -496,31 +519,8 @@ impl LeaderElector {
                 let started = Instant::now();
                 let existing = current.ok().flatten();
                 let lease = lease_to_write(existing.as_ref(), &decision, &self.config, now);
-                match self.write(existing.is_some(), &lease, state).await {
-                    Ok(()) => {
-                        state.last_renew = Some(started);
-                        state.conflicts = 0;
-                        self.set_leading(state, true, "");
-                        tracing::debug!(lease = %name, ?decision, "lease written");
-                        self.config.renew_interval
-                    }
-                    Err(WriteError::Conflict) => {
-                        // Someone else wrote the Lease since we read it: most likely another
-                        // replica won. Re-read at once to find out, then back off.
-                        state.conflicts = state.conflicts.saturating_add(1);
-                        tracing::debug!(lease = %name, ?decision, "lease changed concurrently");
-                        if state.conflicts == 1 {
-                            Duration::ZERO
-                        } else {
-                            self.retry_delay(state)
-                        }
-                    }
-                    Err(WriteError::Other(e)) => {
-                        state.conflicts = 0;
-                        tracing::warn!(lease = %name, ?decision, error = %e, "cannot write the leader Lease");
-                        self.retry_delay(state)
-                    }
-                }
+                self.write(existing.is_some(), &lease, state, started, &decision)
+                    .await
             }
             Decision::Hold => {
                 state.conflicts = 0;
@@ -545,70 +545,74 @@ impl LeaderElector {
         }
     }
 
-    /// Create (`exists == false`) or replace with the resourceVersion that was read.
+    /// Create (`exists == false`) or replace with the resourceVersion that was read, and
+    /// account for the outcome; returns the delay before the next round.
     async fn write(
         &self,
         exists: bool,
         lease: &Lease,
-        state: &LoopState,
-    ) -> Result<(), WriteError> {
+        state: &mut LoopState,
+        started: Instant,
+        decision: &Decision,
+    ) -> Duration {
         let pp = PostParams::default();
+        let name = &self.config.lease_name;
         let call = async {
             if exists {
-                self.api
-                    .replace(&self.config.lease_name, &pp, lease)
-                    .await
-                    .map(drop)
+                self.api.replace(name, &pp, lease).await.map(drop)
             } else {
                 self.api.create(&pp, lease).await.map(drop)
             }
         };
-        match tokio::time::timeout(self.call_timeout(state), call).await {
-            Ok(Ok(())) => Ok(()),
-            Ok(Err(kube::Error::Api(status))) if status.code == 409 => Err(WriteError::Conflict),
-            Ok(Err(e)) => Err(WriteError::Other(e.to_string())),
-            Err(_) => Err(WriteError::Other("timed out".into())),
+        match bounded(self.call_timeout(state), call).await {
+            Ok(()) => {
+                state.last_renew = Some(started);
+                state.conflicts = 0;
+                self.set_leading(state, true, "");
+                tracing::debug!(lease = %name, ?decision, "lease written");
+                self.config.renew_interval
+            }
+            Err(CallError::Conflict) => {
+                // Someone else wrote the Lease since we read it: most likely another replica
+                // won. Re-read at once to find out, then back off.
+                state.conflicts = state.conflicts.saturating_add(1);
+                tracing::debug!(lease = %name, ?decision, "lease changed concurrently");
+                if state.conflicts == 1 {
+                    Duration::ZERO
+                } else {
+                    self.retry_delay(state)
+                }
+            }
+            Err(CallError::Other(e)) => {
+                state.conflicts = 0;
+                tracing::warn!(lease = %name, ?decision, error = %e, "cannot write the leader Lease");
+                self.retry_delay(state)
+            }
         }
     }
 
     /// Empty `holderIdentity` if we still hold the Lease, so a standby takes over at once.
-    /// Best effort: on failure the Lease simply expires.
-    async fn release(&self) {
+    /// `Ok(true)` when released, `Ok(false)` when not ours (or gone). Best effort: on failure
+    /// the Lease simply expires. The caller bounds the whole of it.
+    async fn release(&self) -> Result<bool, String> {
         let name = &self.config.lease_name;
         let timeout = self.config.renew_deadline;
-        for _ in 0..2 {
-            let lease = match tokio::time::timeout(timeout, self.api.get_opt(name)).await {
-                Ok(Ok(Some(lease))) => lease,
-                Ok(Ok(None)) => return,
-                Ok(Err(e)) => {
-                    tracing::warn!(lease = %name, error = %e, "cannot read the Lease to release it; it will expire");
-                    return;
-                }
-                Err(_) => {
-                    tracing::warn!(lease = %name, "timed out reading the Lease to release it; it will expire");
-                    return;
-                }
+        let pp = PostParams::default();
+        loop {
+            let lease = match bounded(timeout, self.api.get_opt(name)).await {
+                Ok(Some(lease)) => lease,
+                Ok(None) => return Ok(false),
+                Err(e) => return Err(format!("reading it: {e}")),
             };
             if LeaseView::from(&lease).holder() != Some(self.config.identity.as_str()) {
-                return;
+                return Ok(false);
             }
             let lease = released(lease, Timestamp::now());
-            let pp = PostParams::default();
-            let call = self.api.replace(name, &pp, &lease);
-            match tokio::time::timeout(timeout, call).await {
-                Ok(Ok(_)) => {
-                    tracing::info!(lease = %name, identity = %self.config.identity, "released the leader Lease");
-                    return;
-                }
-                Ok(Err(kube::Error::Api(status))) if status.code == 409 => continue,
-                Ok(Err(e)) => {
-                    tracing::warn!(lease = %name, error = %e, "cannot release the Lease; it will expire");
-                    return;
-                }
-                Err(_) => {
-                    tracing::warn!(lease = %name, "timed out releasing the Lease; it will expire");
-                    return;
-                }
+            match bounded(timeout, self.api.replace(name, &pp, &lease)).await {
+                Ok(_) => return Ok(true),
+                // Renewed or taken since we read it: look again.
+                Err(CallError::Conflict) => continue,
+                Err(e) => return Err(format!("writing it: {e}")),
             }
         }
     }
@@ -909,12 +913,18 @@ mod tests {
 
     #[test]
     fn defaults() {
-        let c = LeaderConfig::for_instance("blue");
+        let c = LeaderConfig::for_instance("blue", 15);
         assert_eq!(c.lease_name, "sandbox-operator-blue");
         assert_eq!(c.lease_duration, Duration::from_secs(15));
+        assert_eq!(c.renew_deadline, Duration::from_secs(10));
         assert_eq!(c.renew_interval, Duration::from_secs(5));
-        assert_eq!(c.retry_interval, Duration::from_secs(2));
+        assert_eq!(c.retry_interval, Duration::from_millis(2142));
         c.validate().unwrap();
+        let short = LeaderConfig::for_instance("blue", 1);
+        assert_eq!(short.lease_duration, Duration::from_secs(3), "at least 3 s");
+        assert_eq!(short.renew_deadline, Duration::from_secs(2));
+        assert_eq!(short.retry_interval, Duration::from_millis(500));
+        short.validate().unwrap();
         let a = default_identity();
         let b = default_identity();
         assert_ne!(a, b, "identities must differ per call");

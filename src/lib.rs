@@ -16,6 +16,7 @@ pub mod registry;
 pub mod run;
 pub mod secret;
 pub mod server;
+pub mod supervisor;
 pub mod telemetry;
 pub mod templates;
 pub mod validation;

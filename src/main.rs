@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use clap::{Parser, Subcommand};
 
@@ -36,9 +37,15 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => match tokio::runtime::Runtime::new() {
-            Ok(rt) => rt
-                .block_on(sandbox_operator::run::run(args))
-                .map_err(|e| e.to_string()),
+            Ok(rt) => {
+                let result = rt
+                    .block_on(sandbox_operator::run::run(args))
+                    .map_err(|e| e.to_string());
+                // `run` bounds its own stop; a blocking call that is still running (and
+                // cannot be cancelled) must not keep the process from exiting after it.
+                rt.shutdown_timeout(Duration::from_secs(2));
+                result
+            }
             Err(e) => Err(format!("cannot start the async runtime: {e}")),
         },
         Command::Sweep(args) => return sandbox_operator::controller::sweeper::cli::main(args),

@@ -1,26 +1,38 @@
 //! `sandbox-operator run`: configuration → providers → HTTP endpoints → leader election →
-//! controllers while leading → graceful shutdown on SIGTERM.
+//! controllers while leading → a bounded stop.
+//!
+//! The process ends in one of three ways, each within a bound:
+//! - SIGTERM/SIGINT: the controllers get `--graceful-shutdown-secs` to finish, then the Lease
+//!   is released so a standby takes over at once; exit 0.
+//! - Leadership lost (no renewal within the renew deadline, or another replica took the
+//!   Lease): `/healthz` fails, the controllers are stopped before the Lease can expire for the
+//!   others (within half of lease duration − renew deadline), and the process exits non-zero, as
+//!   controller-runtime does. Why exit rather than stop the controllers and re-enter the
+//!   election in-process: a fresh process is the only state that provably holds no
+//!   half-stopped controller, no detached transfer task and no stale cache from the old term,
+//!   and a stop that did not finish cannot be hidden behind green probes. The kubelet
+//!   restarts the pod; the other replica, a hot standby, takes over meanwhile.
+//! - A supervised task (controller, sweeper, HTTP server, readiness probe, the election)
+//!   ends or panics: `/healthz` fails with the reason, the others get the graceful deadline,
+//!   the Lease is released, and the process exits non-zero (see [`crate::supervisor`]).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::channel::mpsc;
-use futures::{SinkExt, StreamExt};
 use kube::Client;
-use kube::runtime::reflector::ObjectRef;
 use tokio::sync::watch;
 
-use crate::api::{Sandbox, SandboxVolume};
 use crate::config::OperatorConfig;
 use crate::controller::{self, Context};
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::metrics::Metrics;
 use crate::provider::docker::DockerProvider;
-use crate::provider::{Provider, ProviderEvent, ProviderSettings};
+use crate::provider::{Provider, ProviderSettings};
 use crate::registry::{ProviderHandle, ProviderRegistry};
 use crate::server::{self, Liveness, Readiness, ServerState};
+use crate::supervisor::{Ending, TaskExit, TaskSet, Trigger};
 use crate::telemetry::{self, LogFormat};
 use crate::templates::store::{StoreSettings, TemplateStore};
 use crate::templates::transfer::Limits;
@@ -53,6 +65,15 @@ pub struct RunArgs {
     /// Concurrent Sandbox reconciles.
     #[arg(long, default_value_t = 32)]
     pub concurrency: u16,
+    /// On SIGTERM, or when a task failed, how long the controllers may take to finish their
+    /// in-flight reconciles before they are aborted. With the Lease release after it, keep it
+    /// well inside the pod's terminationGracePeriodSeconds (30 s by default).
+    #[arg(
+        long,
+        env = "SANDBOX_OPERATOR_GRACEFUL_SHUTDOWN_SECS",
+        default_value_t = 10
+    )]
+    pub graceful_shutdown_secs: u64,
 }
 
 /// Why the operator stopped with an error.
@@ -82,11 +103,84 @@ pub enum RunError {
     #[error(transparent)]
     Server(#[from] server::ServerError),
     /// Leadership was lost while leading: the process exits so it restarts clean.
-    #[error("lost leadership; exiting so a restarted process rejoins the election cleanly")]
-    LostLeadership,
+    #[error("{reason}; exiting so a restarted process rejoins the election cleanly")]
+    LostLeadership {
+        /// What happened.
+        reason: String,
+    },
+    /// A supervised task ended or panicked: the process exits so another replica takes over.
+    #[error("{reason}; exiting so another replica takes over")]
+    TaskFailed {
+        /// Which task, and how it ended.
+        reason: String,
+    },
 }
 
-/// Runs the operator until SIGTERM/SIGINT.
+/// Why the operator stops.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum End {
+    /// SIGTERM/SIGINT.
+    Signal,
+    /// Leadership lost while leading (or the election stopped while leading).
+    Lost(String),
+    /// A supervised task ended or panicked.
+    Failed(String),
+}
+
+impl End {
+    /// The `/healthz` reason while stopping; `None` for a requested stop.
+    fn unhealthy(&self) -> Option<String> {
+        match self {
+            End::Signal => None,
+            End::Lost(why) => Some(format!("{why}; stopping the controllers and exiting")),
+            End::Failed(why) => Some(format!("{why}; stopping and exiting")),
+        }
+    }
+
+    fn into_result(self) -> Result<(), RunError> {
+        match self {
+            End::Signal => Ok(()),
+            End::Lost(reason) => Err(RunError::LostLeadership { reason }),
+            End::Failed(reason) => Err(RunError::TaskFailed { reason }),
+        }
+    }
+}
+
+/// What `run` builds once and the leader's tasks share.
+struct Parts {
+    client: Client,
+    metrics: Metrics,
+    providers: ProviderRegistry,
+    template_stores: controller::template::Stores,
+    config: OperatorConfig,
+    namespace: Option<String>,
+    concurrency: u16,
+}
+
+/// The probes' state, and what flips it when the process starts to stop.
+#[derive(Clone)]
+struct Health {
+    liveness: Liveness,
+    readiness: Readiness,
+}
+
+impl Health {
+    /// Fail `/healthz` (and `/readyz`) with the reason the process is stopping, before the
+    /// bounded stop begins, so the probes tell the truth while it runs.
+    fn declare(&self, end: &End) {
+        match end.unhealthy() {
+            Some(reason) => {
+                tracing::error!(%reason, "unhealthy");
+                self.readiness.set_not_ready(reason.clone());
+                self.liveness.set_failed(reason);
+            }
+            None => self.readiness.set_not_ready("shutting down"),
+        }
+    }
+}
+
+/// Runs the operator until SIGTERM/SIGINT, or until it must exit so a clean process (or
+/// another replica) takes over: see the module docs.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
     telemetry::init(args.log_format, &args.log_filter)?;
     install_crypto_provider();
@@ -95,150 +189,279 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let metrics = Metrics::new();
     let providers = build_providers(&config, &metrics).await?;
     let template_stores = template_stores_by_provider(&config)?;
+    let leader_config = LeaderConfig::for_instance(&config.instance, args.lease_duration_secs);
+    let elector =
+        LeaderElector::new(client.clone(), leader_config.clone())?.with_metrics(metrics.clone());
+    let parts = Parts {
+        client,
+        metrics,
+        providers,
+        template_stores,
+        config,
+        namespace: args.namespace.clone(),
+        concurrency: args.concurrency,
+    };
 
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
+    let signal = signal_trigger();
+
+    // HTTP endpoints and the readiness probe run until the very end, so the probes answer
+    // (truthfully) while the process stops.
+    let health = Health {
+        liveness: Liveness::new(),
+        readiness: Readiness::new(),
+    };
+    health
+        .readiness
+        .set_not_ready("waiting for the API server and the sandboxes.dev CRDs");
+    let listener = server::bind(args.metrics_addr).await?;
+    let process_stop = Trigger::new();
+    let mut process = TaskSet::new();
+    spawn_process_tasks(&mut process, &parts, &health, listener, &process_stop);
+
+    // Leader election: only the Lease holder reconciles. The elector stops (and releases the
+    // Lease) only after the controllers have stopped.
+    let mut leading = elector.subscribe();
+    let election = Election::start(elector, &leader_config);
+
+    let followed = tokio::select! {
+        () = signal.fired() => Err(End::Signal),
+        r = leading.wait_for(|l| *l) => r
+            .map(drop)
+            .map_err(|_| End::Failed("the leader election stopped".into())),
+        exit = process.first_exit() => Err(End::Failed(exit.to_string())),
+    };
+    let end = match followed {
+        Ok(()) => {
+            let how = Leading {
+                graceful: Duration::from_secs(args.graceful_shutdown_secs),
+                lost: leader_config
+                    .lease_duration
+                    .saturating_sub(leader_config.renew_deadline)
+                    / 2,
+            };
+            lead(&parts, &mut leading, &signal, &mut process, &health, how).await
+        }
+        Err(end) => {
+            health.declare(&end);
+            end
         }
     };
+
+    election.stop().await;
+    process_stop.fire();
+    log_stops(process.stop_within(Duration::from_secs(5)).await);
+    tracing::info!(?end, "stopped");
+    end.into_result()
+}
+
+/// A trigger fired on SIGTERM or SIGINT.
+fn signal_trigger() -> Trigger {
+    let signal = Trigger::new();
+    let fire = signal.clone();
     tokio::spawn(async move {
         wait_for_signal().await;
         tracing::info!("shutdown requested");
-        let _ = stop_tx.send(true);
+        fire.fire();
     });
+    signal
+}
 
-    // HTTP endpoints, ready once the API server serves our CRDs.
-    let readiness = Readiness::new();
-    readiness.set_not_ready("waiting for the API server and the sandboxes.dev CRDs");
-    let state = ServerState {
-        metrics: metrics.clone(),
-        readiness: readiness.clone(),
-        liveness: Liveness::new(),
-    };
-    let listener = server::bind(args.metrics_addr).await?;
-    let server_task = tokio::spawn(server::serve_on(listener, state, stopped()));
-    {
-        let client = client.clone();
-        let readiness = readiness.clone();
-        let mut stop = Box::pin(stopped());
-        tokio::spawn(async move {
-            loop {
-                match server::probe_api(
-                    &client,
-                    "sandboxes.dev/v1alpha1",
-                    &["Sandbox", "SandboxVolume", "SandboxTemplate"],
-                )
-                .await
-                {
-                    Ok(()) => readiness.set_ready(),
-                    Err(reason) => readiness.set_not_ready(reason),
-                }
-                tokio::select! {
-                    () = &mut stop => break,
-                    () = tokio::time::sleep(Duration::from_secs(10)) => {}
-                }
-            }
-        });
-    }
+/// The running leader election.
+struct Election {
+    stop: Trigger,
+    task: tokio::task::JoinHandle<()>,
+    /// How long it may take to stop: its release is bounded by the renew deadline.
+    bound: Duration,
+}
 
-    // Leader election: only the Lease holder reconciles.
-    let mut leader_config = LeaderConfig::for_instance(&config.instance);
-    let lease = args.lease_duration_secs.max(3);
-    leader_config.lease_duration = Duration::from_secs(lease);
-    leader_config.renew_deadline = Duration::from_millis(lease * 2000 / 3);
-    leader_config.renew_interval = Duration::from_millis(lease * 1000 / 3);
-    leader_config.retry_interval = Duration::from_millis((lease * 1000 / 7).max(500));
-    let elector = LeaderElector::new(client.clone(), leader_config)?.with_metrics(metrics.clone());
-    let mut leading = elector.subscribe();
-    // The elector stops (and releases the Lease) only after the controllers have stopped.
-    let (controllers_done_tx, controllers_done_rx) = watch::channel(false);
-    let elector_task = tokio::spawn(elector.run(async move {
-        let mut rx = controllers_done_rx;
-        let _ = rx.wait_for(|d| *d).await;
-    }));
-
-    let mut stop = Box::pin(stopped());
-    let became_leader = tokio::select! {
-        () = &mut stop => false,
-        r = leading.wait_for(|l| *l) => r.is_ok(),
-    };
-    let mut result = Ok(());
-    if became_leader {
-        tracing::info!(instance = %config.instance, "leading: starting controllers");
-        let ctx = Context::new(
-            client.clone(),
-            providers.clone(),
-            metrics.clone(),
-            config.instance.clone(),
-            config.resync(),
-        );
-        let (sandbox_triggers, volume_triggers) = provider_triggers(
-            &providers,
-            &config.instance,
-            &client,
-            args.namespace.as_deref(),
-            stopped(),
-        );
-        let (ctl_stop_tx, ctl_stop_rx) = watch::channel(false);
-        let ctl_stopped = move || {
-            let mut rx = ctl_stop_rx.clone();
-            async move {
-                let _ = rx.wait_for(|s| *s).await;
-            }
-        };
-        let ns = args.namespace.clone();
-        let sandboxes = tokio::spawn(controller::sandbox::run(
-            ctx.clone(),
-            sandbox_triggers,
-            ctl_stopped(),
-            args.concurrency,
-            ns.clone(),
-        ));
-        let volumes = tokio::spawn(controller::volume::run(
-            ctx.clone(),
-            volume_triggers,
-            ctl_stopped(),
-            ns.clone(),
-        ));
-        // SandboxTemplates, with each provider's template store (for fetch and unpublish).
-        let templates = tokio::spawn(controller::template::run(
-            ctx.clone(),
-            template_stores.clone(),
-            ctl_stopped(),
-            ns,
-        ));
-        // The sweeper: leader only, stopped with the controllers (a no-op when disabled).
-        let sweeper = tokio::spawn(controller::sweeper::run_periodic(
-            controller::sweeper::Sweeper::new(
-                client.clone(),
-                metrics.clone(),
-                &config.instance,
-                &config.sweeper,
-            ),
-            providers.clone(),
-            config.sweeper.clone(),
-            ctl_stopped(),
-        ));
-        let lost = tokio::select! {
-            () = &mut stop => false,
-            _ = leading.wait_for(|l| !*l) => true,
-        };
-        let _ = ctl_stop_tx.send(true);
-        let _ = sandboxes.await;
-        let _ = volumes.await;
-        let _ = templates.await;
-        let _ = sweeper.await;
-        if lost {
-            result = Err(RunError::LostLeadership);
+impl Election {
+    fn start(elector: LeaderElector, config: &LeaderConfig) -> Election {
+        let stop = Trigger::new();
+        let task = tokio::spawn(elector.run(stop.fired()));
+        Election {
+            stop,
+            task,
+            bound: config.renew_deadline + Duration::from_secs(1),
         }
     }
-    let _ = controllers_done_tx.send(true);
-    let _ = elector_task.await;
-    let _ = server_task.await;
-    tracing::info!("stopped");
-    result
+
+    /// Stop electing and release the Lease if held. Call it only once the leader's work has
+    /// stopped: a standby starts as soon as the Lease is released.
+    async fn stop(self) {
+        self.stop.fire();
+        match tokio::time::timeout(self.bound, self.task).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::error!(error = %e, "the leader election task failed"),
+            Err(_) => {
+                tracing::warn!(bound = ?self.bound, "the leader election did not stop in time; exiting without it")
+            }
+        }
+    }
+}
+
+/// The tasks every replica runs, leader or not: the HTTP server and the readiness probe of
+/// the API (ready once the API server serves our CRDs).
+fn spawn_process_tasks(
+    tasks: &mut TaskSet,
+    parts: &Parts,
+    health: &Health,
+    listener: tokio::net::TcpListener,
+    stop: &Trigger,
+) {
+    let state = ServerState {
+        metrics: parts.metrics.clone(),
+        readiness: health.readiness.clone(),
+        liveness: health.liveness.clone(),
+    };
+    let stopped = stop.fired();
+    tasks.spawn("metrics and probe server", async move {
+        if let Err(e) = server::serve_on(listener, state, stopped).await {
+            tracing::error!(error = %e, "metrics and probe server failed");
+        }
+    });
+    let client = parts.client.clone();
+    let readiness = health.readiness.clone();
+    let mut stopped = Box::pin(stop.fired());
+    tasks.spawn("readiness probe", async move {
+        loop {
+            match server::probe_api(
+                &client,
+                "sandboxes.dev/v1alpha1",
+                &["Sandbox", "SandboxVolume", "SandboxTemplate"],
+            )
+            .await
+            {
+                Ok(()) => readiness.set_ready(),
+                Err(reason) => readiness.set_not_ready(reason),
+            }
+            tokio::select! {
+                () = &mut stopped => break,
+                () = tokio::time::sleep(Duration::from_secs(10)) => {}
+            }
+        }
+    });
+}
+
+/// The stop deadlines of the leader's tasks.
+#[derive(Debug, Clone, Copy)]
+struct Leading {
+    /// On a signal or a failed task: we still hold the Lease (the elector keeps renewing),
+    /// so in-flight reconciles may finish calmly.
+    graceful: Duration,
+    /// On lost leadership: another replica may take the Lease once it expires, a lease
+    /// duration after our last renewal; we noticed at the renew deadline. Half the margin
+    /// between the two, so the other half still covers clock skew and request latency and
+    /// our work has stopped before anyone else's can start.
+    lost: Duration,
+}
+
+/// While leading: run the controllers and the sweeper until a signal, the loss of
+/// leadership, or a supervised task's end; then fail the probes if that is a failure, stop
+/// the tasks within the deadline, and say why.
+async fn lead(
+    parts: &Parts,
+    leading: &mut watch::Receiver<bool>,
+    signal: &Trigger,
+    process: &mut TaskSet,
+    health: &Health,
+    deadlines: Leading,
+) -> End {
+    tracing::info!(instance = %parts.config.instance, "leading: starting controllers");
+    let stop = Trigger::new();
+    let mut tasks = TaskSet::new();
+    spawn_leader_tasks(&mut tasks, parts, &stop);
+    let end = tokio::select! {
+        () = signal.fired() => End::Signal,
+        r = leading.wait_for(|l| !*l) => End::Lost(match r {
+            Ok(_) => "lost leadership (the Lease could not be renewed in time, or was taken)".into(),
+            Err(_) => "the leader election stopped while leading".into(),
+        }),
+        exit = tasks.first_exit() => End::Failed(exit.to_string()),
+        exit = process.first_exit() => End::Failed(exit.to_string()),
+    };
+    health.declare(&end);
+    let deadline = match end {
+        End::Lost(_) => deadlines.lost,
+        End::Signal | End::Failed(_) => deadlines.graceful,
+    };
+    tracing::info!(?deadline, "stopping the controllers");
+    stop.fire();
+    log_stops(tasks.stop_within(deadline).await);
+    end
+}
+
+/// The leader-only tasks: the three controllers, and the sweeper when enabled.
+fn spawn_leader_tasks(tasks: &mut TaskSet, parts: &Parts, stop: &Trigger) {
+    let ctx = Context::new(
+        parts.client.clone(),
+        parts.providers.clone(),
+        parts.metrics.clone(),
+        parts.config.instance.clone(),
+        parts.config.resync(),
+    );
+    let (sandbox_triggers, volume_triggers) = controller::triggers::provider_triggers(
+        tasks,
+        &parts.providers,
+        &parts.config.instance,
+        &parts.client,
+        parts.namespace.as_deref(),
+        stop.fired(),
+    );
+    let ns = parts.namespace.clone();
+    tasks.spawn(
+        "Sandbox controller",
+        controller::sandbox::run(
+            ctx.clone(),
+            sandbox_triggers,
+            stop.fired(),
+            parts.concurrency,
+            ns.clone(),
+        ),
+    );
+    tasks.spawn(
+        "SandboxVolume controller",
+        controller::volume::run(ctx.clone(), volume_triggers, stop.fired(), ns.clone()),
+    );
+    // SandboxTemplates, with each provider's template store (for fetch and unpublish).
+    tasks.spawn(
+        "SandboxTemplate controller",
+        controller::template::run(ctx, parts.template_stores.clone(), stop.fired(), ns),
+    );
+    let sweeper = &parts.config.sweeper;
+    if sweeper.enabled {
+        tasks.spawn(
+            "sweeper",
+            controller::sweeper::run_periodic(
+                controller::sweeper::Sweeper::new(
+                    parts.client.clone(),
+                    parts.metrics.clone(),
+                    &parts.config.instance,
+                    sweeper,
+                ),
+                parts.providers.clone(),
+                sweeper.clone(),
+                stop.fired(),
+            ),
+        );
+    } else {
+        tracing::info!("sweeper disabled (sweeper.enabled: false)");
+    }
+}
+
+/// Logs how each task ended during a stop.
+fn log_stops(exits: Vec<TaskExit>) {
+    for exit in exits {
+        match &exit.ending {
+            Ending::Returned => tracing::debug!(task = exit.task, "stopped"),
+            Ending::Panicked(_) => tracing::error!(task = exit.task, "{exit}"),
+            Ending::Aborted => {
+                tracing::warn!(
+                    task = exit.task,
+                    "did not stop within its deadline: aborted"
+                )
+            }
+        }
+    }
 }
 
 /// Installs aws-lc-rs as the process-wide rustls provider before any TLS client exists, so
@@ -339,191 +562,6 @@ pub fn template_stores_by_provider(
     Ok(stores)
 }
 
-/// Streams of objects to reconcile because their provider resources changed.
-///
-/// Each provider's event stream is resubscribed with backoff when it drops, so a restarted
-/// engine is picked up again. Before resubscribing, the provider is probed; whenever its
-/// reachability changes, every object on it is reconciled again: when it stops answering they
-/// report it (`Ready=False`, `ProviderUnavailable`) instead of keeping a state nobody can see
-/// any more — no event would ever arrive to tell them — and when it answers again they recover
-/// at once rather than after their error backoff, and whatever changed while no events could
-/// arrive is noticed. A connection that drops while the provider keeps answering is not such a
-/// change: the periodic resync is the safety net for events missed then.
-fn provider_triggers(
-    providers: &ProviderRegistry,
-    instance: &str,
-    client: &Client,
-    namespace: Option<&str>,
-    stop: impl std::future::Future<Output = ()> + Send + 'static,
-) -> (
-    mpsc::UnboundedReceiver<ObjectRef<Sandbox>>,
-    mpsc::UnboundedReceiver<ObjectRef<SandboxVolume>>,
-) {
-    let (sbx_tx, sbx_rx) = mpsc::unbounded();
-    let (vol_tx, vol_rx) = mpsc::unbounded();
-    let stop = futures::FutureExt::shared(Box::pin(stop));
-    for handle in providers.iter() {
-        let handle = handle.clone();
-        let provider = handle.provider.clone();
-        let registry = providers.clone();
-        let client = client.clone();
-        let namespace = namespace.map(str::to_string);
-        let instance = instance.to_string();
-        let mut sbx_tx = sbx_tx.clone();
-        let mut vol_tx = vol_tx.clone();
-        let stop = stop.clone();
-        tokio::spawn(async move {
-            let Some(events) = provider.events() else {
-                return;
-            };
-            let mut attempt = 0u32;
-            // The controllers' initial listing reconciles everything once: start as reachable.
-            let mut reachable = true;
-            let pump = async {
-                loop {
-                    let mut stream = events.subscribe(&instance);
-                    while let Some(item) = stream.next().await {
-                        match item {
-                            Ok(ProviderEvent { owner, action }) => {
-                                attempt = 0;
-                                tracing::debug!(kind = %owner.kind, namespace = %owner.namespace, name = %owner.name, %action, "provider event");
-                                match owner.kind.as_str() {
-                                    "Sandbox" => {
-                                        let _ = sbx_tx
-                                            .send(
-                                                ObjectRef::new(&owner.name)
-                                                    .within(&owner.namespace),
-                                            )
-                                            .await;
-                                    }
-                                    "SandboxVolume" => {
-                                        let _ = vol_tx
-                                            .send(
-                                                ObjectRef::new(&owner.name)
-                                                    .within(&owner.namespace),
-                                            )
-                                            .await;
-                                    }
-                                    _ => {}
-                                }
-                            }
-                            Err(err) => {
-                                tracing::warn!(%err, provider = provider.name(), "provider event stream failed");
-                                break;
-                            }
-                        }
-                    }
-                    attempt = attempt.saturating_add(1);
-                    tokio::time::sleep(
-                        controller::backoff::delay_for(attempt).min(Duration::from_secs(30)),
-                    )
-                    .await;
-                    // Any answer, even "no such sandbox", means the provider is reachable.
-                    let up = handle
-                        .call("probe", provider.describe(REACHABILITY_PROBE))
-                        .await
-                        .is_ok();
-                    if up != reachable {
-                        reachable = up;
-                        if up {
-                            attempt = 0;
-                            tracing::info!(
-                                provider = provider.name(),
-                                "provider reachable again: reconciling its objects"
-                            );
-                        } else {
-                            tracing::warn!(
-                                provider = provider.name(),
-                                "provider unreachable: reconciling its objects so they report it"
-                            );
-                        }
-                        reconcile_objects_on(
-                            &client,
-                            namespace.as_deref(),
-                            &registry,
-                            provider.name(),
-                            &mut sbx_tx,
-                            &mut vol_tx,
-                        )
-                        .await;
-                    }
-                }
-            };
-            tokio::select! {
-                () = stop => {}
-                () = pump => {}
-            }
-        });
-    }
-    (sbx_rx, vol_rx)
-}
-
-/// A sandbox id no provider holds: describing it only tells whether the provider answers.
-const REACHABILITY_PROBE: &str = "sandbox-operator-reachability-probe";
-
-/// Queues a reconcile of every Sandbox and SandboxVolume (in `namespace`, or everywhere) that
-/// lives on `provider`. A failed listing is logged: the periodic resync still covers them.
-async fn reconcile_objects_on(
-    client: &Client,
-    namespace: Option<&str>,
-    providers: &ProviderRegistry,
-    provider: &str,
-    sbx_tx: &mut mpsc::UnboundedSender<ObjectRef<Sandbox>>,
-    vol_tx: &mut mpsc::UnboundedSender<ObjectRef<SandboxVolume>>,
-) {
-    use kube::ResourceExt;
-    fn api<K>(client: &Client, namespace: Option<&str>) -> kube::Api<K>
-    where
-        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
-    {
-        match namespace {
-            Some(ns) => kube::Api::namespaced(client.clone(), ns),
-            None => kube::Api::all(client.clone()),
-        }
-    }
-    let on = |named: Option<&str>| providers.resolve(named).is_ok_and(|h| h.name() == provider);
-    match api::<Sandbox>(client, namespace)
-        .list(&Default::default())
-        .await
-    {
-        Ok(list) => {
-            for s in list.items.iter().filter(|s| {
-                on(s.status
-                    .as_ref()
-                    .and_then(|st| st.provider.as_deref())
-                    .or(s.spec.provider.as_deref()))
-            }) {
-                let _ = sbx_tx
-                    .send(ObjectRef::new(&s.name_any()).within(&s.namespace().unwrap_or_default()))
-                    .await;
-            }
-        }
-        Err(err) => {
-            tracing::warn!(%err, provider, "cannot list Sandboxes to reconcile them; the periodic resync will")
-        }
-    }
-    match api::<SandboxVolume>(client, namespace)
-        .list(&Default::default())
-        .await
-    {
-        Ok(list) => {
-            for v in list.items.iter().filter(|v| {
-                on(v.status
-                    .as_ref()
-                    .and_then(|st| st.provider.as_deref())
-                    .or(v.spec.provider.as_deref()))
-            }) {
-                let _ = vol_tx
-                    .send(ObjectRef::new(&v.name_any()).within(&v.namespace().unwrap_or_default()))
-                    .await;
-            }
-        }
-        Err(err) => {
-            tracing::warn!(%err, provider, "cannot list SandboxVolumes to reconcile them; the periodic resync will")
-        }
-    }
-}
-
 async fn wait_for_signal() {
     #[cfg(unix)]
     {
@@ -543,5 +581,47 @@ async fn wait_for_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health() -> Health {
+        let health = Health {
+            liveness: Liveness::new(),
+            readiness: Readiness::new(),
+        };
+        health.readiness.set_ready();
+        health
+    }
+
+    #[test]
+    fn a_requested_stop_keeps_healthz_green_and_exits_zero() {
+        let h = health();
+        h.declare(&End::Signal);
+        assert_eq!(h.liveness.status(), Ok(()));
+        assert_eq!(h.readiness.status(), Err("shutting down".into()));
+        assert!(End::Signal.into_result().is_ok());
+    }
+
+    #[test]
+    fn lost_leadership_and_failed_tasks_fail_healthz_with_the_reason_and_exit_non_zero() {
+        for (end, says) in [
+            (End::Lost("lost leadership".into()), "lost leadership"),
+            (
+                End::Failed("the sweeper panicked: boom".into()),
+                "the sweeper panicked: boom",
+            ),
+        ] {
+            let h = health();
+            h.declare(&end);
+            let reason = h.liveness.status().unwrap_err();
+            assert!(reason.starts_with(says), "{reason}");
+            assert!(h.readiness.status().is_err());
+            let err = end.into_result().unwrap_err().to_string();
+            assert!(err.starts_with(says) && err.contains("exiting"), "{err}");
+        }
     }
 }

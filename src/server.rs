@@ -2,7 +2,8 @@
 //!
 //! - `/healthz` (liveness) answers 200 while the process is alive and nothing has declared it
 //!   broken through [`Liveness::set_failed`]; a 503 there makes the kubelet restart the pod,
-//!   so only unrecoverable states should flip it.
+//!   so only unrecoverable states flip it: `run` does when leadership is lost or a supervised
+//!   task ended, for the bounded time it takes to stop and exit (the body says why).
 //! - `/readyz` (readiness) answers 200 only once [`Readiness::set_ready`] was called — by
 //!   `run`, after the kube client has reached the API server and the CRDs are served (see
 //!   [`probe_api`]). Otherwise 503 with a one-line reason, so `kubectl describe pod` says why.

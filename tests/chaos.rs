@@ -9,7 +9,7 @@
 //! delays are the experiment's schedule, not synchronisation: every wait on an outcome polls
 //! with a deadline. `CHAOS_SEED` replays a schedule.
 
-mod support;
+mod harness;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -19,10 +19,13 @@ use std::time::{Duration, Instant};
 use bollard::models::ContainerSummary;
 use bollard::query_parameters::ListContainersOptions;
 use futures::{StreamExt, stream};
+use harness::cluster::*;
+use harness::docker::*;
+use harness::operator::*;
+use harness::{repo, wait_for};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use sandbox_operator::api::{Sandbox, condition};
-use support::*;
 
 const CYCLES: usize = 50;
 
@@ -39,7 +42,7 @@ async fn containers(instance: &str) -> Vec<ContainerSummary> {
         "label".to_string(),
         vec![format!("sandboxes.dev/managed-by={instance}")],
     )]);
-    docker()
+    engine()
         .await
         .list_containers(Some(ListContainersOptions {
             all: true,
@@ -311,7 +314,7 @@ async fn sigkill_chaos_then_one_sweep_leaves_one_sandbox_per_live_object_and_not
         swept, ownerless_before,
         "the sweep reclaimed exactly the ownerless ones"
     );
-    let volumes = docker()
+    let volumes = engine()
         .await
         .list_volumes(Some(bollard::query_parameters::ListVolumesOptions {
             filters: Some(std::collections::HashMap::from([(

@@ -1,35 +1,27 @@
-//! The Docker provider against a real engine: core lifecycle, volumes, templates,
-//! hibernation and resources, each asserting what the engine actually holds.
+//! Docker-only behaviour of the Docker provider, asserted against what the engine itself
+//! holds (raw inspect, pid 1, network mode). Everything the seam promises of every provider
+//! is in the conformance suite (`tests/conformance/`, run for Docker by
+//! `tests/conformance_docker.rs`); this file keeps only what is specific to Docker.
 //!
 //! Needs a running engine and the base image (`tests/setup/docker.sh`,
 //! `tests/setup/base-image.sh`; `SANDBOX_BASE_IMAGE` overrides the tag).
 
-mod common;
+mod harness;
 
 use std::collections::BTreeMap;
-use std::io::Read;
 use std::time::{Duration, Instant};
 
 use bollard::query_parameters::InspectContainerOptions;
-use common::{IDLE, TestEnv, base_image, unique, wait_for};
+use harness::docker::{IDLE, TestEnv, base_image, engine};
+use harness::{unique, wait_for};
 use sandbox_operator::provider::ErrorKind;
 use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
-use sandbox_operator::provider::labels::{KIND, MANAGED_BY, OWNER, OWNER_UID, TEMPLATE};
+use sandbox_operator::provider::labels::MANAGED_BY;
 use sandbox_operator::provider::{
-    CommitRequest, PortRequest, Provider, ProviderError, Resources, RestartPolicy, SandboxQuery,
-    SandboxState, VolumeMount, VolumeQuery,
+    CommitRequest, Provider, Resources, RestartPolicy, SandboxQuery, SandboxState, VolumeMount,
 };
 
 const WAIT: Duration = Duration::from_secs(20);
-
-/// Raw engine client, to check what the engine holds independently of the provider.
-async fn engine() -> bollard::Docker {
-    bollard::Docker::connect_with_defaults()
-        .expect("docker client")
-        .negotiate_version()
-        .await
-        .expect("engine answers")
-}
 
 async fn raw_inspect(name: &str) -> bollard::models::ContainerInspectResponse {
     engine()
@@ -57,53 +49,32 @@ async fn pid1_start(env: &TestEnv, id: &str) -> String {
 }
 
 #[tokio::test]
-async fn create_leaves_a_never_started_sandbox_then_start_runs_it() {
+async fn create_leaves_the_container_created_and_stop_records_the_exit() {
     let env = TestEnv::new("lifecycle").await;
     let name = env.name("sbx");
     let created = env.provider.create(&env.request(&name)).await.unwrap();
-    assert_eq!(created.id, name);
-    assert_eq!(created.state, SandboxState::Creating);
-    assert_eq!(created.started_at, None, "never started (rule 6)");
-    assert!(created.created_at.is_some());
-    assert!(created.ports.is_empty());
-
+    assert_eq!(
+        created.id, name,
+        "a Docker sandbox's id is its container name"
+    );
     let raw = raw_inspect(&name).await;
     assert_eq!(
         raw.state.unwrap().status.unwrap().to_string(),
         "created",
         "create must not start the container"
     );
-
-    // find sees the same wreckage signature.
-    let found = env
-        .provider
-        .find(&SandboxQuery {
-            labels: env.instance_labels(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(found.len(), 1);
-    assert_eq!(found[0].started_at, None);
-
     env.provider.start(&name).await.unwrap();
-    let running = env.provider.describe(&name).await.unwrap().unwrap();
-    assert_eq!(running.state, SandboxState::Running);
-    let started = running.started_at.expect("started_at after start");
-    assert!(started >= running.created_at.unwrap());
-    // Starting a running sandbox is a success.
-    env.provider.start(&name).await.unwrap();
-
     env.provider.stop(&name).await.unwrap();
     let stopped = env.provider.describe(&name).await.unwrap().unwrap();
-    assert_eq!(stopped.state, SandboxState::Stopped);
-    assert!(stopped.started_at.is_some(), "stopped is not never-started");
-    assert_eq!(stopped.exit_code, Some(0));
-    env.provider.stop(&name).await.unwrap();
+    assert_eq!(
+        stopped.exit_code,
+        Some(0),
+        "the idle process exits 0 on SIGTERM"
+    );
 }
 
 #[tokio::test]
-async fn create_applies_labels_env_command_restart_policy_and_limits() {
+async fn create_maps_command_restart_policy_env_and_limits_onto_the_engine() {
     let env = TestEnv::new("fields").await;
     let name = env.name("sbx");
     let mut request = env.request(&name);
@@ -124,18 +95,7 @@ async fn create_applies_labels_env_command_restart_policy_and_limits() {
     };
     let d = env.provider.create(&request).await.unwrap();
 
-    // Through the provider.
-    assert_eq!(d.labels["team"], "blue");
-    assert_eq!(d.labels[OWNER_UID], request.owner.uid);
-    assert_eq!(d.labels[MANAGED_BY], env.instance);
-    assert_eq!(d.labels[OWNER], format!("test.{name}"));
-    assert_eq!(d.labels[KIND], "Sandbox");
-    assert_eq!(d.env["GREETING"], "hello world");
-    assert_eq!(d.command.as_ref(), Some(&command));
-    assert_eq!(d.restart_policy, RestartPolicy::OnFailure);
-    assert_eq!(d.resources.memory_bytes, Some(64 << 20));
-    assert_eq!(d.resources.cpu_millis, Some(500));
-    assert_eq!(d.resources.pids, Some(64));
+    // Through the provider: disk is advisory on Docker.
     assert_eq!(d.resources.disk_bytes, Some(1 << 30));
     assert!(!d.resources.disk_enforced, "Docker does not enforce disk");
     assert_eq!(d.image.as_deref(), Some(base_image().as_str()));
@@ -176,267 +136,57 @@ async fn create_applies_labels_env_command_restart_policy_and_limits() {
     assert_eq!(cmdline.lines().collect::<Vec<_>>(), command);
     let greeting = wait_for("the main process to write its greeting", WAIT, || async {
         let out = env.sh(&name, "cat /tmp/greeting 2>/dev/null || true").await;
-        (!out.is_empty()).then_some(out)
+        (!out.is_empty())
+            .then_some(out)
+            .ok_or("no greeting yet".to_string())
     })
     .await;
     assert_eq!(greeting, "hello world\n");
 }
 
 #[tokio::test]
-async fn published_port_is_reachable_on_loopback() {
-    let env = TestEnv::new("ports").await;
-    let name = env.name("sbx");
-    let mut request = env.request(&name);
-    request.command = Some(argv(&[
-        "perl",
-        "-MIO::Socket::INET",
-        "-e",
-        "$SIG{TERM} = sub { exit 0 }; \
-         my $s = IO::Socket::INET->new(LocalPort => 8080, Listen => 5, ReuseAddr => 1) or die $!; \
-         while (my $c = $s->accept) { print $c \"hello-from-sandbox\\n\"; close $c }",
-    ]));
-    request.ports = vec![PortRequest {
-        sandbox_port: 8080,
-        protocol: "tcp".into(),
-    }];
-    env.provider.create(&request).await.unwrap();
-    env.provider.start(&name).await.unwrap();
-
-    let d = env.provider.describe(&name).await.unwrap().unwrap();
-    assert_eq!(d.ports.len(), 1, "{:?}", d.ports);
-    let mapping = &d.ports[0];
-    assert_eq!(mapping.sandbox_port, 8080);
-    assert_eq!(mapping.protocol, "tcp");
-    assert_eq!(mapping.host, "127.0.0.1");
-    assert_ne!(mapping.port, 0);
-
-    let addr = format!("{}:{}", mapping.host, mapping.port);
-    let answer = wait_for("the sandbox's server to answer", WAIT, || {
-        let addr = addr.clone();
-        async move {
-            tokio::task::spawn_blocking(move || {
-                let mut stream = std::net::TcpStream::connect(&addr).ok()?;
-                stream.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-                let mut buf = String::new();
-                stream.read_to_string(&mut buf).ok()?;
-                // docker-proxy accepts before the server listens, then closes: retry.
-                (!buf.is_empty()).then_some(buf)
-            })
-            .await
-            .ok()
-            .flatten()
-        }
-    })
-    .await;
-    assert_eq!(answer, "hello-from-sandbox\n");
-}
-
-#[tokio::test]
-async fn a_missing_template_is_an_error_and_creates_nothing() {
+async fn images_are_never_pulled_and_templates_never_fall_back_to_them() {
     let env = TestEnv::new("notemplate").await;
     let name = env.name("sbx");
     let mut request = env.request(&name);
     request.template = Some(unique("absent-template"));
     let err = env.provider.create(&request).await.unwrap_err();
     assert!(
-        matches!(&err, m if m.is(ErrorKind::NotFound) && m.message().contains("never booted from the base image")),
+        err.is(ErrorKind::NotFound) && err.message().contains("never booted from the base image"),
         "{err}"
     );
-    assert_eq!(env.provider.describe(&name).await.unwrap(), None);
-
-    // The same for a plain image that is not on the engine: never pulled.
+    // A plain image that is not on the engine: never pulled (no registry is assumed).
     let mut request = env.request(&name);
     request.image = Some("sandbox-operator/not-here:never".into());
     let err = env.provider.create(&request).await.unwrap_err();
     assert!(
-        matches!(&err, m if m.is(ErrorKind::NotFound) && m.message().contains("never pulled")),
+        err.is(ErrorKind::NotFound) && err.message().contains("never pulled"),
         "{err}"
     );
     assert_eq!(env.provider.describe(&name).await.unwrap(), None);
 }
 
+/// The conformance suite covers a closed TCP port; these are the engine-specific
+/// endpoints: a socket file nobody listens on, and a socket path that does not exist.
 #[tokio::test]
-async fn creating_an_existing_name_is_a_conflict() {
-    let env = TestEnv::new("conflict").await;
-    let name = env.name("sbx");
-    let first = env.provider.create(&env.request(&name)).await.unwrap();
-    let err = env.provider.create(&env.request(&name)).await.unwrap_err();
-    assert!(err.is(ErrorKind::Conflict), "{err}");
-    // The first one is untouched.
-    let again = env.provider.describe(&name).await.unwrap().unwrap();
-    assert_eq!(again.labels[OWNER_UID], first.labels[OWNER_UID]);
-}
-
-#[tokio::test]
-async fn destroy_is_idempotent_and_describe_of_absent_is_none() {
-    let env = TestEnv::new("destroy").await;
-    let name = env.name("sbx");
-    env.provider.create(&env.request(&name)).await.unwrap();
-    env.provider.start(&name).await.unwrap();
-    env.provider.destroy(&name).await.unwrap();
-    assert_eq!(env.provider.describe(&name).await.unwrap(), None);
-    env.provider.destroy(&name).await.unwrap();
-    env.provider
-        .destroy(&unique("never-existed"))
-        .await
-        .unwrap();
-    // Operations that need the sandbox say it is gone (the dead-machine signal).
-    assert!(matches!(
-        env.provider.start(&name).await,
-        Err(e) if e.is(ErrorKind::NotFound)
-    ));
-}
-
-#[tokio::test]
-async fn find_narrows_by_labels_states_and_owner() {
-    let env = TestEnv::new("find").await;
-    let (a, b, c) = (env.name("a"), env.name("b"), env.name("c"));
-    let mut ra = env.request(&a);
-    ra.labels.insert("role".into(), "web".into());
-    let mut rb = env.request(&b);
-    rb.labels.insert("role".into(), "db".into());
-    rb.owner = ra.owner.clone();
-    let mut rc = env.request(&c);
-    rc.labels.insert("role".into(), "web".into());
-    for r in [&ra, &rb, &rc] {
-        env.provider.create(r).await.unwrap();
-    }
-    env.provider.start(&a).await.unwrap();
-
-    let ids = |found: Vec<sandbox_operator::provider::SandboxDescriptor>| {
-        found.into_iter().map(|d| d.id).collect::<Vec<_>>()
-    };
-    let mut sorted = vec![a.clone(), b.clone(), c.clone()];
-    sorted.sort();
-    let all = env
-        .provider
-        .find(&SandboxQuery {
-            labels: env.instance_labels(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(ids(all), sorted);
-
-    let mut web = env.instance_labels();
-    web.insert("role".into(), "web".into());
-    let mut expect = vec![a.clone(), c.clone()];
-    expect.sort();
-    let found = env
-        .provider
-        .find(&SandboxQuery {
-            labels: web,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(ids(found), expect);
-
-    let running = env
-        .provider
-        .find(&SandboxQuery {
-            labels: env.instance_labels(),
-            states: Some(vec![SandboxState::Running]),
-            owner: None,
-        })
-        .await
-        .unwrap();
-    assert_eq!(ids(running), vec![a.clone()]);
-
-    let creating = env
-        .provider
-        .find(&SandboxQuery {
-            labels: env.instance_labels(),
-            states: Some(vec![SandboxState::Creating]),
-            owner: None,
-        })
-        .await
-        .unwrap();
-    let mut expect = vec![b.clone(), c.clone()];
-    expect.sort();
-    assert_eq!(ids(creating.clone()), expect);
-    assert!(creating.iter().all(|d| d.started_at.is_none()));
-
-    let owned = env
-        .provider
-        .find(&SandboxQuery {
-            labels: env.instance_labels(),
-            states: None,
-            owner: Some(format!("test.{}", ra.owner.name)),
-        })
-        .await
-        .unwrap();
-    let mut expect = vec![a.clone(), b.clone()];
-    expect.sort();
-    assert_eq!(ids(owned), expect);
-
-    let none = env
-        .provider
-        .find(&SandboxQuery {
-            labels: env.instance_labels(),
-            states: Some(vec![SandboxState::Sleeping]),
-            owner: None,
-        })
-        .await
-        .unwrap();
-    assert!(none.is_empty(), "looked and found none");
-}
-
-/// Providers pointed at an engine that is not there: a socket nobody listens on, and a
-/// closed TCP port.
-fn unreachable_providers() -> (tempfile::TempDir, Vec<DockerProvider>) {
+async fn unix_socket_endpoints_that_do_not_answer_are_transient() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("docker.sock");
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let providers = [
-        format!("unix://{}", socket.display()),
-        format!("tcp://127.0.0.1:{port}"),
-    ]
-    .into_iter()
-    .map(|endpoint| {
-        DockerProvider::connect(
-            "docker",
-            DockerSettings {
-                endpoint: Some(endpoint),
-                ..Default::default()
-            },
-        )
-        .unwrap()
-    })
-    .collect();
-    (dir, providers)
-}
-
-#[tokio::test]
-async fn enumerations_and_lookups_fail_when_the_engine_is_unreachable() {
-    let (_dir, providers) = unreachable_providers();
-    for provider in providers {
-        let endpoint = provider.settings().endpoint.clone();
-        let transient = |r: &ProviderError| r.is(ErrorKind::Transient);
-        let err = provider.find(&SandboxQuery::default()).await.unwrap_err();
-        assert!(transient(&err), "{endpoint:?}: find: {err}");
-        let err = provider
-            .volumes()
-            .unwrap()
-            .list_volumes(&VolumeQuery::default())
-            .await
-            .unwrap_err();
-        assert!(transient(&err), "{endpoint:?}: list_volumes: {err}");
-        let templates = provider.templates().unwrap();
-        let err = templates.list_templates(None).await.unwrap_err();
-        assert!(transient(&err), "{endpoint:?}: list_templates: {err}");
-        let err = templates.get_template("some-template").await.unwrap_err();
-        assert!(transient(&err), "{endpoint:?}: get_template: {err}");
-        let err = provider.describe("some-sandbox").await.unwrap_err();
-        assert!(transient(&err), "{endpoint:?}: describe: {err}");
-        let err = provider.destroy("some-sandbox").await.unwrap_err();
-        assert!(transient(&err), "{endpoint:?}: destroy: {err}");
-    }
-    // A socket path that does not exist at all is not a configuration error either.
+    let provider = DockerProvider::connect(
+        "docker",
+        DockerSettings {
+            endpoint: Some(format!("unix://{}", socket.display())),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let err = provider.find(&SandboxQuery::default()).await.unwrap_err();
+    assert!(err.is(ErrorKind::Transient), "find: {err}");
+    let err = provider.describe("some-sandbox").await.unwrap_err();
+    assert!(err.is(ErrorKind::Transient), "describe: {err}");
+    // A socket path that does not exist at all is not a configuration error either: a
+    // daemon that is still starting.
     let err = DockerProvider::connect(
         "docker",
         DockerSettings {
@@ -450,155 +200,7 @@ async fn enumerations_and_lookups_fail_when_the_engine_is_unreachable() {
 }
 
 #[tokio::test]
-async fn a_volume_held_by_a_stopped_sandbox_is_attached_and_cannot_be_removed() {
-    let env = TestEnv::new("volhold").await;
-    let volumes = env.provider.volumes().unwrap();
-    let vol = env.name("vol");
-    let owner = env.owner("SandboxVolume", &vol);
-    let created = volumes.create_volume(&vol, &owner.labels()).await.unwrap();
-    assert!(!created.attached);
-    assert!(created.created_at.is_some());
-
-    let name = env.name("sbx");
-    let mut request = env.request(&name);
-    request.volumes = vec![VolumeMount {
-        volume_name: vol.clone(),
-        mount_path: "/data".into(),
-        read_only: false,
-    }];
-    let d = env.provider.create(&request).await.unwrap();
-    assert_eq!(d.volumes, vec![vol.clone()]);
-    env.provider.start(&name).await.unwrap();
-    env.sh(&name, "echo keep > /data/file").await;
-    env.provider.stop(&name).await.unwrap();
-    assert_eq!(
-        env.provider.describe(&name).await.unwrap().unwrap().state,
-        SandboxState::Stopped
-    );
-
-    let info = volumes.get_volume(&vol).await.unwrap().unwrap();
-    assert!(info.attached, "a stopped sandbox still owns its volume");
-    assert_eq!(info.attached_to, vec![name.clone()]);
-    let err = volumes.remove_volume(&vol).await.unwrap_err();
-    assert!(
-        matches!(&err, m if m.is(ErrorKind::Conflict) && m.message().contains(&name)),
-        "{err}"
-    );
-
-    env.provider.destroy(&name).await.unwrap();
-    let info = volumes.get_volume(&vol).await.unwrap().unwrap();
-    assert!(!info.attached, "destroy keeps named volumes, detached");
-    volumes.remove_volume(&vol).await.unwrap();
-    assert_eq!(volumes.get_volume(&vol).await.unwrap(), None);
-    volumes.remove_volume(&vol).await.unwrap();
-}
-
-#[tokio::test]
-async fn a_sandbox_cannot_mount_a_volume_that_does_not_exist() {
-    let env = TestEnv::new("volmissing").await;
-    let name = env.name("sbx");
-    let vol = env.name("vol");
-    let mut request = env.request(&name);
-    request.volumes = vec![VolumeMount {
-        volume_name: vol.clone(),
-        mount_path: "/data".into(),
-        read_only: false,
-    }];
-    let err = env.provider.create(&request).await.unwrap_err();
-    assert!(err.is(ErrorKind::NotFound), "{err}");
-    assert_eq!(env.provider.describe(&name).await.unwrap(), None);
-    assert_eq!(
-        env.provider
-            .volumes()
-            .unwrap()
-            .get_volume(&vol)
-            .await
-            .unwrap(),
-        None,
-        "Docker's silent auto-create must not happen"
-    );
-}
-
-#[tokio::test]
-async fn volume_creation_is_idempotent_for_its_owner_only() {
-    let env = TestEnv::new("volown").await;
-    let volumes = env.provider.volumes().unwrap();
-    let vol = env.name("vol");
-    let owner = env.owner("SandboxVolume", &vol);
-    volumes.create_volume(&vol, &owner.labels()).await.unwrap();
-    let again = volumes.create_volume(&vol, &owner.labels()).await.unwrap();
-    assert_eq!(again.labels[OWNER_UID], owner.uid);
-    let other = env.owner("SandboxVolume", &vol);
-    let err = volumes
-        .create_volume(&vol, &other.labels())
-        .await
-        .unwrap_err();
-    assert!(err.is(ErrorKind::Conflict), "{err}");
-}
-
-#[tokio::test]
-async fn list_volumes_filters_by_prefix_labels_and_attachment() {
-    let env = TestEnv::new("vollist").await;
-    let volumes = env.provider.volumes().unwrap();
-    let prefix = env.name("vl");
-    let (used, free) = (format!("{prefix}-used"), format!("{prefix}-free"));
-    for vol in [&used, &free] {
-        let mut labels = env.owner("SandboxVolume", vol).labels();
-        labels.insert("tier".into(), vol.rsplit('-').next().unwrap().into());
-        volumes.create_volume(vol, &labels).await.unwrap();
-    }
-    let name = env.name("sbx");
-    let mut request = env.request(&name);
-    request.volumes = vec![VolumeMount {
-        volume_name: used.clone(),
-        mount_path: "/data".into(),
-        read_only: true,
-    }];
-    env.provider.create(&request).await.unwrap(); // never started: still attached
-
-    let names = |v: Vec<sandbox_operator::provider::VolumeInfo>| {
-        v.into_iter().map(|i| i.name).collect::<Vec<_>>()
-    };
-    let query = |attached: Option<bool>| VolumeQuery {
-        name_prefix: Some(prefix.clone()),
-        labels: env.instance_labels(),
-        attached,
-    };
-    let mut both = vec![free.clone(), used.clone()];
-    both.sort();
-    assert_eq!(
-        names(volumes.list_volumes(&query(None)).await.unwrap()),
-        both
-    );
-    let attached = volumes.list_volumes(&query(Some(true))).await.unwrap();
-    assert_eq!(attached[0].attached_to, vec![name.clone()]);
-    assert_eq!(names(attached), vec![used.clone()]);
-    assert_eq!(
-        names(volumes.list_volumes(&query(Some(false))).await.unwrap()),
-        vec![free.clone()]
-    );
-    let mut labels = env.instance_labels();
-    labels.insert("tier".into(), "free".into());
-    let by_label = volumes
-        .list_volumes(&VolumeQuery {
-            labels,
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert_eq!(names(by_label), vec![free.clone()]);
-    let nothing = volumes
-        .list_volumes(&VolumeQuery {
-            name_prefix: Some(format!("{prefix}-nope")),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    assert!(nothing.is_empty());
-}
-
-#[tokio::test]
-async fn a_committed_template_boots_with_rootfs_and_volume_files() {
+async fn a_committed_template_is_an_image_with_volume_captures_sanitised() {
     let env = TestEnv::new("tmplboot").await;
     let volumes = env.provider.volumes().unwrap();
     let templates = env.provider.templates().unwrap();
@@ -619,176 +221,64 @@ async fn a_committed_template_boots_with_rootfs_and_volume_files() {
     env.provider.start(&source).await.unwrap();
     env.sh(
         &source,
-        "mkdir -p /opt/app /data/project/sub && echo rootfs > /opt/app/rootfs.txt \
-         && echo on-volume > /data/project/sub/file.txt \
+        "mkdir -p /data/project/sub && echo on-volume > /data/project/sub/file.txt \
          && printf '#!/bin/sh\\n' > /data/project/suid && chmod 4755 /data/project/suid \
-         && ln -s sub/file.txt /data/project/link \
-         && echo not-captured > /data/elsewhere.txt",
+         && ln -s sub/file.txt /data/project/link",
     )
     .await;
 
     let id = env.name("tmpl");
-    let owner = env.owner("SandboxTemplate", &id);
-    let template = templates
-        .commit(&CommitRequest {
-            sandbox_id: source.clone(),
-            template_id: id.clone(),
-            capture_paths: vec!["/data/project".into(), "/opt/app".into()],
-            label: Some("first capture".into()),
-            owner: owner.clone(),
-        })
-        .await
-        .unwrap();
-    assert_eq!(template.id, id);
-    assert!(template.reference.starts_with("sha256:"));
-    assert_eq!(template.label.as_deref(), Some("first capture"));
-    assert_eq!(template.labels[OWNER_UID], owner.uid);
-    assert!(template.created_at.is_some());
-    assert!(template.size_bytes.is_some());
-    assert!(
-        !template.in_use,
-        "the source runs the base image, not the template"
-    );
+    let commit = |paths: &[&str]| CommitRequest {
+        sandbox_id: source.clone(),
+        template_id: id.clone(),
+        capture_paths: paths.iter().map(|p| p.to_string()).collect(),
+        label: None,
+        owner: env.owner("SandboxTemplate", &id),
+    };
+    let template = templates.commit(&commit(&["/data/project"])).await.unwrap();
+    assert!(template.reference.starts_with("sha256:"), "an image id");
+    assert!(template.size_bytes.is_some() && template.created_at.is_some());
     assert_eq!(
         template.labels.get("team").map(String::as_str),
         Some(""),
         "the source's own labels are blanked, not inherited"
     );
 
-    let got = templates.get_template(&id).await.unwrap().unwrap();
-    assert_eq!(got.reference, template.reference);
-    let listed = templates.list_templates(Some(&id)).await.unwrap();
-    assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].reference, template.reference);
-
-    // Boot from it, without the volume: the captured files are in the image.
     let booted = env.name("boot");
     let mut request = env.request(&booted);
     request.template = Some(id.clone());
-    request.image = Some("ignored-when-a-template-is-given".into());
     let d = env.provider.create(&request).await.unwrap();
-    assert_eq!(d.template_ref.as_deref(), Some(id.as_str()));
-    assert_eq!(d.labels[TEMPLATE], id);
     assert_eq!(d.labels.get("team").map(String::as_str), Some(""));
     env.provider.start(&booted).await.unwrap();
-    assert_eq!(env.sh(&booted, "cat /opt/app/rootfs.txt").await, "rootfs\n");
-    assert_eq!(
-        env.sh(&booted, "cat /data/project/sub/file.txt").await,
-        "on-volume\n"
-    );
     assert_eq!(
         env.sh(&booted, "cat /data/project/link").await,
-        "on-volume\n"
+        "on-volume\n",
+        "symlinks survive the archive copy"
     );
     assert_eq!(
         env.sh(&booted, "stat -c '%a %u' /data/project/suid").await,
         "755 0\n",
         "setuid never survives a capture"
     );
-    assert_eq!(
-        env.sh(
-            &booted,
-            "test -e /data/elsewhere.txt && echo yes || echo no"
-        )
-        .await,
-        "no\n",
-        "only capture paths are copied from the volume"
-    );
 
-    assert!(templates.get_template(&id).await.unwrap().unwrap().in_use);
-    assert!(templates.list_templates(Some(&id)).await.unwrap()[0].in_use);
-
-    // Re-committing replaces it, also from a stopped sandbox (volume paths included).
-    env.sh(&source, "echo second > /opt/app/rootfs.txt").await;
-    env.provider.stop(&source).await.unwrap();
-    let second = templates
-        .commit(&CommitRequest {
-            sandbox_id: source.clone(),
-            template_id: id.clone(),
-            capture_paths: vec!["/opt/app".into(), "/data/project/sub".into()],
-            label: None,
-            owner,
-        })
+    // A capture path below a directory: only that subtree, under a scaffolded parent.
+    templates
+        .commit(&commit(&["/data/project/sub"]))
         .await
         .unwrap();
-    assert_ne!(second.reference, template.reference);
-    assert!(
-        second.in_use,
-        "the old capture still backs a sandbox booted from this id"
-    );
-    assert_eq!(templates.list_templates(Some(&id)).await.unwrap().len(), 1);
     let rebooted = env.name("boot2");
     let mut request = env.request(&rebooted);
     request.template = Some(id.clone());
     env.provider.create(&request).await.unwrap();
     env.provider.start(&rebooted).await.unwrap();
-    assert_eq!(
-        env.sh(&rebooted, "cat /opt/app/rootfs.txt").await,
-        "second\n"
-    );
-    assert_eq!(
-        env.sh(&rebooted, "cat /data/project/sub/file.txt").await,
-        "on-volume\n"
-    );
-    assert_eq!(
-        env.sh(&rebooted, "ls /data/project").await,
-        "sub\n",
-        "only the captured subtree, under a scaffolded parent"
-    );
+    assert_eq!(env.sh(&rebooted, "ls /data/project").await, "sub\n");
 }
 
 #[tokio::test]
-async fn a_template_that_backs_a_sandbox_cannot_be_removed() {
-    let env = TestEnv::new("tmplrm").await;
-    let templates = env.provider.templates().unwrap();
-    let source = env.name("src");
-    env.provider.create(&env.request(&source)).await.unwrap();
-    let id = env.name("tmpl");
-    templates
-        .commit(&CommitRequest {
-            sandbox_id: source.clone(),
-            template_id: id.clone(),
-            capture_paths: vec![],
-            label: None,
-            owner: env.owner("SandboxTemplate", &id),
-        })
-        .await
-        .unwrap();
-
-    let user = env.name("user");
-    let mut request = env.request(&user);
-    request.template = Some(id.clone());
-    env.provider.create(&request).await.unwrap(); // never started still counts
-
-    assert!(templates.get_template(&id).await.unwrap().unwrap().in_use);
-    let err = templates.remove_template(&id).await.unwrap_err();
-    assert!(
-        matches!(&err, m if m.is(ErrorKind::Conflict) && m.message().contains(&user)),
-        "{err}"
-    );
-    assert!(templates.get_template(&id).await.unwrap().is_some());
-
-    env.provider.destroy(&user).await.unwrap();
-    assert!(!templates.get_template(&id).await.unwrap().unwrap().in_use);
-    templates.remove_template(&id).await.unwrap();
-    assert_eq!(templates.get_template(&id).await.unwrap(), None);
-    templates.remove_template(&id).await.unwrap();
-}
-
-#[tokio::test]
-async fn template_lookups_distinguish_absent_from_unknown() {
+async fn template_ids_are_validated_and_publish_needs_a_store() {
     let env = TestEnv::new("tmplabsent").await;
     let templates = env.provider.templates().unwrap();
     let id = unique("absent");
-    assert_eq!(templates.get_template(&id).await.unwrap(), None);
-    templates.remove_template(&id).await.unwrap();
-    assert!(
-        templates
-            .list_templates(Some(&id))
-            .await
-            .unwrap()
-            .is_empty()
-    );
     assert!(matches!(
         templates.get_template("Not A Valid Id").await,
         Err(e) if e.is(ErrorKind::Invalid)
@@ -802,41 +292,6 @@ async fn template_lookups_distinguish_absent_from_unknown() {
         templates.fetch(&id).await,
         Err(e) if e.is(ErrorKind::Unsupported)
     ));
-}
-
-#[tokio::test]
-async fn commit_refuses_capture_paths_that_do_not_exist() {
-    let env = TestEnv::new("tmplpath").await;
-    let templates = env.provider.templates().unwrap();
-    let source = env.name("src");
-    env.provider.create(&env.request(&source)).await.unwrap();
-    let id = env.name("tmpl");
-    let err = templates
-        .commit(&CommitRequest {
-            sandbox_id: source.clone(),
-            template_id: id.clone(),
-            capture_paths: vec!["/no/such/dir".into()],
-            label: None,
-            owner: env.owner("SandboxTemplate", &id),
-        })
-        .await
-        .unwrap_err();
-    assert!(
-        matches!(&err, m if m.is(ErrorKind::Invalid) && m.message().contains("/no/such/dir")),
-        "{err}"
-    );
-    let err = templates
-        .commit(&CommitRequest {
-            sandbox_id: source,
-            template_id: id.clone(),
-            capture_paths: vec!["/a/../etc".into()],
-            label: None,
-            owner: env.owner("SandboxTemplate", &id),
-        })
-        .await
-        .unwrap_err();
-    assert!(err.is(ErrorKind::Invalid), "{err}");
-    assert_eq!(templates.get_template(&id).await.unwrap(), None);
 }
 
 const COUNTER: &str = "trap 'exit 0' TERM; i=0; while true; do i=$((i+1)); echo $i > /tmp/count; \
@@ -868,7 +323,8 @@ async fn hibernate_pauses_and_resume_keeps_the_processes() {
     env.provider.create(&request).await.unwrap();
     env.provider.start(&name).await.unwrap();
     wait_for("the counter to reach 3", WAIT, || async {
-        (count(&env, &name).await >= 3).then_some(())
+        let n = count(&env, &name).await;
+        (n >= 3).then_some(()).ok_or(format!("count {n}"))
     })
     .await;
     let start_before = pid1_start(&env, &name).await;
@@ -891,91 +347,43 @@ async fn hibernate_pauses_and_resume_keeps_the_processes() {
     let frozen_at = count(&env, &name).await;
     assert!(frozen_at >= 3, "the counter did not reset: {frozen_at}");
     wait_for("the counter to continue", WAIT, || async {
-        (count(&env, &name).await > frozen_at).then_some(())
+        let n = count(&env, &name).await;
+        (n > frozen_at).then_some(()).ok_or(format!("count {n}"))
     })
     .await;
     assert_eq!(restarts_in_log(&env, &name).await, 1, "never restarted");
     assert_eq!(pid1_start(&env, &name).await, start_before, "same pid 1");
-
-    // Resuming a running sandbox reports the truth: nothing was lost.
-    assert!(hib.resume(&name).await.unwrap().processes_preserved);
 }
 
 #[tokio::test]
-async fn resume_of_a_stopped_sandbox_reports_lost_processes() {
-    let env = TestEnv::new("hibstop").await;
-    let hib = env.provider.hibernation().unwrap();
-    let name = env.name("sbx");
-    let mut request = env.request(&name);
-    request.command = Some(argv(&["sh", "-c", COUNTER]));
-    env.provider.create(&request).await.unwrap();
-    env.provider.start(&name).await.unwrap();
-    wait_for("the counter to reach 3", WAIT, || async {
-        (count(&env, &name).await >= 3).then_some(())
-    })
-    .await;
-    let start_before = pid1_start(&env, &name).await;
-
-    env.provider.stop(&name).await.unwrap();
-    let out = hib.hibernate(&name).await.unwrap();
-    assert!(!out.processes_preserved, "nothing ran to preserve: {out:?}");
-
-    let out = hib.resume(&name).await.unwrap();
-    assert!(!out.processes_preserved, "{out:?}");
-    assert_eq!(out.mechanism, "start");
-    wait_for("the counter to start again from 1", WAIT, || async {
-        (restarts_in_log(&env, &name).await == 2).then_some(())
-    })
-    .await;
-    assert_ne!(pid1_start(&env, &name).await, start_before, "a new pid 1");
-}
-
-#[tokio::test]
-async fn sleep_wake_and_stop_are_idempotent() {
+async fn a_paused_sandbox_stops_promptly_and_a_stopped_one_cannot_sleep() {
     let env = TestEnv::new("sleepwake").await;
     let name = env.name("sbx");
     env.provider.create(&env.request(&name)).await.unwrap();
     env.provider.start(&name).await.unwrap();
     env.provider.sleep(&name).await.unwrap();
-    env.provider.sleep(&name).await.unwrap();
     assert_eq!(
-        env.provider.describe(&name).await.unwrap().unwrap().state,
-        SandboxState::Sleeping
+        raw_inspect(&name)
+            .await
+            .state
+            .unwrap()
+            .status
+            .unwrap()
+            .to_string(),
+        "paused"
     );
-    env.provider.wake(&name).await.unwrap();
-    env.provider.wake(&name).await.unwrap();
-    assert_eq!(
-        env.provider.describe(&name).await.unwrap().unwrap().state,
-        SandboxState::Running
-    );
-    // Stopping a sleeping sandbox works (and is prompt: it is thawed first).
-    env.provider.sleep(&name).await.unwrap();
+    // Thawed first, so the main process sees SIGTERM instead of waiting for SIGKILL.
     let t = Instant::now();
     env.provider.stop(&name).await.unwrap();
     assert!(t.elapsed() < Duration::from_secs(8), "{:?}", t.elapsed());
-    env.provider.stop(&name).await.unwrap();
     assert!(matches!(
         env.provider.sleep(&name).await,
         Err(e) if e.is(ErrorKind::Conflict)
     ));
-    // Waking a stopped sandbox starts it.
-    env.provider.wake(&name).await.unwrap();
-    assert_eq!(
-        env.provider.describe(&name).await.unwrap().unwrap().state,
-        SandboxState::Running
-    );
-    // A sleeping sandbox can be destroyed.
-    env.provider.sleep(&name).await.unwrap();
-    env.provider.destroy(&name).await.unwrap();
-    assert_eq!(env.provider.describe(&name).await.unwrap(), None);
-    assert!(matches!(
-        env.provider.wake(&name).await,
-        Err(e) if e.is(ErrorKind::NotFound)
-    ));
 }
 
 #[tokio::test]
-async fn set_resources_changes_limits_in_place_and_refuses_disk() {
+async fn set_resources_is_docker_update_with_swap_moving_with_memory() {
     let env = TestEnv::new("resources").await;
     let res = env.provider.resources().unwrap();
     let name = env.name("sbx");
@@ -988,44 +396,22 @@ async fn set_resources_changes_limits_in_place_and_refuses_disk() {
     };
     env.provider.create(&request).await.unwrap();
     env.provider.start(&name).await.unwrap();
-
-    let applied = res
-        .set_resources(
-            &name,
-            &Resources {
-                cpu_millis: Some(250),
-                memory_bytes: Some(128 << 20),
-                disk_bytes: None,
-                pids: Some(50),
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(applied.cpu_millis, Some(250));
-    assert_eq!(applied.memory_bytes, Some(128 << 20));
-    assert_eq!(applied.pids, Some(50));
-    assert!(!applied.disk_enforced);
+    res.set_resources(
+        &name,
+        &Resources {
+            cpu_millis: Some(250),
+            memory_bytes: Some(128 << 20),
+            disk_bytes: None,
+            pids: Some(50),
+        },
+    )
+    .await
+    .unwrap();
     let host = raw_inspect(&name).await.host_config.unwrap();
     assert_eq!(host.memory, Some(128 << 20));
     assert_eq!(host.memory_swap, Some(128 << 20), "swap moves with memory");
     assert_eq!(host.nano_cpus, Some(250_000_000));
     assert_eq!(host.pids_limit, Some(50));
-
-    // Only the fields present change.
-    let applied = res
-        .set_resources(
-            &name,
-            &Resources {
-                memory_bytes: Some(32 << 20),
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    assert_eq!(applied.memory_bytes, Some(32 << 20));
-    assert_eq!(applied.cpu_millis, Some(250));
-    assert_eq!(applied.pids, Some(50));
-
     let err = res
         .set_resources(
             &name,
@@ -1040,29 +426,22 @@ async fn set_resources_changes_limits_in_place_and_refuses_disk() {
     assert!(err.is(ErrorKind::Unsupported), "{err}");
     assert_eq!(
         raw_inspect(&name).await.host_config.unwrap().memory,
-        Some(32 << 20),
-        "a refused change changes nothing"
+        Some(128 << 20),
+        "a refused change changes nothing in the engine"
     );
-    assert!(matches!(
-        res.set_resources(&unique("absent"), &Resources::default())
-            .await,
-        Err(e) if e.is(ErrorKind::NotFound)
-    ));
 }
 
 #[tokio::test]
-async fn egress_allow_lists_are_refused_and_an_empty_one_cuts_the_network() {
+async fn no_egress_is_network_mode_none_and_domains_are_refused_by_name() {
     let env = TestEnv::new("egress").await;
     let name = env.name("sbx");
     let mut request = env.request(&name);
     request.allowed_domains = Some(vec!["example.com".into()]);
     let err = env.provider.create(&request).await.unwrap_err();
     assert!(
-        matches!(&err, m if m.is(ErrorKind::Unsupported) && m.message().contains("cannot filter egress by domain")),
+        err.is(ErrorKind::Unsupported) && err.message().contains("cannot filter egress by domain"),
         "{err}"
     );
-    assert_eq!(env.provider.describe(&name).await.unwrap(), None);
-
     request.allowed_domains = Some(vec![]);
     env.provider.create(&request).await.unwrap();
     let host = raw_inspect(&name).await.host_config.unwrap();

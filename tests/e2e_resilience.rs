@@ -7,7 +7,7 @@
 //! deadlines below was driven by events (Kubernetes watches, the Docker event stream, the
 //! engine coming back), not by the periodic safety net.
 
-mod support;
+mod harness;
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -15,13 +15,16 @@ use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
+use harness::cluster::*;
+use harness::docker::*;
+use harness::operator::*;
+use harness::{cache, repo, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use sandbox_operator::api::{Condition, Sandbox, condition};
-use support::*;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 /// Long enough for an event-driven reaction on a busy machine, far below the 600 s resync.
@@ -550,7 +553,7 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_within_the_lease()
     // The new leader acts: a Sandbox applied after the kill becomes Ready, and deletes work.
     apply(&sandbox_yaml("second", ""), &ns);
     let second = wait_ready(&api, "second", &ops[follower]).await;
-    let docker = docker().await;
+    let docker = engine().await;
     assert_eq!(containers_on(&docker, &uid_of(&second)).await.len(), 1);
     assert_eq!(
         containers_on(&docker, &uid_of(&first)).await.len(),
@@ -615,7 +618,7 @@ async fn sigterm_releases_the_lease_so_the_standby_takes_over_at_once() {
     let after = wait_ready(&api, "after", &ops[standby]).await;
     delete_and_wait_gone(&api, "before").await;
     delete_and_wait_gone(&api, "after").await;
-    let docker = docker().await;
+    let docker = engine().await;
     assert!(containers_on(&docker, &uid_of(&before)).await.is_empty());
     assert!(containers_on(&docker, &uid_of(&after)).await.is_empty());
     eprintln!("leader SIGTERM test took {}", took(t0));
@@ -635,7 +638,7 @@ async fn a_removed_container_is_recreated_or_reported_per_restart_policy() {
     apply(&sandbox_yaml("mortal", "  restartPolicy: Never\n"), &ns);
     let phoenix = wait_ready(&api, "phoenix", &op).await;
     let mortal = wait_ready(&api, "mortal", &op).await;
-    let docker = docker().await;
+    let docker = engine().await;
     let phoenix_name = external_of(&phoenix);
     let old_id = inspect_on(&docker, &phoenix_name).await.id.expect("id");
 
@@ -831,7 +834,7 @@ async fn env_from_reaches_the_container_and_self_delivered_env_leaks_nowhere() {
     );
     let plain = wait_ready(&api, "plain", &op).await;
     let private = wait_ready(&api, "private", &op).await;
-    let docker = docker().await;
+    let docker = engine().await;
 
     // envFrom: in the container's environment.
     let c = inspect_on(&docker, &external_of(&plain)).await;
@@ -928,7 +931,7 @@ async fn lifetime_deletes_or_stops_when_the_ttl_runs_out() {
         &sandbox_yaml("napper", "  lifetime: {ttlSeconds: 5}\n"),
         &ns,
     );
-    let docker = docker().await;
+    let docker = engine().await;
 
     // Delete: the object goes away by itself, and its container with it.
     let ephemeral = wait_sandbox(&api, "ephemeral", &op, "a container", READY_TIMEOUT, |s| {

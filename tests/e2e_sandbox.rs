@@ -1,15 +1,18 @@
 //! End to end: `kubectl apply` → the operator binary → a real Docker container, through a
 //! real kube-apiserver. Each test has its own namespace and operator instance.
 
-mod support;
+mod harness;
 
 use std::time::Duration;
 
 use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
+use harness::cluster::*;
+use harness::docker::*;
+use harness::operator::*;
+use harness::{repo, wait_for};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use sandbox_operator::api::{Sandbox, SandboxVolume, condition};
-use support::*;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(90);
 
@@ -39,7 +42,7 @@ async fn wait_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
 }
 
 async fn containers_of(uid: &str) -> Vec<bollard::models::ContainerSummary> {
-    let docker = docker().await;
+    let docker = engine().await;
     let filters = std::collections::HashMap::from([(
         "label".to_string(),
         vec![format!("sandboxes.dev/owner-uid={uid}")],
@@ -55,7 +58,7 @@ async fn containers_of(uid: &str) -> Vec<bollard::models::ContainerSummary> {
 }
 
 async fn inspect(name: &str) -> bollard::models::ContainerInspectResponse {
-    docker()
+    engine()
         .await
         .inspect_container(name, None::<InspectContainerOptions>)
         .await
@@ -390,7 +393,7 @@ spec:
         },
     )
     .await;
-    let docker = docker().await;
+    let docker = engine().await;
     assert!(
         docker.inspect_volume(&scratch).await.is_ok(),
         "attached volume must survive"

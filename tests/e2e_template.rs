@@ -2,13 +2,16 @@
 //! and a real SigV4 S3 store, through a real kube-apiserver. Each test has its own
 //! namespace(s), operator instance(s), template repository and store prefix.
 
-mod s3env;
-mod support;
+mod harness;
 
 use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
+use harness::cluster::*;
+use harness::docker::*;
+use harness::operator::*;
+use harness::wait_for;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::DeleteParams;
@@ -16,9 +19,8 @@ use sandbox_operator::api::{Sandbox, SandboxTemplate, condition};
 use sandbox_operator::config::TemplateStoreConfig;
 use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
 use sandbox_operator::templates::transfer;
-use support::*;
 
-use s3env::s3_env;
+use harness::s3::s3_env;
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -526,7 +528,7 @@ async fn a_template_published_by_one_operator_is_fetched_and_booted_by_another()
     let client = client().await;
     let store = store(&prefix);
     let _objects = PurgePrefix(store.clone(), prefix.clone());
-    let shared = format!("shared-{:08x}", fastrand::u32(..));
+    let shared = harness::unique("shared");
 
     // Operator A captures and publishes under a stable id.
     let sandboxes_a: Api<Sandbox> = Api::namespaced(client.clone(), &ns_a);

@@ -10,14 +10,18 @@
 //!   changes nothing, stores the spec exactly as written (no defaults), `kubectl diff` finds
 //!   no drift, and the managed fields show no other owner of any spec field.
 
-mod support;
+mod harness;
 
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::Duration;
 
+use harness::cluster::*;
+use harness::docker::*;
+use harness::operator::*;
+use harness::tools::*;
+use harness::{repo, wait_for};
 use serde_json::{Value, json};
-use support::*;
 
 const TIMEOUT: Duration = Duration::from_secs(90);
 const LUAS: [&str; 2] = ["lua5.1", "lua5.4"];

@@ -14,15 +14,19 @@
 //! Pods never run on the test control plane (no scheduler, no kubelet), so "the pod runs" is
 //! played by `docker run` of the image with the rendered pod spec translated flag by flag.
 
-mod support;
+mod harness;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
+use harness::cluster::*;
+use harness::docker::*;
+use harness::operator::*;
+use harness::tools::*;
+use harness::{cache, repo, unique, wait_for};
 use serde_json::{Value, json};
-use support::*;
 
 const CRD_NAMES: [&str; 3] = [
     "sandboxes.sandboxes.dev",

@@ -2,10 +2,12 @@
 //! `kubectl explain` describes every field, `kubectl get` shows useful columns (and the
 //! `sandboxes` category lists all three kinds), `kubectl wait --for=condition=Ready` works.
 
-mod support;
+mod harness;
 
+use harness::cluster::*;
+use harness::docker::*;
+use harness::operator::*;
 use serde_json::{Value, json};
-use support::*;
 
 fn kubectl_ok(args: &[&str], stdin: Option<&str>) -> String {
     let out = kubectl(args, stdin);

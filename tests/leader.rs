@@ -1,72 +1,33 @@
-//! Leader election against a real kube-apiserver (started by `tests/cluster/up.sh` when
-//! `KUBECONFIG` is not set).
+//! Leader election against a real kube-apiserver (the harness starts it with
+//! `tests/cluster/up.sh`, which reuses a running one).
 //!
 //! Timings are short (lease 3 s, renew 1 s) so failover is observable quickly; every wait is a
 //! deadline on an observed event (the electors' watch channels, the Lease object), never a
 //! sleep used for synchronisation. Each test uses its own randomly suffixed Lease.
 
+mod harness;
+
 use std::future::Future;
-use std::path::PathBuf;
-use std::process::Command;
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, PostParams};
-use kube::config::{KubeConfigOptions, Kubeconfig};
-use kube::{Api, Client, Config};
+use kube::{Api, Client};
 use sandbox_operator::leader::{LeaderConfig, LeaderElector};
 use sandbox_operator::metrics::Metrics;
 use sandbox_operator::server::probe_api;
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 
+use harness::cluster::client;
+use harness::unique;
+
 const NAMESPACE: &str = "default";
 
-/// Path of the test cluster's kubeconfig: `$KUBECONFIG`, else whatever `up.sh` prints
-/// (running it once per test process; it is idempotent and serialises itself).
-fn kubeconfig_path() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        if let Some(path) = std::env::var_os("KUBECONFIG").filter(|p| !p.is_empty()) {
-            return PathBuf::from(path);
-        }
-        let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/cluster/up.sh");
-        let out = Command::new("bash")
-            .arg(&script)
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", script.display()));
-        assert!(
-            out.status.success(),
-            "{} failed ({}):\n{}",
-            script.display(),
-            out.status,
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        let path = stdout
-            .lines()
-            .find_map(|l| l.trim().strip_prefix("export KUBECONFIG="))
-            .unwrap_or_else(|| panic!("up.sh printed no `export KUBECONFIG=`: {stdout}"));
-        PathBuf::from(path)
-    })
-    .clone()
-}
-
-async fn client() -> Client {
-    let path = kubeconfig_path();
-    let kubeconfig = Kubeconfig::read_from(&path)
-        .unwrap_or_else(|e| panic!("cannot read kubeconfig {}: {e}", path.display()));
-    let config = Config::from_custom_kubeconfig(kubeconfig, &KubeConfigOptions::default())
-        .await
-        .unwrap();
-    Client::try_from(config).unwrap()
-}
-
 fn unique_lease(test: &str) -> String {
-    format!("leader-test-{test}-{:08x}", fastrand::u32(..))
+    unique(&format!("leader-test-{test}"))
 }
 
 /// Short timings: lease `lease_secs`, renew deadline 2 s, renew 1 s, retry 250 ms.

@@ -10,7 +10,7 @@
 //! first group at least `grace` old and the second younger than `grace` (the engine and the
 //! test share one clock).
 
-mod support;
+mod harness;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::PathBuf;
@@ -25,6 +25,9 @@ use bollard::query_parameters::{
     CreateContainerOptionsBuilder, InspectContainerOptions, StartContainerOptions,
 };
 use chrono::Utc;
+use harness::cluster::{client, kubeconfig, namespace};
+use harness::docker::base_image;
+use harness::{unique, wait_for};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::Api;
 use kube::api::{ListParams, PostParams};
@@ -42,7 +45,6 @@ use sandbox_operator::provider::{
     VolumeQuery, Volumes,
 };
 use sandbox_operator::registry::ProviderHandle;
-use support::{base_image, client, kubeconfig, namespace, unique, wait_for};
 
 /// The grace period the library-level tests judge with.
 const GRACE: Duration = Duration::from_secs(3600);
@@ -101,7 +103,7 @@ impl Drop for Cleanup {
             docker(&args);
         }
         if let Some(ns) = &self.namespace {
-            let _ = support::kubectl(&["delete", "namespace", ns, "--wait=false"], None);
+            let _ = harness::cluster::kubectl(&["delete", "namespace", ns, "--wait=false"], None);
         }
     }
 }
@@ -157,7 +159,7 @@ impl World {
             ns,
             instance,
             provider,
-            docker: support::docker().await,
+            docker: harness::docker::engine().await,
             client: client().await,
             cleanup,
             template_source: None,
@@ -1055,7 +1057,7 @@ fn sweep_cli(config: &PathBuf, ns: &str, args: &[&str]) -> Output {
 }
 
 fn write_config(w: &World, extra: &str) -> PathBuf {
-    let dir = support::repo().join("target/e2e");
+    let dir = harness::repo().join("target/e2e");
     std::fs::create_dir_all(&dir).expect("dir");
     let path = dir.join(format!("{}-sweep-{}.yaml", w.instance, unique("c")));
     let text = format!("instance: {}\n{extra}", w.instance);
@@ -1250,7 +1252,7 @@ async fn sweep_command_prints_a_table_and_its_exit_code_says_whether_it_complete
 async fn the_leader_sweeps_periodically_with_events_and_metrics() {
     let mut w = World::new("sweep-leader").await;
     // The operator's instance is this world's instance; it watches this namespace.
-    let opts = support::OperatorOptions {
+    let opts = harness::operator::OperatorOptions {
         config_extra: "providers:\n  - name: docker\n    type: docker\nsweeper:\n  intervalSecs: 1\n  graceSecs: 0\n".into(),
         ..Default::default()
     };
@@ -1258,7 +1260,7 @@ async fn the_leader_sweeps_periodically_with_events_and_metrics() {
     let retained = w
         .volume(&w.ghost("SandboxVolume", "kept"), Some("Retain"))
         .await;
-    let op = support::Operator::start(&w.ns, &w.instance, &opts);
+    let op = harness::operator::Operator::start(&w.ns, &w.instance, &opts);
     let orphan = w.container(&ghost, true).await;
     let started = Instant::now();
     wait_for(

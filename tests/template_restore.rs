@@ -9,16 +9,16 @@
 //! - a failed store lookup is an error, an absent template is `None` and makes nothing;
 //! - the time to boot from a template next to the time to build the same state from scratch.
 
-mod common;
-mod s3env;
+mod harness;
 
 use std::io::Write;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{TestEnv, unique};
-use s3env::s3_env;
+use harness::docker::TestEnv;
+use harness::s3::s3_env;
+use harness::unique;
 use sandbox_operator::config::TemplateStoreConfig;
 use sandbox_operator::provider::ErrorKind;
 use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
@@ -67,11 +67,8 @@ async fn other_host(store: Arc<TemplateStore>) -> DockerProvider {
     DockerProvider::connect_negotiated(
         "docker-other",
         DockerSettings {
-            default_image: Some(common::base_image()),
-            template_repository: format!(
-                "sandbox-operator/template-other-{:08x}",
-                fastrand::u32(..)
-            ),
+            default_image: Some(harness::docker::base_image()),
+            template_repository: unique("sandbox-operator/template-other"),
             ..Default::default()
         },
     )
@@ -296,7 +293,7 @@ enum Expect {
 async fn hostile_archives_are_refused_or_neutralised_and_nothing_lands_outside() {
     use tar::EntryType as E;
     let env = TestEnv::new("hostile").await;
-    let prefix = format!("t-hostile-{:08x}", fastrand::u32(..));
+    let prefix = unique("t-hostile");
     let store = store(&prefix, None);
     let _objects = PurgePrefix(store.clone(), prefix.clone());
     // Fingerprints of the fresh base image's account files, to compare against.
@@ -477,7 +474,7 @@ async fn hostile_archives_are_refused_or_neutralised_and_nothing_lands_outside()
 async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
     use tar::EntryType as E;
     let env = TestEnv::new("refusedfetch").await;
-    let prefix = format!("t-refused-{:08x}", fastrand::u32(..));
+    let prefix = unique("t-refused");
     let store = store(&prefix, None);
     let _objects = PurgePrefix(store.clone(), prefix.clone());
     let provider = env
@@ -525,7 +522,7 @@ async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
 #[tokio::test(flavor = "multi_thread")]
 async fn fetch_is_none_when_absent_and_an_error_when_the_store_cannot_be_read() {
     let env = TestEnv::new("fetchlookup").await;
-    let prefix = format!("t-lookup-{:08x}", fastrand::u32(..));
+    let prefix = unique("t-lookup");
     let good = env
         .provider
         .clone()
@@ -583,7 +580,7 @@ done"#;
 #[tokio::test(flavor = "multi_thread")]
 async fn capture_publish_fetch_boot_round_trip_keeps_contents_and_modes() {
     let env = TestEnv::new("roundtrip").await;
-    let prefix = format!("t-roundtrip-{:08x}", fastrand::u32(..));
+    let prefix = unique("t-roundtrip");
     let store = store(&prefix, None);
     let _objects = PurgePrefix(store.clone(), prefix.clone());
     let here = env
@@ -695,7 +692,7 @@ echo done > /workspace/app/.installed
 #[tokio::test(flavor = "multi_thread")]
 async fn boot_from_template_versus_building_from_scratch() {
     let env = TestEnv::new("timing").await;
-    let prefix = format!("t-timing-{:08x}", fastrand::u32(..));
+    let prefix = unique("t-timing");
     let store = store(&prefix, None);
     let _objects = PurgePrefix(store.clone(), prefix.clone());
     let here = env

@@ -1,10 +1,10 @@
 //! The S3 template store against a real SigV4-checking S3 server (s3s-fs, tests/setup/s3.sh).
 
-mod s3env;
+mod harness;
 
 use std::time::{Duration, Instant};
 
-use s3env::s3_env;
+use harness::s3::s3_env;
 use sandbox_operator::config::TemplateStoreConfig;
 use sandbox_operator::provider::ErrorKind;
 use sandbox_operator::templates::manifest::Keys;
@@ -35,7 +35,7 @@ fn store_with(prefix: &str, secret: Option<&str>) -> TemplateStore {
 }
 
 fn prefix(name: &str) -> String {
-    format!("t-{name}-{:08x}", fastrand::u32(..))
+    harness::unique(&format!("t-{name}"))
 }
 
 #[tokio::test]

@@ -12,6 +12,7 @@ pub mod scaffold;
 pub mod status;
 pub mod sweeper;
 pub mod template;
+pub mod triggers;
 pub mod volume;
 
 use std::sync::Arc;
@@ -103,11 +104,21 @@ impl Context {
         })
     }
 
-    /// A crash point for the crash-consistency tests: when `SANDBOX_OPERATOR_FAILPOINT`
-    /// names `point`, the process aborts on the spot (as SIGKILL would), leaving whatever
-    /// half-done state that moment implies. Unset in production: the check is one comparison.
+    /// A crash point for the crash-consistency and supervision tests.
+    /// `SANDBOX_OPERATOR_FAILPOINT` is a comma-separated list of `point` (the process aborts
+    /// on the spot, as SIGKILL would, leaving whatever half-done state that moment implies)
+    /// or `point=panic` (the task running it panics, as a bug would: the supervisor must
+    /// notice). Unset in production: the check is one comparison per listed point.
     pub fn failpoint(&self, point: &str) {
-        if self.failpoints.iter().any(|p| p == point) {
+        for listed in &self.failpoints {
+            let (name, action) = listed.split_once('=').unwrap_or((listed, "abort"));
+            if name != point {
+                continue;
+            }
+            if action == "panic" {
+                tracing::error!(point, "failpoint hit: panicking");
+                panic!("failpoint {point}");
+            }
             tracing::error!(point, "failpoint hit: aborting the process");
             std::process::abort();
         }

@@ -29,6 +29,7 @@ const KIND: &str = "Sandbox";
 
 /// One reconcile of one Sandbox.
 pub async fn reconcile(sandbox: Arc<Sandbox>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.failpoint("sandbox-reconcile");
     scaffold::reconcile(
         KIND,
         sandbox,

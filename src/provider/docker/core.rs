@@ -610,26 +610,7 @@ pub(crate) fn create_body(
     }
 
     let res = &request.resources;
-    let memory = res
-        .memory_bytes
-        .map(|m| {
-            i64::try_from(m).map_err(|_| {
-                ProviderError::invalid(format!(
-                    "memory {m} bytes is too large; fix spec.resources.memory"
-                ))
-            })
-        })
-        .transpose()?;
-    let nano_cpus = res
-        .cpu_millis
-        .map(|m| {
-            m.checked_mul(1_000_000)
-                .and_then(|n| i64::try_from(n).ok())
-                .ok_or_else(|| {
-                    ProviderError::invalid(format!("cpu {m}m is too large; fix spec.resources.cpu"))
-                })
-        })
-        .transpose()?;
+    let (memory, nano_cpus) = super::resources::engine_limits(res)?;
 
     let host_config = HostConfig {
         memory,

@@ -14,16 +14,22 @@ use super::{DockerProvider, map_err, status_of};
 use crate::provider::{AppliedResources, ProviderError, ProviderResult, Resources, SetResources};
 
 /// The update body for the fields present; `None` when nothing is to change.
-fn update_body(resources: &Resources) -> ProviderResult<Option<ContainerUpdateBody>> {
-    if resources.disk_bytes.is_some() {
-        return Err(ProviderError::unsupported(
-            "Docker cannot change a disk ceiling in place, and does not enforce one on overlay2: disk is \
-             advisory; leave spec.resources.disk unchanged, or recreate the sandbox",
-        ));
-    }
+/// The engine's floor for a memory ceiling.
+pub(super) const MIN_MEMORY_BYTES: u64 = 6 * 1024 * 1024;
+/// The engine's floor for a CPU ceiling, in millicores (0.01 core).
+pub(super) const MIN_CPU_MILLIS: u64 = 10;
+
+/// Memory and CPU ceilings in the engine's units (bytes, nano-CPUs), refusing what the engine
+/// would refuse with a message that names the field. One conversion for create and update.
+pub(super) fn engine_limits(resources: &Resources) -> ProviderResult<(Option<i64>, Option<i64>)> {
     let memory = resources
         .memory_bytes
         .map(|m| {
+            if m < MIN_MEMORY_BYTES {
+                return Err(ProviderError::invalid(format!(
+                    "spec.resources.memory is {m} bytes; Docker needs at least 6Mi"
+                )));
+            }
             i64::try_from(m).map_err(|_| {
                 ProviderError::invalid(format!(
                     "memory {m} bytes is too large; fix spec.resources.memory"
@@ -34,6 +40,11 @@ fn update_body(resources: &Resources) -> ProviderResult<Option<ContainerUpdateBo
     let nano_cpus = resources
         .cpu_millis
         .map(|m| {
+            if m < MIN_CPU_MILLIS {
+                return Err(ProviderError::invalid(format!(
+                    "spec.resources.cpu is {m}m; Docker needs at least 10m (0.01 core)"
+                )));
+            }
             m.checked_mul(1_000_000)
                 .and_then(|n| i64::try_from(n).ok())
                 .ok_or_else(|| {
@@ -41,6 +52,17 @@ fn update_body(resources: &Resources) -> ProviderResult<Option<ContainerUpdateBo
                 })
         })
         .transpose()?;
+    Ok((memory, nano_cpus))
+}
+
+fn update_body(resources: &Resources) -> ProviderResult<Option<ContainerUpdateBody>> {
+    if resources.disk_bytes.is_some() {
+        return Err(ProviderError::unsupported(
+            "Docker cannot change a disk ceiling in place, and does not enforce one on overlay2: disk is \
+             advisory; leave spec.resources.disk unchanged, or recreate the sandbox",
+        ));
+    }
+    let (memory, nano_cpus) = engine_limits(resources)?;
     if memory.is_none() && nano_cpus.is_none() && resources.pids.is_none() {
         return Ok(None);
     }
@@ -101,6 +123,31 @@ impl SetResources for DockerProvider {
 mod tests {
     use super::*;
     use crate::provider::ErrorKind;
+
+    #[test]
+    fn ceilings_below_the_engine_floor_are_refused_naming_the_field() {
+        let low_memory = Resources {
+            memory_bytes: Some(MIN_MEMORY_BYTES - 1),
+            ..Resources::default()
+        };
+        let err = engine_limits(&low_memory).unwrap_err();
+        assert!(err.is(ErrorKind::Invalid) && err.message().contains("spec.resources.memory"));
+        let low_cpu = Resources {
+            cpu_millis: Some(MIN_CPU_MILLIS - 1),
+            ..Resources::default()
+        };
+        let err = engine_limits(&low_cpu).unwrap_err();
+        assert!(err.is(ErrorKind::Invalid) && err.message().contains("spec.resources.cpu"));
+        let floor = Resources {
+            memory_bytes: Some(MIN_MEMORY_BYTES),
+            cpu_millis: Some(MIN_CPU_MILLIS),
+            ..Resources::default()
+        };
+        assert_eq!(
+            engine_limits(&floor).unwrap(),
+            (Some(6 * 1024 * 1024), Some(10_000_000))
+        );
+    }
 
     #[test]
     fn memory_moves_with_swap_and_disk_is_refused() {

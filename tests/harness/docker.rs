@@ -1,23 +1,27 @@
-//! Shared helpers for integration tests against the real Docker engine.
+//! The local Docker engine: the base image, a per-test world with a provider, and cleanup.
 //!
-//! Every test gets its own operator-instance name ([`TestEnv`]); everything it creates carries
-//! that name in `sandboxes.dev/managed-by`, and dropping the `TestEnv` removes exactly those
+//! Every test gets its own operator-instance name ([`TestEnv`]); everything it creates
+//! carries that name in `sandboxes.dev/managed-by` (or, for what a test creates behind the
+//! provider's back, in [`TEST_LABEL`]), and dropping the guard removes exactly those
 //! containers, images and volumes — also when the test panicked. Tests run in parallel, so
 //! they never touch anything labelled with another instance.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::process::Command;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::labels::{MANAGED_BY, Owner};
 use sandbox_operator::provider::{CreateRequest, ExecRequest, Provider, Resources, RestartPolicy};
 
-/// The base image tests boot from, unless `SANDBOX_BASE_IMAGE` names another.
+use super::unique;
+
+/// The base image tests boot, unless `SANDBOX_BASE_IMAGE` names another.
 pub const DEFAULT_BASE_IMAGE: &str = "sandbox-operator/base:bookworm";
+
+/// A label (outside the operator's reserved prefix) on what a test creates straight at the
+/// engine, so the test's guard removes it without it looking like ours to the provider.
+pub const TEST_LABEL: &str = "sandboxes.test/created-by";
 
 /// A main process that idles and exits promptly on SIGTERM (a plain `sleep infinity` as
 /// pid 1 ignores SIGTERM, so every stop would wait out the whole stop timeout).
@@ -35,19 +39,82 @@ pub fn base_image() -> String {
         .unwrap_or_else(|| DEFAULT_BASE_IMAGE.to_string())
 }
 
-/// A name no other test (or earlier run) uses: `<prefix>-<pid>-<time>-<counter>`, lowercase.
-pub fn unique(prefix: &str) -> String {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    format!(
-        "{prefix}-{:x}-{:x}-{n}",
-        std::process::id(),
-        nanos & 0xffff_ffff_ffff
+/// [`IDLE`] as an argv.
+pub fn idle() -> Vec<String> {
+    IDLE.iter().map(|s| s.to_string()).collect()
+}
+
+/// A raw engine client (API version negotiated: Debian's engine speaks 1.41), to set things
+/// up behind the provider's back and to check what the engine holds independently of it.
+pub async fn engine() -> bollard::Docker {
+    bollard::Docker::connect_with_defaults()
+        .expect("a Docker client for the default endpoint")
+        .negotiate_version()
+        .await
+        .expect("the Docker engine answers (run tests/setup/docker.sh)")
+}
+
+/// A provider on the local engine (API version negotiated) with the base image as default.
+pub async fn provider(name: &str) -> DockerProvider {
+    DockerProvider::connect_negotiated(
+        name,
+        DockerSettings {
+            default_image: Some(base_image()),
+            ..Default::default()
+        },
     )
+    .await
+    .expect("the Docker engine answers (run tests/setup/docker.sh)")
+}
+
+/// Removes every container (with its anonymous volumes), image and volume labelled
+/// `key=value`. Uses the docker CLI because it runs from `Drop`, which cannot await and must
+/// work while a panic unwinds.
+pub fn remove_labelled(key: &str, value: &str) {
+    let filter = format!("label={key}={value}");
+    let list = |args: &[&str]| -> Vec<String> {
+        let mut ids: Vec<String> = Command::new("docker")
+            .args(args)
+            .output()
+            .map(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .map(str::to_string)
+                    .collect()
+            })
+            .unwrap_or_default();
+        ids.sort();
+        ids.dedup();
+        ids
+    };
+    let remove = |base: &[&str], ids: Vec<String>| {
+        if !ids.is_empty() {
+            let _ = Command::new("docker").args(base).args(&ids).output();
+        }
+    };
+    remove(
+        &["rm", "-f", "-v"],
+        list(&["ps", "-aq", "--no-trunc", "--filter", &filter]),
+    );
+    remove(
+        &["rmi", "-f"],
+        list(&["images", "-aq", "--no-trunc", "--filter", &filter]),
+    );
+    remove(
+        &["volume", "rm", "-f"],
+        list(&["volume", "ls", "-q", "--filter", &filter]),
+    );
+}
+
+/// Removes everything of one instance when dropped: what carries it in
+/// `sandboxes.dev/managed-by` and what a test created with it in [`TEST_LABEL`].
+pub struct Purge(pub String);
+
+impl Drop for Purge {
+    fn drop(&mut self) {
+        remove_labelled(MANAGED_BY, &self.0);
+        remove_labelled(TEST_LABEL, &self.0);
+    }
 }
 
 /// One test's world: its own instance name, a provider, and cleanup on drop.
@@ -56,6 +123,7 @@ pub struct TestEnv {
     pub instance: String,
     /// A provider on the local engine (API version negotiated).
     pub provider: DockerProvider,
+    _purge: Purge,
 }
 
 impl TestEnv {
@@ -63,16 +131,11 @@ impl TestEnv {
     /// the default image.
     pub async fn new(test: &str) -> TestEnv {
         let instance = unique(&format!("t-{test}"));
-        let provider = DockerProvider::connect_negotiated(
-            "docker-test",
-            DockerSettings {
-                default_image: Some(base_image()),
-                ..Default::default()
-            },
-        )
-        .await
-        .expect("the Docker engine answers (run tests/setup/docker.sh)");
-        TestEnv { instance, provider }
+        TestEnv {
+            provider: provider("docker-test").await,
+            _purge: Purge(instance.clone()),
+            instance,
+        }
     }
 
     /// An owner in this test's instance; `name` should be unique within the test.
@@ -98,7 +161,7 @@ impl TestEnv {
             owner: self.owner("Sandbox", name),
             image: Some(base_image()),
             template: None,
-            command: Some(IDLE.iter().map(|s| s.to_string()).collect()),
+            command: Some(idle()),
             restart_policy: RestartPolicy::Never,
             env: BTreeMap::new(),
             labels: BTreeMap::new(),
@@ -129,63 +192,5 @@ impl TestEnv {
             String::from_utf8_lossy(&out.stderr)
         );
         String::from_utf8_lossy(&out.stdout).into_owned()
-    }
-}
-
-impl Drop for TestEnv {
-    /// Removes everything labelled with this test's instance: containers (with anonymous
-    /// volumes), then images (templates), then volumes. Uses the docker CLI because drop
-    /// cannot await, and must work while a panic unwinds.
-    fn drop(&mut self) {
-        let filter = format!("label={MANAGED_BY}={}", self.instance);
-        let list = |args: &[&str]| -> Vec<String> {
-            Command::new("docker")
-                .args(args)
-                .output()
-                .map(|o| {
-                    String::from_utf8_lossy(&o.stdout)
-                        .split_whitespace()
-                        .map(str::to_string)
-                        .collect()
-                })
-                .unwrap_or_default()
-        };
-        let remove = |base: &[&str], ids: Vec<String>| {
-            if !ids.is_empty() {
-                let _ = Command::new("docker").args(base).args(&ids).output();
-            }
-        };
-        remove(
-            &["rm", "-f", "-v"],
-            list(&["ps", "-aq", "--no-trunc", "--filter", &filter]),
-        );
-        let mut images = list(&["images", "-aq", "--no-trunc", "--filter", &filter]);
-        images.sort();
-        images.dedup();
-        remove(&["rmi", "-f"], images);
-        remove(
-            &["volume", "rm", "-f"],
-            list(&["volume", "ls", "-q", "--filter", &filter]),
-        );
-    }
-}
-
-/// Polls `probe` until it yields `Some`, or panics naming `what` once `timeout` has passed.
-/// The interval is short; the deadline is what bounds the test.
-pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut probe: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = probe().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

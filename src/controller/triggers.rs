@@ -1,0 +1,203 @@
+//! Provider changes as reconcile triggers: each provider's event stream, mapped through the
+//! owner labels to the object it concerns, so drift is noticed without polling.
+
+use futures::channel::mpsc;
+use futures::{SinkExt, StreamExt};
+use kube::Client;
+use kube::runtime::reflector::ObjectRef;
+use std::time::Duration;
+
+use crate::api::{Sandbox, SandboxVolume};
+use crate::controller;
+use crate::provider::ProviderEvent;
+use crate::registry::ProviderRegistry;
+use crate::supervisor::TaskSet;
+
+/// Streams of objects to reconcile because their provider resources changed.
+///
+/// Each provider's event stream is resubscribed with backoff when it drops, so a restarted
+/// engine is picked up again. Before resubscribing, the provider is probed; whenever its
+/// reachability changes, every object on it is reconciled again: when it stops answering they
+/// report it (`Ready=False`, `ProviderUnavailable`) instead of keeping a state nobody can see
+/// any more — no event would ever arrive to tell them — and when it answers again they recover
+/// at once rather than after their error backoff, and whatever changed while no events could
+/// arrive is noticed. A connection that drops while the provider keeps answering is not such a
+/// change: the periodic resync is the safety net for events missed then.
+///
+/// Each stream runs as a supervised task: one that ends on its own fails the process like a
+/// controller would, since drift would silently stop being noticed.
+pub fn provider_triggers(
+    tasks: &mut TaskSet,
+    providers: &ProviderRegistry,
+    instance: &str,
+    client: &Client,
+    namespace: Option<&str>,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+) -> (
+    mpsc::UnboundedReceiver<ObjectRef<Sandbox>>,
+    mpsc::UnboundedReceiver<ObjectRef<SandboxVolume>>,
+) {
+    let (sbx_tx, sbx_rx) = mpsc::unbounded();
+    let (vol_tx, vol_rx) = mpsc::unbounded();
+    let stop = futures::FutureExt::shared(Box::pin(stop));
+    for handle in providers.iter().filter(|h| h.provider.events().is_some()) {
+        let handle = handle.clone();
+        let provider = handle.provider.clone();
+        let registry = providers.clone();
+        let client = client.clone();
+        let namespace = namespace.map(str::to_string);
+        let instance = instance.to_string();
+        let mut sbx_tx = sbx_tx.clone();
+        let mut vol_tx = vol_tx.clone();
+        let stop = stop.clone();
+        tasks.spawn("provider event stream", async move {
+            let Some(events) = provider.events() else {
+                return;
+            };
+            let mut attempt = 0u32;
+            // The controllers' initial listing reconciles everything once: start as reachable.
+            let mut reachable = true;
+            let pump = async {
+                loop {
+                    let mut stream = events.subscribe(&instance);
+                    while let Some(item) = stream.next().await {
+                        match item {
+                            Ok(ProviderEvent { owner, action }) => {
+                                attempt = 0;
+                                tracing::debug!(kind = %owner.kind, namespace = %owner.namespace, name = %owner.name, %action, "provider event");
+                                match owner.kind.as_str() {
+                                    "Sandbox" => {
+                                        let _ = sbx_tx
+                                            .send(
+                                                ObjectRef::new(&owner.name)
+                                                    .within(&owner.namespace),
+                                            )
+                                            .await;
+                                    }
+                                    "SandboxVolume" => {
+                                        let _ = vol_tx
+                                            .send(
+                                                ObjectRef::new(&owner.name)
+                                                    .within(&owner.namespace),
+                                            )
+                                            .await;
+                                    }
+                                    _ => {}
+                                }
+                            }
+                            Err(err) => {
+                                tracing::warn!(%err, provider = provider.name(), "provider event stream failed");
+                                break;
+                            }
+                        }
+                    }
+                    attempt = attempt.saturating_add(1);
+                    tokio::time::sleep(
+                        controller::backoff::delay_for(attempt).min(Duration::from_secs(30)),
+                    )
+                    .await;
+                    // Any answer, even "no such sandbox", means the provider is reachable.
+                    let up = handle
+                        .call("probe", provider.describe(REACHABILITY_PROBE))
+                        .await
+                        .is_ok();
+                    if up != reachable {
+                        reachable = up;
+                        if up {
+                            attempt = 0;
+                            tracing::info!(
+                                provider = provider.name(),
+                                "provider reachable again: reconciling its objects"
+                            );
+                        } else {
+                            tracing::warn!(
+                                provider = provider.name(),
+                                "provider unreachable: reconciling its objects so they report it"
+                            );
+                        }
+                        reconcile_objects_on(
+                            &client,
+                            namespace.as_deref(),
+                            &registry,
+                            provider.name(),
+                            &mut sbx_tx,
+                            &mut vol_tx,
+                        )
+                        .await;
+                    }
+                }
+            };
+            tokio::select! {
+                () = stop => {}
+                () = pump => {}
+            }
+        });
+    }
+    (sbx_rx, vol_rx)
+}
+
+/// A sandbox id no provider holds: describing it only tells whether the provider answers.
+const REACHABILITY_PROBE: &str = "sandbox-operator-reachability-probe";
+
+/// Queues a reconcile of every Sandbox and SandboxVolume (in `namespace`, or everywhere) that
+/// lives on `provider`. A failed listing is logged: the periodic resync still covers them.
+async fn reconcile_objects_on(
+    client: &Client,
+    namespace: Option<&str>,
+    providers: &ProviderRegistry,
+    provider: &str,
+    sbx_tx: &mut mpsc::UnboundedSender<ObjectRef<Sandbox>>,
+    vol_tx: &mut mpsc::UnboundedSender<ObjectRef<SandboxVolume>>,
+) {
+    use kube::ResourceExt;
+    fn api<K>(client: &Client, namespace: Option<&str>) -> kube::Api<K>
+    where
+        K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    {
+        match namespace {
+            Some(ns) => kube::Api::namespaced(client.clone(), ns),
+            None => kube::Api::all(client.clone()),
+        }
+    }
+    let on = |named: Option<&str>| providers.resolve(named).is_ok_and(|h| h.name() == provider);
+    match api::<Sandbox>(client, namespace)
+        .list(&Default::default())
+        .await
+    {
+        Ok(list) => {
+            for s in list.items.iter().filter(|s| {
+                on(s.status
+                    .as_ref()
+                    .and_then(|st| st.provider.as_deref())
+                    .or(s.spec.provider.as_deref()))
+            }) {
+                let _ = sbx_tx
+                    .send(ObjectRef::new(&s.name_any()).within(&s.namespace().unwrap_or_default()))
+                    .await;
+            }
+        }
+        Err(err) => {
+            tracing::warn!(%err, provider, "cannot list Sandboxes to reconcile them; the periodic resync will")
+        }
+    }
+    match api::<SandboxVolume>(client, namespace)
+        .list(&Default::default())
+        .await
+    {
+        Ok(list) => {
+            for v in list.items.iter().filter(|v| {
+                on(v.status
+                    .as_ref()
+                    .and_then(|st| st.provider.as_deref())
+                    .or(v.spec.provider.as_deref()))
+            }) {
+                let _ = vol_tx
+                    .send(ObjectRef::new(&v.name_any()).within(&v.namespace().unwrap_or_default()))
+                    .await;
+            }
+        }
+        Err(err) => {
+            tracing::warn!(%err, provider, "cannot list SandboxVolumes to reconcile them; the periodic resync will")
+        }
+    }
+}

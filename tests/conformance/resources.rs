@@ -1,0 +1,92 @@
+//! The set_resources capability: changing a running sandbox's ceilings in place.
+
+use sandbox_operator::provider::{ErrorKind, Resources};
+
+use super::Fixture;
+use super::support::{Check, OrFail, describe, expect_kind, running_from, unique_hex};
+
+/// The ceilings this provider enforces, at `scale` (1 = the create-time values).
+fn ceilings(fx: &Fixture, cpu: u64, memory_mib: u64, pids: i64) -> Resources {
+    Resources {
+        cpu_millis: fx.expect.cpu.then_some(cpu),
+        memory_bytes: fx.expect.memory.then_some(memory_mib << 20),
+        disk_bytes: None,
+        pids: fx.expect.pids.then_some(pids),
+    }
+}
+
+/// New ceilings are applied and reported (by the call and by `describe`); fields left out
+/// keep their values; a ceiling the provider cannot change in place is `Unsupported` and
+/// changes nothing; an absent sandbox is `NotFound`.
+pub async fn capability_set_resources(fx: &Fixture) -> Check {
+    let Some(res) = fx.provider.resources() else {
+        ensure!(
+            !fx.expect.set_resources,
+            "resources() is None but the provider declares it"
+        );
+        return Ok(());
+    };
+    ensure!(
+        fx.expect.set_resources,
+        "resources() is Some but the provider declares none"
+    );
+    let mut request = fx.request();
+    request.resources = ceilings(fx, 500, 256, 128);
+    let id = running_from(fx, &request).await?;
+
+    let wanted = ceilings(fx, 250, 320, 100);
+    let applied = res
+        .set_resources(&id, &wanted)
+        .await
+        .or_fail("set_resources")?;
+    let reported = describe(fx, &id).await?.resources;
+    for (what, got) in [("returned", &applied), ("described", &reported)] {
+        ensure!(
+            got.cpu_millis == wanted.cpu_millis
+                && got.memory_bytes == wanted.memory_bytes
+                && got.pids == wanted.pids,
+            "{what} ceilings {got:?}, asked {wanted:?}"
+        );
+    }
+    // Only the fields present change.
+    let memory_only = Resources {
+        memory_bytes: fx.expect.memory.then_some(288 << 20),
+        ..Default::default()
+    };
+    let applied = res
+        .set_resources(&id, &memory_only)
+        .await
+        .or_fail("set_resources")?;
+    ensure!(
+        applied.cpu_millis == wanted.cpu_millis
+            && applied.pids == wanted.pids
+            && applied.memory_bytes == memory_only.memory_bytes.or(wanted.memory_bytes),
+        "changing one field changed others: {applied:?}"
+    );
+    // Disk: applied as asked, or refused without touching anything else.
+    let with_disk = Resources {
+        memory_bytes: fx.expect.memory.then_some(384 << 20),
+        disk_bytes: Some(1 << 30),
+        ..Default::default()
+    };
+    match res.set_resources(&id, &with_disk).await {
+        Ok(applied) => ensure!(
+            applied.disk_bytes == Some(1 << 30),
+            "an accepted disk ceiling is not reported: {applied:?}"
+        ),
+        Err(e) => {
+            ensure!(e.is(ErrorKind::Unsupported), "a refused disk ceiling: {e}");
+            let now = describe(fx, &id).await?.resources;
+            ensure!(
+                now.memory_bytes == applied.memory_bytes,
+                "a refused change changed memory: {now:?}"
+            );
+        }
+    }
+    let absent = format!("sbx-{}", unique_hex());
+    expect_kind(
+        res.set_resources(&absent, &wanted).await,
+        &[ErrorKind::NotFound],
+        "set_resources of an absent sandbox",
+    )
+}

@@ -1,0 +1,188 @@
+//! The test control plane: a real kube-apiserver + etcd started by `tests/cluster/up.sh`,
+//! the CRDs installed once per test binary, kubectl and a kube client against it, a fresh
+//! namespace per test, and manifests applied the way a user would.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use kube::Client;
+use kube::config::{KubeConfigOptions, Kubeconfig};
+
+use super::{cache, repo, unique};
+
+struct ClusterInfo {
+    kubeconfig: PathBuf,
+}
+
+static CLUSTER: OnceLock<ClusterInfo> = OnceLock::new();
+
+/// Starts (or reuses) the control plane and installs the CRDs, once per test binary.
+fn cluster() -> &'static ClusterInfo {
+    CLUSTER.get_or_init(|| {
+        let up = Command::new("bash")
+            .arg(repo().join("tests/cluster/up.sh"))
+            .output()
+            .expect("run tests/cluster/up.sh");
+        assert!(
+            up.status.success(),
+            "tests/cluster/up.sh failed:\n{}",
+            String::from_utf8_lossy(&up.stderr)
+        );
+        let kubeconfig = cache().join("cluster/kubeconfig");
+        assert!(
+            kubeconfig.exists(),
+            "no kubeconfig at {}",
+            kubeconfig.display()
+        );
+        let info = ClusterInfo { kubeconfig };
+        let out = kubectl_with(
+            &info.kubeconfig,
+            &[
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                &repo().join("crds").to_string_lossy(),
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "installing CRDs failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let out = kubectl_with(
+            &info.kubeconfig,
+            &[
+                "wait",
+                "--for=condition=Established",
+                "--timeout=60s",
+                "crd/sandboxes.sandboxes.dev",
+                "crd/sandboxvolumes.sandboxes.dev",
+                "crd/sandboxtemplates.sandboxes.dev",
+            ],
+            None,
+        );
+        assert!(
+            out.status.success(),
+            "CRDs not Established: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        info
+    })
+}
+
+/// Path of the kubeconfig the operator and kubectl use.
+pub fn kubeconfig() -> PathBuf {
+    cluster().kubeconfig.clone()
+}
+
+/// The pinned kubectl.
+pub fn kubectl_bin() -> PathBuf {
+    cache().join("bin/kubectl")
+}
+
+fn kubectl_with(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut cmd = Command::new(kubectl_bin());
+    cmd.env("KUBECONFIG", kubeconfig)
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if stdin.is_some() {
+        cmd.stdin(Stdio::piped());
+    }
+    let mut child = cmd.spawn().expect("spawn kubectl");
+    if let Some(input) = stdin {
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(input.as_bytes())
+            .expect("write kubectl stdin");
+    }
+    child.wait_with_output().expect("kubectl output")
+}
+
+/// Runs kubectl against the test cluster.
+pub fn kubectl(args: &[&str], stdin: Option<&str>) -> Output {
+    kubectl_with(&kubeconfig(), args, stdin)
+}
+
+/// A kube client for the test cluster.
+pub async fn client() -> Client {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let kc = Kubeconfig::read_from(kubeconfig()).expect("read kubeconfig");
+    let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kube config");
+    Client::try_from(config).expect("kube client")
+}
+
+/// Reads a manifest from `examples/`, moves every document into `namespace`, and applies it
+/// with `kubectl apply`, as a user would. Panics with kubectl's error output on failure.
+pub fn apply_example(file: &str, namespace: &str) {
+    let text = std::fs::read_to_string(repo().join("examples").join(file)).expect("read example");
+    let out = kubectl(
+        &["apply", "-n", namespace, "-f", "-"],
+        Some(&retarget(&text, namespace)),
+    );
+    assert!(
+        out.status.success(),
+        "kubectl apply {file} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Rewrites `metadata.namespace` of every document to `namespace`.
+pub fn retarget(yaml: &str, namespace: &str) -> String {
+    use serde::Deserialize;
+    let mut docs = Vec::new();
+    for doc in serde_yaml::Deserializer::from_str(yaml) {
+        let mut value = serde_yaml::Value::deserialize(doc).expect("yaml");
+        if value.is_null() {
+            continue;
+        }
+        if let Some(meta) = value.get_mut("metadata").and_then(|m| m.as_mapping_mut()) {
+            meta.insert("namespace".into(), namespace.into());
+        }
+        docs.push(serde_yaml::to_string(&value).expect("yaml"));
+    }
+    docs.join("---\n")
+}
+
+/// Applies an inline manifest into `namespace`.
+pub fn apply_yaml(yaml: &str, namespace: &str) -> Output {
+    kubectl(
+        &["apply", "-n", namespace, "-f", "-"],
+        Some(&retarget(yaml, namespace)),
+    )
+}
+
+/// A namespace for one test.
+pub async fn namespace(prefix: &str) -> String {
+    use k8s_openapi::api::core::v1::Namespace;
+    let name = unique(prefix);
+    let api: kube::Api<Namespace> = kube::Api::all(client().await);
+    let ns: Namespace =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("ns");
+    api.create(&Default::default(), &ns)
+        .await
+        .expect("create namespace");
+    name
+}
+
+/// `kubectl get <resource> <name> -n <namespace> -o json`, as text; `Err` with kubectl's
+/// message when it fails.
+pub fn get_json(resource: &str, name: &str, namespace: &str) -> Result<String, String> {
+    let out = kubectl(
+        &["get", resource, name, "-n", namespace, "-o", "json"],
+        None,
+    );
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}

@@ -1,0 +1,71 @@
+//! The one harness for integration tests: where the repository and the test cache are,
+//! unique names, and polling with a deadline; one module per real thing the tests drive.
+//!
+//! - [`docker`]: the local engine — the base image, a per-test [`docker::TestEnv`] with a
+//!   provider, and cleanup of everything labelled with a test's instance;
+//! - [`cluster`]: the test control plane (`tests/cluster/up.sh`), kubectl, a kube client,
+//!   namespaces and manifests;
+//! - [`operator`]: the operator binary run out of cluster against that control plane;
+//! - [`tools`]: helm, kstatus and the Argo CD health check;
+//! - [`s3`]: the test S3 server's settings.
+//!
+//! A test binary declares `mod harness;` and uses the modules it needs.
+
+#![allow(dead_code)]
+
+pub mod cluster;
+pub mod docker;
+pub mod operator;
+pub mod s3;
+pub mod tools;
+
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// The repository root.
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Where the test infrastructure caches its binaries and state (`SANDBOX_CACHE`, default
+/// `~/.cache/sandbox-operator`).
+pub fn cache() -> PathBuf {
+    std::env::var_os("SANDBOX_CACHE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+                .join(".cache/sandbox-operator")
+        })
+}
+
+/// A name no other test (or earlier run) uses: `<prefix>-<12 hex digits>`, lowercase and
+/// DNS-safe, short enough for a namespace, a Helm release or a label value.
+pub fn unique(prefix: &str) -> String {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let salt = fastrand::u64(..) ^ (u64::from(std::process::id()) << 24) ^ n;
+    format!("{prefix}-{:012x}", salt & 0xffff_ffff_ffff)
+}
+
+/// Polls `check` until it returns `Ok`, or panics after `timeout` naming `what` and the
+/// last observation — a condition with a deadline, never a fixed sleep.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, String>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        let last = match check().await {
+            Ok(value) => return value,
+            Err(why) => why,
+        };
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}; last: {last}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
