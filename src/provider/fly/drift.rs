@@ -3,9 +3,11 @@
 //! The Machines API has no event stream. So the subscription lists the app's machines that
 //! carry this operator instance's `managed-by` metadata (`GET /apps/{app}/machines?
 //! metadata.sandboxes.dev/managed-by=<instance>`, every page) every `driftIntervalSeconds`
-//! (30 s by default), compares each machine's `state` and `instance_id` with the previous
-//! scan, and yields one event per machine that changed, appeared or disappeared — mapped to
-//! its owning object through the owner labels in its metadata. Nothing is read per object.
+//! (30 s by default), compares each machine's `state`, `instance_id` and latest activity (its
+//! `updated_at` and newest event, so a start and a stop between two scans are not missed)
+//! with the previous scan, and yields one event per machine that changed, appeared or
+//! disappeared — mapped to its owning object through the owner labels in its metadata.
+//! Nothing is read per object.
 //!
 //! Cost: one scan is `ceil(n / 500)` requests for `n` machines; at 10,000 machines that is 20
 //! requests every 30 s (0.67 requests/s) moving roughly 20-40 MB of JSON (a machine with its
@@ -31,6 +33,8 @@ use crate::provider::{ProviderEvent, ProviderEvents, ProviderResult};
 struct Seen {
     state: String,
     instance_id: String,
+    /// `updated_at` and the newest event's timestamp: moves with any activity.
+    activity: (Option<String>, i64),
     owner: Option<Owner>,
 }
 
@@ -38,6 +42,15 @@ fn seen(machine: &Machine) -> Seen {
     Seen {
         state: machine.state.clone(),
         instance_id: machine.instance_id.clone(),
+        activity: (
+            machine.updated_at.clone(),
+            machine
+                .events
+                .iter()
+                .map(|e| e.timestamp)
+                .max()
+                .unwrap_or(0),
+        ),
         owner: Owner::from_labels(&machine.read().metadata),
     }
 }
@@ -49,7 +62,9 @@ fn changes(before: &HashMap<String, Seen>, now: &HashMap<String, Seen>) -> Vec<P
         let action = match before.get(id) {
             None => format!("appeared:{}", current.state),
             Some(old) if old.instance_id != current.instance_id => "updated".to_string(),
-            Some(old) if old.state != current.state => current.state.clone(),
+            Some(old) if old.state != current.state || old.activity != current.activity => {
+                current.state.clone()
+            }
             Some(_) => continue,
         };
         if let Some(owner) = &current.owner {
@@ -153,23 +168,32 @@ mod tests {
         Seen {
             state: state.into(),
             instance_id: instance.into(),
+            activity: (None, 1),
             owner: Some(owner(uid)),
         }
     }
 
     #[test]
-    fn only_changed_appeared_and_vanished_machines_yield_events() {
+    fn only_changed_appeared_and_vanished_machines_yield_events_even_after_a_round_trip() {
         let before = HashMap::from([
             ("a".to_string(), at("started", "1", "ua")),
             ("b".to_string(), at("started", "1", "ub")),
             ("c".to_string(), at("stopped", "1", "uc")),
             ("d".to_string(), at("started", "1", "ud")),
+            ("f".to_string(), at("stopped", "1", "uf")),
         ]);
         let now = HashMap::from([
             ("a".to_string(), at("started", "1", "ua")),
             ("b".to_string(), at("stopped", "1", "ub")),
             ("c".to_string(), at("stopped", "2", "uc")),
             ("e".to_string(), at("created", "1", "ue")),
+            (
+                "f".to_string(),
+                Seen {
+                    activity: (None, 2),
+                    ..at("stopped", "1", "uf")
+                },
+            ),
         ]);
         let mut got: Vec<(String, String)> = changes(&before, &now)
             .into_iter()
@@ -183,6 +207,7 @@ mod tests {
                 ("uc".into(), "updated".into()),
                 ("ud".into(), "destroyed".into()),
                 ("ue".into(), "appeared:created".into()),
+                ("uf".into(), "stopped".into()),
             ]
         );
     }

@@ -35,7 +35,13 @@ const WRONG_KIND: i64 = 21;
 const SYMLINK: i64 = 22;
 
 const READ: &str = r#"[ -d "$1" ] && exit 21; [ -e "$1" ] || exit 20; base64 -w0 -- "$1""#;
-const WRITE: &str = r#"set -e; mkdir -p -- "$(dirname -- "$1")"; t="$1.sbx-write.$$"; base64 -d > "$t"; chmod "$2" "$t"; mv -f -- "$t" "$1""#;
+const WRITE: &str = r#"[ -d "$1" ] && exit 21
+d=$(dirname -- "$1")
+if ! mkdir -p -- "$d" 2>/dev/null; then
+  while [ "$d" != / ]; do [ -e "$d" ] && [ ! -d "$d" ] && exit 21; d=$(dirname -- "$d"); done
+  exit 1
+fi
+set -e; t="$1.sbx-write.$$"; base64 -d > "$t"; chmod "$2" "$t"; mv -f -- "$t" "$1""#;
 const LIST: &str = r#"[ -d "$1" ] || { [ -e "$1" ] && exit 21; exit 20; }; cd -- "$1" && find . -mindepth 1 -maxdepth 1 -printf '%y\0%s\0%P\0%l\0' | base64 -w0"#;
 const EXPORT: &str = r#"[ -L "$1" ] && exit 22; [ -e "$1" ] || exit 20; t=$(mktemp) || exit 1; trap 'rm -f "$t"' EXIT; tar -C "$(dirname -- "$1")" -cf "$t" -- "$(basename -- "$1")" && base64 -w0 "$t""#;
 const IMPORT: &str = r#"set -e; t=$(mktemp); trap 'rm -f "$t"' EXIT; base64 -d > "$t"; mkdir -p -- "$1"; tar -C "$1" -xf "$t" --no-same-owner"#;
@@ -77,7 +83,7 @@ impl FlyProvider {
                     "sandbox {id} does not exist ({})",
                     e.message()
                 )),
-                _ => e.context(format!("exec of {:?} in sandbox {id}", argv.first())),
+                _ => e.context(format!("exec of {argv:?} in sandbox {id}")),
             })?;
         Ok(ExecOutput {
             stdout: reply.stdout.into_bytes(),
@@ -144,11 +150,17 @@ fn wrap(request: &ExecRequest) -> Vec<String> {
     }
 }
 
-/// An absolute path without NUL; `what` names it in the error.
+/// An absolute path without NUL and without `.` or `..` segments (which would let one
+/// path name another); `what` names it in the error.
 fn absolute(what: &str, path: &str) -> ProviderResult<String> {
     if !path.starts_with('/') || path.contains('\0') {
         return Err(ProviderError::invalid(format!(
             "{what} {path:?} must be an absolute path"
+        )));
+    }
+    if path.split('/').any(|s| s == "." || s == "..") {
+        return Err(ProviderError::invalid(format!(
+            "{what} {path:?} contains a \".\" or \"..\" segment; give a normalised absolute path"
         )));
     }
     let trimmed = path.trim_end_matches('/');
@@ -302,6 +314,8 @@ mod tests {
     fn paths_must_be_absolute() {
         assert!(absolute("p", "rel").is_err());
         assert!(absolute("p", "/a\0b").is_err());
+        assert!(absolute("p", "/tmp/..").is_err());
+        assert!(absolute("p", "/a/./b").is_err());
         assert_eq!(absolute("p", "/a/b/").unwrap(), "/a/b");
         assert_eq!(absolute("p", "/").unwrap(), "/");
     }

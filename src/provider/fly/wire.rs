@@ -35,6 +35,9 @@ pub struct Machine {
     /// RFC 3339.
     #[serde(default)]
     pub created_at: Option<String>,
+    /// RFC 3339; changes with every transition and update.
+    #[serde(default)]
+    pub updated_at: Option<String>,
     /// History, newest first (possibly truncated by the API).
     #[serde(default)]
     pub events: Vec<Event>,
