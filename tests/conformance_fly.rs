@@ -886,10 +886,6 @@ mod specific {
     async fn api_errors_map_to_what_the_caller_should_do() {
         let w = world().await;
         let faults = w.double.faults();
-        faults.rate_limit(Matcher::path("/machines"), 1, 7);
-        let limited = w.provider.find(&w.query()).await.unwrap_err();
-        assert_eq!(limited.kind(), ErrorKind::Transient);
-        assert_eq!(limited.retry_after(), Some(Duration::from_secs(7)));
         faults.insufficient_capacity(1);
         let full = w.provider.create(&w.request()).await.unwrap_err();
         assert_eq!(full.kind(), ErrorKind::Transient);
@@ -905,11 +901,31 @@ mod specific {
             None,
             "absent is None, not an error"
         );
-        w.double.revoke_tokens();
-        let refused = w.provider.describe("0123456789abcd").await.unwrap_err();
+
+        // A 429 pauses the whole client for Retry-After: the next call (of any kind) reaches
+        // the API only once that has passed.
+        faults.rate_limit(Matcher::path("/machines"), 1, 1);
+        let limited = w.provider.find(&w.query()).await.unwrap_err();
+        assert_eq!(limited.kind(), ErrorKind::Transient);
+        assert_eq!(limited.retry_after(), Some(Duration::from_secs(1)));
+        w.provider.describe("0123456789abcd").await.unwrap();
+        let log = w.double.requests().all();
+        let [.., limited_at, next_at] = &log[..] else {
+            panic!("two requests expected: {log:?}");
+        };
+        let gap = next_at.at.duration_since(limited_at.at);
+        assert!(
+            gap >= Duration::from_millis(950),
+            "sent {gap:?} after the 429"
+        );
+
+        let fresh = world().await;
+        fresh.double.revoke_tokens();
+        let refused = fresh.provider.describe("0123456789abcd").await.unwrap_err();
         assert_eq!(refused.kind(), ErrorKind::Unauthorized);
-        assert!(!refused.to_string().contains(w.double.token()));
+        assert!(!refused.to_string().contains(fresh.double.token()));
         w.double.shutdown().await;
+        fresh.double.shutdown().await;
     }
 
     async fn get_until_ok(url: &str) -> String {

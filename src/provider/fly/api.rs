@@ -16,8 +16,18 @@
 //!
 //! Messages carry the method, the path and the API's own message, never the token (errors are
 //! built from the status and the body, never from request headers).
+//!
+//! **Retry-After is honoured by the client itself.** After an answer that carries it (429, a
+//! 503), no request of this provider is sent until that time has passed: a call made meanwhile
+//! waits out the rest (up to [`MAX_HOLD_WAIT`]; beyond that it fails at once with `Transient`
+//! and the remaining wait). The controllers back off by it too, but a second caller (a
+//! reconcile queued by the failing one's own status write, the drift scan, the sweeper) must
+//! not be the one that hammers a rate-limited API — and waiting, rather than failing, keeps
+//! those callers from counting failures they did not have. Fly's limits are per organization
+//! and token, so the pause covers every call.
 
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use reqwest::{Method, Response, StatusCode};
 use serde::de::DeserializeOwned;
@@ -32,6 +42,8 @@ pub const NONCE_HEADER: &str = "fly-machine-lease-nonce";
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Extra time a long-poll (wait, exec) gets beyond its own server-side timeout.
 const LONG_POLL_SLACK: Duration = Duration::from_secs(10);
+/// Longest a call waits out another call's `Retry-After` before failing instead.
+pub const MAX_HOLD_WAIT: Duration = Duration::from_secs(30);
 /// How much of an unexpected body an error message quotes.
 const QUOTE_LIMIT: usize = 300;
 
@@ -89,6 +101,8 @@ pub struct Api {
     http: reqwest::Client,
     base: String,
     token: String,
+    /// No request before this instant (the API's last `Retry-After`).
+    hold_until: Arc<Mutex<Option<Instant>>>,
 }
 
 impl std::fmt::Debug for Api {
@@ -115,7 +129,34 @@ impl Api {
             http,
             base: format!("{}/v1", api_url.trim_end_matches('/')),
             token,
+            hold_until: Arc::new(Mutex::new(None)),
         })
+    }
+
+    /// Waits out the API's last `Retry-After`, or fails when more than [`MAX_HOLD_WAIT`] of
+    /// it is left (see the module docs).
+    async fn honour_hold(&self, what: &str) -> ProviderResult<()> {
+        let hold = *self.hold_until.lock().unwrap_or_else(|e| e.into_inner());
+        match hold.map(|until| until.saturating_duration_since(Instant::now())) {
+            Some(left) if left > MAX_HOLD_WAIT => Err(ProviderError::transient(format!(
+                "{what}: not sent: the Machines API asked to wait (Retry-After), {:.0} s left",
+                left.as_secs_f64()
+            ))
+            .with_retry_after(Some(left))),
+            Some(left) if !left.is_zero() => {
+                tokio::time::sleep(left).await;
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn hold(&self, after: Duration) {
+        let until = Instant::now() + after;
+        let mut hold = self.hold_until.lock().unwrap_or_else(|e| e.into_inner());
+        if hold.is_none_or(|h| h < until) {
+            *hold = Some(until);
+        }
     }
 
     /// Sends `call` and decodes a 2xx JSON answer; anything else becomes a [`ProviderError`].
@@ -141,6 +182,7 @@ impl Api {
     /// Sends `call`; a non-2xx answer becomes a [`ProviderError`] (see the module docs).
     async fn send(&self, call: Call<'_>) -> ProviderResult<Response> {
         let what = format!("{} {}", call.method, call.path);
+        self.honour_hold(&what).await?;
         let mut request = self
             .http
             .request(call.method, format!("{}{}", self.base, call.path))
@@ -170,6 +212,9 @@ impl Api {
             .get(reqwest::header::RETRY_AFTER)
             .and_then(|v| v.to_str().ok())
             .and_then(parse_retry_after);
+        if let Some(after) = retry_after {
+            self.hold(after);
+        }
         let body = response.bytes().await.unwrap_or_default();
         Err(error_of(status, &body, retry_after, &what))
     }
