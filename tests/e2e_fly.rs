@@ -202,7 +202,10 @@ async fn a_fly_sandbox_becomes_ready_and_its_url_reaches_it_alone() {
     let s = wait_ready(&api, "web", &op).await;
     let status = s.status.clone().expect("status");
     let id = status.sandbox_id.clone().expect("sandboxId");
-    assert_eq!(w.double.live_machines(w.double.app()), std::slice::from_ref(&id));
+    assert_eq!(
+        w.double.live_machines(w.double.app()),
+        std::slice::from_ref(&id)
+    );
     let machine = w.machine(&id).await;
     let uid = s.metadata.uid.clone().expect("uid");
     assert_eq!(
