@@ -24,6 +24,7 @@ use crate::provider::ProviderSettings;
 use crate::provider::docker::DockerSettings;
 use crate::provider::e2b::E2bSettings;
 use crate::provider::fly::FlySettings;
+use crate::provider::sprites::SpritesSettings;
 pub use crate::secret::{SecretError, SecretSource};
 use crate::validation::{Issue, Issues, check_dns_label, check_url, format_issues, list_or_none};
 
@@ -119,6 +120,8 @@ pub enum ProviderType {
     Fly,
     /// E2B (REST).
     E2b,
+    /// Fly Sprites (REST and WebSocket).
+    Sprites,
 }
 
 impl ProviderType {
@@ -128,6 +131,7 @@ impl ProviderType {
             ProviderType::Docker => "docker",
             ProviderType::Fly => "fly",
             ProviderType::E2b => "e2b",
+            ProviderType::Sprites => "sprites",
         }
     }
 }
@@ -158,6 +162,9 @@ pub struct ProviderConfig {
     /// Settings for `type: e2b`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub e2b: Option<E2bSettings>,
+    /// Settings for `type: sprites`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sprites: Option<SpritesSettings>,
     /// Name of an entry in `templateStores` used for this provider's templates (required in
     /// practice for providers that cannot commit images, such as Fly).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -173,6 +180,7 @@ impl ProviderConfig {
             docker: None,
             fly: None,
             e2b: None,
+            sprites: None,
             template_store: None,
         }
     }
@@ -187,6 +195,7 @@ impl ProviderConfig {
             )),
             ProviderType::Fly => self.fly.clone().map(ProviderSettings::Fly),
             ProviderType::E2b => self.e2b.clone().map(ProviderSettings::E2b),
+            ProviderType::Sprites => self.sprites.clone().map(ProviderSettings::Sprites),
         }
     }
 }
@@ -552,6 +561,9 @@ impl OperatorConfig {
             if let Some(e2b) = &p.e2b {
                 check(&e2b.api_key, format!("providers[{i}].e2b.apiKey"));
             }
+            if let Some(sprites) = &p.sprites {
+                check(&sprites.token, format!("providers[{i}].sprites.token"));
+            }
         }
         for (i, s) in self.template_stores.iter().enumerate() {
             for (key, src) in [
@@ -577,6 +589,7 @@ fn validate_provider_blocks(p: &ProviderConfig, at: &str, issues: &mut Issues) {
         (ProviderType::Docker, p.docker.is_some()),
         (ProviderType::Fly, p.fly.is_some()),
         (ProviderType::E2b, p.e2b.is_some()),
+        (ProviderType::Sprites, p.sprites.is_some()),
     ];
     for (kind, present) in blocks {
         if present && kind != p.type_ {
@@ -594,6 +607,7 @@ fn validate_provider_blocks(p: &ProviderConfig, at: &str, issues: &mut Issues) {
         (_, Some(ProviderSettings::Docker(d))) => d.validate(&format!("{at}.docker"), issues),
         (_, Some(ProviderSettings::Fly(f))) => f.validate(&format!("{at}.fly"), issues),
         (_, Some(ProviderSettings::E2b(e))) => e.validate(&format!("{at}.e2b"), issues),
+        (_, Some(ProviderSettings::Sprites(s))) => s.validate(&format!("{at}.sprites"), issues),
         (ProviderType::Fly, None) => issues.push(
             format!("{at}.fly"),
             "missing: a provider of type `fly` needs a `fly:` block with at least `app` (the Fly \
@@ -604,6 +618,11 @@ fn validate_provider_blocks(p: &ProviderConfig, at: &str, issues: &mut Issues) {
             format!("{at}.e2b"),
             "missing: a provider of type `e2b` needs an `e2b:` block with `apiKey` (e.g. \
              `apiKey: {env: E2B_API_KEY}`)",
+        ),
+        (ProviderType::Sprites, None) => issues.push(
+            format!("{at}.sprites"),
+            "missing: a provider of type `sprites` needs a `sprites:` block with `org` and \
+             `token` (e.g. `token: {env: SPRITES_TOKEN}`)",
         ),
         (ProviderType::Docker, None) => {}
     }

@@ -11,8 +11,19 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::Semaphore;
 
+use crate::config::{OperatorConfig, ProviderConfig};
 use crate::metrics::Metrics;
 use crate::provider::{Provider, ProviderError, ProviderResult};
+
+/// A configured provider could not be built.
+#[derive(Debug, thiserror::Error)]
+#[error("provider {name:?}: {message}")]
+pub struct BuildError {
+    /// The provider's configured name.
+    pub name: String,
+    /// What is wrong, naming the setting to fix.
+    pub message: String,
+}
 
 /// One configured provider with its bound and timeout.
 #[derive(Clone)]
@@ -87,6 +98,45 @@ pub struct ProviderRegistry {
 }
 
 impl ProviderRegistry {
+    /// Builds every configured provider (one Docker provider named `docker` when none is
+    /// configured), each behind the configured concurrency bound and timeout. Used by `run`
+    /// and by the on-demand `sweep`, so both see the same providers.
+    pub async fn from_config(
+        config: &OperatorConfig,
+        metrics: &Metrics,
+    ) -> Result<ProviderRegistry, BuildError> {
+        let mut registry = ProviderRegistry::new();
+        let mut configured = config.providers.clone();
+        if configured.is_empty() {
+            configured.push(ProviderConfig::docker_default("docker"));
+        }
+        for p in &configured {
+            let failed = |message: String| BuildError {
+                name: p.name.clone(),
+                message,
+            };
+            let settings = p.settings().ok_or_else(|| {
+                failed(format!(
+                    "a provider of type {} needs its `{}:` block",
+                    p.type_, p.type_
+                ))
+            })?;
+            let provider = crate::provider::build(&p.name, &settings)
+                .await
+                .map_err(|e| failed(e.to_string()))?;
+            registry.insert(ProviderHandle::new(
+                provider,
+                config.provider_concurrency,
+                config.provider_timeout(),
+                metrics.clone(),
+            ));
+        }
+        if let Some(d) = config.default_provider_name() {
+            registry.set_default(d);
+        }
+        Ok(registry)
+    }
+
     /// An empty registry.
     pub fn new() -> Self {
         Self::default()

@@ -28,12 +28,11 @@ use crate::config::OperatorConfig;
 use crate::controller::{self, Context};
 use crate::leader::{LeaderConfig, LeaderElector};
 use crate::metrics::Metrics;
-use crate::provider::docker::DockerProvider;
-use crate::provider::{Provider, ProviderSettings};
-use crate::registry::{ProviderHandle, ProviderRegistry};
+use crate::registry::ProviderRegistry;
 use crate::server::{self, Liveness, Readiness, ServerState};
 use crate::supervisor::{Ending, TaskExit, TaskSet, Trigger};
 use crate::telemetry::{self, LogFormat};
+use crate::templates::service::TemplateService;
 use crate::templates::store::{StoreSettings, TemplateStore};
 use crate::templates::transfer::Limits;
 
@@ -88,7 +87,10 @@ pub enum RunError {
     /// No Kubernetes client (no kubeconfig, no in-cluster environment).
     #[error("cannot build a Kubernetes client (set KUBECONFIG or run in a cluster): {0}")]
     Kube(#[from] kube::Error),
-    /// A provider could not be set up.
+    /// A configured provider could not be built.
+    #[error(transparent)]
+    Providers(#[from] crate::registry::BuildError),
+    /// A provider's template store could not be set up.
     #[error("provider {name:?}: {message}")]
     Provider {
         /// Provider name.
@@ -151,7 +153,7 @@ struct Parts {
     client: Client,
     metrics: Metrics,
     providers: ProviderRegistry,
-    template_stores: controller::template::Stores,
+    templates: Arc<TemplateService>,
     config: OperatorConfig,
     namespace: Option<String>,
     concurrency: u16,
@@ -187,8 +189,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let config = OperatorConfig::load(args.config.as_deref())?;
     let client = Client::try_default().await?;
     let metrics = Metrics::new();
-    let providers = build_providers(&config, &metrics).await?;
-    let template_stores = template_stores_by_provider(&config)?;
+    let providers = ProviderRegistry::from_config(&config, &metrics).await?;
+    let templates = Arc::new(template_service(&config)?);
     let leader_config = LeaderConfig::for_instance(&config.instance, args.lease_duration_secs);
     let elector =
         LeaderElector::new(client.clone(), leader_config.clone())?.with_metrics(metrics.clone());
@@ -196,7 +198,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         client,
         metrics,
         providers,
-        template_stores,
+        templates,
         config,
         namespace: args.namespace.clone(),
         concurrency: args.concurrency,
@@ -395,6 +397,7 @@ fn spawn_leader_tasks(tasks: &mut TaskSet, parts: &Parts, stop: &Trigger) {
     let ctx = Context::new(
         parts.client.clone(),
         parts.providers.clone(),
+        parts.templates.clone(),
         parts.metrics.clone(),
         parts.config.instance.clone(),
         parts.config.resync(),
@@ -422,10 +425,10 @@ fn spawn_leader_tasks(tasks: &mut TaskSet, parts: &Parts, stop: &Trigger) {
         "SandboxVolume controller",
         controller::volume::run(ctx.clone(), volume_triggers, stop.fired(), ns.clone()),
     );
-    // SandboxTemplates, with each provider's template store (for fetch and unpublish).
+    // SandboxTemplates (the template stores are in the context's templates service).
     tasks.spawn(
         "SandboxTemplate controller",
-        controller::template::run(ctx, parts.template_stores.clone(), stop.fired(), ns),
+        controller::template::run(ctx, stop.fired(), ns),
     );
     let sweeper = &parts.config.sweeper;
     if sweeper.enabled {
@@ -470,96 +473,35 @@ fn install_crypto_provider() {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
 }
 
-/// Builds the provider registry from the configuration.
-pub async fn build_providers(
-    config: &OperatorConfig,
-    metrics: &Metrics,
-) -> Result<ProviderRegistry, RunError> {
-    let mut registry = ProviderRegistry::new();
-    let mut configured = config.providers.clone();
-    if configured.is_empty() {
-        configured.push(crate::config::ProviderConfig::docker_default("docker"));
-    }
-    for p in &configured {
-        let settings = p.settings().ok_or_else(|| RunError::Provider {
-            name: p.name.clone(),
-            message: format!(
-                "a provider of type {} needs its `{}:` block",
-                p.type_, p.type_
-            ),
-        })?;
-        let failed = |e: crate::provider::ProviderError| RunError::Provider {
-            name: p.name.clone(),
-            message: e.to_string(),
+/// The templates service: one store client per template store a provider names
+/// (`providers[].templateStore`), built from its settings with the environment as fallback,
+/// shared by every provider that names it. A store whose settings are incomplete fails
+/// start-up with the missing settings named, rather than surfacing later as a network
+/// failure. Building a client makes no request.
+pub fn template_service(config: &OperatorConfig) -> Result<TemplateService, RunError> {
+    let mut service = TemplateService::new(Limits::default());
+    let mut built = std::collections::BTreeSet::new();
+    for provider in &config.providers {
+        let Some(name) = &provider.template_store else {
+            continue;
         };
-        let provider: Arc<dyn Provider> = match (&settings, template_store_of(config, p)?) {
-            // Docker carries its template store until publish/fetch move to the templates
-            // service.
-            (ProviderSettings::Docker(s), Some((store, limits))) => Arc::new(
-                DockerProvider::connect_negotiated(p.name.clone(), s.clone())
-                    .await
-                    .map_err(failed)?
-                    .with_template_store(store, limits),
-            ),
-            _ => crate::provider::build(&p.name, &settings)
-                .await
-                .map_err(failed)?,
-        };
-        registry.insert(ProviderHandle::new(
-            provider,
-            config.provider_concurrency,
-            config.provider_timeout(),
-            metrics.clone(),
-        ));
-    }
-    if let Some(d) = config.default_provider_name() {
-        registry.set_default(d);
-    }
-    Ok(registry)
-}
-
-/// The S3 template store a provider names (`providers[].templateStore`), built from its
-/// settings with the environment as fallback; `None` when it names none. A store whose
-/// settings are incomplete fails start-up with the missing settings named, rather than
-/// surfacing later as a network failure.
-fn template_store_of(
-    config: &OperatorConfig,
-    provider: &crate::config::ProviderConfig,
-) -> Result<Option<(Arc<TemplateStore>, Limits)>, RunError> {
-    let Some(name) = &provider.template_store else {
-        return Ok(None);
-    };
-    let store_config = config
-        .template_store(name)
-        .ok_or_else(|| RunError::Provider {
+        let fail = |message: String| RunError::Provider {
             name: provider.name.clone(),
-            message: format!("templateStore {name:?} is not defined under templateStores"),
-        })?;
-    let settings =
-        StoreSettings::resolve(store_config, |k| std::env::var(k).ok()).map_err(|e| {
-            RunError::Provider {
-                name: provider.name.clone(),
-                message: e.to_string(),
-            }
-        })?;
-    Ok(Some((
-        Arc::new(TemplateStore::new(settings)),
-        Limits::default(),
-    )))
-}
-
-/// The template store of every provider that names one, by provider name (one store client
-/// per provider: building one makes no request).
-pub fn template_stores_by_provider(
-    config: &OperatorConfig,
-) -> Result<controller::template::Stores, RunError> {
-    let mut stores = controller::template::Stores::new();
-    for p in &config.providers {
-        if let Some(store) = template_store_of(config, p)? {
-            stores.insert(p.name.clone(), store);
+            message,
+        };
+        if built.insert(name.clone()) {
+            let store_config = config.template_store(name).ok_or_else(|| {
+                fail(format!(
+                    "templateStore {name:?} is not defined under templateStores"
+                ))
+            })?;
+            let settings = StoreSettings::resolve(store_config, |k| std::env::var(k).ok())
+                .map_err(|e| fail(e.to_string()))?;
+            service.add_store(Arc::new(TemplateStore::new(settings)));
         }
+        service.assign(&provider.name, name);
     }
-    Ok(stores)
+    Ok(service)
 }
 
 async fn wait_for_signal() {

@@ -49,6 +49,7 @@ fn expect() -> Expect {
         pids: false,
         domain_egress: false,
         no_egress: false,
+        parks_itself: false,
     }
 }
 

@@ -1,6 +1,10 @@
-//! SandboxTemplates end to end: `kubectl apply` → the operator binary → real Docker images
-//! and a real SigV4 S3 store, through a real kube-apiserver. Each test has its own
-//! namespace(s), operator instance(s), template repository and store prefix.
+//! SandboxTemplates end to end: `kubectl apply` → the operator → real Docker images and a
+//! real SigV4 S3 store, through a real kube-apiserver. Each test has its own namespace(s),
+//! operator instance(s), template repository and store prefix.
+//!
+//! Most tests run the operator binary. Two run the library's controllers (or its sweeper) in
+//! the test process instead, because they need a provider the binary cannot be configured
+//! with: Docker with its native templates hidden, standing in for Fly Machines and E2B.
 
 mod harness;
 
@@ -11,14 +15,16 @@ use std::time::Duration;
 use harness::cluster::*;
 use harness::docker::*;
 use harness::operator::*;
-use harness::wait_for;
+use harness::{unique, wait_for};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::DeleteParams;
 use sandbox_operator::api::{Sandbox, SandboxTemplate, condition};
 use sandbox_operator::config::TemplateStoreConfig;
+use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest};
+use sandbox_operator::templates::service::TemplateService;
 use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
-use sandbox_operator::templates::transfer;
+use sandbox_operator::templates::transfer::{self, Limits};
 
 use harness::s3::s3_env;
 
@@ -147,13 +153,24 @@ fn docker_sh(container: &str, script: &str) -> Result<String, String> {
     }
 }
 
+/// Where an operator's log is, for a timeout message.
+trait Logged {
+    fn where_logged(&self) -> String;
+}
+
+impl Logged for Operator {
+    fn where_logged(&self) -> String {
+        format!("log {}", self.log.display())
+    }
+}
+
 fn ready(conditions: &[sandbox_operator::api::Condition]) -> Option<(String, String)> {
     condition(conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()))
 }
 
-async fn wait_sandbox_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
+async fn wait_sandbox_ready(api: &Api<Sandbox>, name: &str, op: &impl Logged) -> Sandbox {
     wait_for(
-        &format!("Sandbox {name} Ready (log {})", op.log.display()),
+        &format!("Sandbox {name} Ready ({})", op.where_logged()),
         TIMEOUT,
         || async {
             let s = api.get(name).await.map_err(|e| e.to_string())?;
@@ -172,10 +189,10 @@ async fn wait_sandbox_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sa
 async fn wait_template_ready(
     api: &Api<SandboxTemplate>,
     name: &str,
-    op: &Operator,
+    op: &impl Logged,
 ) -> SandboxTemplate {
     wait_for(
-        &format!("SandboxTemplate {name} Ready (log {})", op.log.display()),
+        &format!("SandboxTemplate {name} Ready ({})", op.where_logged()),
         TIMEOUT,
         || async {
             let t = api.get(name).await.map_err(|e| e.to_string())?;
@@ -697,4 +714,460 @@ impl Drop for PurgePrefix {
         })
         .join();
     }
+}
+
+// ---- providers without native templates, and the sweeper, in the test process -----------
+
+/// The library's Sandbox and SandboxTemplate controllers running in this process against the
+/// real API server, on one provider the test chose, with `store` as its template store.
+/// Stopped (and awaited) on drop.
+struct InProcess {
+    stop: tokio::sync::watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl InProcess {
+    async fn start(
+        ns: &str,
+        provider: Arc<dyn sandbox_operator::provider::Provider>,
+        store: Arc<TemplateStore>,
+    ) -> InProcess {
+        use sandbox_operator::controller::{Context, sandbox, template};
+        use sandbox_operator::metrics::Metrics;
+        use sandbox_operator::registry::{ProviderHandle, ProviderRegistry};
+        let metrics = Metrics::new();
+        let mut service = TemplateService::new(limits());
+        service.assign(provider.name(), &store.settings().name);
+        service.add_store(store);
+        let mut providers = ProviderRegistry::new();
+        let handle = ProviderHandle::new(provider, 8, Duration::from_secs(120), metrics.clone());
+        providers.insert(handle);
+        let ctx = Context::new(
+            client().await,
+            providers,
+            Arc::new(service),
+            metrics,
+            ns.to_string(),
+            Duration::from_secs(300),
+        );
+        let (stop, rx) = tokio::sync::watch::channel(false);
+        let stopped = move || {
+            let mut rx = rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        };
+        let namespace = Some(ns.to_string());
+        let triggers = futures::stream::empty();
+        let tasks = vec![
+            tokio::spawn(sandbox::run(
+                ctx.clone(),
+                triggers,
+                stopped(),
+                4,
+                namespace.clone(),
+            )),
+            tokio::spawn(template::run(ctx, stopped(), namespace)),
+        ];
+        InProcess { stop, tasks }
+    }
+}
+
+impl Logged for InProcess {
+    fn where_logged(&self) -> String {
+        "controllers in the test process".into()
+    }
+}
+
+impl Drop for InProcess {
+    fn drop(&mut self) {
+        let _ = self.stop.send(true);
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+fn limits() -> Limits {
+    Limits {
+        transfer: Duration::from_secs(300),
+        ..Limits::default()
+    }
+}
+
+/// Puts a template into the store whose archive the restore must refuse (a symlink to /etc,
+/// then a file through it), with a control-plane manifest naming /workspace/app.
+async fn upload_hostile(store: &TemplateStore, id: &str) {
+    let mut raw = tar::Builder::new(Vec::new());
+    let mut h = tar::Header::new_gnu();
+    h.set_entry_type(tar::EntryType::Symlink);
+    h.set_mode(0o777);
+    h.set_size(0);
+    raw.append_link(&mut h, "workspace/app/lnk", "/etc")
+        .expect("symlink");
+    let mut h = tar::Header::new_gnu();
+    h.set_mode(0o644);
+    h.set_size(5);
+    raw.append_data(&mut h, "workspace/app/lnk/evil", &b"evil\n"[..])
+        .expect("file");
+    let dir = tempfile::tempdir().expect("tmp");
+    let tar_path = dir.path().join("a.tar");
+    std::fs::write(&tar_path, raw.into_inner().expect("tar")).expect("write");
+    let gz = Command::new("gzip")
+        .arg("-f")
+        .arg(&tar_path)
+        .output()
+        .expect("gzip");
+    assert!(gz.status.success());
+    let keys = Keys::new(&store.settings().prefix, id);
+    let url = store
+        .presign_put(&keys.archive(), Duration::from_secs(300))
+        .await
+        .expect("presign");
+    let put = Command::new("curl")
+        .args(["--fail-with-body", "-sS", "-X", "PUT", "-T"])
+        .arg(dir.path().join("a.tar.gz"))
+        .arg(&url)
+        .output()
+        .expect("curl");
+    assert!(
+        put.status.success(),
+        "{}",
+        String::from_utf8_lossy(&put.stdout)
+    );
+    let m = Manifest {
+        schema: MANIFEST_SCHEMA,
+        id: id.to_string(),
+        capture_paths: vec!["/workspace/app".into()],
+        created_at: "2026-01-01T00:00:00Z".into(),
+        size_bytes: 1,
+        label: None,
+        base_image: Some(base_image()),
+        labels: Default::default(),
+    };
+    let body = serde_json::to_string(&m).expect("json");
+    store
+        .put_text(&keys.manifest(), &body, "application/json")
+        .await
+        .expect("manifest");
+}
+
+fn container_image(container: &str) -> String {
+    let out = Command::new("docker")
+        .args(["inspect", "-f", "{{.Config.Image}}", container])
+        .output()
+        .expect("docker inspect");
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+async fn delete_and_wait<K>(api: &Api<K>, names: &[&str])
+where
+    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    for name in names {
+        let _ = api.delete(name, &DeleteParams::default()).await;
+    }
+    for name in names {
+        wait_for(&format!("{name} deleted"), TIMEOUT, || async {
+            match api.get_opt(name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(_)) => Err("still there".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn without_native_templates_a_sandbox_boots_the_base_image_and_is_restored_after_start() {
+    let ns = namespace("e2e-tpl-exec").await;
+    let _purge = Purge(ns.clone());
+    let prefix = format!("e2e-exec-{ns}");
+    let store = store(&prefix);
+    let _objects = PurgePrefix(store.clone(), prefix.clone());
+    let docker = sandbox_operator::provider::docker::DockerProvider::connect_negotiated(
+        "nonative",
+        sandbox_operator::provider::docker::DockerSettings {
+            default_image: Some(base_image()),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("engine");
+    let fly = Arc::new(harness::no_native_templates::NoNativeTemplates(docker));
+    let op = InProcess::start(&ns, fly, store.clone()).await;
+    let client = client().await;
+    let sandboxes: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
+    let templates: Api<SandboxTemplate> = Api::namespaced(client.clone(), &ns);
+
+    // Capture: over exec into the store; the template is published by nature.
+    apply_ok(&source_sandbox("src", "restored bytes"), &ns);
+    let src = wait_sandbox_ready(&sandboxes, "src", &op).await;
+    let src_id = src.status.clone().and_then(|s| s.sandbox_id).expect("id");
+    wait_for("the source's files", TIMEOUT, || async {
+        docker_sh(&src_id, "test -f /workspace/app/.ready")
+    })
+    .await;
+    apply_ok(
+        r#"apiVersion: sandboxes.dev/v1alpha1
+kind: SandboxTemplate
+metadata:
+  name: deps
+spec:
+  sandboxRef:
+    name: src
+  capturePaths: ["/workspace/app"]
+"#,
+        &ns,
+    );
+    let t = wait_template_ready(&templates, "deps", &op).await;
+    let st = t.status.clone().expect("status");
+    let id = st.template_id.clone().expect("template id");
+    assert_eq!(st.published, Some(true), "kept in the store: published");
+    assert!(
+        st.ref_.as_deref().is_some_and(|r| r.starts_with("s3://")),
+        "{st:?}"
+    );
+    let m = transfer::manifest(&store, &id)
+        .await
+        .expect("lookup")
+        .expect("in the store");
+    assert_eq!(m.base_image, Some(base_image()));
+    assert!(
+        !image_exists(&format!("sandbox-operator/template:{id}")),
+        "no image committed"
+    );
+
+    // Boot: the manifest's base image, the archive restored after start, then Ready.
+    apply_ok(&sandbox_from("user", "deps"), &ns);
+    let user = wait_sandbox_ready(&sandboxes, "user", &op).await;
+    let ust = user.status.clone().expect("status");
+    let user_id = ust.sandbox_id.clone().expect("id");
+    assert_eq!(
+        ust.template_restored_into.as_deref(),
+        Some(user_id.as_str())
+    );
+    assert_eq!(
+        container_image(&user_id),
+        base_image(),
+        "booted from the base image"
+    );
+    let seen = docker_sh(
+        &user_id,
+        "cat /workspace/app/hello.txt; echo; stat -c '%a %u' /workspace/app/hello.txt",
+    )
+    .expect("read");
+    assert_eq!(seen, "restored bytes\n640 0\n");
+    let events = events_about(&ns, "user").await;
+    assert!(
+        events
+            .iter()
+            .any(|(_, reason, _)| reason == "TemplateRestored"),
+        "{events:?}"
+    );
+
+    // A template whose archive the restore refuses: the sandbox is destroyed, never handed
+    // out, and the Sandbox says why.
+    let hostile = format!("hostile-{:08x}", fastrand::u32(..));
+    upload_hostile(&store, &hostile).await;
+    apply_ok(
+        &format!(
+            r#"apiVersion: sandboxes.dev/v1alpha1
+kind: SandboxTemplate
+metadata:
+  name: hostile
+spec:
+  source: Store
+  templateId: {hostile}
+"#
+        ),
+        &ns,
+    );
+    wait_template_ready(&templates, "hostile", &op).await;
+    apply_ok(&sandbox_from("victim", "hostile"), &ns);
+    let victim = wait_for("victim: TemplateRestoreFailed", TIMEOUT, || async {
+        let s = sandboxes.get("victim").await.map_err(|e| e.to_string())?;
+        let st = s.status.clone().unwrap_or_default();
+        match (ready(&st.conditions), condition(&st.conditions, "Stalled")) {
+            (Some((r, reason)), Some(c))
+                if r == "False" && reason == "TemplateRestoreFailed" && c.status == "True" =>
+            {
+                Ok(s)
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let vst = victim.status.clone().expect("status");
+    assert_eq!(vst.sandbox_id, None, "{vst:?}");
+    let victim_uid = victim.metadata.uid.clone().expect("uid");
+    assert!(
+        containers_of(&victim_uid).is_empty(),
+        "destroyed, not handed out"
+    );
+    let message = condition(&vst.conditions, "Ready").map(|c| c.message.clone());
+    assert!(
+        message
+            .as_deref()
+            .is_some_and(|m| m.contains("destroyed instead of handed out")),
+        "{message:?}"
+    );
+
+    // Deletion: the captured template leaves the store; the Store one was the publisher's.
+    delete_and_wait(&sandboxes, &["user", "victim", "src"]).await;
+    delete_and_wait(&templates, &["deps", "hostile"]).await;
+    assert_eq!(transfer::manifest(&store, &id).await.expect("lookup"), None);
+    assert!(
+        transfer::manifest(&store, &hostile)
+            .await
+            .expect("lookup")
+            .is_some()
+    );
+    drop(op);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fetched_template_is_swept_once_its_sandbox_template_is_gone() {
+    use sandbox_operator::config::SweeperConfig;
+    use sandbox_operator::controller::sweeper::Sweeper;
+    use sandbox_operator::controller::template::owner_of;
+    use sandbox_operator::metrics::Metrics;
+    use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
+    use sandbox_operator::provider::{CommitRequest, Provider, Templates};
+    use sandbox_operator::registry::ProviderHandle;
+
+    let ns = namespace("e2e-tpl-sweep").await;
+    let instance = ns.clone();
+    let (_purge, _purge_elsewhere) = (
+        Purge(instance.clone()),
+        Purge(format!("{instance}-elsewhere")),
+    );
+    let prefix = format!("e2e-sweep-{ns}");
+    let store = store(&prefix);
+    let _objects = PurgePrefix(store.clone(), prefix.clone());
+    let repo = format!("sandbox-operator/e2e-{ns}");
+    let _images = Repository(repo.clone());
+    let docker = DockerProvider::connect_negotiated(
+        "docker",
+        DockerSettings {
+            default_image: Some(base_image()),
+            template_repository: repo.clone(),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("engine");
+    let mut service = TemplateService::new(limits());
+    service.add_store(store.clone());
+    service.assign("docker", &store.settings().name);
+
+    // A template in the store, published from elsewhere (captured here, then the local
+    // copy removed).
+    let id = format!("swept-{:08x}", fastrand::u32(..));
+    let publisher = sandbox_operator::provider::labels::Owner {
+        instance: format!("{instance}-elsewhere"),
+        kind: "SandboxTemplate".into(),
+        namespace: ns.clone(),
+        name: "elsewhere".into(),
+        uid: unique("uid"),
+    };
+    let source = unique("sbx-src");
+    let mut request = sandbox_operator::provider::CreateRequest {
+        name: source.clone(),
+        owner: publisher.clone(),
+        image: Some(base_image()),
+        template: None,
+        command: Some(vec!["sleep".into(), "infinity".into()]),
+        restart_policy: sandbox_operator::provider::RestartPolicy::Never,
+        env: Default::default(),
+        labels: Default::default(),
+        resources: Default::default(),
+        ports: vec![],
+        volumes: vec![],
+        allowed_domains: None,
+        idle_action: None,
+    };
+    request.owner.kind = "Sandbox".into();
+    let created = docker.create(&request).await.expect("create");
+    docker.start(&created.id).await.expect("start");
+    docker_sh(
+        &created.id,
+        "mkdir -p /workspace/app && echo hi > /workspace/app/f",
+    )
+    .expect("write");
+    let commit = CommitRequest {
+        sandbox_id: created.id.clone(),
+        template_id: id.clone(),
+        capture_paths: vec!["/workspace/app".into()],
+        label: None,
+        owner: publisher.clone(),
+    };
+    service.commit(&docker, &commit).await.expect("capture");
+    service.publish(&docker, &id).await.expect("publish");
+    docker.destroy(&created.id).await.expect("destroy source");
+    docker
+        .remove_template(&id)
+        .await
+        .expect("remove the local copy");
+
+    // Fetched for a SandboxTemplate of this instance: it carries that object's labels.
+    let client = client().await;
+    let templates: Api<SandboxTemplate> = Api::namespaced(client.clone(), &ns);
+    let object: SandboxTemplate = serde_json::from_value(serde_json::json!({
+        "apiVersion": "sandboxes.dev/v1alpha1", "kind": "SandboxTemplate",
+        "metadata": {"name": "fetcher", "namespace": ns},
+        "spec": {"source": "Store", "templateId": id}
+    }))
+    .expect("object");
+    let object = templates
+        .create(&Default::default(), &object)
+        .await
+        .expect("create SandboxTemplate");
+    let owner = owner_of(&object, &instance);
+    let fetched = service
+        .fetch(&docker, &id, &owner)
+        .await
+        .expect("fetch")
+        .expect("in the store");
+    assert_eq!(
+        fetched.labels.get("sandboxes.dev/managed-by"),
+        Some(&instance),
+        "{:?}",
+        fetched.labels
+    );
+    assert_eq!(
+        fetched.labels.get("sandboxes.dev/owner-uid"),
+        object.metadata.uid.as_ref()
+    );
+
+    // The sweeper keeps it while its SandboxTemplate lives, and reclaims it once it is gone.
+    let metrics = Metrics::new();
+    let config = SweeperConfig {
+        enabled: true,
+        interval_secs: 300,
+        grace_secs: 0,
+        dry_run: false,
+        max_deletions_per_pass: 10,
+    };
+    let sweeper = Sweeper::new(client.clone(), metrics.clone(), &instance, &config)
+        .with_grace(Duration::ZERO);
+    let handle = ProviderHandle::new(Arc::new(docker.clone()), 4, TIMEOUT, metrics);
+    let key = format!("template/{id}");
+    let report = sweeper.pass(&handle).await;
+    assert!(
+        !report.reclaimed().contains(&key),
+        "{}",
+        report.render_table()
+    );
+    assert!(docker.get_template(&id).await.expect("lookup").is_some());
+    delete_and_wait(&templates, &["fetcher"]).await;
+    let report = sweeper.pass(&handle).await;
+    assert_eq!(
+        report.reclaimed(),
+        vec![key.clone()],
+        "{}",
+        report.render_table()
+    );
+    assert!(docker.get_template(&id).await.expect("lookup").is_none());
 }

@@ -916,12 +916,6 @@ impl Templates for Breaking {
         self.deletions.fetch_add(1, Ordering::SeqCst);
         Templates::remove_template(&self.inner, id).await
     }
-    async fn publish(&self, id: &str) -> ProviderResult<()> {
-        Templates::publish(&self.inner, id).await
-    }
-    async fn fetch(&self, id: &str) -> ProviderResult<Option<Template>> {
-        Templates::fetch(&self.inner, id).await
-    }
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -1,8 +1,13 @@
-//! Templates through the shared S3 store, against the real Docker engine, the real SigV4 S3
-//! server (tests/setup/s3.sh) and the real GNU tar 1.34 of the base image:
+//! Templates through the shared S3 store and the controller-side templates service, against
+//! the real Docker engine, the real SigV4 S3 server (tests/setup/s3.sh) and the real GNU tar
+//! 1.34 of the base image:
 //!
 //! - capture → publish → fetch (on a second provider instance) → boot keeps file contents
-//!   and modes, and drops ownership and setuid/setgid;
+//!   and modes, and drops ownership and setuid/setgid; the fetched template carries the
+//!   fetching owner's labels;
+//! - on a provider WITHOUT native templates (Docker with its `templates()` hidden), capture
+//!   goes over exec into the store, and a sandbox boots the manifest's base image and gets
+//!   the archive restored after start;
 //! - the restore is the security boundary: hostile archives are refused or neutralised and
 //!   nothing lands outside the capture paths — checked inside the restoring container itself;
 //! - a fetch whose restore is refused leaves no container and tags no image;
@@ -17,6 +22,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use harness::docker::TestEnv;
+use harness::no_native_templates::NoNativeTemplates;
 use harness::s3::s3_env;
 use harness::unique;
 use sandbox_operator::config::TemplateStoreConfig;
@@ -24,6 +30,7 @@ use sandbox_operator::provider::ErrorKind;
 use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::{CommitRequest, ExecRequest, Provider, Templates};
 use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest};
+use sandbox_operator::templates::service::{Boot, TemplateService};
 use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
 use sandbox_operator::templates::transfer::{self, Limits};
 
@@ -61,9 +68,23 @@ fn limits() -> Limits {
     }
 }
 
+/// The templates service with `store` (when given) assigned to the test env's provider and
+/// to [`other_host`].
+fn service(store: Option<Arc<TemplateStore>>) -> TemplateService {
+    let mut service = TemplateService::new(limits());
+    if let Some(store) = store {
+        let name = store.settings().name.clone();
+        service.add_store(store);
+        for provider in ["docker-test", "docker-other"] {
+            service.assign(provider, &name);
+        }
+    }
+    service
+}
+
 /// A second provider instance on the same engine, standing in for another host: its own
 /// template repository, so its templates are not the first one's images.
-async fn other_host(store: Arc<TemplateStore>) -> DockerProvider {
+async fn other_host() -> DockerProvider {
     DockerProvider::connect_negotiated(
         "docker-other",
         DockerSettings {
@@ -74,7 +95,6 @@ async fn other_host(store: Arc<TemplateStore>) -> DockerProvider {
     )
     .await
     .expect("engine")
-    .with_template_store(store, limits())
 }
 
 /// Removes images by reference when dropped (templates fetched without an owner carry no
@@ -257,6 +277,8 @@ async fn upload(store: &TemplateStore, id: &str, archive: &[u8]) {
         created_at: "2026-01-01T00:00:00Z".into(),
         size_bytes: archive.len() as u64,
         label: None,
+        base_image: None,
+        labels: Default::default(),
     };
     store
         .put_text(
@@ -477,10 +499,8 @@ async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
     let prefix = unique("t-refused");
     let store = store(&prefix, None);
     let _objects = PurgePrefix(store.clone(), prefix.clone());
-    let provider = env
-        .provider
-        .clone()
-        .with_template_store(store.clone(), limits());
+    let (provider, service) = (&env.provider, service(Some(store.clone())));
+    let owner = env.owner("SandboxTemplate", "refused");
     for members in [
         vec![
             link("workspace/app/lnk", E::Symlink, "/etc"),
@@ -495,8 +515,8 @@ async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
             provider.settings().template_repository
         )]);
         upload(&store, &id, &archive(&members)).await;
-        let err = provider
-            .fetch(&id)
+        let err = service
+            .fetch(provider, &id, &owner)
             .await
             .expect_err("a hostile archive is refused");
         assert!(err.is(ErrorKind::Invalid), "{err:?}");
@@ -523,13 +543,13 @@ async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
 async fn fetch_is_none_when_absent_and_an_error_when_the_store_cannot_be_read() {
     let env = TestEnv::new("fetchlookup").await;
     let prefix = unique("t-lookup");
-    let good = env
-        .provider
-        .clone()
-        .with_template_store(store(&prefix, None), limits());
+    let owner = env.owner("SandboxTemplate", "lookup");
+    let good = service(Some(store(&prefix, None)));
     let id = unique("absent");
     assert_eq!(
-        good.fetch(&id).await.expect("lookup"),
+        good.fetch(&env.provider, &id, &owner)
+            .await
+            .expect("lookup"),
         None,
         "absent is None"
     );
@@ -537,23 +557,32 @@ async fn fetch_is_none_when_absent_and_an_error_when_the_store_cannot_be_read() 
         containers_named(&id).is_empty(),
         "no sandbox is made for an absent template"
     );
-    let bad = env
-        .provider
-        .clone()
-        .with_template_store(store(&prefix, Some("wrong-secret")), limits());
+    let bad = service(Some(store(&prefix, Some("wrong-secret"))));
     let err = bad
-        .fetch(&id)
+        .fetch(&env.provider, &id, &owner)
         .await
         .expect_err("a failed lookup is never read as absent");
     assert!(err.is(ErrorKind::Transient), "{err:?}");
-    let err = bad.publish(&id).await.expect_err("nothing to publish");
+    let err = bad
+        .publish(&env.provider, &id)
+        .await
+        .expect_err("nothing to publish");
     assert!(err.is(ErrorKind::NotFound), "{err:?}");
-    // Without a store, both stay Unsupported and name the setting.
-    let err = env.provider.fetch(&id).await.expect_err("no store");
-    assert!(
-        matches!(&err, m if m.is(ErrorKind::Unsupported) && m.message().contains("templateStore")),
-        "{err:?}"
-    );
+    // Without a store, sharing stays Unsupported and names the setting.
+    let none = service(None);
+    for err in [
+        none.fetch(&env.provider, &id, &owner)
+            .await
+            .expect_err("no store"),
+        none.publish(&env.provider, &id)
+            .await
+            .expect_err("no store"),
+    ] {
+        assert!(
+            err.is(ErrorKind::Unsupported) && err.message().contains("templateStore"),
+            "{err:?}"
+        );
+    }
 }
 
 /// Writes a small tree with distinct modes (and one setuid file) under /workspace/app.
@@ -583,10 +612,7 @@ async fn capture_publish_fetch_boot_round_trip_keeps_contents_and_modes() {
     let prefix = unique("t-roundtrip");
     let store = store(&prefix, None);
     let _objects = PurgePrefix(store.clone(), prefix.clone());
-    let here = env
-        .provider
-        .clone()
-        .with_template_store(store.clone(), limits());
+    let (here, service) = (&env.provider, service(Some(store.clone())));
     let source = started(&env, "source").await;
     env.sh(&source, POPULATE).await;
     let before = env.sh(&source, FINGERPRINT).await;
@@ -602,7 +628,7 @@ async fn capture_publish_fetch_boot_round_trip_keeps_contents_and_modes() {
     })
     .await
     .expect("commit");
-    here.publish(&id).await.expect("publish");
+    service.publish(here, &id).await.expect("publish");
     assert!(
         containers_named(&format!("publish-{id}")).is_empty(),
         "publish helper destroyed"
@@ -618,20 +644,31 @@ async fn capture_publish_fetch_boot_round_trip_keeps_contents_and_modes() {
         "the archive holds the blob: {}",
         m.size_bytes
     );
+    assert_eq!(
+        m.base_image,
+        Some(harness::docker::base_image()),
+        "the base image is recorded"
+    );
+    assert_eq!(m.labels, owner.labels(), "and so is the capturing owner");
 
-    // Another host: nothing local, so fetch restores from the store.
-    let there = other_host(store.clone()).await;
+    // Another host: nothing local, so fetch restores from the store, with the fetching
+    // object's owner labels on the result (a sweeper of this instance can claim it).
+    let there = other_host().await;
     let _images = Images(vec![format!(
         "{}:{id}",
         there.settings().template_repository
     )]);
     assert!(there.get_template(&id).await.expect("lookup").is_none());
-    let fetched = there
-        .fetch(&id)
+    let fetcher = env.owner("SandboxTemplate", "fetcher");
+    let fetched = service
+        .fetch(&there, &id, &fetcher)
         .await
         .expect("fetch")
         .expect("in the store");
     assert_eq!(fetched.id, id);
+    for (key, value) in fetcher.labels() {
+        assert_eq!(fetched.labels.get(&key), Some(&value), "owner label {key}");
+    }
     assert!(
         containers_named(&format!("fetch-{id}")).is_empty(),
         "restore helper destroyed"
@@ -670,6 +707,101 @@ async fn capture_publish_fetch_boot_round_trip_keeps_contents_and_modes() {
         .expect("remove published");
 }
 
+#[tokio::test(flavor = "multi_thread")]
+async fn without_native_templates_capture_goes_over_exec_and_boot_restores_after_start() {
+    use tar::EntryType as E;
+    let env = TestEnv::new("nonative").await;
+    let prefix = format!("t-nonative-{:08x}", fastrand::u32(..));
+    let store = store(&prefix, None);
+    let _objects = PurgePrefix(store.clone(), prefix.clone());
+    let service = service(Some(store.clone()));
+    let fly = NoNativeTemplates(env.provider.clone());
+    assert!(fly.templates().is_none());
+    assert!(service.always_published(&fly));
+
+    // Capture: over exec, straight into the store; the template IS the archive.
+    let source = started(&env, "source").await;
+    env.sh(&source, POPULATE).await;
+    let before = env.sh(&source, FINGERPRINT).await;
+    let id = unique("exec");
+    let owner = env.owner("SandboxTemplate", "nonative");
+    let t = service
+        .commit(
+            &fly,
+            &CommitRequest {
+                sandbox_id: source.clone(),
+                template_id: id.clone(),
+                capture_paths: vec![APP.into()],
+                label: Some("over exec".into()),
+                owner: owner.clone(),
+            },
+        )
+        .await
+        .expect("capture over exec");
+    assert!(t.reference.starts_with("s3://"), "{}", t.reference);
+    assert_eq!(t.capture_paths, vec![APP.to_string()]);
+    assert_eq!(t.base_image, Some(harness::docker::base_image()));
+    assert_eq!(t.labels, owner.labels());
+    assert!(
+        env.provider
+            .get_template(&id)
+            .await
+            .expect("lookup")
+            .is_none(),
+        "no image was committed"
+    );
+    let seen = service
+        .get(&fly, &id)
+        .await
+        .expect("lookup")
+        .expect("in the store");
+    assert!(!seen.in_use, "no restore is in flight");
+
+    // Boot: the manifest's base image, then the archive restored after start.
+    let boot = service.boot(&fly, &id, &owner).await.expect("boot plan");
+    assert_eq!(
+        boot,
+        Some(Boot::Restore {
+            image: Some(harness::docker::base_image())
+        })
+    );
+    let name = started(&env, "booted").await;
+    let m = service.restore(&fly, &name, &id).await.expect("restore");
+    assert_eq!(m.capture_paths, vec![APP.to_string()]);
+    let after = env.sh(&name, FINGERPRINT).await;
+    let expected = before
+        .replace("1000 ", "0 ")
+        .replace("./suid file 4755 0", "./suid file 755 0");
+    assert_eq!(after, expected, "before:\n{before}\nafter:\n{after}");
+
+    // The store copy is the template: it cannot be unpublished, only removed.
+    let err = service.unpublish(&fly, &id).await.expect_err("unpublish");
+    assert!(err.is(ErrorKind::Invalid), "{err:?}");
+    service.remove(&fly, &id).await.expect("remove");
+    assert!(service.get(&fly, &id).await.expect("lookup").is_none());
+    assert_eq!(service.boot(&fly, &id, &owner).await.expect("lookup"), None);
+
+    // A hostile archive is refused by the restore.
+    let hostile = unique("hostile");
+    let members = [
+        link("workspace/app/lnk", E::Symlink, "/etc"),
+        file("workspace/app/lnk/evil", b"evil\n"),
+    ];
+    upload(&store, &hostile, &archive(&members)).await;
+    let victim = started(&env, "victim").await;
+    let err = service
+        .restore(&fly, &victim, &hostile)
+        .await
+        .expect_err("refused");
+    assert!(err.is(ErrorKind::Invalid), "{err:?}");
+    // A provider without native templates and without a store cannot hold templates.
+    let err = self::service(None).home(&fly).err().expect("no home");
+    assert!(
+        err.is(ErrorKind::Unsupported) && err.message().contains("templateStore"),
+        "{err:?}"
+    );
+}
+
 /// A realistic dependency install without a network: 2,000 packages, each a generated
 /// source file that is compressed and checksummed — many small files and many processes,
 /// like `npm ci` or `pip install` unpacking and byte-compiling.
@@ -695,10 +827,7 @@ async fn boot_from_template_versus_building_from_scratch() {
     let prefix = unique("t-timing");
     let store = store(&prefix, None);
     let _objects = PurgePrefix(store.clone(), prefix.clone());
-    let here = env
-        .provider
-        .clone()
-        .with_template_store(store.clone(), limits());
+    let (here, service) = (env.provider.clone(), service(Some(store.clone())));
     let check = "test -f /workspace/app/.installed && test \"$(ls /workspace/app/node_modules | wc -l)\" = 2000";
 
     // From scratch: create, start, install.
@@ -737,29 +866,66 @@ async fn boot_from_template_versus_building_from_scratch() {
     let from_template = boot(here.clone(), env.name("warm"), id.clone()).await;
 
     // Another host: fetch from the store (restore through the boundary), then boot.
-    here.publish(&id).await.expect("publish");
-    let there = other_host(store.clone()).await;
+    service.publish(&here, &id).await.expect("publish");
+    let there = other_host().await;
     let _images = Images(vec![format!(
         "{}:{id}",
         there.settings().template_repository
     )]);
+    let owner = env.owner("SandboxTemplate", "timing-fetch");
     let t1 = Instant::now();
-    there.fetch(&id).await.expect("fetch").expect("published");
+    service
+        .fetch(&there, &id, &owner)
+        .await
+        .expect("fetch")
+        .expect("published");
     let fetch = t1.elapsed();
     let fetched_boot = boot(there.clone(), env.name("remote"), id.clone()).await;
 
+    // A provider without native templates: the template is the store's archive, and a boot
+    // is create + start from the base image + restore after start.
+    let fly = NoNativeTemplates(env.provider.clone());
+    let exec_id = unique("deps-exec");
+    let capture = CommitRequest {
+        sandbox_id: scratch.clone(),
+        template_id: exec_id.clone(),
+        capture_paths: vec![APP.into()],
+        label: None,
+        owner: env.owner("SandboxTemplate", "timing-exec"),
+    };
+    service
+        .commit(&fly, &capture)
+        .await
+        .expect("capture over exec");
+    let t2 = Instant::now();
+    let restored = started(&env, "restored").await;
+    service
+        .restore(&fly, &restored, &exec_id)
+        .await
+        .expect("restore");
+    env.sh(&restored, check).await;
+    let restore_boot = t2.elapsed();
+
+    let ratio = |t: Duration| from_scratch.as_secs_f64() / t.as_secs_f64();
     let figures = format!(
         "template boot vs from scratch (same run; 2,000-package install simulation):\n  \
          from scratch (create + start + install): {:.2} s\n  \
          boot from local template (create + start + check): {:.2} s  → {:.0}× faster\n  \
-         fetch from S3 store on another provider instance: {:.2} s, then boot {:.2} s → {:.1}× faster in total\n",
+         fetch from S3 store on another provider instance: {:.2} s, then boot {:.2} s → {:.1}× faster in total\n  \
+         no native templates (create + start + restore from S3 + check): {:.2} s → {:.1}× faster\n",
         from_scratch.as_secs_f64(),
         from_template.as_secs_f64(),
-        from_scratch.as_secs_f64() / from_template.as_secs_f64(),
+        ratio(from_template),
         fetch.as_secs_f64(),
         fetched_boot.as_secs_f64(),
-        from_scratch.as_secs_f64() / (fetch + fetched_boot).as_secs_f64(),
+        ratio(fetch + fetched_boot),
+        restore_boot.as_secs_f64(),
+        ratio(restore_boot),
     );
+    service
+        .remove(&fly, &exec_id)
+        .await
+        .expect("remove exec template");
     println!("{figures}");
     let out =
         std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/template-boot-timing.txt");

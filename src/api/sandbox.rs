@@ -431,6 +431,11 @@ pub struct SandboxStatus {
     /// The SandboxTemplate the sandbox actually booted from, when it booted from one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub template_ref: Option<String>,
+    /// The provider id of the sandbox the template's files were restored into, on a provider
+    /// that restores templates after start (no native image commit). A sandbox there is
+    /// never reported Ready before its restore completed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub template_restored_into: Option<String>,
     /// The `resourceVersion` of the Secret named by `spec.selfDeliveredEnv` whose values were
     /// last delivered into the sandbox, to notice changes. Never the content itself.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -25,6 +25,7 @@ pub use error::{Error, Result};
 
 use crate::metrics::Metrics;
 use crate::registry::ProviderRegistry;
+use crate::templates::service::TemplateService;
 
 /// The field manager the operator's server-side applies use. It only ever owns `status`
 /// (and the finalizer, through kube-runtime): never `spec`.
@@ -36,6 +37,8 @@ pub struct Context {
     pub client: Client,
     /// Configured providers.
     pub providers: ProviderRegistry,
+    /// Every template operation, on any provider (with the configured template stores).
+    pub templates: Arc<TemplateService>,
     /// Publishes events.k8s.io Events.
     pub recorder: Recorder,
     /// Prometheus metrics.
@@ -46,6 +49,8 @@ pub struct Context {
     pub resync: Duration,
     /// Per-object retry counters for exponential backoff.
     pub backoff: backoff::Backoff,
+    /// When each Sandbox's failed template restore may be attempted again.
+    pub restore_retries: sandbox::restore::Retries,
     /// Test-only crash points (`SANDBOX_OPERATOR_FAILPOINT`), see [`Context::failpoint`].
     pub failpoints: Vec<String>,
 }
@@ -78,6 +83,7 @@ impl Context {
     pub fn new(
         client: Client,
         providers: ProviderRegistry,
+        templates: Arc<TemplateService>,
         metrics: Metrics,
         instance: String,
         resync: Duration,
@@ -95,11 +101,13 @@ impl Context {
         Arc::new(Context {
             client,
             providers,
+            templates,
             recorder,
             metrics,
             instance,
             resync,
             backoff: backoff::Backoff::default(),
+            restore_retries: sandbox::restore::Retries::default(),
             failpoints,
         })
     }

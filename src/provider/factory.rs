@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::docker::{DockerProvider, DockerSettings};
 use super::e2b::E2bSettings;
 use super::fly::{FlyProvider, FlySettings};
+use super::sprites::{SpritesProvider, SpritesSettings};
 use super::{Provider, ProviderError, ProviderResult};
 
 /// The settings of one provider, by type.
@@ -20,6 +21,8 @@ pub enum ProviderSettings {
     Fly(FlySettings),
     /// E2B.
     E2b(E2bSettings),
+    /// Fly Sprites.
+    Sprites(SpritesSettings),
 }
 
 impl ProviderSettings {
@@ -29,6 +32,7 @@ impl ProviderSettings {
             ProviderSettings::Docker(_) => "docker",
             ProviderSettings::Fly(_) => "fly",
             ProviderSettings::E2b(_) => "e2b",
+            ProviderSettings::Sprites(_) => "sprites",
         }
     }
 }
@@ -42,6 +46,7 @@ pub async fn build(name: &str, settings: &ProviderSettings) -> ProviderResult<Ar
             DockerProvider::connect_negotiated(name, s.clone()).await?,
         )),
         ProviderSettings::Fly(s) => Ok(Arc::new(FlyProvider::connect(name, s.clone()).await?)),
+        ProviderSettings::Sprites(s) => Ok(Arc::new(SpritesProvider::from_settings(name, s)?)),
         other => Err(ProviderError::unsupported(format!(
             "provider type {} is not available in this build; use type docker",
             other.type_name()

@@ -16,6 +16,7 @@ pub mod error;
 pub mod factory;
 pub mod fly;
 pub mod labels;
+pub mod sprites;
 pub mod tarsafe;
 pub mod types;
 pub mod validate;
@@ -88,7 +89,11 @@ pub trait Provider: Send + Sync {
     fn volumes(&self) -> Option<&dyn Volumes> {
         None
     }
-    /// Templates (capture, boot from, publish, fetch).
+    /// Native templates: the provider captures a sandbox's filesystem itself (an image
+    /// commit) and creates sandboxes from it. A provider without it still gets templates
+    /// through the controller-side templates service (the `templates` module), which
+    /// captures over `exec` into an S3 store and restores after start; sharing native
+    /// templates through that store is the service's work too, never a provider's.
     fn templates(&self) -> Option<&dyn Templates> {
         None
     }
@@ -160,11 +165,14 @@ pub trait Volumes: Send + Sync {
     async fn list_volumes(&self, query: &VolumeQuery) -> ProviderResult<Vec<VolumeInfo>>;
 }
 
-/// Templates: filesystems captured from sandboxes that later sandboxes boot from.
+/// Native templates: filesystems captured from sandboxes by the provider itself (an image
+/// commit) that later sandboxes are created from (`CreateRequest::template`).
 #[async_trait]
 pub trait Templates: Send + Sync {
     /// Captures a sandbox's filesystem (including `capture_paths`, which may live on storage
-    /// the native capture excludes) under the caller's id, replacing an earlier capture.
+    /// the native capture excludes) under the caller's id, replacing an earlier capture, with
+    /// the request's owner labels. The template it returns (and every later lookup) reports
+    /// its `capture_paths` and `base_image`: what publishing it to a shared store needs.
     async fn commit(&self, request: &CommitRequest) -> ProviderResult<Template>;
 
     /// Looks one template up.
@@ -183,18 +191,6 @@ pub trait Templates: Send + Sync {
     /// Rule 5: absent = success; a template that still backs a sandbox is refused with
     /// `Conflict`, decided by CHECKING every sandbox, never by trusting the caller.
     async fn remove_template(&self, template_id: &str) -> ProviderResult<()>;
-
-    /// Copies a host-local template to the shared store. `Unsupported` where templates are
-    /// already global or no store is configured (with the settings to set).
-    async fn publish(&self, template_id: &str) -> ProviderResult<()>;
-
-    /// Brings a template from the shared store onto this provider; `Ok(None)` when the store
-    /// does not have it.
-    ///
-    /// Rule 11: the restore is the security boundary — only the manifest's capture paths
-    /// are extracted; `..`, absolute members and symlink escapes are refused; setuid/setgid
-    /// never survive (asserted); a failed restore destroys its sandbox.
-    async fn fetch(&self, template_id: &str) -> ProviderResult<Option<Template>>;
 }
 
 /// Changing a running sandbox's ceilings.

@@ -1,42 +1,52 @@
 //! Re-writing a tenant-authored tar archive into one that is safe to extract.
 //!
-//! An archive handed to `BulkFiles::import` is caller- or tenant-authored data. Extracting it
-//! verbatim would honour whatever it says: absolute member names, `..` traversal, hard links
-//! to files outside the destination, setuid/setgid bits, ownership, file capabilities carried
-//! as extended attributes in PAX records, device nodes. This module reads such an archive and
-//! writes a NEW one that says only what is safe, so the extractor downstream (Docker's
-//! archive endpoint) never sees the hostile fields at all:
+//! Every tar archive the operator hands to an extractor passes through here: a
+//! `BulkFiles::import` from a caller, and the Docker capture that copies a sandbox's mounted
+//! paths into a template image. Either is tenant-authored data. Extracting it verbatim would
+//! honour whatever it says: absolute member names, `..` traversal, hard links to files outside
+//! the destination, writes through symlinks, setuid/setgid bits, ownership, file capabilities
+//! carried as extended attributes in PAX records, device nodes. This module reads such an
+//! archive and writes a NEW one that says only what is safe, so the extractor downstream
+//! (Docker's archive endpoint) never sees the hostile fields at all:
 //!
 //! - member names that are absolute or contain a `..` component are refused (the whole
-//!   archive is rejected: a partial import of a hostile archive is not a useful outcome);
-//! - hard links whose target is absolute or contains `..` are refused;
-//! - symbolic links are kept, but an entry whose path passes THROUGH a symlink created
-//!   earlier in the same archive is refused — that is the classic "create `link -> /etc`,
-//!   then write `link/passwd`" escape, and it is refused even though Docker extracts inside
-//!   the container root, because the archive's author clearly did not mean a plain tree;
-//! - device, fifo and PAX-global entries are dropped (and counted);
-//! - permission bits are masked to `0o777` for files and directories: setuid, setgid and the
-//!   sticky bit never survive;
+//!   archive is rejected: a partial extraction of a hostile archive is not a useful outcome);
+//! - hard links are refused unless their target is a file written EARLIER in the same
+//!   archive (as tar itself writes them): a link to any other name — absolute, with `..`, or
+//!   a plain `etc/shadow` that the archive never contained — would link to whatever the
+//!   destination already holds under that name;
+//! - symbolic links are kept, but an entry whose path (or hard-link target) passes THROUGH a
+//!   symlink created earlier in the same archive is refused — that is the classic "create
+//!   `link -> /etc`, then write `link/passwd`" escape, and it is refused even though Docker
+//!   extracts inside the container root, because the archive's author clearly did not mean a
+//!   plain tree;
+//! - device and fifo entries and PAX global headers are dropped (and counted); any other
+//!   entry type is refused;
+//! - permission bits are masked to `0o777`: setuid, setgid and the sticky bit never survive;
 //! - ownership is never restored: every entry is written with uid = gid = 0 and empty
 //!   user/group names;
 //! - nothing else from the input header crosses: PAX records (extended attributes such as
 //!   `security.capability`, ACLs) are not copied, because the output headers are built from
-//!   scratch. Long names and long link targets are re-encoded as GNU long-name entries.
+//!   scratch. Long names and long link targets are re-encoded as GNU long-name entries;
 //! - a `.` entry (the destination directory itself) is dropped, because extracting it would
-//!   re-mode and re-own the destination.
+//!   re-mode and re-own the destination;
+//! - an archive that ends inside a file is an error, never a shorter file.
 //!
-//! This is the boundary for `import` only. The template restore of a provider without image
-//! commit (rule 11) is a separate, stronger boundary: it additionally confines extraction to
-//! the manifest's capture paths and asserts the result after extraction, and must not rely on
-//! this module alone.
+//! Archives are streamed ([`sanitise_into`]): a capture of a large tree never has to fit in
+//! memory.
+//!
+//! The template restore of a provider without image commit (rule 11) runs inside the
+//! restoring sandbox and is a separate, stronger boundary: it additionally confines extraction
+//! to the manifest's capture paths, refuses writes through symlinks the sandbox already has,
+//! and asserts the result after extraction (`templates::manifest::restore_script`).
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
-use std::io::Read;
+use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use tar::{Archive, Builder, EntryType, Header};
+use tar::{Archive, Builder, Entry, EntryType, Header};
 
 /// Mode given to directories this module creates itself (the destination prefix).
 const PREFIX_DIR_MODE: u32 = 0o755;
@@ -46,11 +56,9 @@ const PREFIX_DIR_MODE: u32 = 0o755;
 #[error("{0}")]
 pub struct TarsafeError(pub String);
 
-/// A sanitised archive and what was changed on the way.
+/// What was changed on the way through.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Sanitised {
-    /// The re-written archive (uncompressed POSIX/GNU tar).
-    pub archive: Vec<u8>,
+pub struct Report {
     /// Entries written (prefix directories included).
     pub entries: usize,
     /// Names of entries that were dropped (devices, fifos, `.`), for a log line.
@@ -59,6 +67,39 @@ pub struct Sanitised {
     pub special_bits_cleared: usize,
     /// How many entries carried a non-root owner that was not restored.
     pub ownership_reset: usize,
+}
+
+/// A sanitised archive held in memory, and what was changed on the way.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Sanitised {
+    /// The re-written archive (uncompressed POSIX/GNU tar).
+    pub archive: Vec<u8>,
+    /// What was changed.
+    pub report: Report,
+}
+
+/// Where the members of the sanitised archive go.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placement<'a> {
+    /// Relative directory (`""` for none) prepended to every member name and hard-link
+    /// target, so an archive can be extracted below directories while uploading at an
+    /// ancestor.
+    pub prefix: &'a str,
+    /// How many of the prefix's LAST components are emitted first as directory entries
+    /// (mode `0o755`, root-owned): the ones that do not exist where the archive is extracted.
+    /// The others already exist there and are left as they are (an entry for them would
+    /// re-mode and re-own them).
+    pub create_dirs: usize,
+}
+
+impl<'a> Placement<'a> {
+    /// Every member under `prefix`, each of whose directories is created.
+    pub fn under(prefix: &'a str) -> Self {
+        Placement {
+            prefix,
+            create_dirs: usize::MAX,
+        }
+    }
 }
 
 /// Splits a tar member name into its normal components.
@@ -95,27 +136,7 @@ fn as_path(bytes: &[u8]) -> &Path {
     Path::new(OsStr::from_bytes(bytes))
 }
 
-/// Refuses a path that goes through a symlink created earlier in this archive.
-fn check_not_through_symlink(
-    what: &str,
-    parts: &[&[u8]],
-    symlinks: &HashSet<Vec<u8>>,
-) -> Result<(), TarsafeError> {
-    for depth in 1..parts.len() {
-        let ancestor = join(&parts[..depth]);
-        if symlinks.contains(&ancestor) {
-            return Err(TarsafeError(format!(
-                "archive {what} {:?} passes through {:?}, a symlink created earlier in the same archive; \
-                 writing through a symlink is refused",
-                String::from_utf8_lossy(&join(parts)),
-                String::from_utf8_lossy(&ancestor)
-            )));
-        }
-    }
-    Ok(())
-}
-
-fn io_err(context: &str, e: std::io::Error) -> TarsafeError {
+fn io_err(context: &str, e: io::Error) -> TarsafeError {
     TarsafeError(format!(
         "{context}: {e}; send an uncompressed POSIX tar archive"
     ))
@@ -133,161 +154,325 @@ fn fresh_header(kind: EntryType, mode: u32, mtime: u64, size: u64) -> Header {
     h
 }
 
-/// Re-writes `input` into a safe archive, every member placed under `prefix`.
-///
-/// `prefix` is a relative directory path (`""` for none) whose components are emitted first as
-/// directory entries (mode `0o755`, root-owned) and prepended to every member name and hard
-/// link target. Callers use it to extract below directories that do not exist yet while
-/// uploading at an ancestor that does.
-pub fn sanitise(input: &[u8], prefix: &str) -> Result<Sanitised, TarsafeError> {
-    let prefix_parts = components("destination prefix", prefix.as_bytes())?;
-    let mut out = Builder::new(Vec::new());
-    let mut result = Sanitised::default();
-    let mut symlinks: HashSet<Vec<u8>> = HashSet::new();
+/// Reads exactly `left` bytes from `inner`: an input that ends early is an error, so a
+/// truncated archive never becomes a shorter file in the output.
+struct Exact<R> {
+    inner: R,
+    left: u64,
+}
 
-    for depth in 1..=prefix_parts.len() {
-        let mut h = fresh_header(EntryType::Directory, PREFIX_DIR_MODE, 0, 0);
-        out.append_data(
-            &mut h,
-            as_path(&join(&prefix_parts[..depth])),
-            std::io::empty(),
-        )
-        .map_err(|e| io_err("writing a prefix directory", e))?;
-        result.entries += 1;
+impl<R: Read> Read for Exact<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.left == 0 || buf.is_empty() {
+            return Ok(0);
+        }
+        let cap = buf
+            .len()
+            .min(usize::try_from(self.left).unwrap_or(usize::MAX));
+        let n = self.inner.read(&mut buf[..cap])?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "the archive ends inside a file",
+            ));
+        }
+        self.left -= n as u64;
+        Ok(n)
     }
+}
 
+/// Re-writes `input` into a safe archive, every member placed under `prefix` (each of whose
+/// directories is emitted first). The in-memory form of [`sanitise_into`].
+pub fn sanitise(input: &[u8], prefix: &str) -> Result<Sanitised, TarsafeError> {
+    let mut archive = Vec::new();
+    let report = sanitise_into(input, &mut archive, Placement::under(prefix))?;
+    Ok(Sanitised { archive, report })
+}
+
+/// Streams `input` into `output` as a safe archive (see the module docs), placing every
+/// member as `placement` says. Nothing is written for an archive that is refused only when
+/// the refusal comes before the first member: callers write to a temporary place and use the
+/// output only on `Ok`.
+pub fn sanitise_into(
+    input: impl Read,
+    output: impl Write,
+    placement: Placement<'_>,
+) -> Result<Report, TarsafeError> {
+    let prefix = components("destination prefix", placement.prefix.as_bytes())?;
+    let mut writer = Rewriter {
+        out: Builder::new(output),
+        prefix,
+        symlinks: HashSet::new(),
+        files: HashSet::new(),
+        report: Report::default(),
+    };
+    writer.prefix_dirs(placement.create_dirs)?;
     let mut archive = Archive::new(input);
     let entries = archive
         .entries()
         .map_err(|e| io_err("reading the archive", e))?;
     for entry in entries {
-        let mut entry = entry.map_err(|e| io_err("reading an archive entry", e))?;
+        let entry = entry.map_err(|e| io_err("reading an archive entry", e))?;
+        writer.entry(entry)?;
+    }
+    let Rewriter { out, report, .. } = writer;
+    out.into_inner()
+        .and_then(|mut w| w.flush())
+        .map_err(|e| io_err("finishing the archive", e))?;
+    Ok(report)
+}
+
+/// The state of one rewrite: the output, the destination prefix, and the symlinks and files
+/// the archive has created so far (relative to the prefix).
+struct Rewriter<'p, W: Write> {
+    out: Builder<W>,
+    prefix: Vec<&'p [u8]>,
+    symlinks: HashSet<Vec<u8>>,
+    /// Regular files written so far (relative to the prefix): what hard links may point at.
+    files: HashSet<Vec<u8>>,
+    report: Report,
+}
+
+/// One input member, reduced to what the output carries.
+struct Member {
+    shown: String,
+    /// Relative to the prefix (what symlink tracking uses).
+    relative: Vec<u8>,
+    /// With the prefix (what is written).
+    name: Vec<u8>,
+    mode: u32,
+    mtime: u64,
+}
+
+impl<W: Write> Rewriter<'_, W> {
+    /// Emits the last `count` directories of the prefix, outermost first.
+    fn prefix_dirs(&mut self, count: usize) -> Result<(), TarsafeError> {
+        let depth = self.prefix.len();
+        for end in depth - count.min(depth) + 1..=depth {
+            let mut h = fresh_header(EntryType::Directory, PREFIX_DIR_MODE, 0, 0);
+            let name = join(&self.prefix[..end]);
+            self.out
+                .append_data(&mut h, as_path(&name), io::empty())
+                .map_err(|e| io_err("writing a prefix directory", e))?;
+            self.report.entries += 1;
+        }
+        Ok(())
+    }
+
+    /// Rewrites one entry: refused, dropped, or written with the safe fields only.
+    fn entry<R: Read>(&mut self, mut entry: Entry<'_, R>) -> Result<(), TarsafeError> {
         let raw_name = entry.path_bytes().into_owned();
         let shown = String::from_utf8_lossy(&raw_name).into_owned();
         let kind = entry.header().entry_type();
-
         if kind == EntryType::XGlobalHeader {
-            result.dropped.push(format!("{shown} (pax global header)"));
-            continue;
+            self.report
+                .dropped
+                .push(format!("{shown} (pax global header)"));
+            return Ok(());
         }
-        // PAX sparse files would be written out as their raw sparse map: refuse rather than
-        // corrupt. (GNU old-style sparse entries are expanded by the reader.)
-        if let Some(pax) = entry
-            .pax_extensions()
-            .map_err(|e| io_err("reading pax records", e))?
-        {
-            for record in pax {
-                let record = record.map_err(|e| io_err("reading a pax record", e))?;
-                if record.key_bytes().starts_with(b"GNU.sparse.") {
-                    return Err(TarsafeError(format!(
-                        "archive member {shown:?} uses the PAX sparse format, which is not supported; \
-                         archive it without --sparse"
-                    )));
-                }
-            }
-        }
-
-        let name_parts = components("member", &raw_name)?;
-        if name_parts.is_empty() {
-            result
+        refuse_pax_sparse(&mut entry, &shown)?;
+        let parts = components("member", &raw_name)?;
+        if parts.is_empty() {
+            self.report
                 .dropped
                 .push(format!("{shown} (the destination itself)"));
-            continue;
+            return Ok(());
         }
-        check_not_through_symlink("member", &name_parts, &symlinks)?;
-        let mut full: Vec<&[u8]> = prefix_parts.clone();
-        full.extend(name_parts.iter().copied());
-        let name = join(&full);
-        let rel_name = join(&name_parts);
+        self.not_through_symlink("member", &parts)?;
+        let member = self.member(&entry, shown, &parts)?;
+        match kind {
+            EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
+                self.file(&mut entry, &member)?;
+            }
+            EntryType::Directory => {
+                let mut h = fresh_header(EntryType::Directory, member.mode, member.mtime, 0);
+                self.write(&member, |out| {
+                    out.append_data(&mut h, as_path(&member.name), io::empty())
+                })?;
+                self.symlinks.remove(&member.relative);
+                self.files.remove(&member.relative);
+            }
+            EntryType::Symlink => self.symlink(&entry, &member)?,
+            EntryType::Link => self.hard_link(&entry, &member)?,
+            EntryType::Char | EntryType::Block | EntryType::Fifo => {
+                let dropped = format!("{} (device or fifo)", member.shown);
+                self.report.dropped.push(dropped);
+                return Ok(());
+            }
+            other => {
+                return Err(TarsafeError(format!(
+                    "archive member {:?} has unsupported entry type {other:?}; \
+                     only files, directories, symlinks and hard links are accepted",
+                    member.shown
+                )));
+            }
+        }
+        self.report.entries += 1;
+        Ok(())
+    }
 
+    /// A regular file, its content streamed through (exactly as long as the header says).
+    fn file<R: Read>(
+        &mut self,
+        entry: &mut Entry<'_, R>,
+        member: &Member,
+    ) -> Result<(), TarsafeError> {
+        let size = entry.size();
+        let mut h = fresh_header(EntryType::Regular, member.mode, member.mtime, size);
+        let data = Exact {
+            inner: entry,
+            left: size,
+        };
+        self.write(member, |out| {
+            out.append_data(&mut h, as_path(&member.name), data)
+        })?;
+        self.symlinks.remove(&member.relative);
+        self.files.insert(member.relative.clone());
+        Ok(())
+    }
+
+    /// Reads the fields the output keeps, counting what it drops.
+    fn member<R: Read>(
+        &mut self,
+        entry: &Entry<'_, R>,
+        shown: String,
+        parts: &[&[u8]],
+    ) -> Result<Member, TarsafeError> {
         let header = entry.header();
         let raw_mode = header
             .mode()
             .map_err(|e| io_err(&format!("reading the mode of {shown:?}"), e))?;
-        let mtime = header.mtime().unwrap_or(0);
-        let uid = header.uid().unwrap_or(0);
-        let gid = header.gid().unwrap_or(0);
-        let mode = raw_mode & 0o777;
         if raw_mode & 0o7000 != 0 {
-            result.special_bits_cleared += 1;
+            self.report.special_bits_cleared += 1;
         }
-        if uid != 0 || gid != 0 {
-            result.ownership_reset += 1;
+        if header.uid().unwrap_or(0) != 0 || header.gid().unwrap_or(0) != 0 {
+            self.report.ownership_reset += 1;
         }
+        let mut full = self.prefix.clone();
+        full.extend(parts.iter().copied());
+        Ok(Member {
+            shown,
+            relative: join(parts),
+            name: join(&full),
+            mode: raw_mode & 0o777,
+            mtime: header.mtime().unwrap_or(0),
+        })
+    }
 
-        match kind {
-            EntryType::Regular | EntryType::Continuous | EntryType::GNUSparse => {
-                let mut data = Vec::new();
-                entry
-                    .read_to_end(&mut data)
-                    .map_err(|e| io_err(&format!("reading the content of {shown:?}"), e))?;
-                let mut h = fresh_header(EntryType::Regular, mode, mtime, data.len() as u64);
-                out.append_data(&mut h, as_path(&name), data.as_slice())
-                    .map_err(|e| io_err(&format!("writing {shown:?}"), e))?;
-                symlinks.remove(&rel_name);
-            }
-            EntryType::Directory => {
-                let mut h = fresh_header(EntryType::Directory, mode, mtime, 0);
-                out.append_data(&mut h, as_path(&name), std::io::empty())
-                    .map_err(|e| io_err(&format!("writing {shown:?}"), e))?;
-                symlinks.remove(&rel_name);
-            }
-            EntryType::Symlink => {
-                let target = entry
-                    .link_name_bytes()
-                    .map(|t| t.into_owned())
-                    .ok_or_else(|| {
-                        TarsafeError(format!("archive symlink {shown:?} has no target"))
-                    })?;
-                if target.is_empty() || target.contains(&0) {
-                    return Err(TarsafeError(format!(
-                        "archive symlink {shown:?} has an empty or invalid target"
-                    )));
-                }
-                let mut h = fresh_header(EntryType::Symlink, 0o777, mtime, 0);
-                out.append_link(&mut h, as_path(&name), as_path(&target))
-                    .map_err(|e| io_err(&format!("writing {shown:?}"), e))?;
-                symlinks.insert(rel_name);
-            }
-            EntryType::Link => {
-                let target = entry
-                    .link_name_bytes()
-                    .map(|t| t.into_owned())
-                    .ok_or_else(|| {
-                        TarsafeError(format!("archive hard link {shown:?} has no target"))
-                    })?;
-                let target_parts = components("hard link target", &target)?;
-                if target_parts.is_empty() {
-                    return Err(TarsafeError(format!(
-                        "archive hard link {shown:?} points at the destination directory itself"
-                    )));
-                }
-                check_not_through_symlink("hard link target", &target_parts, &symlinks)?;
-                let mut full_target: Vec<&[u8]> = prefix_parts.clone();
-                full_target.extend(target_parts.iter().copied());
-                let mut h = fresh_header(EntryType::Link, mode, mtime, 0);
-                out.append_link(&mut h, as_path(&name), as_path(&join(&full_target)))
-                    .map_err(|e| io_err(&format!("writing {shown:?}"), e))?;
-                symlinks.remove(&rel_name);
-            }
-            EntryType::Char | EntryType::Block | EntryType::Fifo => {
-                result.dropped.push(format!("{shown} (device or fifo)"));
-                continue;
-            }
-            other => {
+    fn write(
+        &mut self,
+        member: &Member,
+        f: impl FnOnce(&mut Builder<W>) -> io::Result<()>,
+    ) -> Result<(), TarsafeError> {
+        f(&mut self.out).map_err(|e| io_err(&format!("writing {:?}", member.shown), e))
+    }
+
+    fn symlink<R: Read>(
+        &mut self,
+        entry: &Entry<'_, R>,
+        member: &Member,
+    ) -> Result<(), TarsafeError> {
+        let target = entry
+            .link_name_bytes()
+            .map(|t| t.into_owned())
+            .ok_or_else(|| {
+                TarsafeError(format!("archive symlink {:?} has no target", member.shown))
+            })?;
+        if target.is_empty() || target.contains(&0) {
+            return Err(TarsafeError(format!(
+                "archive symlink {:?} has an empty or invalid target",
+                member.shown
+            )));
+        }
+        let mut h = fresh_header(EntryType::Symlink, 0o777, member.mtime, 0);
+        self.write(member, |out| {
+            out.append_link(&mut h, as_path(&member.name), as_path(&target))
+        })?;
+        self.symlinks.insert(member.relative.clone());
+        self.files.remove(&member.relative);
+        Ok(())
+    }
+
+    /// Hard-link targets are archive members: they move with the prefix, and must be a file
+    /// this archive wrote earlier (so they can neither leave the archive nor pass through one
+    /// of its symlinks).
+    fn hard_link<R: Read>(
+        &mut self,
+        entry: &Entry<'_, R>,
+        member: &Member,
+    ) -> Result<(), TarsafeError> {
+        let target = entry
+            .link_name_bytes()
+            .map(|t| t.into_owned())
+            .ok_or_else(|| {
+                TarsafeError(format!(
+                    "archive hard link {:?} has no target",
+                    member.shown
+                ))
+            })?;
+        let target_parts = components("hard link target", &target)?;
+        if target_parts.is_empty() {
+            return Err(TarsafeError(format!(
+                "archive hard link {:?} points at the destination directory itself",
+                member.shown
+            )));
+        }
+        self.not_through_symlink("hard link target", &target_parts)?;
+        if !self.files.contains(&join(&target_parts)) {
+            return Err(TarsafeError(format!(
+                "archive hard link {:?} points at {:?}, which is not a file written earlier in the \
+                 same archive; a hard link may only join files of the archive",
+                member.shown,
+                String::from_utf8_lossy(&target)
+            )));
+        }
+        let mut full = self.prefix.clone();
+        full.extend(target_parts.iter().copied());
+        let mut h = fresh_header(EntryType::Link, member.mode, member.mtime, 0);
+        self.write(member, |out| {
+            out.append_link(&mut h, as_path(&member.name), as_path(&join(&full)))
+        })?;
+        self.symlinks.remove(&member.relative);
+        self.files.insert(member.relative.clone());
+        Ok(())
+    }
+
+    /// Refuses a path that goes through a symlink created earlier in this archive.
+    fn not_through_symlink(&self, what: &str, parts: &[&[u8]]) -> Result<(), TarsafeError> {
+        for depth in 1..parts.len() {
+            let ancestor = join(&parts[..depth]);
+            if self.symlinks.contains(&ancestor) {
                 return Err(TarsafeError(format!(
-                    "archive member {shown:?} has unsupported entry type {other:?}; \
-                     only files, directories, symlinks and hard links are imported"
+                    "archive {what} {:?} passes through {:?}, a symlink created earlier in the same \
+                     archive; writing through a symlink is refused",
+                    String::from_utf8_lossy(&join(parts)),
+                    String::from_utf8_lossy(&ancestor)
                 )));
             }
         }
-        result.entries += 1;
+        Ok(())
     }
+}
 
-    result.archive = out
-        .into_inner()
-        .map_err(|e| io_err("finishing the archive", e))?;
-    Ok(result)
+/// PAX sparse files would be written out as their raw sparse map: refuse rather than
+/// corrupt. (GNU old-style sparse entries are expanded by the reader.)
+fn refuse_pax_sparse<R: Read>(entry: &mut Entry<'_, R>, shown: &str) -> Result<(), TarsafeError> {
+    let Some(pax) = entry
+        .pax_extensions()
+        .map_err(|e| io_err("reading pax records", e))?
+    else {
+        return Ok(());
+    };
+    for record in pax {
+        let record = record.map_err(|e| io_err("reading a pax record", e))?;
+        if record.key_bytes().starts_with(b"GNU.sparse.") {
+            return Err(TarsafeError(format!(
+                "archive member {shown:?} uses the PAX sparse format, which is not supported; \
+                 archive it without --sparse"
+            )));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -400,6 +585,11 @@ mod tests {
             let err = sanitise(&finish(a), "").unwrap_err();
             assert!(err.0.contains("hard link target"), "{err}");
         }
+        // A relative name the archive never wrote would link to the destination's own file.
+        let mut a = Vec::new();
+        raw_entry(&mut a, b"pw", EntryType::Link, b"etc/passwd", 0o644, b"");
+        let err = sanitise(&finish(a), "").unwrap_err();
+        assert!(err.0.contains("not a file written earlier"), "{err}");
     }
 
     #[test]
@@ -428,8 +618,8 @@ mod tests {
         raw_entry(&mut a, b"bin/sg", EntryType::Regular, b"", 0o2711, b"x");
         raw_entry(&mut a, b"shared/", EntryType::Directory, b"", 0o3777, b"");
         let out = sanitise(&finish(a), "").unwrap();
-        assert_eq!(out.special_bits_cleared, 3);
-        assert_eq!(out.ownership_reset, 3);
+        assert_eq!(out.report.special_bits_cleared, 3);
+        assert_eq!(out.report.ownership_reset, 3);
         let seen = read_back(&out.archive);
         assert_eq!(seen.len(), 3);
         for s in &seen {
@@ -517,7 +707,7 @@ mod tests {
         raw_entry(&mut a, b"./pipe", EntryType::Fifo, b"", 0o666, b"");
         raw_entry(&mut a, b"./keep.txt", EntryType::Regular, b"", 0o600, b"k");
         let out = sanitise(&finish(a), "").unwrap();
-        assert_eq!(out.dropped.len(), 4, "{:?}", out.dropped);
+        assert_eq!(out.report.dropped.len(), 4, "{:?}", out.report.dropped);
         let seen = read_back(&out.archive);
         assert_eq!(seen.len(), 1);
         assert_eq!(seen[0].name, "keep.txt");
@@ -574,12 +764,178 @@ mod tests {
         assert_eq!(seen[0].mode, 0o755);
         assert_eq!(names[2], format!("a/b/{long}"));
         assert_eq!(seen[3].link.as_deref(), Some(target.as_str()));
-        assert_eq!(out.entries, 4);
+        assert_eq!(out.report.entries, 4);
     }
 
     #[test]
     fn garbage_is_an_error_not_an_empty_import() {
         assert!(sanitise(&[7u8; 700], "").is_err());
         assert!(sanitise(b"x", "../up").is_err());
+    }
+
+    #[test]
+    fn only_the_missing_prefix_directories_are_emitted() {
+        let mut a = Vec::new();
+        raw_entry(&mut a, b"app/f", EntryType::Regular, b"", 0o644, b"x");
+        let mut out = Vec::new();
+        let placement = Placement {
+            prefix: "data/deep/er",
+            create_dirs: 2,
+        };
+        let report = sanitise_into(&finish(a.clone())[..], &mut out, placement).unwrap();
+        let names: Vec<String> = read_back(&out).into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["data/deep", "data/deep/er", "data/deep/er/app/f"]);
+        assert_eq!(report.entries, 3);
+        let mut out = Vec::new();
+        let none = Placement {
+            prefix: "data",
+            create_dirs: 0,
+        };
+        sanitise_into(&finish(a)[..], &mut out, none).unwrap();
+        let names: Vec<String> = read_back(&out).into_iter().map(|s| s.name).collect();
+        assert_eq!(names, ["data/app/f"]);
+    }
+
+    #[test]
+    fn an_archive_that_ends_inside_a_file_is_refused() {
+        let mut a = Vec::new();
+        raw_entry(&mut a, b"big", EntryType::Regular, b"", 0o644, &[7u8; 4096]);
+        a.truncate(512 + 1000);
+        let err = sanitise(&a, "").unwrap_err();
+        assert!(err.0.contains("big") || err.0.contains("ends"), "{err}");
+    }
+
+    #[test]
+    fn unknown_entry_types_are_refused_not_dropped() {
+        let mut a = Vec::new();
+        raw_entry(&mut a, b"odd", EntryType::new(b'Z'), b"", 0o644, b"");
+        let err = sanitise(&finish(a), "").unwrap_err();
+        assert!(err.0.contains("unsupported entry type"), "{err}");
+    }
+
+    #[test]
+    fn large_files_stream_through_unchanged() {
+        let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 251) as u8).collect();
+        let mut a = Vec::new();
+        raw_entry(&mut a, b"blob", EntryType::Regular, b"", 0o640, &data);
+        let out = sanitise(&finish(a), "").unwrap();
+        let seen = read_back(&out.archive);
+        assert_eq!(seen[0].data, data);
+        assert_eq!(seen[0].mode, 0o640);
+    }
+
+    /// The hostile archives of the template restore tests (tests/template_restore.rs), each
+    /// refused or neutralised by this sanitiser too. It knows nothing of capture paths (that
+    /// confinement is the restore's own), so a member outside them passes here.
+    #[test]
+    fn the_restore_tests_hostile_archives_are_refused_or_neutralised() {
+        use EntryType as E;
+        type Case = (
+            &'static str,
+            Vec<(&'static [u8], E, &'static [u8], u32)>,
+            bool,
+        );
+        let cases: Vec<Case> = vec![
+            (
+                "..",
+                vec![(b"workspace/app/../../etc/evil", E::Regular, b"", 0o644)],
+                false,
+            ),
+            (
+                "absolute",
+                vec![(b"/etc/evil", E::Regular, b"", 0o644)],
+                false,
+            ),
+            (
+                "through an absolute symlink",
+                vec![
+                    (b"workspace/app/lnk", E::Symlink, b"/etc", 0o777),
+                    (b"workspace/app/lnk/evil", E::Regular, b"", 0o644),
+                ],
+                false,
+            ),
+            (
+                "through a relative symlink",
+                vec![
+                    (b"workspace/app/lnk", E::Symlink, b"../../tmp", 0o777),
+                    (b"workspace/app/lnk/escaped", E::Regular, b"", 0o644),
+                ],
+                false,
+            ),
+            (
+                "two levels through a symlink to /",
+                vec![
+                    (b"workspace/app/root", E::Symlink, b"/", 0o777),
+                    (b"workspace/app/root/tmp/escaped", E::Regular, b"", 0o644),
+                ],
+                false,
+            ),
+            (
+                "hard link to etc/passwd",
+                vec![(b"workspace/app/pw", E::Link, b"etc/passwd", 0o644)],
+                false,
+            ),
+            (
+                "hard link to /etc/shadow",
+                vec![(b"workspace/app/sh", E::Link, b"/etc/shadow", 0o644)],
+                false,
+            ),
+            (
+                "hard link through a symlink",
+                vec![
+                    (b"workspace/app/lnk", E::Symlink, b"/etc", 0o777),
+                    (
+                        b"workspace/app/pw",
+                        E::Link,
+                        b"workspace/app/lnk/passwd",
+                        0o644,
+                    ),
+                ],
+                false,
+            ),
+            (
+                "setuid, setgid, sticky",
+                vec![
+                    (b"workspace/app/su", E::Regular, b"", 0o4755),
+                    (b"workspace/app/sg", E::Regular, b"", 0o2755),
+                    (b"workspace/app/sgdir/", E::Directory, b"", 0o3775),
+                ],
+                true,
+            ),
+            (
+                "device node",
+                vec![(b"workspace/app/mem", E::Char, b"", 0o666)],
+                true,
+            ),
+        ];
+        for (what, members, passes) in cases {
+            let mut a = Vec::new();
+            raw_entry(
+                &mut a,
+                b"workspace/app/ok.txt",
+                E::Regular,
+                b"",
+                0o644,
+                b"ok",
+            );
+            for (name, kind, link, mode) in members {
+                raw_entry(&mut a, name, kind, link, mode, b"");
+            }
+            match (sanitise(&finish(a), ""), passes) {
+                (Err(_), false) => {}
+                (Ok(out), true) => {
+                    for s in read_back(&out.archive) {
+                        assert_eq!(s.mode & 0o7000, 0, "{what}: {} kept {:o}", s.name, s.mode);
+                        assert!(
+                            matches!(s.kind, E::Regular | E::Directory),
+                            "{what}: {} is {:?}",
+                            s.name,
+                            s.kind
+                        );
+                    }
+                }
+                (other, _) => panic!("{what}: {other:?}"),
+            }
+        }
     }
 }

@@ -286,6 +286,11 @@ pub struct Template {
     pub label: Option<String>,
     /// Labels on the template (owner labels included).
     pub labels: BTreeMap<String, String>,
+    /// The absolute paths it was captured with: what publishing it archives.
+    pub capture_paths: Vec<String>,
+    /// The image the captured sandbox ran, when known: what a provider without image commit
+    /// boots before restoring the captured paths into it.
+    pub base_image: Option<String>,
     /// Whether at least one sandbox is backed by it.
     ///
     /// Contract rule 4: a provider that cannot determine it reports `true`.

@@ -7,6 +7,8 @@
 //! `leases/<lease id>` (one per in-flight restore, so a second control plane enforcing a
 //! retention budget sees it).
 
+use std::collections::BTreeMap;
+
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
@@ -63,6 +65,14 @@ pub struct Manifest {
     /// Free-form label.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub label: Option<String>,
+    /// The image the captured sandbox ran, when known: a provider without image commit boots
+    /// it before restoring the archive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base_image: Option<String>,
+    /// The owner labels of the object that captured it, so another object cannot take its
+    /// id over unnoticed.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
 }
 
 impl Manifest {
@@ -368,6 +378,8 @@ mod tests {
             created_at: "x".into(),
             size_bytes: 1,
             label: None,
+            base_image: None,
+            labels: BTreeMap::new(),
         };
         assert!(m.validate().is_ok());
         m.capture_paths.push("/w/../etc".into());

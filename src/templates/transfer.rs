@@ -1,7 +1,8 @@
 //! Provider-neutral template transfer: capture a running sandbox's paths into the store, and
 //! restore them into a fresh sandbox. Needs only `exec` from the provider and a store the
-//! sandbox can reach, so the Docker provider's publish/fetch and a provider without image
-//! commit (Fly) share this one code path — including its security boundary.
+//! sandbox can reach, so publishing and fetching a native template (Docker) and the templates
+//! of a provider without image commit (Fly, E2B) share this one code path — including its
+//! security boundary. Driven by the templates service ([`super::service`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,7 +11,7 @@ use chrono::Utc;
 
 use super::manifest::{self, Keys, MANIFEST_SCHEMA, Manifest};
 use super::store::TemplateStore;
-use crate::provider::labels::Owner;
+use crate::provider::labels::{KIND, Owner};
 use crate::provider::{
     CommitRequest, CreateRequest, ExecRequest, Provider, ProviderError, ProviderResult, Resources,
     RestartPolicy, Template, validate,
@@ -69,18 +70,19 @@ fn redact(text: &str) -> String {
         .join(" ")
 }
 
-/// Captures `paths` of the running sandbox `sandbox_id` into the store as `template_id`,
-/// replacing an earlier capture. The manifest is written last: until it exists, the
-/// template does not.
+/// Captures `request.capture_paths` of the running sandbox `request.sandbox_id` into the
+/// store as `request.template_id`, replacing an earlier capture; the manifest records the
+/// request's owner labels and `base_image`. The manifest is written last: until it exists,
+/// the template does not.
 pub async fn capture(
     provider: &dyn Provider,
-    sandbox_id: &str,
     store: &TemplateStore,
-    template_id: &str,
-    paths: &[String],
-    label: Option<String>,
+    request: &CommitRequest,
+    base_image: Option<String>,
     limits: Limits,
 ) -> ProviderResult<Manifest> {
+    let (sandbox_id, template_id) = (&request.sandbox_id, &request.template_id);
+    let paths = &request.capture_paths;
     validate::resource_name("template id", template_id).map_err(ProviderError::invalid)?;
     if paths.is_empty() {
         return Err(ProviderError::invalid(
@@ -91,24 +93,7 @@ pub async fn capture(
     let url = store.presign_put(&keys.archive(), limits.presign).await?;
     let script = manifest::capture_script(paths, &url, limits.max_archive_bytes)
         .map_err(ProviderError::invalid)?;
-    let out = provider
-        .exec(sandbox_id, &ExecRequest::shell(script, limits.transfer))
-        .await?;
-    match out.exit_code {
-        0 => {}
-        manifest::EXIT_TOO_LARGE => {
-            return Err(ProviderError::invalid(format!(
-                "the capture of {paths:?} is larger than {} bytes; capture less",
-                limits.max_archive_bytes
-            )));
-        }
-        code => {
-            return Err(ProviderError::transient(format!(
-                "capture in sandbox {sandbox_id} failed (exit {code}): {}",
-                redact(&String::from_utf8_lossy(&out.stderr))
-            )));
-        }
-    }
+    run_capture(provider, sandbox_id, script, paths, limits).await?;
     let archive = store.head(&keys.archive()).await?.ok_or_else(|| {
         ProviderError::transient(format!("capture uploaded nothing to {}", keys.archive()))
     })?;
@@ -118,7 +103,9 @@ pub async fn capture(
         capture_paths: paths.to_vec(),
         created_at: Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
         size_bytes: archive.size,
-        label,
+        label: request.label.clone(),
+        base_image,
+        labels: request.owner.labels(),
     };
     let body = serde_json::to_string_pretty(&m)
         .map_err(|e| ProviderError::invalid(format!("manifest: {e}")))?;
@@ -126,6 +113,30 @@ pub async fn capture(
         .put_text(&keys.manifest(), &body, "application/json")
         .await?;
     Ok(m)
+}
+
+/// Runs the capture script in the sandbox and maps its exit status.
+async fn run_capture(
+    provider: &dyn Provider,
+    sandbox_id: &str,
+    script: String,
+    paths: &[String],
+    limits: Limits,
+) -> ProviderResult<()> {
+    let out = provider
+        .exec(sandbox_id, &ExecRequest::shell(script, limits.transfer))
+        .await?;
+    match out.exit_code {
+        0 => Ok(()),
+        manifest::EXIT_TOO_LARGE => Err(ProviderError::invalid(format!(
+            "the capture of {paths:?} is larger than {} bytes; capture less",
+            limits.max_archive_bytes
+        ))),
+        code => Err(ProviderError::transient(format!(
+            "capture in sandbox {sandbox_id} failed (exit {code}): {}",
+            redact(&String::from_utf8_lossy(&out.stderr))
+        ))),
+    }
 }
 
 /// Reads a template's manifest. `Ok(None)` only when the manifest genuinely does not exist;
@@ -272,8 +283,9 @@ pub async fn remove(
 const HELPER_COMMAND: &[&str] = &["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"];
 
 /// Name prefix of the short-lived sandboxes a publish or a fetch runs in. They carry the
-/// owning SandboxTemplate's owner labels, so whoever owns the template can find and destroy
-/// one that a crash left behind.
+/// owning SandboxTemplate's owner labels (kind `SandboxTemplate`: nothing else such an object
+/// owns is a sandbox), so whoever owns the template can find and destroy one that a crash
+/// left behind ([`is_helper`]).
 pub const HELPER_PREFIX: &str = "sbxt-transfer-";
 
 /// A unique helper sandbox name for `op` on `template_id`.
@@ -282,9 +294,10 @@ fn helper_name(op: &str, template_id: &str) -> String {
     format!("{HELPER_PREFIX}{op}-{id}-{:016x}", fastrand::u64(..))
 }
 
-/// Whether a provider sandbox name is a transfer helper's.
-pub fn is_helper(name: &str) -> bool {
-    name.starts_with(HELPER_PREFIX)
+/// Whether a provider sandbox (by its labels) is a transfer helper: one owned by a
+/// SandboxTemplate.
+pub fn is_helper(labels: &BTreeMap<String, String>) -> bool {
+    labels.get(KIND).is_some_and(|k| k == "SandboxTemplate")
 }
 
 /// Keeps an error's category (what the caller does next) and puts `what` in front of it.
@@ -330,29 +343,33 @@ async fn destroy_helper(provider: &dyn Provider, name: &str) -> ProviderResult<(
     result
 }
 
-/// Publishes the provider template `template_id` into the store: a helper sandbox is booted
-/// from the template, its `paths` are captured into the store (see [`capture`]), and the
-/// helper is destroyed whatever happened. For providers whose templates are host-local
-/// images (Docker).
+/// Publishes the native template `template` into the store: a helper sandbox is booted from
+/// it, its capture paths are captured into the store (see [`capture`]) under its own owner's
+/// labels, and the helper is destroyed whatever happened. For providers whose templates are
+/// host-local images (Docker).
 pub async fn publish_template(
     provider: &dyn Provider,
     store: &TemplateStore,
-    template_id: &str,
-    paths: &[String],
-    label: Option<String>,
-    owner: &Owner,
+    template: &Template,
     limits: Limits,
 ) -> ProviderResult<Manifest> {
+    let template_id = &template.id;
     validate::resource_name("template id", template_id).map_err(ProviderError::invalid)?;
-    if paths.is_empty() {
+    if template.capture_paths.is_empty() {
         return Err(ProviderError::invalid(format!(
             "template {template_id:?} records no capture paths, so there is nothing to publish; \
              recapture it with spec.capturePaths"
         )));
     }
+    let owner = Owner::from_labels(&template.labels).ok_or_else(|| {
+        ProviderError::invalid(format!(
+            "template {template_id} carries no owner labels, so no helper can be made for \
+             publishing it; recapture it through its SandboxTemplate"
+        ))
+    })?;
     let name = helper_name("publish", template_id);
-    provider
-        .create(&helper_request(&name, owner, None, Some(template_id)))
+    let created = provider
+        .create(&helper_request(&name, &owner, None, Some(template_id)))
         .await
         .map_err(|e| {
             context(
@@ -360,22 +377,36 @@ pub async fn publish_template(
                 e,
             )
         })?;
+    let request = CommitRequest {
+        sandbox_id: created.id.clone(),
+        template_id: template_id.clone(),
+        capture_paths: template.capture_paths.clone(),
+        label: template.label.clone(),
+        owner,
+    };
     let result = async {
-        provider.start(&name).await?;
-        capture(provider, &name, store, template_id, paths, label, limits).await
+        provider.start(&created.id).await?;
+        capture(
+            provider,
+            store,
+            &request,
+            template.base_image.clone(),
+            limits,
+        )
+        .await
     }
     .await;
     // A helper that could not be destroyed is logged and found again by its owner labels;
     // the published template itself is complete.
-    let _ = destroy_helper(provider, &name).await;
+    let _ = destroy_helper(provider, &created.id).await;
     result
 }
 
-/// Fetches `template_id` from the store onto the provider: a FRESH helper sandbox is made
-/// from `image` (the provider's default image when `None`), the archive is restored into it
-/// through the security boundary ([`restore`]), and the helper is committed as the template
-/// with `owner`'s labels and the manifest's capture paths. `Ok(None)` when the store does not
-/// have the template.
+/// Fetches `template_id` from the store onto a provider with native templates: a FRESH helper
+/// sandbox is made from `image` (the provider's default image when `None`), the archive is
+/// restored into it through the security boundary ([`restore`]), and the helper is committed
+/// as the template with `owner`'s labels (so the sweeper knows who owns it) and the
+/// manifest's capture paths. `Ok(None)` when the store does not have the template.
 ///
 /// Rule 11: a restore that fails or is refused destroys the helper; nothing of it is ever
 /// committed or handed out. The helper is destroyed after a successful commit, too.
@@ -399,7 +430,7 @@ pub async fn fetch_into(
         return Ok(None);
     }
     let name = helper_name("fetch", template_id);
-    provider
+    let created = provider
         .create(&helper_request(&name, owner, image, None))
         .await
         .map_err(|e| {
@@ -408,14 +439,15 @@ pub async fn fetch_into(
                 e,
             )
         })?;
+    let helper = created.id;
     let result = async {
-        provider.start(&name).await?;
-        let Some(m) = restore(provider, &name, store, template_id, limits).await? else {
+        provider.start(&helper).await?;
+        let Some(m) = restore(provider, &helper, store, template_id, limits).await? else {
             // Removed from the store between the lookup and the restore.
             return Ok(None);
         };
         let commit = CommitRequest {
-            sandbox_id: name.clone(),
+            sandbox_id: helper.clone(),
             template_id: template_id.to_string(),
             capture_paths: m.capture_paths.clone(),
             label: m.label.clone(),
@@ -424,11 +456,11 @@ pub async fn fetch_into(
         templates.commit(&commit).await.map(Some)
     }
     .await;
-    let destroyed = destroy_helper(provider, &name).await;
+    let destroyed = destroy_helper(provider, &helper).await;
     match (result, destroyed) {
         (Err(e), Err(d)) => Err(ProviderError::transient(format!(
-            "{e}; and the restore sandbox {name} could not be destroyed yet ({d}): it is never handed \
-             out, and is destroyed on the next attempt"
+            "{e}; and the restore sandbox {helper} could not be destroyed yet ({d}): it is never \
+             handed out, and is destroyed on the next attempt"
         ))),
         (Err(e), Ok(())) => Err(e),
         (Ok(t), _) => Ok(t),

@@ -66,6 +66,11 @@ pub struct Expect {
     pub domain_egress: bool,
     /// `allowed_domains: Some([])` (no egress at all) is enforced (otherwise refused).
     pub no_egress: bool,
+    /// The service parks idle sandboxes by itself and has no call to stop or suspend one
+    /// (Fly Sprites): `stop` and `sleep` must be `Unsupported` (still `NotFound` for an
+    /// absent sandbox), and the checks that need a stopped or sleeping sandbox assert that
+    /// refusal instead.
+    pub parks_itself: bool,
 }
 
 impl Expect {

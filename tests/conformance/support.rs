@@ -183,3 +183,19 @@ pub fn sha256_hex(data: &[u8]) -> String {
 pub fn mentions(message: &str, word: &str) -> bool {
     message.to_lowercase().contains(&word.to_lowercase())
 }
+
+/// Stops `id`; for a provider that parks its sandboxes itself ([`super::Expect::parks_itself`])
+/// asserts instead that `stop` is refused as `Unsupported`. Returns whether `id` is stopped.
+pub async fn stop_or_refused(fx: &Fixture, id: &str) -> Result<bool, String> {
+    let result = fx.provider.stop(id).await;
+    if fx.expect.parks_itself {
+        expect_kind(
+            result,
+            &[ErrorKind::Unsupported],
+            "stop on a provider that parks itself",
+        )?;
+        return Ok(false);
+    }
+    result.or_fail("stop")?;
+    Ok(true)
+}

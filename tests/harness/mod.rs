@@ -7,7 +7,9 @@
 //!   namespaces and manifests;
 //! - [`operator`]: the operator binary run out of cluster against that control plane;
 //! - [`tools`]: helm, kstatus and the Argo CD health check;
-//! - [`s3`]: the test S3 server's settings.
+//! - [`s3`]: the test S3 server's settings;
+//! - [`no_native_templates`]: Docker with its native templates hidden, the stand-in for a
+//!   provider without image commit (Fly Machines, E2B).
 //!
 //! A test binary declares `mod harness;` and uses the modules it needs.
 
@@ -15,6 +17,7 @@
 
 pub mod cluster;
 pub mod docker;
+pub mod no_native_templates;
 pub mod operator;
 pub mod s3;
 pub mod tools;

@@ -143,6 +143,13 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- $_ := set $e2b "template" $e.template }}
 {{- end }}
 {{- $_ := set $out "e2b" $e2b }}
+{{- else if eq $p.type "sprites" }}
+{{- $sp := $p.sprites }}
+{{- $sprites := dict "org" $sp.org "token" (dict "env" (include "sandbox-operator.providerSecretEnv" (dict "index" $i "what" "TOKEN"))) }}
+{{- if $sp.apiUrl }}
+{{- $_ := set $sprites "apiUrl" $sp.apiUrl }}
+{{- end }}
+{{- $_ := set $out "sprites" $sprites }}
 {{- end }}
 {{- $providers = append $providers $out }}
 {{- end }}
@@ -190,6 +197,12 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
     secretKeyRef:
       name: {{ $p.e2b.apiKey.secretName }}
       key: {{ $p.e2b.apiKey.key }}
+{{- else if eq $p.type "sprites" }}
+- name: {{ include "sandbox-operator.providerSecretEnv" (dict "index" $i "what" "TOKEN") }}
+  valueFrom:
+    secretKeyRef:
+      name: {{ $p.sprites.token.secretName }}
+      key: {{ $p.sprites.token.key }}
 {{- end }}
 {{- end }}
 {{- range $i, $s := .Values.templateStores }}

@@ -189,8 +189,14 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
             env_delivered: env.as_ref().map(|e| e.version.as_str())
                 == current.self_delivered_env_hash.as_deref()
                 && current.sandbox_id.is_some(),
+            restored: super::restore::restored(&current, observed.as_ref()),
         },
     );
+
+    // A failed template restore is retried at backoff pace, not at once (see restore.rs).
+    if let Some((health, wait)) = super::restore::hold(ctx, &desired, &plan) {
+        return finish(&report, &current, next, health, Some(wait)).await;
+    }
 
     // Holds: report, do not act.
     if let Some(hold) = &plan.hold {
@@ -396,6 +402,10 @@ async fn act(
             )
             .await;
             next.self_delivered_env_hash = None;
+            next.template_restored_into = None;
+        }
+        Step::Restore => {
+            super::restore::restore(on.ctx, sandbox, handle, desired, id, next).await?
         }
         Step::DeliverEnv => {
             let Some(env) = env else { return Ok(()) };
@@ -538,6 +548,7 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
             .await;
             next.sandbox_id = Some(d.id.clone());
             next.self_delivered_env_hash = None;
+            next.template_restored_into = None;
             let before = sandbox.status.clone();
             status::write(api, &sandbox.name_any(), before.as_ref(), next).await?;
             Ok(d.id)

@@ -10,6 +10,7 @@ use sha2::{Digest, Sha256};
 use crate::api::{DesiredState, IdleAction, Protocol, RestartPolicy, Sandbox, SandboxSpec};
 use crate::provider::labels::{Owner, SPEC_HASH, TEMPLATE};
 use crate::provider::{self, CreateRequest, PortRequest, Resources, VolumeMount};
+use crate::templates::service::Boot;
 
 /// External name of a Sandbox's provider resource: deterministic from its UID, so a
 /// crashed create is found again instead of duplicated.
@@ -22,6 +23,8 @@ pub fn external_name(uid: &str) -> String {
 pub struct Resolved {
     /// Template id (the SandboxTemplate's external id) to boot from.
     pub template_id: Option<String>,
+    /// How the template boots on this provider (set with `template_id`).
+    pub boot: Option<Boot>,
     /// Provider volume names for `spec.volumes`, in order.
     pub volume_names: Vec<String>,
     /// Env from `spec.envFrom` Secrets, already prefixed. Secret values: never logged.
@@ -37,6 +40,9 @@ pub struct Desired {
     pub state: DesiredState,
     /// Hash of everything that cannot change in place.
     pub spec_hash: String,
+    /// The template whose archive is restored into the sandbox after its first start (a
+    /// provider without native templates), before it is ever reported Ready.
+    pub restore: Option<String>,
 }
 
 // Hand-written so a stray `{:?}` can never print Secret-derived env values.
@@ -135,12 +141,13 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
         labels.insert(TEMPLATE.into(), t.clone());
     }
 
+    let (image, template, restore) = boot(spec, resolved);
     Ok(Desired {
         request: CreateRequest {
             name: external_name(&uid),
             owner,
-            image: spec.image.clone(),
-            template: resolved.template_id.clone(),
+            image,
+            template,
             command: spec.command.clone(),
             restart_policy,
             env: full_env,
@@ -153,7 +160,23 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
         },
         state: spec.state.unwrap_or(DesiredState::Running),
         spec_hash,
+        restore,
     })
+}
+
+/// What the sandbox is created from — `(image, provider template)` — and the template to
+/// restore after start. A provider's own template wins over the image; a store template
+/// boots the base image it was captured on (the spec's image when it names none) and is
+/// restored into it.
+fn boot(
+    spec: &SandboxSpec,
+    resolved: &Resolved,
+) -> (Option<String>, Option<String>, Option<String>) {
+    let id = resolved.template_id.clone();
+    match &resolved.boot {
+        Some(Boot::Restore { image }) => (image.clone().or_else(|| spec.image.clone()), None, id),
+        Some(Boot::Native) | None => (spec.image.clone(), id, None),
+    }
 }
 
 /// Parses `spec.resources` into provider units, naming the field on error.
@@ -323,5 +346,34 @@ mod tests {
                 .unwrap_err()
                 .contains("spec.resources.memory")
         );
+    }
+
+    #[test]
+    fn a_store_template_boots_its_base_image_and_is_restored() {
+        let mut spec = base_spec();
+        spec.image = None;
+        let mut resolved = Resolved {
+            template_id: Some("tpl".into()),
+            boot: Some(Boot::Restore {
+                image: Some("base:1".into()),
+            }),
+            ..Resolved::default()
+        };
+        let d = desired(&sandbox(spec.clone()), "ops", &resolved).unwrap();
+        assert_eq!(d.request.image.as_deref(), Some("base:1"));
+        assert_eq!(
+            d.request.template, None,
+            "the provider cannot boot it itself"
+        );
+        assert_eq!(d.restore.as_deref(), Some("tpl"));
+        assert_eq!(
+            d.request.labels.get(TEMPLATE).map(String::as_str),
+            Some("tpl")
+        );
+        // A native template is the provider's to boot; nothing is restored.
+        resolved.boot = Some(Boot::Native);
+        let d = desired(&sandbox(spec), "ops", &resolved).unwrap();
+        assert_eq!(d.request.template.as_deref(), Some("tpl"));
+        assert_eq!(d.restore, None);
     }
 }

@@ -30,6 +30,9 @@ pub enum Step {
     Resume,
     /// Change resource ceilings in place.
     SetResources,
+    /// Restore the template's archive into the started sandbox (a provider without native
+    /// templates; see [`super::restore`]).
+    Restore,
 }
 
 /// A state the controller reports instead of acting on.
@@ -66,6 +69,9 @@ pub struct Observed<'a> {
     pub wants_env: bool,
     /// Whether the current env content is already delivered into this sandbox.
     pub env_delivered: bool,
+    /// Whether the template's archive was restored into this sandbox (only read when
+    /// [`Desired::restore`] is set).
+    pub restored: bool,
 }
 
 /// Decides the plan.
@@ -79,17 +85,20 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
             };
         }
         return Plan {
-            steps: fresh(desired.state, observed.wants_env),
+            steps: restore_after_start(desired, fresh(desired.state, observed.wants_env)),
             ..Plan::default()
         };
     };
+    if let Some(plan) = unrestored(desired, observed) {
+        return plan;
+    }
 
     let hash = current.labels.get(SPEC_HASH);
     if hash != Some(&desired.spec_hash) {
         let mut steps = vec![Step::Destroy];
         steps.extend(fresh(desired.state, observed.wants_env));
         return Plan {
-            steps,
+            steps: restore_after_start(desired, steps),
             hold: None,
             recreate_reason: Some(match hash {
                 Some(_) => "the spec changed in a field that cannot be applied in place".into(),
@@ -158,6 +167,34 @@ fn fresh(state: DesiredState, wants_env: bool) -> Vec<Step> {
     steps
 }
 
+/// A sandbox that needs a template restore gets it right after its first start, before
+/// anything else (hibernate, stop) and before it is ever reported Ready.
+fn restore_after_start(desired: &Desired, mut steps: Vec<Step>) -> Vec<Step> {
+    if desired.restore.is_some()
+        && let Some(start) = steps.iter().position(|s| *s == Step::Start)
+    {
+        steps.insert(start + 1, Step::Restore);
+    }
+    steps
+}
+
+/// A sandbox whose template restore never completed (a crash between its start and the
+/// restore, or during it) is never handed out: it is destroyed and made again.
+fn unrestored(desired: &Desired, observed: &Observed<'_>) -> Option<Plan> {
+    if desired.restore.is_none() || observed.restored {
+        return None;
+    }
+    let steps = vec![Step::Destroy];
+    Some(Plan {
+        steps: restore_after_start(
+            desired,
+            [steps, fresh(desired.state, observed.wants_env)].concat(),
+        ),
+        hold: None,
+        recreate_reason: Some("its template restore did not complete".into()),
+    })
+}
+
 /// Whether a ceiling the spec sets differs from what the provider applied. Ceilings the spec
 /// leaves out are not compared: removing a limit in place is not something every provider
 /// can do, and "unset" means "provider default", not "unlimited".
@@ -203,6 +240,7 @@ mod tests {
             },
             state,
             spec_hash: "h1".into(),
+            restore: None,
         }
     }
 
@@ -240,6 +278,7 @@ mod tests {
             spec_changed: false,
             wants_env: false,
             env_delivered: true,
+            restored: false,
         }
     }
 
@@ -350,5 +389,45 @@ mod tests {
             ..AppliedResources::default()
         };
         assert!(!resources_differ(&want, &have));
+    }
+
+    #[test]
+    fn a_store_template_is_restored_right_after_the_first_start() {
+        let mut d = desired(D::Stopped, RestartPolicy::Never);
+        d.restore = Some("tpl".into());
+        let mut o = obs(None);
+        o.wants_env = true;
+        assert_eq!(
+            decide(&d, &o).steps,
+            vec![Create, DeliverEnv, Start, Restore, Stop]
+        );
+        // Restored already: nothing to do.
+        let cur = descriptor(S::Stopped, "h1", true, None);
+        let mut o = obs(Some(&cur));
+        o.restored = true;
+        assert_eq!(decide(&d, &o).steps, vec![]);
+        // A recreate restores again.
+        let old = descriptor(S::Running, "old", true, None);
+        let mut o = obs(Some(&old));
+        o.restored = true;
+        let d = {
+            let mut d = desired(D::Running, RestartPolicy::Never);
+            d.restore = Some("tpl".into());
+            d
+        };
+        assert_eq!(decide(&d, &o).steps, vec![Destroy, Create, Start, Restore]);
+    }
+
+    #[test]
+    fn a_sandbox_whose_restore_never_completed_is_made_again() {
+        let mut d = desired(D::Running, RestartPolicy::Never);
+        d.restore = Some("tpl".into());
+        let cur = descriptor(S::Running, "h1", true, None);
+        let p = decide(&d, &obs(Some(&cur)));
+        assert_eq!(p.steps, vec![Destroy, Create, Start, Restore]);
+        assert!(p.recreate_reason.is_some_and(|r| r.contains("restore")));
+        // Without a template to restore, the same sandbox is left alone.
+        let d = desired(D::Running, RestartPolicy::Never);
+        assert_eq!(decide(&d, &obs(Some(&cur))).steps, vec![]);
     }
 }

@@ -8,6 +8,7 @@ pub mod build;
 pub mod decide;
 pub mod lifetime;
 pub mod resolve;
+pub mod restore;
 
 use std::sync::Arc;
 

@@ -9,8 +9,10 @@ use kube::api::Api;
 
 use crate::api::{Sandbox, SandboxTemplate, SandboxVolume, condition};
 use crate::controller::status::READY;
+use crate::controller::template::owner_of;
 use crate::controller::{Context, Error};
 use crate::registry::ProviderHandle;
+use crate::templates::service::Boot;
 
 use super::build::Resolved;
 
@@ -53,66 +55,9 @@ pub async fn references(
     let mut resolved = Resolved::default();
 
     if let Some(tref) = &spec.template_ref {
-        let api: Api<SandboxTemplate> = Api::namespaced(ctx.client.clone(), &ns);
-        let Some(template) = api.get_opt(&tref.name).await? else {
-            return Err(Blocked::Stall(
-                "TemplateNotFound",
-                format!(
-                    "spec.templateRef: SandboxTemplate {:?} does not exist in namespace {ns:?}; create it or remove templateRef (the sandbox is never booted from the plain image instead)",
-                    tref.name
-                ),
-            ));
-        };
-        let status = template.status.clone().unwrap_or_default();
-        let ready = condition(&status.conditions, READY).is_some_and(|c| c.status == "True");
-        let Some(id) = status.template_id.filter(|_| ready) else {
-            return Err(Blocked::Wait(
-                "TemplateNotReady",
-                format!(
-                    "waiting for SandboxTemplate {:?} to become Ready",
-                    tref.name
-                ),
-            ));
-        };
-        let Some(templates) = handle.provider.templates() else {
-            return Err(Blocked::Stall(
-                "TemplatesUnsupported",
-                format!(
-                    "provider {:?} cannot boot from templates; remove spec.templateRef or use another provider",
-                    handle.name()
-                ),
-            ));
-        };
-        match handle
-            .call("get_template", templates.get_template(&id))
-            .await
-        {
-            Ok(Some(_)) => resolved.template_id = Some(id),
-            // Absent here is not the end of the lookup: the provider's shared store may have
-            // it (published elsewhere). A fetch restores it through the security boundary;
-            // a provider that cannot fetch (no store) leaves it absent.
-            Ok(None) => match handle
-                .call("fetch", templates.fetch(&id))
-                .await
-                .or_else(|e| match e.kind() {
-                    crate::provider::ErrorKind::Unsupported => Ok(None),
-                    _ => Err(e),
-                }) {
-                Ok(Some(_)) => resolved.template_id = Some(id),
-                Ok(None) => {
-                    return Err(Blocked::Stall(
-                        "TemplateNotFound",
-                        format!(
-                            "spec.templateRef: SandboxTemplate {:?} is not present at provider {:?} nor in its shared template store; recapture it (the sandbox is never booted from the plain image instead)",
-                            tref.name,
-                            handle.name()
-                        ),
-                    ));
-                }
-                Err(e) => return Err(Blocked::Failed(e.into())),
-            },
-            Err(e) => return Err(Blocked::Failed(e.into())),
-        }
+        let (id, boot) = template(sandbox, ctx, handle, &tref.name).await?;
+        resolved.template_id = Some(id);
+        resolved.boot = Some(boot);
     }
 
     let volumes: Api<SandboxVolume> = Api::namespaced(ctx.client.clone(), &ns);
@@ -178,6 +123,61 @@ pub async fn references(
         }
     }
     Ok(resolved)
+}
+
+/// Resolves `spec.templateRef` (named `name`) to a template id and how it boots on the
+/// Sandbox's provider, through the templates service: a native template absent from the
+/// provider is fetched from its shared store first, owned by its SandboxTemplate (so the
+/// sweeper claims it once that is gone). A template that is nowhere stalls: the sandbox is
+/// never booted from the plain image instead.
+async fn template(
+    sandbox: &Sandbox,
+    ctx: &Context,
+    handle: &ProviderHandle,
+    name: &str,
+) -> Result<(String, Boot), Blocked> {
+    let ns = sandbox.namespace().unwrap_or_default();
+    let api: Api<SandboxTemplate> = Api::namespaced(ctx.client.clone(), &ns);
+    let Some(template) = api.get_opt(name).await? else {
+        return Err(Blocked::Stall(
+            "TemplateNotFound",
+            format!(
+                "spec.templateRef: SandboxTemplate {name:?} does not exist in namespace {ns:?}; create it or \
+                 remove templateRef (the sandbox is never booted from the plain image instead)"
+            ),
+        ));
+    };
+    let status = template.status.clone().unwrap_or_default();
+    let ready = condition(&status.conditions, READY).is_some_and(|c| c.status == "True");
+    let Some(id) = status.template_id.filter(|_| ready) else {
+        let msg = format!("waiting for SandboxTemplate {name:?} to become Ready");
+        return Err(Blocked::Wait("TemplateNotReady", msg));
+    };
+    let provider = handle.provider.as_ref();
+    if let Err(e) = ctx.templates.home(provider) {
+        let msg = format!(
+            "spec.templateRef: {}; remove templateRef or use another provider",
+            e.message()
+        );
+        return Err(Blocked::Stall("TemplatesUnsupported", msg));
+    }
+    let owner = owner_of(&template, &ctx.instance);
+    match handle
+        .call("boot_template", ctx.templates.boot(provider, &id, &owner))
+        .await
+    {
+        Ok(Some(boot)) => Ok((id, boot)),
+        Ok(None) => Err(Blocked::Stall(
+            "TemplateNotFound",
+            format!(
+                "spec.templateRef: SandboxTemplate {name:?} is not present at provider {:?} nor in its \
+                 shared template store; recapture it (the sandbox is never booted from the plain image \
+                 instead)",
+                handle.name()
+            ),
+        )),
+        Err(e) => Err(Blocked::Failed(e.into())),
+    }
 }
 
 /// Reads and renders the `selfDeliveredEnv` Secret, when the Sandbox has one.

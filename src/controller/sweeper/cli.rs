@@ -16,7 +16,7 @@ use super::Sweeper;
 use super::report::{PassReport, exit_code};
 use crate::config::{ConfigError, OperatorConfig};
 use crate::metrics::Metrics;
-use crate::run::{RunError, build_providers};
+use crate::registry::{BuildError, ProviderRegistry};
 
 /// Flags of `sandbox-operator sweep`.
 #[derive(Debug, clap::Args)]
@@ -55,7 +55,7 @@ pub enum SweepCliError {
     Kube(#[from] kube::Error),
     /// A provider could not be set up.
     #[error(transparent)]
-    Providers(#[from] RunError),
+    Providers(#[from] BuildError),
     /// `--provider` names no configured provider.
     #[error("--provider {wanted:?} is not configured; configured providers: {known:?}")]
     UnknownProvider {
@@ -113,7 +113,7 @@ pub async fn run(args: &SweepArgs) -> Result<Vec<PassReport>, SweepCliError> {
     }
     let client = Client::try_default().await?;
     let metrics = Metrics::new();
-    let providers = build_providers(&config, &metrics).await?;
+    let providers = ProviderRegistry::from_config(&config, &metrics).await?;
     let mut sweeper = Sweeper::new(client, metrics, &config.instance, &config.sweeper);
     if args.dry_run {
         sweeper = sweeper.with_dry_run(true);

@@ -8,7 +8,8 @@
 //! first: traversal and absolute names refused, writes through an archive's own symlinks
 //! refused, devices dropped, setuid/setgid/sticky cleared, ownership reset to root, PAX
 //! records (xattrs, file capabilities) not carried. Docker then extracts inside the
-//! container's root. That is the boundary for `import`; restoring a template from a shared
+//! container's root. That is the boundary for `import` (and for the template capture's copies
+//! of mounted paths, which go through the same sanitiser); restoring a template from a shared
 //! store is a separate, stronger boundary (capture paths only, asserted after extraction).
 
 use bollard::query_parameters::DownloadFromContainerOptionsBuilder;
@@ -77,13 +78,14 @@ impl BulkFiles for DockerProvider {
                     "refusing to import into {path} in sandbox {id}: {e}"
                 ))
             })?;
-        if !sanitised.dropped.is_empty() || sanitised.special_bits_cleared > 0 {
+        let report = &sanitised.report;
+        if !report.dropped.is_empty() || report.special_bits_cleared > 0 {
             tracing::info!(
                 sandbox = id,
                 path = %path,
-                dropped = ?sanitised.dropped,
-                special_bits_cleared = sanitised.special_bits_cleared,
-                ownership_reset = sanitised.ownership_reset,
+                dropped = ?report.dropped,
+                special_bits_cleared = report.special_bits_cleared,
+                ownership_reset = report.ownership_reset,
                 "import archive sanitised"
             );
         }

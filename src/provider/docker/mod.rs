@@ -10,7 +10,8 @@
 //! - hibernation is `docker pause` (the cgroup freezer: processes preserved), with `stop` as
 //!   the fallback that is reported as such;
 //! - templates are `docker commit` images tagged `<template_repository>:<template id>`, with
-//!   capture paths on mounted storage copied in through the archive API;
+//!   capture paths on mounted storage copied in through the archive API (sharing them through
+//!   an S3 store is the controller-side templates service's work, not the provider's);
 //! - volumes are named local volumes; `set_resources` is `docker update`;
 //! - exec, exact file I/O and bulk tar transfer go through the exec and archive APIs;
 //!   capacity, egress observation and the event stream have their own modules.
@@ -43,6 +44,8 @@ use std::sync::Arc;
 use bollard::Docker;
 use tokio::sync::OnceCell;
 
+/// Path normalisation shared with the other providers' file capabilities (one rule).
+pub(crate) use files::normalize_path;
 pub use settings::DockerSettings;
 
 use super::{ProviderError, ProviderResult};
@@ -57,6 +60,9 @@ pub const TEMPLATE_ID_LABEL: &str = "sandboxes.dev/template-id";
 pub const CAPTURE_PATHS_LABEL: &str = "sandboxes.dev/capture-paths";
 /// Label on a template image: the free-form label given at capture time.
 pub const TEMPLATE_LABEL_LABEL: &str = "sandboxes.dev/template-label";
+/// Label on a template image: the image the captured sandbox was created from (inherited
+/// through templates of templates), for providers that boot it and restore the capture.
+pub const BASE_IMAGE_LABEL: &str = "sandboxes.dev/base-image";
 /// Label on a container: the requested (advisory, NOT enforced) disk ceiling in bytes.
 /// Docker cannot enforce a disk ceiling on overlay2 without xfs project quotas, so the
 /// request is recorded here for status, never passed to the engine.
@@ -74,13 +80,6 @@ pub struct DockerProvider {
     pub(crate) docker: Docker,
     /// Set once the API version has been negotiated (shared by clones, like the client).
     negotiated: Arc<OnceCell<()>>,
-    /// The shared S3 template store `publish`/`fetch` use, and their transfer limits; `None`
-    /// when the provider names no store (both are then `Unsupported`). See
-    /// [`DockerProvider::with_template_store`].
-    pub(crate) template_store: Option<(
-        Arc<crate::templates::store::TemplateStore>,
-        crate::templates::transfer::Limits,
-    )>,
 }
 
 impl DockerProvider {
@@ -113,20 +112,7 @@ impl DockerProvider {
             settings,
             docker,
             negotiated: Arc::new(OnceCell::new()),
-            template_store: None,
         })
-    }
-
-    /// Wires a shared S3 template store: `publish` archives a template's capture paths into
-    /// it and `fetch` restores one from it into a fresh container (the restore is the
-    /// security boundary, see [`crate::templates::transfer`]).
-    pub fn with_template_store(
-        mut self,
-        store: Arc<crate::templates::store::TemplateStore>,
-        limits: crate::templates::transfer::Limits,
-    ) -> Self {
-        self.template_store = Some((store, limits));
-        self
     }
 
     /// Like [`connect`](Self::connect), then negotiates the API version right away, so an

@@ -8,9 +8,11 @@
 //! under a capture path) is copied into the image explicitly:
 //!
 //! 1. commit the container (paused for a consistent snapshot) to an intermediate image;
-//! 2. export each such path with the archive API, rewriting the tar on the way: owner and
-//!    group become root, setuid/setgid bits are dropped, extended attributes (file
-//!    capabilities included) are not carried, and only files, directories and links pass;
+//! 2. export each such path with the archive API and rewrite the tar through the one
+//!    sanitiser ([`tarsafe`](crate::provider::tarsafe)): owner and group become root,
+//!    setuid/setgid/sticky bits are dropped, extended attributes (file capabilities included)
+//!    are not carried, writes through the archive's own symlinks are refused, and only files,
+//!    directories and links pass;
 //! 3. create a never-started helper container from the intermediate image (labelled with
 //!    the template's owner, so a crash leaves sweepable wreckage), upload the archives into
 //!    it, and commit that as the final tag; then remove the helper.
@@ -34,19 +36,22 @@
 //! its id (the `sandboxes.dev/template` label). Decided by listing every container; when
 //! that listing fails, `in_use` is `true` (rule 4) and removal fails instead of guessing.
 //!
-//! # Sharing
+//! # Labels
 //!
-//! `publish`/`fetch` need a template store (the S3 scheme); none is wired to the Docker
-//! provider yet, so both are `Unsupported` with the setting that would enable them.
+//! A template image records its id, capture paths, label and base image (the image the
+//! captured sandbox was created from; a template of a template inherits its parent's) as
+//! labels, so the controller-side templates service can publish it to a shared store and a
+//! provider without image commit can boot the base image and restore the capture.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{self, Read, Write};
-use std::path::{Component, PathBuf};
+use std::io;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 use bollard::models::{
-    ContainerConfig, ContainerCreateBody, ContainerSummary, HostConfig, ImageInspect,
+    ContainerConfig, ContainerCreateBody, ContainerInspectResponse, ContainerSummary, HostConfig,
+    ImageInspect,
 };
 use bollard::query_parameters::{
     CommitContainerOptionsBuilder, ContainerArchiveInfoOptionsBuilder,
@@ -61,12 +66,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::core::parse_time;
 use super::volumes::summary_name;
 use super::{
-    CAPTURE_PATHS_LABEL, DockerProvider, TEMPLATE_ID_LABEL, TEMPLATE_LABEL_LABEL, is_not_found,
-    map_err, status_of,
+    BASE_IMAGE_LABEL, CAPTURE_PATHS_LABEL, DockerProvider, TEMPLATE_ID_LABEL, TEMPLATE_LABEL_LABEL,
+    is_not_found, map_err, status_of,
 };
 use crate::provider::labels::TEMPLATE;
-use crate::provider::validate;
 use crate::provider::{CommitRequest, ProviderError, ProviderResult, Template, Templates};
+use crate::provider::{tarsafe, validate};
 
 /// Bytes per chunk when streaming an archive from disk to the engine.
 const UPLOAD_CHUNK: usize = 256 * 1024;
@@ -144,105 +149,24 @@ pub(crate) fn copy_plan(capture_paths: &[String], mounts: &[String]) -> Vec<Copy
         .collect()
 }
 
-/// Rewrites a tar exported from `copy.path` (rooted at its last segment) into one rooted at
-/// `/`: scaffold directories first, then every entry under the path's parent.
-///
-/// The security rewrite of the module docs happens here: uid/gid 0, mode `& 0o1777` (no
-/// setuid/setgid), no extended attributes or PAX records, only regular files, directories,
-/// symlinks and hard links; a member that is absolute or contains `..` fails the copy.
-/// Returns how many entries were dropped for their type.
-pub(crate) fn sanitize_archive(
-    input: impl Read,
-    output: impl Write,
+/// Rewrites the tar exported from `copy.path` (rooted at its last segment) into one rooted at
+/// `/` through the one sanitiser ([`tarsafe`]): every member placed under the path's parent,
+/// the scaffold directories (those only the mount had) emitted first.
+fn sanitise_copy(
+    raw: &std::path::Path,
+    clean: &std::path::Path,
     copy: &Copy,
-) -> io::Result<usize> {
-    let prefix = PathBuf::from(parent(&copy.path).trim_start_matches('/'));
-    let mut builder = tar::Builder::new(output);
-    let now = u64::try_from(Utc::now().timestamp()).unwrap_or(0);
-    for dir in &copy.scaffold {
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(tar::EntryType::Directory);
-        header.set_mode(0o755);
-        header.set_uid(0);
-        header.set_gid(0);
-        header.set_mtime(now);
-        header.set_size(0);
-        builder.append_data(&mut header, format!("{dir}/"), io::empty())?;
-    }
-    let mut archive = tar::Archive::new(input);
-    let mut dropped = 0;
-    for entry in archive.entries()? {
-        let mut entry = entry?;
-        let member = entry.path()?.into_owned();
-        if member
-            .components()
-            .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-        {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "archive member {} is absolute or contains '..'",
-                    member.display()
-                ),
-            ));
-        }
-        let target = prefix.join(&member);
-        let source = entry.header();
-        let kind = source.entry_type();
-        let mut header = tar::Header::new_gnu();
-        header.set_entry_type(kind);
-        // A header without a readable mode gets the plain default for its kind.
-        let default_mode = if kind == tar::EntryType::Directory {
-            0o755
-        } else {
-            0o644
-        };
-        header.set_mode(source.mode().unwrap_or(default_mode) & 0o1777);
-        header.set_uid(0);
-        header.set_gid(0);
-        header.set_mtime(source.mtime().unwrap_or(now));
-        match kind {
-            tar::EntryType::Regular | tar::EntryType::Continuous => {
-                header.set_entry_type(tar::EntryType::Regular);
-                header.set_size(entry.size());
-                builder.append_data(&mut header, &target, &mut entry)?;
-            }
-            tar::EntryType::Directory => {
-                header.set_size(0);
-                builder.append_data(&mut header, &target, io::empty())?;
-            }
-            tar::EntryType::Symlink => {
-                let link = entry
-                    .link_name()?
-                    .map(|l| l.into_owned())
-                    .unwrap_or_default();
-                header.set_size(0);
-                builder.append_link(&mut header, &target, &link)?;
-            }
-            tar::EntryType::Link => {
-                // Hard-link targets are archive members: they move with the prefix, and may
-                // not point outside the archive.
-                let link = entry
-                    .link_name()?
-                    .map(|l| l.into_owned())
-                    .unwrap_or_default();
-                if link
-                    .components()
-                    .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir))
-                {
-                    return Err(io::Error::new(
-                        io::ErrorKind::InvalidData,
-                        format!("hard link {} points outside the archive", member.display()),
-                    ));
-                }
-                header.set_size(0);
-                builder.append_link(&mut header, &target, prefix.join(&link))?;
-            }
-            _ => dropped += 1,
-        }
-    }
-    builder.into_inner()?.flush()?;
-    Ok(dropped)
+) -> Result<tarsafe::Report, tarsafe::TarsafeError> {
+    let open = |r: io::Result<std::fs::File>| {
+        r.map_err(|e| tarsafe::TarsafeError(format!("temporary capture file: {e}")))
+    };
+    let input = io::BufReader::new(open(std::fs::File::open(raw))?);
+    let output = io::BufWriter::new(open(std::fs::File::create(clean))?);
+    let placement = tarsafe::Placement {
+        prefix: parent(&copy.path).trim_start_matches('/'),
+        create_dirs: copy.scaffold.len(),
+    };
+    tarsafe::sanitise_into(input, output, placement)
 }
 
 /// A file in the system temp directory, removed when dropped.
@@ -268,6 +192,28 @@ impl Drop for TempFile {
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> ProviderError {
     ProviderError::transient(format!("{what}: {e}"))
+}
+
+/// A template as its image's labels describe it (reference, time and size left for the
+/// caller). Capture paths that cannot be read come back empty: publishing such a template
+/// then fails, naming what to do, rather than archiving nothing.
+fn from_labels(id: String, labels: BTreeMap<String, String>, in_use: bool) -> Template {
+    let text = |key: &str| labels.get(key).filter(|v| !v.is_empty()).cloned();
+    let capture_paths = labels
+        .get(CAPTURE_PATHS_LABEL)
+        .and_then(|json| serde_json::from_str(json).ok())
+        .unwrap_or_default();
+    Template {
+        id,
+        reference: String::new(),
+        created_at: None,
+        size_bytes: None,
+        label: text(TEMPLATE_LABEL_LABEL),
+        base_image: text(BASE_IMAGE_LABEL),
+        capture_paths,
+        labels,
+        in_use,
+    }
 }
 
 /// Containers (by name) backed by a template: running its image, or booted from its id.
@@ -328,16 +274,10 @@ impl DockerProvider {
             .into_iter()
             .collect();
         Template {
-            id: template_id.to_string(),
             reference: image.id.unwrap_or_default(),
             created_at: image.created.as_deref().and_then(parse_time),
             size_bytes: image.size.and_then(|s| u64::try_from(s).ok()),
-            label: labels
-                .get(TEMPLATE_LABEL_LABEL)
-                .filter(|l| !l.is_empty())
-                .cloned(),
-            labels,
-            in_use,
+            ..from_labels(template_id.to_string(), labels, in_use)
         }
     }
 
@@ -355,41 +295,12 @@ impl DockerProvider {
 
     /// Exports `copy.path` from the sandbox, sanitises it, and uploads it into `helper`.
     async fn copy_into(&self, sandbox: &str, helper: &str, copy: &Copy) -> ProviderResult<()> {
-        let docker = self.engine().await?;
         let raw = TempFile::new("capture-raw");
         let clean = TempFile::new("capture-clean");
-
-        let mut file = tokio::fs::File::create(&raw.0)
-            .await
-            .map_err(|e| io_err("creating a temporary file for a capture", e))?;
-        let options = DownloadFromContainerOptionsBuilder::default()
-            .path(&copy.path)
-            .build();
-        let mut stream = docker.download_from_container(sandbox, Some(options));
-        while let Some(chunk) = stream.next().await {
-            let chunk = chunk.map_err(|e| {
-                map_err(
-                    &format!(
-                        "exporting capture path {} from sandbox {sandbox}",
-                        copy.path
-                    ),
-                    e,
-                )
-            })?;
-            file.write_all(&chunk)
-                .await
-                .map_err(|e| io_err("writing a capture to a temporary file", e))?;
-        }
-        file.flush()
-            .await
-            .map_err(|e| io_err("writing a capture to a temporary file", e))?;
-        drop(file);
-
+        self.download_to(sandbox, &copy.path, &raw).await?;
         let (raw_path, clean_path, plan) = (raw.0.clone(), clean.0.clone(), copy.clone());
-        let dropped = tokio::task::spawn_blocking(move || -> io::Result<usize> {
-            let input = io::BufReader::new(std::fs::File::open(raw_path)?);
-            let output = io::BufWriter::new(std::fs::File::create(clean_path)?);
-            sanitize_archive(input, output, &plan)
+        let report = tokio::task::spawn_blocking(move || {
+            sanitise_copy(&raw_path, &clean_path, &plan)
         })
         .await
         .map_err(|e| io_err("sanitising a capture archive", e))?
@@ -399,11 +310,41 @@ impl DockerProvider {
                 copy.path
             ))
         })?;
-        if dropped > 0 {
-            tracing::info!(path = %copy.path, dropped, "special files (devices, fifos) left out of a template");
+        if !report.dropped.is_empty() {
+            tracing::info!(path = %copy.path, dropped = ?report.dropped, "special files (devices, fifos) left out of a template");
         }
+        // Both temporary files are removed when this returns, after the upload read `clean`.
+        let what = format!("copying capture path {} into the template", copy.path);
+        self.upload_from(helper, &clean, &what).await
+    }
 
-        let file = tokio::fs::File::open(&clean.0)
+    /// Streams the archive of `path` in `sandbox` into the file `to`.
+    async fn download_to(&self, sandbox: &str, path: &str, to: &TempFile) -> ProviderResult<()> {
+        let docker = self.engine().await?;
+        let write_err = |e| io_err("writing a capture to a temporary file", e);
+        let mut file = tokio::fs::File::create(&to.0)
+            .await
+            .map_err(|e| io_err("creating a temporary file for a capture", e))?;
+        let options = DownloadFromContainerOptionsBuilder::default()
+            .path(path)
+            .build();
+        let mut stream = docker.download_from_container(sandbox, Some(options));
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| {
+                map_err(
+                    &format!("exporting capture path {path} from sandbox {sandbox}"),
+                    e,
+                )
+            })?;
+            file.write_all(&chunk).await.map_err(write_err)?;
+        }
+        file.flush().await.map_err(write_err)
+    }
+
+    /// Streams the tar file `from` into `helper`, extracted at `/`.
+    async fn upload_from(&self, helper: &str, from: &TempFile, what: &str) -> ProviderResult<()> {
+        let docker = self.engine().await?;
+        let file = tokio::fs::File::open(&from.0)
             .await
             .map_err(|e| io_err("reading a sanitised capture", e))?;
         let body = futures::stream::unfold(Some(file), |state| async move {
@@ -422,15 +363,7 @@ impl DockerProvider {
         docker
             .upload_to_container(helper, Some(options), bollard::body_try_stream(body))
             .await
-            .map_err(|e| {
-                map_err(
-                    &format!("copying capture path {} into the template", copy.path),
-                    e,
-                )
-            })?;
-        // The temporary files live until here: the upload has read all of `clean`.
-        drop((raw, clean));
-        Ok(())
+            .map_err(|e| map_err(what, e))
     }
 
     /// Steps 3 of the module docs: helper container from `intermediate`, copies, final
@@ -497,45 +430,140 @@ impl DockerProvider {
     }
 }
 
+/// Capture paths validated, without trailing slashes, sorted and deduplicated.
+fn normalised_paths(paths: &[String]) -> ProviderResult<Vec<String>> {
+    let mut capture = Vec::new();
+    for path in paths {
+        validate::capture_path(path).map_err(ProviderError::invalid)?;
+        capture.push(path.trim_end_matches('/').to_string());
+    }
+    capture.sort();
+    capture.dedup();
+    Ok(capture)
+}
+
+/// The steps of a native capture (see the module docs).
+impl DockerProvider {
+    /// Each capture path must exist in the sandbox: a template silently missing the
+    /// project's files would boot and look healthy.
+    async fn check_paths_exist(&self, sandbox: &str, paths: &[String]) -> ProviderResult<()> {
+        let docker = self.engine().await?;
+        for path in paths {
+            let options = ContainerArchiveInfoOptionsBuilder::default()
+                .path(path)
+                .build();
+            match docker
+                .get_container_archive_info(sandbox, Some(options))
+                .await
+            {
+                Ok(_) => {}
+                Err(e) if is_not_found(&e) => {
+                    return Err(ProviderError::invalid(format!(
+                        "capture path {path} does not exist in sandbox {sandbox}; fix spec.capturePaths \
+                         (a template without it would boot into an empty workspace)"
+                    )));
+                }
+                Err(e) => return Err(map_err(&format!("checking capture path {path}"), e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The committed image's labels: the template's owner, id, capture paths, label and base
+    /// image, and every label the source container carried that its image did not, blanked
+    /// (see the module docs).
+    async fn template_config(
+        &self,
+        request: &CommitRequest,
+        source: &ContainerInspectResponse,
+        capture: &[String],
+    ) -> ProviderResult<ContainerConfig> {
+        let docker = self.engine().await?;
+        let image_labels = match source.image.as_deref() {
+            Some(image) => match docker.inspect_image(image).await {
+                Ok(i) => i.config.and_then(|c| c.labels).unwrap_or_default(),
+                Err(e) if is_not_found(&e) => HashMap::new(),
+                Err(e) => return Err(map_err("looking up the sandbox's image", e)),
+            },
+            None => HashMap::new(),
+        };
+        let source_config = source.config.as_ref();
+        let mut labels: BTreeMap<String, String> = source_config
+            .and_then(|c| c.labels.as_ref())
+            .into_iter()
+            .flatten()
+            .filter(|(k, _)| !image_labels.contains_key(*k))
+            .map(|(k, _)| (k.clone(), String::new()))
+            .collect();
+        labels.extend(request.owner.labels());
+        labels.insert(TEMPLATE_ID_LABEL.into(), request.template_id.clone());
+        let paths = serde_json::to_string(capture).unwrap_or_else(|_| "[]".into());
+        labels.insert(CAPTURE_PATHS_LABEL.into(), paths);
+        let label = request.label.clone().unwrap_or_default();
+        labels.insert(TEMPLATE_LABEL_LABEL.into(), label);
+        // A template of a template keeps the first one's base image.
+        let base = image_labels
+            .get(BASE_IMAGE_LABEL)
+            .filter(|b| !b.is_empty())
+            .cloned()
+            .or_else(|| source_config.and_then(|c| c.image.clone()));
+        labels.insert(BASE_IMAGE_LABEL.into(), base.unwrap_or_default());
+        Ok(ContainerConfig {
+            labels: Some(labels.into_iter().collect()),
+            ..Default::default()
+        })
+    }
+
+    /// Commits the sandbox (paused) as the template's tag: directly, or — when paths on
+    /// mounts must be copied in — through an intermediate image and a helper (removed if the
+    /// copies fail). Returns the image id.
+    async fn commit_image(
+        &self,
+        request: &CommitRequest,
+        copies: &[Copy],
+        config: ContainerConfig,
+    ) -> ProviderResult<String> {
+        let docker = self.engine().await?;
+        let (sandbox, id) = (&request.sandbox_id, &request.template_id);
+        let mut options = CommitContainerOptionsBuilder::default()
+            .container(sandbox)
+            .comment(request.label.as_deref().unwrap_or(""))
+            .pause(true);
+        if copies.is_empty() {
+            options = options.repo(&self.settings.template_repository).tag(id);
+        }
+        let committed = docker
+            .commit_container(options.build(), config.clone())
+            .await
+            .map_err(|e| map_err(&format!("committing sandbox {sandbox} as template {id}"), e))?
+            .id;
+        if copies.is_empty() {
+            return Ok(committed);
+        }
+        let result = self
+            .commit_with_copies(request, &committed, copies, &config)
+            .await;
+        if result.is_err() {
+            self.remove_unused_image(&committed).await;
+        }
+        result
+    }
+}
+
 #[async_trait]
 impl Templates for DockerProvider {
     async fn commit(&self, request: &CommitRequest) -> ProviderResult<Template> {
         let id = &request.template_id;
         validate::resource_name("template", id).map_err(ProviderError::invalid)?;
-        let mut capture: Vec<String> = Vec::new();
-        for path in &request.capture_paths {
-            validate::capture_path(path).map_err(ProviderError::invalid)?;
-            capture.push(path.trim_end_matches('/').to_string());
-        }
-        capture.sort();
-        capture.dedup();
-
-        let docker = self.engine().await?;
+        let capture = normalised_paths(&request.capture_paths)?;
         let source = self.inspect(&request.sandbox_id).await?.ok_or_else(|| {
             ProviderError::not_found(format!(
                 "sandbox {} does not exist, so template {id} cannot be captured from it; fix spec.sandboxRef",
                 request.sandbox_id
             ))
         })?;
-        for path in &capture {
-            let options = ContainerArchiveInfoOptionsBuilder::default()
-                .path(path)
-                .build();
-            match docker
-                .get_container_archive_info(&request.sandbox_id, Some(options))
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {
-                    return Err(ProviderError::invalid(format!(
-                        "capture path {path} does not exist in sandbox {}; fix spec.capturePaths (a template \
-                         without it would boot into an empty workspace)",
-                        request.sandbox_id
-                    )));
-                }
-                Err(e) => return Err(map_err(&format!("checking capture path {path}"), e)),
-            }
-        }
+        self.check_paths_exist(&request.sandbox_id, &capture)
+            .await?;
         let mounts: Vec<String> = source
             .mounts
             .clone()
@@ -545,91 +573,8 @@ impl Templates for DockerProvider {
             .collect();
         let copies = copy_plan(&capture, &mounts);
         let previous = self.template_inspect(id).await?.and_then(|i| i.id);
-
-        // Labels: the template's owner and id, and every label the source container carried
-        // that its image did not, blanked (see the module docs).
-        let mut labels: BTreeMap<String, String> = BTreeMap::new();
-        let source_image_labels = match source.image.as_deref() {
-            Some(image) => match docker.inspect_image(image).await {
-                Ok(i) => i.config.and_then(|c| c.labels).unwrap_or_default(),
-                Err(e) if is_not_found(&e) => HashMap::new(),
-                Err(e) => return Err(map_err("looking up the sandbox's image", e)),
-            },
-            None => HashMap::new(),
-        };
-        for key in source
-            .config
-            .as_ref()
-            .and_then(|c| c.labels.as_ref())
-            .into_iter()
-            .flatten()
-            .map(|(k, _)| k)
-            .filter(|k| !source_image_labels.contains_key(*k))
-        {
-            labels.insert(key.clone(), String::new());
-        }
-        labels.extend(request.owner.labels());
-        labels.insert(TEMPLATE_ID_LABEL.to_string(), id.clone());
-        labels.insert(
-            CAPTURE_PATHS_LABEL.to_string(),
-            serde_json::to_string(&capture).unwrap_or_else(|_| "[]".into()),
-        );
-        labels.insert(
-            TEMPLATE_LABEL_LABEL.to_string(),
-            request.label.clone().unwrap_or_default(),
-        );
-        let config = ContainerConfig {
-            labels: Some(labels.into_iter().collect()),
-            ..Default::default()
-        };
-
-        let comment = request.label.as_deref().unwrap_or("");
-        let image_id = if copies.is_empty() {
-            let options = CommitContainerOptionsBuilder::default()
-                .container(&request.sandbox_id)
-                .repo(&self.settings.template_repository)
-                .tag(id)
-                .comment(comment)
-                .pause(true)
-                .build();
-            docker
-                .commit_container(options, config)
-                .await
-                .map_err(|e| {
-                    map_err(
-                        &format!("committing sandbox {} as template {id}", request.sandbox_id),
-                        e,
-                    )
-                })?
-                .id
-        } else {
-            let options = CommitContainerOptionsBuilder::default()
-                .container(&request.sandbox_id)
-                .comment(comment)
-                .pause(true)
-                .build();
-            let intermediate = docker
-                .commit_container(options, config.clone())
-                .await
-                .map_err(|e| {
-                    map_err(
-                        &format!("committing sandbox {} as template {id}", request.sandbox_id),
-                        e,
-                    )
-                })?
-                .id;
-            match self
-                .commit_with_copies(request, &intermediate, &copies, &config)
-                .await
-            {
-                Ok(image) => image,
-                Err(e) => {
-                    self.remove_unused_image(&intermediate).await;
-                    return Err(e);
-                }
-            }
-        };
-
+        let config = self.template_config(request, &source, &capture).await?;
+        let image_id = self.commit_image(request, &copies, config).await?;
         if let Some(old) = previous.filter(|old| *old != image_id) {
             self.remove_unused_image(&old).await;
         }
@@ -700,13 +645,7 @@ impl Templates for DockerProvider {
                 reference: image.id,
                 created_at: DateTime::from_timestamp(image.created, 0),
                 size_bytes: u64::try_from(image.size).ok(),
-                label: labels
-                    .get(TEMPLATE_LABEL_LABEL)
-                    .filter(|l| !l.is_empty())
-                    .cloned(),
-                labels,
-                in_use,
-                id,
+                ..from_labels(id, labels, in_use)
             });
         }
         out.sort_by(|a, b| a.id.cmp(&b.id));
@@ -765,143 +704,6 @@ impl Templates for DockerProvider {
         }
         Ok(())
     }
-
-    async fn publish(&self, template_id: &str) -> ProviderResult<()> {
-        let Some((store, limits)) = self.template_store.clone() else {
-            return Err(ProviderError::unsupported(format!(
-                "no template store is configured for Docker provider {:?}, so template {template_id} cannot be \
-                 published; set templateStore on that provider in the operator configuration",
-                self.name
-            )));
-        };
-        self.publish_to_store(template_id, &store, limits).await
-    }
-
-    async fn fetch(&self, template_id: &str) -> ProviderResult<Option<Template>> {
-        let Some((store, limits)) = self.template_store.clone() else {
-            return Err(ProviderError::unsupported(format!(
-                "no template store is configured for Docker provider {:?}, so template {template_id} cannot be \
-                 fetched; set templateStore on that provider in the operator configuration",
-                self.name
-            )));
-        };
-        self.fetch_from_store(template_id, &store, limits).await
-    }
-}
-
-/// Publish and fetch through the shared S3 template store (provider-neutral transfer code in
-/// [`crate::templates::transfer`]; the restore there is the security boundary).
-impl DockerProvider {
-    /// `publish`: a helper container booted from the template image (owned by the
-    /// template's owner) archives the capture paths recorded on the image into the store;
-    /// the helper is destroyed whatever happens.
-    async fn publish_to_store(
-        &self,
-        template_id: &str,
-        store: &std::sync::Arc<crate::templates::store::TemplateStore>,
-        limits: crate::templates::transfer::Limits,
-    ) -> ProviderResult<()> {
-        validate::resource_name("template", template_id).map_err(ProviderError::invalid)?;
-        let image = self.template_inspect(template_id).await?.ok_or_else(|| {
-            ProviderError::not_found(format!(
-                "template {template_id} does not exist on Docker provider {:?}, so it cannot be published; \
-                 capture it first",
-                self.name
-            ))
-        })?;
-        let labels: BTreeMap<String, String> = image
-            .config
-            .and_then(|c| c.labels)
-            .unwrap_or_default()
-            .into_iter()
-            .collect();
-        let paths: Vec<String> = match labels.get(CAPTURE_PATHS_LABEL) {
-            Some(json) => serde_json::from_str(json).map_err(|e| {
-                ProviderError::invalid(format!(
-                    "template {template_id}: the capture paths recorded on its image are unreadable ({e}); \
-                     recapture it"
-                ))
-            })?,
-            None => Vec::new(),
-        };
-        let owner = crate::provider::labels::Owner::from_labels(&labels).ok_or_else(|| {
-            ProviderError::invalid(format!(
-                "template {template_id} carries no owner labels, so no helper can be made for publishing \
-                 it; recapture it through its SandboxTemplate"
-            ))
-        })?;
-        let label = labels
-            .get(TEMPLATE_LABEL_LABEL)
-            .filter(|l| !l.is_empty())
-            .cloned();
-        // Runs to completion even when the caller stops waiting (a provider-call timeout), so
-        // the helper container is still destroyed rather than left running.
-        let (this, store, id) = (self.clone(), store.clone(), template_id.to_string());
-        tokio::spawn(async move {
-            crate::templates::transfer::publish_template(
-                &this, &store, &id, &paths, label, &owner, limits,
-            )
-            .await
-        })
-        .await
-        .map_err(|e| {
-            ProviderError::transient(format!(
-                "publishing template {template_id} was interrupted: {e}"
-            ))
-        })?
-        .map(|_| ())
-    }
-
-    /// `fetch`: the store's archive is restored into a fresh container of the provider's
-    /// default image and committed as `<template_repository>:<template id>`; a failed or
-    /// refused restore destroys that container and commits nothing.
-    ///
-    /// The trait call names no owner, so the fetched image carries EMPTY owner labels: no
-    /// sweeper claims it, and the SandboxTemplate whose id it is removes it by that id. (The
-    /// SandboxTemplate controller fetches through [`crate::templates::transfer::fetch_into`]
-    /// with its own owner labels instead.)
-    async fn fetch_from_store(
-        &self,
-        template_id: &str,
-        store: &std::sync::Arc<crate::templates::store::TemplateStore>,
-        limits: crate::templates::transfer::Limits,
-    ) -> ProviderResult<Option<Template>> {
-        validate::resource_name("template", template_id).map_err(ProviderError::invalid)?;
-        let Some(image) = self.settings.default_image.clone() else {
-            return Err(ProviderError::invalid(format!(
-                "fetching template {template_id} needs an image to restore it into, and Docker provider {:?} \
-                 has none; set docker.defaultImage on that provider in the operator configuration (an image \
-                 with GNU tar, gzip, find and curl)",
-                self.name
-            )));
-        };
-        let unowned = crate::provider::labels::Owner {
-            instance: String::new(),
-            kind: "SandboxTemplate".into(),
-            namespace: String::new(),
-            name: String::new(),
-            uid: String::new(),
-        };
-        // Runs to completion even when the caller stops waiting (see publish_to_store).
-        let (this, store, id) = (self.clone(), store.clone(), template_id.to_string());
-        tokio::spawn(async move {
-            crate::templates::transfer::fetch_into(
-                &this,
-                &store,
-                &id,
-                &unowned,
-                Some(&image),
-                limits,
-            )
-            .await
-        })
-        .await
-        .map_err(|e| {
-            ProviderError::transient(format!(
-                "fetching template {template_id} was interrupted: {e}"
-            ))
-        })?
-    }
 }
 
 #[cfg(test)]
@@ -943,107 +745,6 @@ mod tests {
         assert_eq!(plan.len(), 1);
         assert_eq!(plan[0].path, "/data");
         assert!(copy_plan(&s(&["/dat"]), &s(&["/data"])).is_empty());
-    }
-
-    fn entry(
-        builder: &mut tar::Builder<Vec<u8>>,
-        path: &str,
-        kind: tar::EntryType,
-        mode: u32,
-        data: &[u8],
-    ) {
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(kind);
-        h.set_mode(mode);
-        h.set_uid(1000);
-        h.set_gid(1000);
-        h.set_size(data.len() as u64);
-        builder.append_data(&mut h, path, data).unwrap();
-    }
-
-    #[test]
-    fn sanitised_archives_lose_ownership_and_privilege_bits() {
-        let mut b = tar::Builder::new(Vec::new());
-        entry(&mut b, "app/", tar::EntryType::Directory, 0o2775, b"");
-        entry(
-            &mut b,
-            "app/run",
-            tar::EntryType::Regular,
-            0o4755,
-            b"#!/bin/sh\n",
-        );
-        entry(&mut b, "app/tmp/", tar::EntryType::Directory, 0o1777, b"");
-        entry(&mut b, "app/fifo", tar::EntryType::Fifo, 0o644, b"");
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Symlink);
-        h.set_size(0);
-        b.append_link(&mut h, "app/link", "/etc/hostname").unwrap();
-        let mut h = tar::Header::new_gnu();
-        h.set_entry_type(tar::EntryType::Link);
-        h.set_size(0);
-        b.append_link(&mut h, "app/hard", "app/run").unwrap();
-        let raw = b.into_inner().unwrap();
-
-        let copy = Copy {
-            path: "/data/deep/app".into(),
-            scaffold: s(&["data/deep"]),
-        };
-        let mut out = Vec::new();
-        let dropped = sanitize_archive(&raw[..], &mut out, &copy).unwrap();
-        assert_eq!(dropped, 1, "the fifo is left out");
-
-        let mut seen = BTreeMap::new();
-        for e in tar::Archive::new(&out[..]).entries().unwrap() {
-            let e = e.unwrap();
-            let h = e.header();
-            assert_eq!(h.uid().unwrap(), 0);
-            assert_eq!(h.gid().unwrap(), 0);
-            assert_eq!(h.mode().unwrap() & 0o6000, 0, "no setuid/setgid");
-            let link = e.link_name().unwrap().map(|l| l.display().to_string());
-            seen.insert(
-                e.path()
-                    .unwrap()
-                    .display()
-                    .to_string()
-                    .trim_end_matches('/')
-                    .to_string(),
-                (h.mode().unwrap(), link),
-            );
-        }
-        assert_eq!(seen["data/deep"].0, 0o755);
-        assert_eq!(seen["data/deep/app"].0, 0o775);
-        assert_eq!(seen["data/deep/app/run"].0, 0o755);
-        assert_eq!(seen["data/deep/app/tmp"].0, 0o1777, "sticky bit kept");
-        assert_eq!(
-            seen["data/deep/app/link"].1.as_deref(),
-            Some("/etc/hostname")
-        );
-        assert_eq!(
-            seen["data/deep/app/hard"].1.as_deref(),
-            Some("data/deep/app/run")
-        );
-    }
-
-    #[test]
-    fn sanitising_refuses_escaping_members() {
-        let mut raw = Vec::new();
-        {
-            // Write a header by hand: the tar builder refuses `..` itself.
-            let mut h = tar::Header::new_old();
-            h.as_old_mut().name[..9].copy_from_slice(b"../escape");
-            h.set_entry_type(tar::EntryType::Regular);
-            h.set_mode(0o644);
-            h.set_size(0);
-            h.set_cksum();
-            raw.extend_from_slice(h.as_bytes());
-            raw.extend_from_slice(&[0u8; 1024]);
-        }
-        let copy = Copy {
-            path: "/data".into(),
-            scaffold: vec![],
-        };
-        let err = sanitize_archive(&raw[..], Vec::new(), &copy).unwrap_err();
-        assert!(err.to_string().contains(".."), "{err}");
     }
 
     #[test]

@@ -3,3 +3,4 @@
 //! files, ports and pause are real. Test code only: the operator binary never links this crate.
 
 pub mod fly;
+pub mod sprites;

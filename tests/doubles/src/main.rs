@@ -3,7 +3,7 @@
 
 use std::net::SocketAddr;
 
-const USAGE: &str = "usage: sandbox-double <fly|e2b> [--listen 127.0.0.1:PORT]";
+const USAGE: &str = "usage: sandbox-double <fly|e2b|sprites> [--listen 127.0.0.1:PORT]";
 
 #[tokio::main]
 async fn main() {
@@ -17,6 +17,7 @@ async fn main() {
     };
     match args.first().map(String::as_str) {
         Some("fly") => run_fly(listen).await,
+        Some("sprites") => run_sprites().await,
         _ => fail(USAGE),
     }
 }
@@ -34,6 +35,18 @@ async fn run_fly(listen: Option<SocketAddr>) {
     println!("FLY_API_URL={}", double.base_url());
     println!("FLY_APP={}", double.app());
     println!("FLY_API_TOKEN={}", double.token());
+    let _ = tokio::signal::ctrl_c().await;
+    double.shutdown().await;
+}
+
+/// The Sprites double on a free loopback port until Ctrl-C; prints its URL and token.
+async fn run_sprites() {
+    let image = std::env::var("SANDBOX_BASE_IMAGE")
+        .unwrap_or_else(|_| "sandbox-operator/base:bookworm".into());
+    let double =
+        sandbox_doubles::sprites::spawn(sandbox_doubles::sprites::SpritesOptions::new(image)).await;
+    println!("SPRITES_API_URL={}", double.base_url);
+    println!("SPRITES_TOKEN={}", double.token);
     let _ = tokio::signal::ctrl_c().await;
     double.shutdown().await;
 }

@@ -29,9 +29,9 @@ const DEFAULT_EXEC_SECS: u64 = 30;
 
 type Shared_ = State<Arc<Shared>>;
 
-/// Query parameters as (key, value) pairs; keys may repeat.
+/// Query parameters as (key, value) pairs; keys may repeat (`state=started&state=stopped`).
 pub fn query_pairs(raw: &Option<String>) -> Vec<(String, String)> {
-    form_urlencoded::parse(raw.as_deref().unwrap_or("").as_bytes())
+    url::form_urlencoded::parse(raw.as_deref().unwrap_or("").as_bytes())
         .map(|(k, v)| (k.into_owned(), v.into_owned()))
         .collect()
 }
