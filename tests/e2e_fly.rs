@@ -49,12 +49,13 @@ impl World {
         }
     }
 
-    /// The operator configuration: one Fly provider pointed at the double, plus `extra`.
-    fn config(&self, extra: &str) -> String {
+    /// The operator configuration: one Fly provider pointed at the double (with `inside`
+    /// added to its entry), then the top-level keys `after`.
+    fn config(&self, inside: &str, after: &str) -> String {
         format!(
-            "providers:\n  - name: fly\n    type: fly\n    fly:\n      apiUrl: {}\n      app: {}\n      \
-             token: {{file: {}}}\n      publicHost: {}\n      firstPublicPort: {}\n      \
-             lastPublicPort: {}\n      driftIntervalSeconds: 2\n{extra}",
+            "providers:\n  - name: fly\n    type: fly\n{inside}    fly:\n      apiUrl: {}\n      \
+             app: {}\n      token: {{file: {}}}\n      publicHost: {}\n      firstPublicPort: {}\n      \
+             lastPublicPort: {}\n      driftIntervalSeconds: 2\n{after}",
             self.double.base_url(),
             self.double.app(),
             self.token.path().display(),
@@ -65,9 +66,13 @@ impl World {
     }
 
     fn operator(&self, extra: &str, env: Vec<(String, String)>) -> Operator {
+        self.operator_with("", extra, env)
+    }
+
+    fn operator_with(&self, inside: &str, extra: &str, env: Vec<(String, String)>) -> Operator {
         let options = OperatorOptions {
             env,
-            config_extra: self.config(extra),
+            config_extra: self.config(inside, extra),
             ..Default::default()
         };
         Operator::start(&self.ns, &self.ns, &options)
@@ -90,6 +95,29 @@ impl World {
 
     async fn api(&self) -> Api<Sandbox> {
         Api::namespaced(client().await, &self.ns)
+    }
+
+    /// Runs `script` in machine `id` straight through the exec API: (exit code, stdout).
+    async fn sh(&self, id: &str, script: &str) -> (i64, String) {
+        let url = format!(
+            "{}/v1/apps/{}/machines/{id}/exec",
+            self.double.base_url(),
+            self.double.app()
+        );
+        let reply: Value = reqwest::Client::new()
+            .post(url)
+            .bearer_auth(self.double.token())
+            .json(&json!({"command": ["sh", "-c", script], "timeout": 30}))
+            .send()
+            .await
+            .expect("exec")
+            .json()
+            .await
+            .expect("exec reply");
+        (
+            reply["exit_code"].as_i64().unwrap_or(-1),
+            reply["stdout"].as_str().unwrap_or("").to_string(),
+        )
     }
 
     /// A machine as the Machines API shows it (straight at the double).
@@ -498,5 +526,148 @@ async fn a_429_storm_is_waited_out_as_retry_after_says() {
         );
     }
     delete_and_wait_gone(&api, "patient").await;
+    w.double.shutdown().await;
+}
+
+/// The S3 test store under `prefix` (`templateStores`), with the keys by environment
+/// reference; and the environment that holds them.
+fn store_config(prefix: &str) -> (String, Vec<(String, String)>) {
+    let env = harness::s3::s3_env();
+    let config = format!(
+        "templateStores:\n  - name: s3\n    bucket: {}\n    endpoint: {}\n    \
+         pathStyle: true\n    prefix: {prefix}\n    accessKeyId: {{env: E2E_S3_ACCESS_KEY}}\n    \
+         secretAccessKey: {{env: E2E_S3_SECRET_KEY}}\n",
+        env["SANDBOX_S3_BUCKET"], env["SANDBOX_S3_ENDPOINT"],
+    );
+    let keys = vec![
+        (
+            "E2E_S3_ACCESS_KEY".into(),
+            env["SANDBOX_S3_ACCESS_KEY"].clone(),
+        ),
+        (
+            "E2E_S3_SECRET_KEY".into(),
+            env["SANDBOX_S3_SECRET_KEY"].clone(),
+        ),
+    ];
+    (config, keys)
+}
+
+/// Removes every store object under a prefix when dropped.
+struct PurgePrefix(String);
+
+impl Drop for PurgePrefix {
+    fn drop(&mut self) {
+        use sandbox_operator::config::TemplateStoreConfig;
+        use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
+        let env = harness::s3::s3_env();
+        let cfg: TemplateStoreConfig = serde_json::from_value(json!({
+            "name": "s3", "bucket": env["SANDBOX_S3_BUCKET"], "endpoint": env["SANDBOX_S3_ENDPOINT"],
+            "pathStyle": true, "prefix": self.0,
+        }))
+        .expect("store config");
+        let (access, secret) = (
+            env["SANDBOX_S3_ACCESS_KEY"].clone(),
+            env["SANDBOX_S3_SECRET_KEY"].clone(),
+        );
+        let Ok(settings) = StoreSettings::resolve(&cfg, |k| match k {
+            "AWS_ACCESS_KEY_ID" => Some(access.clone()),
+            "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
+            _ => None,
+        }) else {
+            return;
+        };
+        let prefix = format!("{}/", self.0);
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                let store = TemplateStore::new(settings);
+                if let Ok(objects) = store.list(&prefix).await {
+                    let keys: Vec<String> = objects.into_iter().map(|o| o.key).collect();
+                    let _ = store.remove(&keys).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_captured_on_fly_boots_a_second_sandbox() {
+    let w = World::new("e2e-fly-tpl").await;
+    let prefix = format!("e2e-{}", w.ns);
+    let _objects = PurgePrefix(prefix.clone());
+    let (store, keys) = store_config(&prefix);
+    let op = w.operator_with("    templateStore: s3\n", &store, keys);
+    let api = w.api().await;
+    let mut source = sleeper();
+    source["command"] = json!([
+        "sh",
+        "-c",
+        "mkdir -p /workspace/app && printf captured > /workspace/app/hello.txt && \
+         chmod 640 /workspace/app/hello.txt && touch /workspace/app/.ready; \
+         trap 'exit 0' TERM; while :; do sleep 1; done"
+    ]);
+    w.apply("src", source);
+    let src = wait_ready(&api, "src", &op).await;
+    let src_id = src.status.and_then(|s| s.sandbox_id).expect("sandboxId");
+    wait_for("the source's files", READY_TIMEOUT, || async {
+        match w.sh(&src_id, "test -f /workspace/app/.ready").await {
+            (0, _) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    let template = json!({
+        "apiVersion": "sandboxes.dev/v1alpha1",
+        "kind": "SandboxTemplate",
+        "metadata": {"name": "tpl"},
+        "spec": {"sandboxRef": {"name": "src"}, "capturePaths": ["/workspace/app"]},
+    });
+    let out = apply_yaml(&serde_yaml::to_string(&template).unwrap(), &w.ns);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let templates: Api<sandbox_operator::api::SandboxTemplate> =
+        Api::namespaced(client().await, &w.ns);
+    let st = wait_for("SandboxTemplate tpl Ready", READY_TIMEOUT, || async {
+        let t = templates.get("tpl").await.map_err(|e| e.to_string())?;
+        let st = t.status.clone().unwrap_or_default();
+        match condition(&st.conditions, "Ready") {
+            Some(c) if c.status == "True" => Ok(st),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        st.ref_.as_deref().is_some_and(|r| r.starts_with("s3://")),
+        "captured into the store: {st:?}"
+    );
+
+    let mut user = sleeper();
+    user.as_object_mut().unwrap().remove("image");
+    user["templateRef"] = json!({"name": "tpl"});
+    w.apply("user", user);
+    let booted = wait_ready(&api, "user", &op).await;
+    let user_id = booted.status.and_then(|s| s.sandbox_id).expect("sandboxId");
+    assert_ne!(user_id, src_id);
+    let (code, seen) = w
+        .sh(
+            &user_id,
+            "cat /workspace/app/hello.txt; echo; stat -c %a /workspace/app/hello.txt",
+        )
+        .await;
+    assert_eq!((code, seen.as_str()), (0, "captured\n640\n"));
+    assert_eq!(w.double.live_machines(w.double.app()).len(), 2);
+    for name in ["user", "src"] {
+        delete_and_wait_gone(&api, name).await;
+    }
     w.double.shutdown().await;
 }
