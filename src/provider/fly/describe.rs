@@ -1,10 +1,10 @@
 //! A machine as the seam describes a sandbox.
 //!
-//! - **state**: `started` → Running; `suspended` → Sleeping; `stopped`, `stopping`, `failed`,
-//!   `launch_failed`, `suspending` with no way back … → Stopped; `created` → Creating when it
-//!   never ran and Stopped when it did (an update with `skip_launch` leaves a machine that
-//!   ran in `created`); `starting`, `replacing`, `updating`, `restarting`, `creating` →
-//!   Creating; `suspending` → Running (its processes still run until the snapshot is done).
+//! - **state**: `started` and `suspending` → Running (processes run until the snapshot is
+//!   done); `suspended` → Sleeping; `created` → Creating when it never ran and Stopped when
+//!   it did (an update with `skip_launch` leaves a machine that ran in `created`); `creating`,
+//!   `starting`, `replacing`, `updating`, `restarting` → Creating; `destroying`, `destroyed`
+//!   → absent; anything else (`stopped`, `stopping`, `failed`, `launch_failed`) → Stopped.
 //! - **started_at** (rule 6): the earliest `start` event in the machine's history, or the
 //!   first-start time this provider recorded in metadata (`sandboxes.dev.fly.first-started`),
 //!   whichever is earlier. `None` only when neither exists: a machine that never started.

@@ -9,8 +9,9 @@
 //! disappeared — mapped to its owning object through the owner labels in its metadata.
 //! Nothing is read per object.
 //!
-//! Cost: one scan is `ceil(n / 500)` requests for `n` machines; at 10,000 machines that is 20
-//! requests every 30 s (0.67 requests/s) moving roughly 20-40 MB of JSON (a machine with its
+//! Cost: one scan is `ceil(n / 500)` requests for `n` machines (one, where the API answers the
+//! whole list at once); at 10,000 machines that is 20 requests every 30 s (0.67 requests/s)
+//! moving roughly 20-40 MB of JSON (a machine with its
 //! config and recent events is 2-4 KB), independent of how many objects changed. A longer
 //! interval trades drift latency for that traffic; the controllers' periodic resync remains
 //! the safety net either way.

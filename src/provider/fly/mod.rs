@@ -15,7 +15,7 @@
 //! | `stop` | lease · `GET …/{id}` · `POST …/{id}/stop` · `GET …/{id}/wait?state=stopped&instance_id=…` · release |
 //! | `sleep`, `hibernate` | `POST …/{id}/exec` (fingerprint) · lease · `POST …/{id}/metadata/sandboxes.dev.fly.fingerprint` · `GET …/{id}` · `POST …/{id}/suspend` · `GET …/{id}/wait?state=suspended` (on 412: `POST …/stop` + wait `stopped`) · release |
 //! | `resume` | `GET …/{id}` · lease · start · wait `started` · release · `POST …/{id}/exec` (fingerprint) |
-//! | `destroy` | lease · `DELETE …/{id}?force=true` · `GET …/{id}/wait?state=destroyed` · release (404 anywhere = success) |
+//! | `destroy` | lease · `DELETE …/{id}?force=true` · release · `GET …/{id}/wait?state=destroyed` (404 anywhere = success) |
 //! | `exec` | `POST …/{id}/exec` `{command, timeout}` |
 //! | `read_file`, `write_file`, `list_dir`, `delete_path` | `POST …/{id}/exec` (base64 through stdin/stdout) |
 //! | `export`, `import` | `POST …/{id}/exec` (`tar` + base64; import sanitised by `tarsafe` first) |
