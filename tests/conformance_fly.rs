@@ -42,6 +42,7 @@ fn expect() -> Expect {
         files: true,
         bulk_files: true,
         egress: false,
+        egress_policy: false,
         events: true,
         command: true,
         cpu: false,

@@ -34,6 +34,7 @@ fn expect() -> Expect {
         domain_egress: true,
         no_egress: true,
         parks_itself: true,
+        egress_policy: true,
         ..Expect::default()
     }
 }

@@ -440,6 +440,32 @@ pub struct SandboxStatus {
     /// last delivered into the sandbox, to notice changes. Never the content itself.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub self_delivered_env_hash: Option<String>,
+    /// The outbound allow-list the provider last applied to this sandbox, for providers that
+    /// replace it in place (absent elsewhere): `unrestricted: true`, or `allowedDomains` (empty
+    /// = no egress). Compared with `spec.egress` to converge without a recreate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub egress_applied: Option<AppliedEgress>,
+}
+
+/// An allow-list as the provider applied it.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AppliedEgress {
+    /// No restriction was applied.
+    pub unrestricted: bool,
+    /// The names outbound traffic is limited to (empty with `unrestricted: false` = none).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_domains: Vec<String>,
+}
+
+impl AppliedEgress {
+    /// The record of `allowed` (`None` = unrestricted).
+    pub fn of(allowed: Option<&[String]>) -> Self {
+        AppliedEgress {
+            unrestricted: allowed.is_none(),
+            allowed_domains: allowed.map(<[String]>::to_vec).unwrap_or_default(),
+        }
+    }
 }
 
 /// Where a sandbox port is reached.

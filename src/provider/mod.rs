@@ -117,6 +117,11 @@ pub trait Provider: Send + Sync {
     fn egress(&self) -> Option<&dyn Egress> {
         None
     }
+    /// Replacing an outbound allow-list in place, on the same sandbox id. Without it, a
+    /// changed `spec.egress` recreates the sandbox.
+    fn egress_policy(&self) -> Option<&dyn EgressPolicy> {
+        None
+    }
     /// A stream of changes to managed resources, so drift is noticed without polling.
     fn events(&self) -> Option<&dyn ProviderEvents> {
         None
@@ -262,6 +267,18 @@ pub trait Egress: Send + Sync {
     /// Rule 9: an observation (`Filtered|Open|Inconclusive`), never the requested config;
     /// `Inconclusive` when the check could not run, never conflated with `Filtered`.
     async fn egress_verdict(&self, id: &str) -> ProviderResult<EgressVerdict>;
+}
+
+/// An outbound allow-list enforced by the provider and replaceable while the sandbox lives.
+#[async_trait]
+pub trait EgressPolicy: Send + Sync {
+    /// Replaces the sandbox's allow-list: `None` unrestricted, `Some([])` no egress at all,
+    /// otherwise only the listed names (`*.x` = subdomains of `x`). The sandbox keeps its id.
+    ///
+    /// A resumed sandbox may come back with the policy it was snapshotted with, so the
+    /// controller calls this again after every resume: resume replaces the egress policy.
+    async fn set_allowed_domains(&self, id: &str, allowed: Option<&[String]>)
+    -> ProviderResult<()>;
 }
 
 /// A stream of changes to the resources this operator instance manages.

@@ -4,7 +4,7 @@
 use sandbox_operator::provider::{EgressState, ErrorKind};
 
 use super::Fixture;
-use super::support::{Check, OrFail, expect_kind, running, unique_hex};
+use super::support::{Check, OrFail, expect_kind, running, running_from, unique_hex};
 
 /// A verdict says which mechanism was checked, and one that is not `Filtered` says what to
 /// do about it; an absent sandbox is `NotFound`.
@@ -36,5 +36,49 @@ pub async fn capability_egress(fx: &Fixture) -> Check {
             .await,
         &[ErrorKind::NotFound],
         "egress verdict of an absent sandbox",
+    )
+}
+
+/// An allow-list is replaced in place: the sandbox keeps its id and keeps running, every form
+/// (a list, none at all, unrestricted) is accepted, and an absent sandbox is `NotFound`.
+pub async fn capability_egress_policy(fx: &Fixture) -> Check {
+    let Some(policy) = fx.provider.egress_policy() else {
+        ensure!(
+            !fx.expect.egress_policy,
+            "egress_policy() is None but the provider declares it"
+        );
+        return Ok(());
+    };
+    ensure!(
+        fx.expect.egress_policy,
+        "egress_policy() is Some but the provider declares none"
+    );
+    let mut request = fx.request();
+    request.allowed_domains = Some(vec!["one.example.com".into()]);
+    let id = running_from(fx, &request).await?;
+    let lists: [Option<Vec<String>>; 3] = [
+        Some(vec!["two.example.com".into(), "*.example.org".into()]),
+        Some(vec![]),
+        None,
+    ];
+    for allowed in &lists {
+        policy
+            .set_allowed_domains(&id, allowed.as_deref())
+            .await
+            .or_fail(&format!("set_allowed_domains({allowed:?})"))?;
+        let d = fx
+            .provider
+            .describe(&id)
+            .await
+            .or_fail("describe after replacing the allow-list")?
+            .ok_or_else(|| format!("sandbox {id} is gone after replacing its allow-list"))?;
+        ensure!(d.id == id, "the sandbox changed id: {} -> {}", id, d.id);
+    }
+    expect_kind(
+        policy
+            .set_allowed_domains(&format!("sbx-{}", unique_hex()), None)
+            .await,
+        &[ErrorKind::NotFound],
+        "replacing the allow-list of an absent sandbox",
     )
 }

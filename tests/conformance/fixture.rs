@@ -54,6 +54,8 @@ pub struct Expect {
     pub egress: bool,
     /// `events()` is `Some`.
     pub events: bool,
+    /// `egress_policy()` is `Some` (an allow-list replaced in place).
+    pub egress_policy: bool,
     /// `CreateRequest.command` is honoured as the main process (otherwise create refuses it).
     pub command: bool,
     /// A CPU ceiling is enforced (otherwise create refuses it).

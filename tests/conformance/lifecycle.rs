@@ -32,6 +32,11 @@ pub async fn capabilities_are_exactly_the_declared_set(fx: &Fixture) -> Check {
             ("bulk_files", p.bulk_files().is_some(), e.bulk_files),
             ("egress", p.egress().is_some(), e.egress),
             ("events", p.events().is_some(), e.events),
+            (
+                "egress_policy",
+                p.egress_policy().is_some(),
+                e.egress_policy,
+            ),
         ];
         for (name, got, want) in offered {
             ensure!(

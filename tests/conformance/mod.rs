@@ -94,6 +94,7 @@ macro_rules! conformance_suite {
             files::capability_files,
             bulk::capability_bulk_files,
             egress::capability_egress,
+            egress::capability_egress_policy,
             events::capability_events,
         );
     };

@@ -136,11 +136,10 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- else if eq $p.type "e2b" }}
 {{- $e := $p.e2b }}
 {{- $e2b := dict "apiKey" (dict "env" (include "sandbox-operator.providerSecretEnv" (dict "index" $i "what" "API_KEY"))) }}
-{{- if $e.apiUrl }}
-{{- $_ := set $e2b "apiUrl" $e.apiUrl }}
+{{- range $key := list "apiUrl" "sandboxUrl" "domain" "template" "timeoutSecs" "watchIntervalSecs" "onTimeout" "user" }}
+{{- if index $e $key }}
+{{- $_ := set $e2b $key (index $e $key) }}
 {{- end }}
-{{- if $e.template }}
-{{- $_ := set $e2b "template" $e.template }}
 {{- end }}
 {{- $_ := set $out "e2b" $e2b }}
 {{- else if eq $p.type "sprites" }}

@@ -9,8 +9,8 @@ use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
 
 use crate::api::{
-    AppliedResourcesStatus, DesiredState, EgressStatus, HibernationStatus, PortStatus, Sandbox,
-    SandboxStatus,
+    AppliedEgress, AppliedResourcesStatus, DesiredState, EgressStatus, HibernationStatus,
+    PortStatus, Sandbox, SandboxStatus,
 };
 use crate::controller::events::{normal, warning};
 use crate::controller::status::{self, Health};
@@ -23,7 +23,7 @@ use crate::provider::{
 use crate::registry::ProviderHandle;
 
 use super::build::{self, Desired};
-use super::decide::{self, Hold, Observed, Step};
+use super::decide::{self, EgressConvergence, Hold, Observed, Step};
 use super::lifetime::{self, Deadline};
 use super::resolve::{self, Blocked, SELF_DELIVERED_ENV_PATH, SelfDeliveredEnv};
 
@@ -190,6 +190,7 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
                 == current.self_delivered_env_hash.as_deref()
                 && current.sandbox_id.is_some(),
             restored: super::restore::restored(&current, observed.as_ref()),
+            egress: egress_convergence(resolved.egress_in_place, &desired, &current),
         },
     );
 
@@ -403,6 +404,7 @@ async fn act(
             .await;
             next.self_delivered_env_hash = None;
             next.template_restored_into = None;
+            next.egress_applied = None;
         }
         Step::Restore => {
             super::restore::restore(on.ctx, sandbox, handle, desired, id, next).await?
@@ -494,6 +496,34 @@ async fn act(
                 time: status::now(),
             });
         }
+        Step::SetEgress => {
+            let policy = p.egress_policy().ok_or_else(|| {
+                Error::Provider(ProviderError::unsupported(format!(
+                    "provider {} cannot replace spec.egress in place",
+                    handle.name()
+                )))
+            })?;
+            let allowed = desired.request.allowed_domains.as_deref();
+            handle
+                .call(
+                    "set_allowed_domains",
+                    policy.set_allowed_domains(id, allowed),
+                )
+                .await?;
+            next.egress_applied = Some(AppliedEgress::of(allowed));
+            let what = match allowed {
+                None => "unrestricted".to_string(),
+                Some([]) => "no egress".to_string(),
+                Some(list) => list.join(", "),
+            };
+            normal(
+                ctx,
+                sandbox,
+                "EgressPolicyApplied",
+                format!("applied the egress allow-list of sandbox {id} in place: {what}"),
+            )
+            .await;
+        }
         Step::SetResources => {
             let setter = p.resources().ok_or_else(|| {
                 Error::Provider(ProviderError::unsupported(format!(
@@ -549,6 +579,11 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
             next.sandbox_id = Some(d.id.clone());
             next.self_delivered_env_hash = None;
             next.template_restored_into = None;
+            // The allow-list was applied at create, where the provider could.
+            next.egress_applied = handle
+                .provider
+                .egress_policy()
+                .map(|_| AppliedEgress::of(desired.request.allowed_domains.as_deref()));
             let before = sandbox.status.clone();
             status::write(api, &sandbox.name_any(), before.as_ref(), next).await?;
             Ok(d.id)
@@ -562,6 +597,23 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
             ))))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+/// Whether the applied allow-list matches the spec, for a provider that replaces it in place.
+fn egress_convergence(
+    in_place: bool,
+    desired: &Desired,
+    current: &SandboxStatus,
+) -> EgressConvergence {
+    if !in_place {
+        return EgressConvergence::NotInPlace;
+    }
+    let want = AppliedEgress::of(desired.request.allowed_domains.as_deref());
+    if current.egress_applied.as_ref() == Some(&want) {
+        EgressConvergence::Applied
+    } else {
+        EgressConvergence::Differs
     }
 }
 

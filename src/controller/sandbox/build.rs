@@ -29,6 +29,9 @@ pub struct Resolved {
     pub volume_names: Vec<String>,
     /// Env from `spec.envFrom` Secrets, already prefixed. Secret values: never logged.
     pub secret_env: BTreeMap<String, String>,
+    /// Whether the provider replaces an allow-list in place: then `spec.egress` is left out of
+    /// the spec hash and converges like resources do, instead of recreating the sandbox.
+    pub egress_in_place: bool,
 }
 
 /// What the provider should hold for this Sandbox.
@@ -229,7 +232,7 @@ pub fn spec_hash(spec: &SandboxSpec, resolved: &Resolved) -> String {
         "ports": spec.ports,
         "volumes": spec.volumes,
         "volumeNames": resolved.volume_names,
-        "egress": spec.egress,
+        "egress": if resolved.egress_in_place { None } else { spec.egress.as_ref() },
         "labels": spec.labels,
         "idleAction": spec.idle_action,
     });
@@ -241,7 +244,7 @@ pub fn spec_hash(spec: &SandboxSpec, resolved: &Resolved) -> String {
 mod tests {
     use super::*;
     use crate::api::Quantity;
-    use crate::api::{EnvVar, PortSpec, ResourcesSpec, SandboxSpec};
+    use crate::api::{EgressSpec, EnvVar, PortSpec, ResourcesSpec, SandboxSpec};
 
     fn sandbox(spec: SandboxSpec) -> Sandbox {
         let mut s = Sandbox::new("web", spec);
@@ -306,6 +309,22 @@ mod tests {
             spec_hash(&a, &Resolved::default()),
             spec_hash(&c, &Resolved::default())
         );
+    }
+
+    #[test]
+    fn egress_recreates_only_where_the_provider_cannot_replace_it_in_place() {
+        let a = base_spec();
+        let mut b = base_spec();
+        b.egress = Some(EgressSpec {
+            allowed_domains: Some(vec!["example.com".into()]),
+        });
+        let recreating = Resolved::default();
+        assert_ne!(spec_hash(&a, &recreating), spec_hash(&b, &recreating));
+        let in_place = Resolved {
+            egress_in_place: true,
+            ..Resolved::default()
+        };
+        assert_eq!(spec_hash(&a, &in_place), spec_hash(&b, &in_place));
     }
 
     #[test]

@@ -30,6 +30,8 @@ pub enum Step {
     Resume,
     /// Change resource ceilings in place.
     SetResources,
+    /// Replace the outbound allow-list in place (providers with that capability).
+    SetEgress,
     /// Restore the template's archive into the started sandbox (a provider without native
     /// templates; see [`super::restore`]).
     Restore,
@@ -72,6 +74,21 @@ pub struct Observed<'a> {
     /// Whether the template's archive was restored into this sandbox (only read when
     /// [`Desired::restore`] is set).
     pub restored: bool,
+    /// Whether the provider replaces allow-lists in place, and whether the one it last
+    /// applied is what the spec asks for now.
+    pub egress: EgressConvergence,
+}
+
+/// Where a provider that replaces allow-lists in place stands with this sandbox's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EgressConvergence {
+    /// The provider cannot: `spec.egress` is part of the spec hash (a change recreates).
+    #[default]
+    NotInPlace,
+    /// The applied allow-list is the desired one.
+    Applied,
+    /// The applied allow-list differs, or is not known.
+    Differs,
 }
 
 /// Decides the plan.
@@ -111,6 +128,9 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
     if resources_differ(&desired.request.resources, &current.resources) {
         steps.push(Step::SetResources);
     }
+    if observed.egress == EgressConvergence::Differs {
+        steps.push(Step::SetEgress);
+    }
     if observed.wants_env && !observed.env_delivered {
         steps.push(Step::DeliverEnv);
     }
@@ -145,6 +165,18 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
         (D::Stopped, S::Sleeping) => &[Step::Resume, Step::Stop],
     };
     steps.extend_from_slice(power);
+    // Resume replaces the egress policy: a sandbox resumed from a snapshot may come back with
+    // the allow-list it was suspended with.
+    if observed.egress != EgressConvergence::NotInPlace
+        && power.contains(&Step::Resume)
+        && !steps.contains(&Step::SetEgress)
+    {
+        let at = steps
+            .iter()
+            .position(|s| *s == Step::Resume)
+            .map_or(steps.len(), |i| i + 1);
+        steps.insert(at, Step::SetEgress);
+    }
     Plan {
         steps,
         ..Plan::default()
@@ -279,6 +311,38 @@ mod tests {
             wants_env: false,
             env_delivered: true,
             restored: false,
+            egress: EgressConvergence::NotInPlace,
+        }
+    }
+
+    #[test]
+    fn an_allow_list_converges_in_place_and_every_resume_replaces_it() {
+        use EgressConvergence as E;
+        let cases: Vec<(D, S, E, Vec<Step>)> = vec![
+            (D::Running, S::Running, E::Differs, vec![SetEgress]),
+            (D::Running, S::Running, E::Applied, vec![]),
+            (D::Running, S::Sleeping, E::Applied, vec![Resume, SetEgress]),
+            (D::Running, S::Sleeping, E::Differs, vec![SetEgress, Resume]),
+            (
+                D::Stopped,
+                S::Sleeping,
+                E::Applied,
+                vec![Resume, SetEgress, Stop],
+            ),
+            (D::Running, S::Sleeping, E::NotInPlace, vec![Resume]),
+        ];
+        for (want, have, egress, steps) in cases {
+            let d = desired(want, RestartPolicy::Never);
+            let cur = descriptor(have, "h1", true, None);
+            let observed = Observed {
+                egress,
+                ..obs(Some(&cur))
+            };
+            assert_eq!(
+                decide(&d, &observed).steps,
+                steps,
+                "{want:?} from {have:?} with {egress:?}"
+            );
         }
     }
 

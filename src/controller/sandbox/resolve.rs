@@ -52,7 +52,10 @@ pub async fn references(
 ) -> Result<Resolved, Blocked> {
     let ns = sandbox.namespace().unwrap_or_default();
     let spec = &sandbox.spec;
-    let mut resolved = Resolved::default();
+    let mut resolved = Resolved {
+        egress_in_place: handle.provider.egress_policy().is_some(),
+        ..Resolved::default()
+    };
 
     if let Some(tref) = &spec.template_ref {
         let (id, boot) = template(sandbox, ctx, handle, &tref.name).await?;

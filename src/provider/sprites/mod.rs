@@ -46,8 +46,8 @@ use self::client::Client;
 use self::wire::{CreateSprite, SpriteInfo, SpriteList, UpdateSprite, UrlSettings};
 use super::labels::OWNER;
 use super::{
-    ErrorKind, ExecOutput, ExecRequest, Files, Provider, ProviderError, ProviderResult,
-    SandboxDescriptor, SandboxQuery,
+    EgressPolicy, ErrorKind, ExecOutput, ExecRequest, Files, Provider, ProviderError,
+    ProviderResult, SandboxDescriptor, SandboxQuery,
 };
 
 /// Sprites per page asked of the listing.
@@ -282,5 +282,20 @@ impl Provider for SpritesProvider {
 
     fn files(&self) -> Option<&dyn Files> {
         Some(self)
+    }
+
+    fn egress_policy(&self) -> Option<&dyn EgressPolicy> {
+        Some(self)
+    }
+}
+
+#[async_trait]
+impl EgressPolicy for SpritesProvider {
+    async fn set_allowed_domains(
+        &self,
+        id: &str,
+        allowed: Option<&[String]>,
+    ) -> ProviderResult<()> {
+        self.replace_egress(id, allowed).await
     }
 }

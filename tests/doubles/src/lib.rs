@@ -2,5 +2,6 @@
 //! vendor's published API and backs every sandbox with a real local Docker container, so exec,
 //! files, ports and pause are real. Test code only: the operator binary never links this crate.
 
+pub mod e2b;
 pub mod fly;
 pub mod sprites;

@@ -1,0 +1,516 @@
+//! End to end on E2B: Sandbox objects in a real kube-apiserver → the operator binary with a
+//! `type: e2b` provider → the E2B double (its sandboxes real containers). Each test has its
+//! own namespace, operator instance and double.
+//!
+//! The double enforces E2B's timeout (3 s in the keep-alive test, 30 s elsewhere), so the
+//! tests also show that the provider's keep-alive holds: nothing the operator manages is
+//! ended by the double.
+
+mod harness;
+
+use std::time::{Duration, Instant};
+
+use harness::cluster::*;
+use harness::operator::*;
+use harness::wait_for;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use sandbox_doubles::e2b::{self as double, E2bDouble, E2bDoubleOptions, Power};
+use sandbox_operator::api::{Sandbox, condition};
+use sandbox_operator::provider::labels::Owner;
+use serde_json::json;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+/// The short E2B timeout of the keep-alive test, in seconds: several pass within a test.
+const E2B_TIMEOUT: u64 = 3;
+/// The E2B timeout of the other tests: still enforced by the double, but long enough that a
+/// loaded machine's slow pass never races it.
+const RELAXED_TIMEOUT: u64 = 30;
+
+/// One test's world: a namespace, a double, the key file, and the operator.
+struct World {
+    ns: String,
+    double: E2bDouble,
+    key_file: std::path::PathBuf,
+    api: Api<Sandbox>,
+    timeout: u64,
+}
+
+impl World {
+    async fn new(prefix: &str) -> World {
+        Self::with_timeout(prefix, RELAXED_TIMEOUT).await
+    }
+
+    async fn with_timeout(prefix: &str, timeout: u64) -> World {
+        let ns = namespace(prefix).await;
+        let double = double::spawn(E2bDoubleOptions::default())
+            .await
+            .expect("the E2B double starts (is Docker running?)");
+        let key_file = harness::cache().join(format!("{ns}.e2b-key"));
+        std::fs::write(&key_file, double.api_key()).expect("key file");
+        let api = Api::namespaced(client().await, &ns);
+        World {
+            ns,
+            double,
+            key_file,
+            api,
+            timeout,
+        }
+    }
+
+    /// The operator configuration: one E2B provider at the double; `sweeper` is the YAML of
+    /// the sweeper block.
+    fn config(&self, sweeper: &str) -> String {
+        format!(
+            "providers:\n  - name: e2b\n    type: e2b\n    e2b:\n      apiUrl: {}\n      \
+             sandboxUrl: {}\n      apiKey: {{file: {}}}\n      timeoutSecs: {}\n      \
+             watchIntervalSecs: 1\nsweeper:\n{sweeper}",
+            self.double.api_url(),
+            self.double.envd_url(),
+            self.key_file.display(),
+            self.timeout
+        )
+    }
+
+    fn operator(&self, sweeper: &str, env: Vec<(String, String)>) -> Operator {
+        let options = OperatorOptions {
+            config_extra: self.config(sweeper),
+            env,
+            ..Default::default()
+        };
+        Operator::start(&self.ns, &self.ns, &options)
+    }
+
+    fn apply(&self, name: &str, extra: &str) {
+        let manifest = format!(
+            "apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: {name}\n\
+             spec:\n  provider: e2b\n  image: base\n{extra}"
+        );
+        let out = apply_yaml(&manifest, &self.ns);
+        assert!(
+            out.status.success(),
+            "kubectl apply: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    async fn get(&self, name: &str) -> Result<Sandbox, String> {
+        self.api.get(name).await.map_err(|e| e.to_string())
+    }
+
+    async fn wait_ready(&self, name: &str, op: &Operator) -> Sandbox {
+        let what = format!("Sandbox {name} Ready (operator log: {})", op.log.display());
+        wait_for(&what, READY_TIMEOUT, || async {
+            let s = self.get(name).await?;
+            let status = s.status.as_ref().ok_or("no status")?;
+            let ready = condition(&status.conditions, "Ready")
+                .map(|c| (c.status.clone(), c.reason.clone()));
+            let current = status.observed_generation == s.metadata.generation;
+            match ready {
+                Some((st, _)) if st == "True" && current => Ok(s),
+                other => Err(format!("ready={other:?} current={current}")),
+            }
+        })
+        .await
+    }
+
+    async fn patch_spec(&self, name: &str, spec: serde_json::Value) {
+        self.api
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({ "spec": spec })),
+            )
+            .await
+            .expect("patch");
+    }
+
+    /// The double's sandboxes carrying `uid` as their owner.
+    async fn sandboxes_of(&self, uid: &str) -> Vec<double::Sandbox> {
+        self.double
+            .sandboxes()
+            .await
+            .into_iter()
+            .filter(|s| {
+                s.metadata
+                    .get("sandboxes.dev/owner-uid")
+                    .map(String::as_str)
+                    == Some(uid)
+            })
+            .collect()
+    }
+
+    async fn delete_and_wait_gone(&self, name: &str, op: &Operator) {
+        self.api
+            .delete(name, &DeleteParams::default())
+            .await
+            .expect("delete");
+        let what = format!("Sandbox {name} gone (operator log: {})", op.log.display());
+        wait_for(&what, READY_TIMEOUT, || async {
+            match self.api.get_opt(name).await {
+                Ok(None) => Ok(()),
+                Ok(Some(_)) => Err("still there".to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        })
+        .await;
+    }
+
+    async fn shutdown(self) {
+        let _ = std::fs::remove_file(&self.key_file);
+        self.double.shutdown().await.expect("double cleanup");
+    }
+}
+
+fn sandbox_id(s: &Sandbox) -> String {
+    s.status
+        .as_ref()
+        .and_then(|st| st.sandbox_id.clone())
+        .expect("status.sandboxId")
+}
+
+fn uid(s: &Sandbox) -> String {
+    s.metadata.uid.clone().expect("uid")
+}
+
+/// `spec.provider: e2b` → Ready on an E2B sandbox carrying the owner labels; it then outlives
+/// several E2B timeouts (the double really ends sandboxes) without a pause or a new id.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_becomes_ready_and_outlives_several_e2b_timeouts() {
+    let w = World::with_timeout("e2e-e2b-ready", E2B_TIMEOUT).await;
+    let op = w.operator("  enabled: false\n", vec![]);
+    w.apply("kept", "  env:\n    - {name: GREETING, value: hello}\n");
+    let s = w.wait_ready("kept", &op).await;
+    let id = sandbox_id(&s);
+    let status = s.status.clone().expect("status");
+    assert_eq!(status.provider.as_deref(), Some("e2b"));
+    assert!(status.started_at.is_some());
+    let record = w
+        .double
+        .sandbox(&id)
+        .await
+        .expect("the double holds the sandbox");
+    assert_eq!(
+        record.metadata.get("sandboxes.dev/owner-uid"),
+        Some(&uid(&s))
+    );
+    assert_eq!(record.metadata.get("sandboxes.dev/managed-by"), Some(&w.ns));
+    assert_eq!(
+        record.metadata.get("sandboxes.dev/owner"),
+        Some(&format!("{}.kept", w.ns))
+    );
+
+    let since = Instant::now();
+    let outlived = Duration::from_secs(3 * E2B_TIMEOUT + 1);
+    wait_for(
+        "three E2B timeouts to pass",
+        outlived + READY_TIMEOUT,
+        || async {
+            let record = w.double.sandbox(&id).await.ok_or("the sandbox was ended")?;
+            if record.power != Power::Running || record.pauses > 0 {
+                return Ok(Err(format!("the sandbox was paused: {record:?}")));
+            }
+            if since.elapsed() < outlived {
+                return Err(format!("{:?} so far", since.elapsed()));
+            }
+            Ok(Ok(record))
+        },
+    )
+    .await
+    .expect("kept running");
+    assert!(
+        w.double.expired().is_empty(),
+        "nothing timed out: {:?}",
+        w.double.expired()
+    );
+    let again = w.get("kept").await.expect("get");
+    assert_eq!(sandbox_id(&again), id, "the same sandbox all along");
+    w.delete_and_wait_gone("kept", &op).await;
+    assert!(
+        w.double.sandbox(&id).await.is_none(),
+        "delete killed the E2B sandbox"
+    );
+    drop(op);
+    w.shutdown().await;
+}
+
+/// `state: Sleeping` pauses the E2B sandbox with its memory, and `lastHibernation` reports
+/// what the resume then showed; `selfDeliveredEnv` arrives through envd's files endpoint and
+/// is never part of the create request (neither the sandbox's env nor its metadata).
+#[tokio::test(flavor = "multi_thread")]
+async fn sleeping_pauses_truthfully_and_self_delivered_env_stays_out_of_the_create() {
+    const VALUE: &str = "e2b-s3cr3t";
+    let w = World::new("e2e-e2b-sleep").await;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "app-secrets"},
+        "stringData": {"DB_PASSWORD": VALUE},
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(client().await, &w.ns)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    let op = w.operator("  enabled: false\n", vec![]);
+    w.apply("sleepy", "  selfDeliveredEnv: {name: app-secrets}\n");
+    let s = w.wait_ready("sleepy", &op).await;
+    let id = sandbox_id(&s);
+    let record = w.double.sandbox(&id).await.expect("sandbox");
+    let env_file = docker_exec(&record.container, "cat /run/sandboxes.dev/env");
+    assert!(
+        env_file.contains(VALUE),
+        "delivered into the file: {env_file:?}"
+    );
+    let inspect = docker_cli(&["inspect", &record.container]);
+    assert!(
+        !inspect.contains(VALUE),
+        "not in the sandbox's create-time env"
+    );
+    assert!(
+        !format!("{:?}", record.metadata).contains(VALUE),
+        "not in its metadata"
+    );
+    assert_eq!(w.double.envd_counters().get("POST /files"), 1, "one upload");
+
+    w.patch_spec("sleepy", json!({"state": "Sleeping"})).await;
+    let slept = wait_for("lastHibernation after Sleeping", READY_TIMEOUT, || async {
+        let s = w.get("sleepy").await?;
+        let h = s.status.as_ref().and_then(|st| st.last_hibernation.clone());
+        let paused = w
+            .double
+            .sandbox(&id)
+            .await
+            .is_some_and(|r| r.power == Power::Paused { memory: true });
+        match h {
+            Some(h) if paused => Ok(h),
+            other => Err(format!("hibernation {other:?}, paused {paused}")),
+        }
+    })
+    .await;
+    assert!(
+        slept.processes_preserved,
+        "a memory pause keeps processes: {slept:?}"
+    );
+
+    w.patch_spec("sleepy", json!({"state": "Running"})).await;
+    let woke = wait_for("lastHibernation after waking", READY_TIMEOUT, || async {
+        let s = w.get("sleepy").await?;
+        let h = s
+            .status
+            .as_ref()
+            .and_then(|st| st.last_hibernation.clone())
+            .ok_or("none")?;
+        let record = w.double.sandbox(&id).await.ok_or("the sandbox is gone")?;
+        let running = record.power == Power::Running;
+        // Times have one-second resolution: tell the resume's report by its mechanism.
+        (running && h.mechanism != slept.mechanism)
+            .then_some(h.clone())
+            .ok_or_else(|| {
+                format!(
+                    "not resumed yet: {h:?}, {:?}, status {:?}",
+                    record.power, s.status
+                )
+            })
+    })
+    .await;
+    assert!(
+        woke.processes_preserved,
+        "the boot fingerprint matched after the resume: {woke:?}"
+    );
+    assert_eq!(
+        sandbox_id(&w.get("sleepy").await.expect("get")),
+        id,
+        "same sandbox"
+    );
+    w.delete_and_wait_gone("sleepy", &op).await;
+    drop(op);
+    w.shutdown().await;
+}
+
+/// SIGKILL between the E2B create and the status write (the `after-create` failpoint): the
+/// restarted operator adopts the sandbox by its owner metadata — exactly one exists.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_between_create_and_status_write_adopts_instead_of_duplicating() {
+    let w = World::new("e2e-e2b-crash").await;
+    let mut crashing = w.operator(
+        "  enabled: false\n",
+        vec![("SANDBOX_OPERATOR_FAILPOINT".into(), "after-create".into())],
+    );
+    w.apply("crashy", "");
+    let status = crashing.wait_exit(READY_TIMEOUT).await;
+    assert!(!status.success(), "the failpoint aborts the process");
+    let s = w.get("crashy").await.expect("get");
+    assert!(
+        s.status
+            .as_ref()
+            .and_then(|st| st.sandbox_id.clone())
+            .is_none(),
+        "not recorded"
+    );
+    assert_eq!(w.sandboxes_of(&uid(&s)).await.len(), 1, "but created");
+
+    let op = w.operator("  enabled: false\n", vec![]);
+    let s = w.wait_ready("crashy", &op).await;
+    let ours = w.sandboxes_of(&uid(&s)).await;
+    assert_eq!(ours.len(), 1, "exactly one sandbox after the restart");
+    assert_eq!(ours[0].id, sandbox_id(&s), "the created one was adopted");
+    w.delete_and_wait_gone("crashy", &op).await;
+    drop(op);
+    w.shutdown().await;
+}
+
+/// The sweeper destroys a planted orphan of this instance (its owner never existed) and keeps
+/// another instance's sandbox and an unlabelled one.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sweeper_removes_planted_orphans_and_keeps_foreign_ones() {
+    let w = World::new("e2e-e2b-sweep").await;
+    let ghost = Owner {
+        instance: w.ns.clone(),
+        kind: "Sandbox".into(),
+        namespace: w.ns.clone(),
+        name: "ghost".into(),
+        uid: "00000000-0000-4000-8000-000000000001".into(),
+    };
+    let mut foreign = ghost.clone();
+    foreign.instance = format!("{}-other", w.ns);
+    let orphan = plant(&w.double, json!(ghost.labels())).await;
+    let kept_foreign = plant(&w.double, json!(foreign.labels())).await;
+    let bare = plant(&w.double, json!({})).await;
+    let op = w.operator("  intervalSecs: 1\n  graceSecs: 0\n", vec![]);
+    wait_for(
+        &format!("the orphan swept (operator log: {})", op.log.display()),
+        READY_TIMEOUT,
+        || async {
+            match w.double.sandbox(&orphan).await {
+                None => Ok(()),
+                Some(_) => Err("still there".to_string()),
+            }
+        },
+    )
+    .await;
+    assert!(
+        w.double.sandbox(&kept_foreign).await.is_some(),
+        "another instance's is kept"
+    );
+    assert!(
+        w.double.sandbox(&bare).await.is_some(),
+        "an unlabelled one is kept"
+    );
+    assert_eq!(
+        w.double.api_counters().get("DELETE /sandboxes/{sandboxID}"),
+        1,
+        "one deletion"
+    );
+    drop(op);
+    w.shutdown().await;
+}
+
+/// A revoked API key: every Sandbox gets one clear condition naming the credentials, and
+/// nothing is deleted — not by the controllers, not by the sweeper.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revoked_key_is_one_clear_condition_per_object_and_deletes_nothing() {
+    let w = World::new("e2e-e2b-revoked").await;
+    let op = w.operator("  intervalSecs: 1\n  graceSecs: 0\n", vec![]);
+    w.apply("one", "");
+    w.apply("two", "");
+    let ids = [
+        sandbox_id(&w.wait_ready("one", &op).await),
+        sandbox_id(&w.wait_ready("two", &op).await),
+    ];
+    w.double.revoke_api_key(w.double.api_key());
+    for name in ["one", "two"] {
+        // Any change makes the controller look again (the spec is left alone).
+        w.api
+            .patch(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {"test/poke": "1"}}})),
+            )
+            .await
+            .expect("annotate");
+    }
+    for name in ["one", "two"] {
+        let what = format!(
+            "Sandbox {name} to report the refused key (log: {})",
+            op.log.display()
+        );
+        let ready = wait_for(&what, READY_TIMEOUT, || async {
+            let s = w.get(name).await?;
+            let status = s.status.ok_or("no status")?;
+            let ready = condition(&status.conditions, "Ready")
+                .cloned()
+                .ok_or("no Ready")?;
+            (ready.status == "False" && ready.reason.ends_with("Unauthorized"))
+                .then_some(ready.clone())
+                .ok_or_else(|| format!("{ready:?}"))
+        })
+        .await;
+        assert!(
+            ready.message.contains("apiKey"),
+            "the condition names the setting: {ready:?}"
+        );
+        assert!(
+            !ready.message.contains(w.double.api_key()),
+            "never the key itself"
+        );
+    }
+    // Give the sweeper several passes on the refused key.
+    let swept_before = w.double.api_counters().get("GET /v2/sandboxes");
+    wait_for(
+        "sweeper passes with the refused key",
+        READY_TIMEOUT,
+        || async {
+            let now = w.double.api_counters().get("GET /v2/sandboxes");
+            (now >= swept_before + 3)
+                .then_some(())
+                .ok_or_else(|| format!("{now} lists"))
+        },
+    )
+    .await;
+    for id in &ids {
+        assert!(
+            w.double.sandbox(id).await.is_some(),
+            "sandbox {id} was not deleted"
+        );
+    }
+    assert_eq!(
+        w.double.api_counters().get("DELETE /sandboxes/{sandboxID}"),
+        0,
+        "zero deletions"
+    );
+    drop(op);
+    w.shutdown().await;
+}
+
+/// Creates a sandbox straight at the double with `metadata`, as a crashed operator (or
+/// someone else) would have left it.
+async fn plant(d: &E2bDouble, metadata: serde_json::Value) -> String {
+    let created: serde_json::Value = reqwest::Client::new()
+        .post(format!("{}/sandboxes", d.api_url()))
+        .header("X-API-Key", d.api_key())
+        .json(&json!({"templateID": "base", "timeout": 300, "metadata": metadata}))
+        .send()
+        .await
+        .expect("plant")
+        .json()
+        .await
+        .expect("planted");
+    created["sandboxID"].as_str().expect("id").to_string()
+}
+
+fn docker_cli(args: &[&str]) -> String {
+    let out = std::process::Command::new("docker")
+        .args(args)
+        .output()
+        .expect("docker");
+    assert!(
+        out.status.success(),
+        "docker {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn docker_exec(container: &str, script: &str) -> String {
+    docker_cli(&["exec", container, "sh", "-c", script])
+}
