@@ -85,7 +85,9 @@ pub fn schedule(shared: &Arc<Shared>, id: &str, op: Op) {
     shared.changed.notify_waiters();
     let shared = shared.clone();
     let id = id.to_string();
+    let counted = super::InFlight::new(&shared);
     tokio::spawn(async move {
+        let _counted = counted;
         let gate = shared.op_lock(&id);
         let _turn = gate.lock().await;
         if !shared.options.transition_delay.is_zero() {

@@ -29,6 +29,7 @@ mod wire;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -41,6 +42,9 @@ pub use faults::{Fault, Faults, Matcher, RequestLog, RequestRecord};
 use engine::Engine;
 use faults::lock;
 use store::{AppRec, Store, random_id};
+
+/// Longest a shutdown waits for requests and operations in flight.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(15);
 
 /// Why the double could not start.
 #[derive(Debug, thiserror::Error)]
@@ -99,6 +103,25 @@ pub(crate) struct Shared {
     pub log: RequestLog,
     /// One FIFO lock per machine: its Docker operations run one at a time, in order.
     ops: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Requests and background operations in flight: shutdown lets them finish before it
+    /// removes containers, so none is created after the cleanup.
+    in_flight: AtomicUsize,
+}
+
+/// Counts one request or operation in flight for as long as it lives.
+pub(crate) struct InFlight(Arc<Shared>);
+
+impl InFlight {
+    pub fn new(shared: &Arc<Shared>) -> InFlight {
+        shared.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(shared.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Shared {
@@ -163,6 +186,7 @@ pub async fn spawn(options: FlyDoubleOptions) -> Result<FlyDouble, DoubleError> 
         faults: Faults::default(),
         log: RequestLog::default(),
         ops: Mutex::new(HashMap::new()),
+        in_flight: AtomicUsize::new(0),
     });
     let (stop, stopped) = watch::channel(false);
     let router = server::router(shared.clone());
@@ -261,9 +285,16 @@ impl FlyDouble {
             .collect()
     }
 
-    /// Stops serving and removes every container and volume this double created.
+    /// Stops serving, lets requests and operations in flight finish (at most
+    /// [`SHUTDOWN_GRACE`]), and removes every container and volume this double created.
     pub async fn shutdown(mut self) {
         self.stop_tasks();
+        let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+        while self.shared.in_flight.load(Ordering::SeqCst) > 0
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
         self.shared.engine.cleanup().await;
         self.cleaned = true;
     }

@@ -102,6 +102,7 @@ async fn gate(
     router: Router,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, std::io::Error> {
+    let _counted = super::InFlight::new(&shared);
     let method = req.method().clone();
     let path = req.uri().path().to_string();
     let query = req.uri().query().unwrap_or("").to_string();
