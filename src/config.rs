@@ -610,8 +610,9 @@ fn validate_provider_blocks(p: &ProviderConfig, at: &str, issues: &mut Issues) {
         (_, Some(ProviderSettings::Sprites(s))) => s.validate(&format!("{at}.sprites"), issues),
         (ProviderType::Fly, None) => issues.push(
             format!("{at}.fly"),
-            "missing: a provider of type `fly` needs a `fly:` block with `org`, `appPrefix` and \
-             `token` (e.g. `token: {env: FLY_API_TOKEN}`)",
+            "missing: a provider of type `fly` needs a `fly:` block with at least `app` (the Fly \
+             app of its sandboxes); the token is read from FLY_API_TOKEN unless `token` says \
+             otherwise",
         ),
         (ProviderType::E2b, None) => issues.push(
             format!("{at}.e2b"),
@@ -667,7 +668,7 @@ providers:
     templateStore: s3
     fly:
       org: acme
-      appPrefix: acme-sbx
+      app: acme-sbx
       token: { env: FLY_API_TOKEN }
   - name: e2b
     type: e2b
@@ -814,7 +815,7 @@ sweeper:
             ),
             ("sweeper:\n  intervalSec: 5\n", "intervalSec", "sweeper"),
             (
-                "providers:\n  - name: f\n    type: fly\n    fly: {org: o, appPrefix: p, token: {env: T, value: leaked}}\n",
+                "providers:\n  - name: f\n    type: fly\n    fly: {org: o, app: p, token: {env: T, value: leaked}}\n",
                 "value",
                 "providers[0].fly.token",
             ),
@@ -948,7 +949,7 @@ providers:
   - name: f
     type: fly
     templateStore: missing
-    fly: {org: o, appPrefix: p, token: {env: T}}
+    fly: {org: o, app: p, token: {env: T}}
 templateStores:
   - name: s3
     bucket: ""
@@ -993,7 +994,7 @@ templateStores:
 providers:
   - name: f
     type: fly
-    fly: {org: o, appPrefix: p, token: {}}
+    fly: {org: o, app: p, token: {}}
   - name: e
     type: e2b
     e2b: {apiKey: {env: K, file: /k}}
@@ -1120,7 +1121,7 @@ providers:
 providers:
   - name: f
     type: fly
-    fly: {org: o, appPrefix: p, token: {env: SANDBOX_OPERATOR_TEST_SURELY_UNSET_1}}
+    fly: {org: o, app: p, token: {env: SANDBOX_OPERATOR_TEST_SURELY_UNSET_1}}
 templateStores:
   - name: s
     bucket: b

@@ -39,6 +39,7 @@ fn expect() -> Expect {
         events: true,
         domain_egress: true,
         no_egress: true,
+        egress_policy: true,
         ..Expect::default()
     }
 }

@@ -580,7 +580,7 @@ async fn a_changed_allow_list_is_replaced_in_place_and_again_on_resume() {
         READY_TIMEOUT,
         || async {
             let r = w.double.sandbox(&id).await.ok_or("gone")?;
-            if r.power == Power::Running && r.network_updates >= updated + 1 {
+            if r.power == Power::Running && r.network_updates > updated {
                 Ok(())
             } else {
                 Err(format!(

@@ -248,7 +248,7 @@ fn wrong_values_fail_with_a_message_naming_them() {
     let file = |name: &str, yaml: &str| write_temp(dir.path(), name, yaml);
     let inline_token = file(
         "inline-token.yaml",
-        "providers:\n  - name: fly\n    type: fly\n    fly: {org: acme, appPrefix: acme, token: fo1_SECRET}\n",
+        "providers:\n  - name: fly\n    type: fly\n    fly: {app: acme, token: fo1_SECRET}\n",
     );
     let inline_key = file(
         "inline-key.yaml",

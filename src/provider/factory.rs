@@ -8,9 +8,9 @@ use std::sync::Arc;
 
 use super::docker::{DockerProvider, DockerSettings};
 use super::e2b::{E2bProvider, E2bSettings};
-use super::fly::FlySettings;
+use super::fly::{FlyProvider, FlySettings};
 use super::sprites::{SpritesProvider, SpritesSettings};
-use super::{Provider, ProviderError, ProviderResult};
+use super::{Provider, ProviderResult};
 
 /// The settings of one provider, by type.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,11 +45,8 @@ pub async fn build(name: &str, settings: &ProviderSettings) -> ProviderResult<Ar
         ProviderSettings::Docker(s) => Ok(Arc::new(
             DockerProvider::connect_negotiated(name, s.clone()).await?,
         )),
+        ProviderSettings::Fly(s) => Ok(Arc::new(FlyProvider::connect(name, s.clone()).await?)),
         ProviderSettings::E2b(s) => Ok(Arc::new(E2bProvider::new(name, s.clone())?)),
         ProviderSettings::Sprites(s) => Ok(Arc::new(SpritesProvider::from_settings(name, s)?)),
-        other => Err(ProviderError::unsupported(format!(
-            "provider type {} is not available in this build; use type docker",
-            other.type_name()
-        ))),
     }
 }

@@ -56,6 +56,14 @@ pub struct Expect {
     pub events: bool,
     /// `egress_policy()` is `Some` (an allow-list replaced in place).
     pub egress_policy: bool,
+    /// The provider's memory granule in MiB (Fly: 256), 0 or 1 for any whole MiB: the
+    /// set_resources check asks only for sizes the provider can apply exactly, since rule 10
+    /// forbids rounding.
+    pub memory_step_mib: u64,
+    /// The provider's volumes cannot carry labels (Fly): ownership is not recorded on them,
+    /// so the checks of owner idempotency and of label filters do not apply, and the sweeper
+    /// never reclaims such volumes (each SandboxVolume's finalizer removes its own).
+    pub unlabelled_volumes: bool,
     /// `CreateRequest.command` is honoured as the main process (otherwise create refuses it).
     pub command: bool,
     /// A CPU ceiling is enforced (otherwise create refuses it).

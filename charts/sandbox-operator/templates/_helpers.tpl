@@ -126,9 +126,11 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- $_ := set $out "docker" $docker }}
 {{- else if eq $p.type "fly" }}
 {{- $f := $p.fly }}
-{{- $fly := dict "org" $f.org "appPrefix" $f.appPrefix "token" (dict "env" (include "sandbox-operator.providerSecretEnv" (dict "index" $i "what" "TOKEN"))) }}
-{{- if $f.apiUrl }}
-{{- $_ := set $fly "apiUrl" $f.apiUrl }}
+{{- $fly := dict "app" $f.app "token" (dict "env" (include "sandbox-operator.providerSecretEnv" (dict "index" $i "what" "TOKEN"))) }}
+{{- range $key := list "org" "region" "apiUrl" "publicHost" "firstPublicPort" "lastPublicPort" "defaultImage" "driftIntervalSeconds" "leaseTtlSeconds" }}
+{{- if index $f $key }}
+{{- $_ := set $fly $key (index $f $key) }}
+{{- end }}
 {{- end }}
 {{- $_ := set $out "fly" $fly }}
 {{- else if eq $p.type "e2b" }}

@@ -3,4 +3,5 @@
 //! files, ports and pause are real. Test code only: the operator binary never links this crate.
 
 pub mod e2b;
+pub mod fly;
 pub mod sprites;

@@ -35,10 +35,32 @@ fn addr_arg(args: &[String], flag: &str) -> Option<SocketAddr> {
 async fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     match args.first().map(String::as_str) {
+        Some("fly") => run_fly(&args[1..]).await,
         Some("e2b") => run_e2b(&args[1..]).await,
         Some("sprites") => run_sprites().await,
         _ => usage(),
     }
+}
+
+/// The Fly Machines double until Ctrl-C or SIGTERM; prints its URL, app and token, and
+/// removes its containers and volumes on the way out.
+async fn run_fly(args: &[String]) {
+    let mut options = sandbox_doubles::fly::FlyDoubleOptions::default();
+    if let Some(addr) = addr_arg(args, "--listen") {
+        options.listen = addr;
+    }
+    let double = match sandbox_doubles::fly::spawn(options).await {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("sandbox-double fly: {e}");
+            std::process::exit(1);
+        }
+    };
+    println!("FLY_API_URL={}", double.base_url());
+    println!("FLY_APP={}", double.app());
+    println!("FLY_API_TOKEN={}", double.token());
+    wait_for_signal().await;
+    double.shutdown().await;
 }
 
 async fn run_e2b(args: &[String]) {

@@ -1,0 +1,673 @@
+//! End to end on Fly Machines: `kubectl apply` → the operator binary → the Fly double (a
+//! Machines API server where every machine is a real Docker container), through a real
+//! kube-apiserver. Each test has its own namespace, operator instance and double.
+
+mod harness;
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::time::Duration;
+
+use harness::cluster::*;
+use harness::operator::*;
+use harness::wait_for;
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
+use reqwest::Method;
+use sandbox_doubles::fly::{FlyDouble, FlyDoubleOptions, Matcher, spawn};
+use sandbox_operator::api::{Sandbox, condition};
+use serde_json::{Value, json};
+
+const READY_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Serves the machine's id on 8080 (perl-base only).
+const SERVER: &str = "perl -MIO::Socket::INET -e '$s=IO::Socket::INET->new(LocalPort=>8080,Listen=>5,ReuseAddr=>1) or die; \
+    while($c=$s->accept){<$c>; print $c \"HTTP/1.0 200 OK\\r\\n\\r\\n$ENV{FLY_MACHINE_ID}\"; close $c}'";
+
+/// One test's world: a namespace (= operator instance), a double, and the token file the
+/// operator reads.
+struct World {
+    ns: String,
+    double: FlyDouble,
+    token: tempfile::NamedTempFile,
+    first_port: u16,
+}
+
+impl World {
+    async fn new(prefix: &str) -> World {
+        let double = spawn(FlyDoubleOptions::default())
+            .await
+            .expect("Fly double");
+        let mut token = tempfile::NamedTempFile::new().expect("token file");
+        writeln!(token, "{}", double.token()).expect("write token");
+        World {
+            ns: namespace(prefix).await,
+            double,
+            token,
+            first_port: 20_000 + fastrand::u16(0..30_000),
+        }
+    }
+
+    /// The operator configuration: one Fly provider pointed at the double (with `inside`
+    /// added to its entry), then the top-level keys `after`.
+    fn config(&self, inside: &str, after: &str) -> String {
+        format!(
+            "providers:\n  - name: fly\n    type: fly\n{inside}    fly:\n      apiUrl: {}\n      \
+             app: {}\n      token: {{file: {}}}\n      publicHost: {}\n      firstPublicPort: {}\n      \
+             lastPublicPort: {}\n      driftIntervalSeconds: 2\n{after}",
+            self.double.base_url(),
+            self.double.app(),
+            self.token.path().display(),
+            self.double.publish_host(),
+            self.first_port,
+            self.first_port + 300,
+        )
+    }
+
+    fn operator(&self, extra: &str, env: Vec<(String, String)>) -> Operator {
+        self.operator_with("", extra, env)
+    }
+
+    fn operator_with(&self, inside: &str, extra: &str, env: Vec<(String, String)>) -> Operator {
+        let options = OperatorOptions {
+            env,
+            config_extra: self.config(inside, extra),
+            ..Default::default()
+        };
+        Operator::start(&self.ns, &self.ns, &options)
+    }
+
+    fn apply(&self, name: &str, spec: Value) {
+        let manifest = json!({
+            "apiVersion": "sandboxes.dev/v1alpha1",
+            "kind": "Sandbox",
+            "metadata": {"name": name},
+            "spec": spec,
+        });
+        let out = apply_yaml(&serde_yaml::to_string(&manifest).unwrap(), &self.ns);
+        assert!(
+            out.status.success(),
+            "apply: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    async fn api(&self) -> Api<Sandbox> {
+        Api::namespaced(client().await, &self.ns)
+    }
+
+    /// Runs `script` in machine `id` straight through the exec API: (exit code, stdout).
+    async fn sh(&self, id: &str, script: &str) -> (i64, String) {
+        let url = format!(
+            "{}/v1/apps/{}/machines/{id}/exec",
+            self.double.base_url(),
+            self.double.app()
+        );
+        let reply: Value = reqwest::Client::new()
+            .post(url)
+            .bearer_auth(self.double.token())
+            .json(&json!({"command": ["sh", "-c", script], "timeout": 30}))
+            .send()
+            .await
+            .expect("exec")
+            .json()
+            .await
+            .expect("exec reply");
+        (
+            reply["exit_code"].as_i64().unwrap_or(-1),
+            reply["stdout"].as_str().unwrap_or("").to_string(),
+        )
+    }
+
+    /// A machine as the Machines API shows it (straight at the double).
+    async fn machine(&self, id: &str) -> Value {
+        let url = format!(
+            "{}/v1/apps/{}/machines/{id}",
+            self.double.base_url(),
+            self.double.app()
+        );
+        reqwest::Client::new()
+            .get(url)
+            .bearer_auth(self.double.token())
+            .send()
+            .await
+            .expect("get machine")
+            .json()
+            .await
+            .expect("machine json")
+    }
+
+    /// Creates a machine straight through the API (a person with flyctl, a crashed
+    /// operator elsewhere), started, with `metadata`.
+    async fn plant(&self, metadata: Value) -> String {
+        let url = format!(
+            "{}/v1/apps/{}/machines",
+            self.double.base_url(),
+            self.double.app()
+        );
+        let body = json!({"config": {
+            "image": harness::docker::base_image(),
+            "init": {"exec": ["sleep", "infinity"]},
+            "metadata": metadata,
+        }});
+        let machine: Value = reqwest::Client::new()
+            .post(url)
+            .bearer_auth(self.double.token())
+            .json(&body)
+            .send()
+            .await
+            .expect("plant")
+            .json()
+            .await
+            .expect("planted machine");
+        machine["id"].as_str().expect("machine id").to_string()
+    }
+}
+
+fn sleeper() -> Value {
+    json!({
+        "provider": "fly",
+        "image": harness::docker::base_image(),
+        "command": ["sleep", "infinity"],
+    })
+}
+
+fn ready(s: &Sandbox) -> Option<(String, String)> {
+    let st = s.status.as_ref()?;
+    condition(&st.conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+async fn wait_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
+    let what = format!("Sandbox {name} Ready (operator log: {})", op.log.display());
+    wait_for(&what, READY_TIMEOUT, || async {
+        let s = api.get(name).await.map_err(|e| e.to_string())?;
+        let gen_ok =
+            s.status.as_ref().and_then(|st| st.observed_generation) == s.metadata.generation;
+        match ready(&s) {
+            Some((st, _)) if st == "True" && gen_ok => Ok(s),
+            other => Err(format!("ready={other:?} generation observed={gen_ok}")),
+        }
+    })
+    .await
+}
+
+async fn delete_and_wait_gone(api: &Api<Sandbox>, name: &str) {
+    api.delete(name, &DeleteParams::default())
+        .await
+        .expect("delete");
+    wait_for(&format!("Sandbox {name} gone"), READY_TIMEOUT, || async {
+        match api.get_opt(name).await {
+            Ok(None) => Ok(()),
+            Ok(Some(_)) => Err("still there".to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+}
+
+async fn patch_spec(api: &Api<Sandbox>, name: &str, spec: Value) {
+    api.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": spec})),
+    )
+    .await
+    .expect("patch");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_fly_sandbox_becomes_ready_and_its_url_reaches_it_alone() {
+    let w = World::new("e2e-fly-basic").await;
+    let op = w.operator("", vec![]);
+    let mut spec = sleeper();
+    spec["command"] = json!(["sh", "-c", SERVER]);
+    spec["ports"] = json!([{"name": "http", "port": 8080}]);
+    spec["resources"] = json!({"cpu": "1", "memory": "256Mi"});
+    spec["env"] = json!([{"name": "GREETING", "value": "hello"}]);
+    w.apply("web", spec);
+    let api = w.api().await;
+    let s = wait_ready(&api, "web", &op).await;
+    let status = s.status.clone().expect("status");
+    let id = status.sandbox_id.clone().expect("sandboxId");
+    assert_eq!(
+        w.double.live_machines(w.double.app()),
+        std::slice::from_ref(&id)
+    );
+    let machine = w.machine(&id).await;
+    let uid = s.metadata.uid.clone().expect("uid");
+    assert_eq!(
+        machine["name"],
+        format!("sbx-{uid}"),
+        "machine name = external name"
+    );
+    assert_eq!(
+        machine["config"]["metadata"]["sandboxes.dev/owner-uid"],
+        uid
+    );
+    assert_eq!(machine["config"]["env"]["GREETING"], "hello");
+    assert_eq!(machine["config"]["guest"]["memory_mb"], 256);
+    assert_eq!(status.provider.as_deref(), Some("fly"));
+    assert!(status.started_at.is_some());
+
+    let url = status.url.clone().expect("status.url");
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    let body = wait_for("the sandbox URL", Duration::from_secs(30), || async {
+        match reqwest::get(&url).await {
+            Ok(r) => r.text().await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        }
+    })
+    .await;
+    assert_eq!(body, id, "the URL reaches this machine");
+
+    delete_and_wait_gone(&api, "web").await;
+    assert!(w.double.live_machines(w.double.app()).is_empty());
+    w.double.shutdown().await;
+}
+
+async fn wait_hibernation(
+    api: &Api<Sandbox>,
+    name: &str,
+    mechanism: &str,
+) -> sandbox_operator::api::HibernationStatus {
+    wait_for(
+        &format!("lastHibernation by {mechanism}"),
+        READY_TIMEOUT,
+        || async {
+            let s = api.get(name).await.map_err(|e| e.to_string())?;
+            match s.status.and_then(|st| st.last_hibernation) {
+                Some(h) if h.mechanism == mechanism => Ok(h),
+                other => Err(format!("{other:?}")),
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sleeping_reports_what_really_happened_to_the_processes() {
+    let w = World::new("e2e-fly-sleep").await;
+    let op = w.operator("", vec![]);
+    w.apply("nap", sleeper());
+    let api = w.api().await;
+    let s = wait_ready(&api, "nap", &op).await;
+    let id = s.status.and_then(|st| st.sandbox_id).expect("sandboxId");
+
+    patch_spec(&api, "nap", json!({"state": "Sleeping"})).await;
+    let slept = wait_hibernation(&api, "nap", "suspend").await;
+    assert!(slept.processes_preserved);
+    wait_ready(&api, "nap", &op).await;
+    assert_eq!(w.machine(&id).await["state"], "suspended");
+
+    patch_spec(&api, "nap", json!({"state": "Running"})).await;
+    let resumed = wait_hibernation(&api, "nap", "resume").await;
+    assert!(resumed.processes_preserved, "{resumed:?}");
+
+    patch_spec(&api, "nap", json!({"state": "Sleeping"})).await;
+    wait_hibernation(&api, "nap", "suspend").await;
+    wait_ready(&api, "nap", &op).await;
+    assert!(w.double.lose_snapshot(&id), "Fly discards the snapshot");
+    patch_spec(&api, "nap", json!({"state": "Running"})).await;
+    let cold = wait_hibernation(&api, "nap", "cold boot").await;
+    assert!(
+        !cold.processes_preserved,
+        "a cold boot is reported as such: {cold:?}"
+    );
+    delete_and_wait_gone(&api, "nap").await;
+    w.double.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_crash_between_create_and_status_write_leaves_exactly_one_machine() {
+    let w = World::new("e2e-fly-crash").await;
+    let env = vec![("SANDBOX_OPERATOR_FAILPOINT".into(), "after-create".into())];
+    let mut op = w.operator("", env);
+    w.apply("crashy", sleeper());
+    let status = op.wait_exit(READY_TIMEOUT).await;
+    assert!(!status.success(), "the failpoint aborts the process");
+    let api = w.api().await;
+    let s = api.get("crashy").await.expect("get");
+    assert!(
+        s.status
+            .as_ref()
+            .and_then(|st| st.sandbox_id.clone())
+            .is_none(),
+        "the create was not recorded"
+    );
+    assert_eq!(
+        w.double.live_machines(w.double.app()).len(),
+        1,
+        "it happened"
+    );
+
+    let op = w.operator("", vec![]);
+    let s = wait_ready(&api, "crashy", &op).await;
+    let live = w.double.live_machines(w.double.app());
+    assert_eq!(live.len(), 1, "adopted, not duplicated");
+    assert_eq!(s.status.and_then(|st| st.sandbox_id), Some(live[0].clone()));
+    delete_and_wait_gone(&api, "crashy").await;
+    w.double.shutdown().await;
+}
+
+/// Reads a counter from the operator's /metrics (0 when absent).
+fn metric(op: &Operator, name: &str) -> f64 {
+    op.http_get("/metrics")
+        .unwrap_or_default()
+        .lines()
+        .find(|l| l.starts_with(name))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sweeper_removes_orphans_and_keeps_foreign_machines() {
+    let w = World::new("e2e-fly-sweep").await;
+    let gone_uid = "00000000-0000-4000-8000-000000000001";
+    let orphan = w
+        .plant(json!({
+            "sandboxes.dev/managed-by": w.ns,
+            "sandboxes.dev/owner-uid": gone_uid,
+            "sandboxes.dev/owner": format!("{}.deleted-long-ago", w.ns),
+            "sandboxes.dev/kind": "Sandbox",
+        }))
+        .await;
+    let foreign = w
+        .plant(json!({
+            "sandboxes.dev/managed-by": "another-operator",
+            "sandboxes.dev/owner-uid": gone_uid,
+            "sandboxes.dev/owner": "elsewhere.thing",
+            "sandboxes.dev/kind": "Sandbox",
+        }))
+        .await;
+    let unlabelled = w.plant(json!({"team": "ops"})).await;
+    let sweeper = "sweeper:\n  enabled: true\n  intervalSecs: 2\n  graceSecs: 1\n";
+    let op = w.operator(sweeper, vec![]);
+    wait_for("the orphan swept", READY_TIMEOUT, || async {
+        let live = w.double.live_machines(w.double.app());
+        if live.contains(&orphan) {
+            Err(format!("still live: {live:?}"))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
+    let passes = metric(&op, "sandbox_operator_sweep_passes_total");
+    wait_for("two more sweeper passes", READY_TIMEOUT, || async {
+        let now = metric(&op, "sandbox_operator_sweep_passes_total");
+        (now >= passes + 2.0)
+            .then_some(())
+            .ok_or_else(|| format!("{now} passes"))
+    })
+    .await;
+    let live = w.double.live_machines(w.double.app());
+    assert!(
+        live.contains(&foreign),
+        "another instance's machine is kept"
+    );
+    assert!(live.contains(&unlabelled), "an unlabelled machine is kept");
+    let destroys: Vec<String> = w
+        .double
+        .requests()
+        .matching(&Matcher::on(Method::DELETE, "/machines/"))
+        .into_iter()
+        .filter(|r| !r.path.ends_with("/lease"))
+        .map(|r| r.path)
+        .collect();
+    assert!(
+        destroys.iter().all(|p| p.ends_with(&orphan)),
+        "only the orphan was destroyed: {destroys:?}"
+    );
+    w.double.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
+    let w = World::new("e2e-fly-revoked").await;
+    let sweeper = "sweeper:\n  enabled: true\n  intervalSecs: 2\n  graceSecs: 1\n";
+    let op = w.operator(sweeper, vec![]);
+    let api = w.api().await;
+    for name in ["one", "two"] {
+        w.apply(name, sleeper());
+    }
+    for name in ["one", "two"] {
+        wait_ready(&api, name, &op).await;
+    }
+    let machines = w.double.live_machines(w.double.app());
+    assert_eq!(machines.len(), 2);
+
+    w.double.requests().clear();
+    w.double.revoke_tokens();
+    let passes = metric(&op, "sandbox_operator_sweep_passes_total");
+    for name in ["one", "two"] {
+        patch_spec(
+            &api,
+            name,
+            json!({"env": [{"name": "TOUCH", "value": "1"}]}),
+        )
+        .await;
+    }
+    for name in ["one", "two"] {
+        let what = format!("Sandbox {name} stalled on the refused token");
+        wait_for(&what, READY_TIMEOUT, || async {
+            let s = api.get(name).await.map_err(|e| e.to_string())?;
+            match ready(&s) {
+                Some((st, reason)) if st == "False" && reason == "ProviderUnauthorized" => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        })
+        .await;
+    }
+    wait_for(
+        "two sweeper passes after the revocation",
+        READY_TIMEOUT,
+        || async {
+            let now = metric(&op, "sandbox_operator_sweep_passes_total")
+                + metric(&op, "sandbox_operator_sweep_aborted_total");
+            (now >= passes + 2.0)
+                .then_some(())
+                .ok_or_else(|| format!("{now}"))
+        },
+    )
+    .await;
+
+    let events: Api<Event> = Api::namespaced(client().await, &w.ns);
+    let listed = events.list(&ListParams::default()).await.expect("events");
+    let mut per_object: BTreeMap<String, usize> = BTreeMap::new();
+    for e in listed.items {
+        if e.reason.as_deref() == Some("ProviderUnauthorized") {
+            let name = e.regarding.and_then(|r| r.name).unwrap_or_default();
+            *per_object.entry(name).or_default() += 1;
+        }
+    }
+    assert_eq!(
+        per_object,
+        BTreeMap::from([("one".to_string(), 1), ("two".to_string(), 1)]),
+        "one Event per object"
+    );
+    let destroys: Vec<String> = w
+        .double
+        .requests()
+        .matching(&Matcher::on(Method::DELETE, "/machines/"))
+        .into_iter()
+        .filter(|r| !r.path.ends_with("/lease"))
+        .map(|r| r.path)
+        .collect();
+    assert!(
+        destroys.is_empty(),
+        "no destroy is even attempted on a refused token: {destroys:?}"
+    );
+    assert_eq!(w.double.live_machines(w.double.app()), machines);
+    w.double.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_429_storm_is_waited_out_as_retry_after_says() {
+    let w = World::new("e2e-fly-429").await;
+    const RETRY_AFTER: u64 = 2;
+    const STORM: usize = 3;
+    // The sandbox controller's observe step (find by owner-uid) is rate-limited.
+    let observe = Matcher::on(Method::GET, "/machines").with_query("owner-uid");
+    w.double
+        .faults()
+        .rate_limit(observe.clone(), STORM, RETRY_AFTER);
+    let op = w.operator("", vec![]);
+    w.apply("patient", sleeper());
+    let api = w.api().await;
+    wait_ready(&api, "patient", &op).await;
+    let calls = w.double.requests().matching(&observe);
+    assert!(calls.len() > STORM, "{} observe calls", calls.len());
+    for pair in calls[..=STORM].windows(2) {
+        let gap = pair[1].at.duration_since(pair[0].at);
+        assert!(
+            gap >= Duration::from_secs(RETRY_AFTER) - Duration::from_millis(100),
+            "a retry came {gap:?} after a 429 that said Retry-After: {RETRY_AFTER}"
+        );
+    }
+    delete_and_wait_gone(&api, "patient").await;
+    w.double.shutdown().await;
+}
+
+/// The S3 test store under `prefix` (`templateStores`), with the keys by environment
+/// reference; and the environment that holds them.
+fn store_config(prefix: &str) -> (String, Vec<(String, String)>) {
+    let env = harness::s3::s3_env();
+    let config = format!(
+        "templateStores:\n  - name: s3\n    bucket: {}\n    endpoint: {}\n    \
+         pathStyle: true\n    prefix: {prefix}\n    accessKeyId: {{env: E2E_S3_ACCESS_KEY}}\n    \
+         secretAccessKey: {{env: E2E_S3_SECRET_KEY}}\n",
+        env["SANDBOX_S3_BUCKET"], env["SANDBOX_S3_ENDPOINT"],
+    );
+    let keys = vec![
+        (
+            "E2E_S3_ACCESS_KEY".into(),
+            env["SANDBOX_S3_ACCESS_KEY"].clone(),
+        ),
+        (
+            "E2E_S3_SECRET_KEY".into(),
+            env["SANDBOX_S3_SECRET_KEY"].clone(),
+        ),
+    ];
+    (config, keys)
+}
+
+/// Removes every store object under a prefix when dropped.
+struct PurgePrefix(String);
+
+impl Drop for PurgePrefix {
+    fn drop(&mut self) {
+        use sandbox_operator::config::TemplateStoreConfig;
+        use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
+        let env = harness::s3::s3_env();
+        let cfg: TemplateStoreConfig = serde_json::from_value(json!({
+            "name": "s3", "bucket": env["SANDBOX_S3_BUCKET"], "endpoint": env["SANDBOX_S3_ENDPOINT"],
+            "pathStyle": true, "prefix": self.0,
+        }))
+        .expect("store config");
+        let (access, secret) = (
+            env["SANDBOX_S3_ACCESS_KEY"].clone(),
+            env["SANDBOX_S3_SECRET_KEY"].clone(),
+        );
+        let Ok(settings) = StoreSettings::resolve(&cfg, |k| match k {
+            "AWS_ACCESS_KEY_ID" => Some(access.clone()),
+            "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
+            _ => None,
+        }) else {
+            return;
+        };
+        let prefix = format!("{}/", self.0);
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                let store = TemplateStore::new(settings);
+                if let Ok(objects) = store.list(&prefix).await {
+                    let keys: Vec<String> = objects.into_iter().map(|o| o.key).collect();
+                    let _ = store.remove(&keys).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_captured_on_fly_boots_a_second_sandbox() {
+    let w = World::new("e2e-fly-tpl").await;
+    let prefix = format!("e2e-{}", w.ns);
+    let _objects = PurgePrefix(prefix.clone());
+    let (store, keys) = store_config(&prefix);
+    let op = w.operator_with("    templateStore: s3\n", &store, keys);
+    let api = w.api().await;
+    let mut source = sleeper();
+    source["command"] = json!([
+        "sh",
+        "-c",
+        "mkdir -p /workspace/app && printf captured > /workspace/app/hello.txt && \
+         chmod 640 /workspace/app/hello.txt && touch /workspace/app/.ready; \
+         trap 'exit 0' TERM; while :; do sleep 1; done"
+    ]);
+    w.apply("src", source);
+    let src = wait_ready(&api, "src", &op).await;
+    let src_id = src.status.and_then(|s| s.sandbox_id).expect("sandboxId");
+    wait_for("the source's files", READY_TIMEOUT, || async {
+        match w.sh(&src_id, "test -f /workspace/app/.ready").await {
+            (0, _) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+
+    let template = json!({
+        "apiVersion": "sandboxes.dev/v1alpha1",
+        "kind": "SandboxTemplate",
+        "metadata": {"name": "tpl"},
+        "spec": {"sandboxRef": {"name": "src"}, "capturePaths": ["/workspace/app"]},
+    });
+    let out = apply_yaml(&serde_yaml::to_string(&template).unwrap(), &w.ns);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let templates: Api<sandbox_operator::api::SandboxTemplate> =
+        Api::namespaced(client().await, &w.ns);
+    let st = wait_for("SandboxTemplate tpl Ready", READY_TIMEOUT, || async {
+        let t = templates.get("tpl").await.map_err(|e| e.to_string())?;
+        let st = t.status.clone().unwrap_or_default();
+        match condition(&st.conditions, "Ready") {
+            Some(c) if c.status == "True" => Ok(st),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        st.ref_.as_deref().is_some_and(|r| r.starts_with("s3://")),
+        "captured into the store: {st:?}"
+    );
+
+    let mut user = sleeper();
+    user.as_object_mut().unwrap().remove("image");
+    user["templateRef"] = json!({"name": "tpl"});
+    w.apply("user", user);
+    let booted = wait_ready(&api, "user", &op).await;
+    let user_id = booted.status.and_then(|s| s.sandbox_id).expect("sandboxId");
+    assert_ne!(user_id, src_id);
+    let (code, seen) = w
+        .sh(
+            &user_id,
+            "cat /workspace/app/hello.txt; echo; stat -c %a /workspace/app/hello.txt",
+        )
+        .await;
+    assert_eq!((code, seen.as_str()), (0, "captured\n640\n"));
+    assert_eq!(w.double.live_machines(w.double.app()).len(), 2);
+    for name in ["user", "src"] {
+        delete_and_wait_gone(&api, name).await;
+    }
+    w.double.shutdown().await;
+}
