@@ -146,7 +146,7 @@ pub fn upsert(
 
 /// The current time as RFC 3339 (seconds precision, as Kubernetes writes it).
 pub fn now() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    crate::api::rfc3339(chrono::Utc::now())
 }
 
 /// Server-side applies `status` on the object's `/status` subresource when it differs from

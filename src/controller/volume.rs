@@ -140,9 +140,7 @@ async fn apply(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
     next.attached = Some(info.attached);
     next.attached_to = info.attached_to.clone();
     next.size_bytes = info.size_bytes.and_then(|b| i64::try_from(b).ok());
-    next.created_at = info
-        .created_at
-        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    next.created_at = info.created_at.map(crate::api::rfc3339);
     finish(
         &api,
         &name,

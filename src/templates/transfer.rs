@@ -101,7 +101,7 @@ pub async fn capture(
         schema: MANIFEST_SCHEMA,
         id: template_id.to_string(),
         capture_paths: paths.to_vec(),
-        created_at: Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        created_at: crate::api::rfc3339(Utc::now()),
         size_bytes: archive.size,
         label: request.label.clone(),
         base_image,

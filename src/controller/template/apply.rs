@@ -228,9 +228,7 @@ async fn act_all(
 /// Fills the observed fields of status from the template.
 pub fn record(next: &mut SandboxTemplateStatus, t: &Template) {
     next.ref_ = Some(t.reference.clone());
-    next.created_at = t
-        .created_at
-        .map(|c| c.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+    next.created_at = t.created_at.map(crate::api::rfc3339);
     next.size_bytes = t.size_bytes.and_then(|b| i64::try_from(b).ok());
     next.in_use = Some(t.in_use);
 }

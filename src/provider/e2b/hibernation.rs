@@ -27,6 +27,9 @@ const SEPARATOR: &str = "--sandbox-operator--";
 
 const MECHANISM: &str = "e2b pause (memory snapshot)";
 
+/// How often the survival probe runs after a resume before survival is reported unknown.
+const PROBE_ATTEMPTS: u64 = 4;
+
 /// The fingerprint in `boot_id` + `/proc/1/stat` text: (boot id, PID 1 start time).
 pub fn fingerprint(text: &str) -> Option<(String, String)> {
     let mut lines = text.lines();
@@ -142,7 +145,19 @@ impl Inner {
             "cat {FINGERPRINT_PATH} 2>/dev/null; echo {SEPARATOR}; \
              cat /proc/sys/kernel/random/boot_id /proc/1/stat"
         );
-        let (preserved, detail) = match self.probe(id, probe).await {
+        // A just-resumed sandbox may refuse a process for a moment: a transient failure is
+        // tried again a few times before survival is reported as unknown.
+        let mut attempt = 0;
+        let probed = loop {
+            attempt += 1;
+            match self.probe(id, probe.clone()).await {
+                Err(e) if e.is(ErrorKind::Transient) && attempt < PROBE_ATTEMPTS => {
+                    tokio::time::sleep(Duration::from_millis(300 * attempt)).await;
+                }
+                other => break other,
+            }
+        };
+        let (preserved, detail) = match probed {
             Ok(out) => verdict(&String::from_utf8_lossy(&out)),
             Err(e) => (
                 false,
