@@ -4,6 +4,8 @@
 //! provider boundary because a provider must not trust that every caller went through the
 //! API server.
 
+use super::{ProviderError, ProviderResult};
+
 /// Characters allowed in a capture path segment: no shell metacharacters, no whitespace.
 fn is_plain_path_char(c: char) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '+' | '@' | ',' | '=')
@@ -69,6 +71,43 @@ pub fn resource_name(what: &str, name: &str) -> Result<(), String> {
 /// Relative member name for an absolute capture path: `/workspace/app/` → `workspace/app`.
 pub fn archive_member(path: &str) -> &str {
     path.trim_matches('/')
+}
+
+/// Normalises an absolute sandbox path: `/a//b/` → `/a/b`. Refuses relative paths, NUL, and
+/// `.`/`..` components (a path that means something other than what it says is a bug or an
+/// attack, and `rm -rf` is downstream of this).
+pub fn sandbox_path(what: &str, path: &str) -> ProviderResult<String> {
+    if !path.starts_with('/') {
+        return Err(ProviderError::invalid(format!(
+            "{what} {path:?} must be an absolute path inside the sandbox (start with '/')"
+        )));
+    }
+    if path.contains('\0') {
+        return Err(ProviderError::invalid(format!(
+            "{what} {path:?} contains a NUL byte"
+        )));
+    }
+    let mut parts = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" => {}
+            "." | ".." => {
+                return Err(ProviderError::invalid(format!(
+                    "{what} {path:?} contains a {part:?} component; give a normalised absolute path"
+                )));
+            }
+            p => parts.push(p),
+        }
+    }
+    Ok(format!("/{}", parts.join("/")))
+}
+
+/// `(parent, last segment)` of a normalised path other than `/`.
+pub fn split_parent(path: &str) -> (&str, &str) {
+    match path.rfind('/') {
+        Some(0) | None => ("/", path.trim_start_matches('/')),
+        Some(i) => (&path[..i], &path[i + 1..]),
+    }
 }
 
 #[cfg(test)]

@@ -17,9 +17,10 @@ use futures::StreamExt;
 use futures::stream::BoxStream;
 
 use super::DockerProvider;
-use super::files::{is_symlink, normalize_path};
+use super::files::is_symlink;
 use super::map_err;
 use crate::provider::tarsafe;
+use crate::provider::validate;
 use crate::provider::{BulkFiles, ProviderError, ProviderResult};
 
 #[async_trait::async_trait]
@@ -32,7 +33,7 @@ impl BulkFiles for DockerProvider {
         id: &str,
         path: &str,
     ) -> ProviderResult<BoxStream<'static, ProviderResult<bytes::Bytes>>> {
-        let path = normalize_path("export path", path)?;
+        let path = validate::sandbox_path("export path", path)?;
         if path == "/" {
             return Err(ProviderError::invalid(format!(
                 "refusing to export \"/\" of sandbox {id}: archives are rooted at the path's last \
@@ -67,7 +68,7 @@ impl BulkFiles for DockerProvider {
     /// directories on the way to `path` are created (`0o755`, root-owned). A hostile
     /// archive is refused whole with `Invalid`, before anything is written.
     async fn import(&self, id: &str, path: &str, archive: Vec<u8>) -> ProviderResult<()> {
-        let path = normalize_path("import path", path)?;
+        let path = validate::sandbox_path("import path", path)?;
         let (anchor, missing) = self.existing_anchor(id, &path, &path).await?;
         let prefix = missing.join("/");
         let sanitised = tokio::task::spawn_blocking(move || tarsafe::sanitise(&archive, &prefix))

@@ -25,6 +25,7 @@ use std::time::Duration;
 use tar::{Archive, EntryType, Header};
 
 use super::{DockerProvider, is_not_found, map_err};
+use crate::provider::validate;
 use crate::provider::{
     DirEntry, EntryKind, ErrorKind, ExecRequest, Files, ProviderError, ProviderResult,
 };
@@ -57,44 +58,6 @@ pub(crate) fn is_symlink(stat: &PathStatResponse) -> bool {
 }
 pub(crate) fn is_regular(stat: &PathStatResponse) -> bool {
     stat.file_mode & go_mode::TYPE == 0
-}
-
-/// Normalises an absolute sandbox path: `/a//b/` → `/a/b`. Refuses relative paths, NUL, and
-/// `.`/`..` components (a path that means something other than what it says is a bug or an
-/// attack, and `rm -rf` is downstream of this).
-pub(crate) fn normalize_path(what: &str, path: &str) -> ProviderResult<String> {
-    if !path.starts_with('/') {
-        return Err(ProviderError::invalid(format!(
-            "{what} {path:?} must be an absolute path inside the sandbox (start with '/')"
-        )));
-    }
-    if path.contains('\0') {
-        return Err(ProviderError::invalid(format!(
-            "{what} {path:?} contains a NUL byte"
-        )));
-    }
-    let mut parts = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" => {}
-            "." | ".." => {
-                return Err(ProviderError::invalid(format!(
-                    "{what} {path:?} contains a {part:?} component; give a normalised absolute path"
-                )));
-            }
-            p => parts.push(p),
-        }
-    }
-    Ok(format!("/{}", parts.join("/")))
-}
-
-/// `(parent, last segment)` of a normalised path other than `/`.
-pub(crate) fn split_parent(path: &str) -> (&str, &str) {
-    match path.rfind('/') {
-        Some(0) => ("/", &path[1..]),
-        Some(i) => (&path[..i], &path[i + 1..]),
-        None => ("/", path),
-    }
 }
 
 /// A blocking `Read` over chunks arriving from an async download, for the tar parser.
@@ -271,7 +234,7 @@ impl DockerProvider {
                     )));
                 }
                 None => {
-                    let (up, segment) = split_parent(&anchor);
+                    let (up, segment) = validate::split_parent(&anchor);
                     missing.push(segment.to_string());
                     anchor = up.to_string();
                 }
@@ -491,7 +454,7 @@ impl Files for DockerProvider {
     /// Reads the exact bytes of a regular file (following symlinks). Absent → `NotFound`;
     /// a directory or special file → `Invalid`.
     async fn read_file(&self, id: &str, path: &str) -> ProviderResult<Vec<u8>> {
-        let path = normalize_path("file path", path)?;
+        let path = validate::sandbox_path("file path", path)?;
         let Some((resolved, stat)) = self.resolve_path(id, &path).await? else {
             return Err(ProviderError::not_found(format!(
                 "file {path} does not exist in sandbox {id}"
@@ -543,11 +506,11 @@ impl Files for DockerProvider {
     /// directories (`0o755`, root-owned). The mode is masked to `0o777`; the file is owned by
     /// root. An existing directory at `path` is refused, never replaced.
     async fn write_file(&self, id: &str, path: &str, data: &[u8], mode: u32) -> ProviderResult<()> {
-        let path = normalize_path("file path", path)?;
+        let path = validate::sandbox_path("file path", path)?;
         if path == "/" {
             return Err(ProviderError::invalid("cannot write a file at \"/\""));
         }
-        let (parent, name) = split_parent(&path);
+        let (parent, name) = validate::split_parent(&path);
 
         let (anchor, missing) = self.existing_anchor(id, parent, &path).await?;
         let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
@@ -558,7 +521,7 @@ impl Files for DockerProvider {
     /// Lists one level of a directory (following a symlink to one). Absent → `NotFound`,
     /// `[]` only for an empty directory, a non-directory → `Invalid`. `/` always lists.
     async fn list_dir(&self, id: &str, path: &str) -> ProviderResult<Vec<DirEntry>> {
-        let path = normalize_path("directory path", path)?;
+        let path = validate::sandbox_path("directory path", path)?;
         let Some((resolved, stat)) = self.resolve_path(id, &path).await? else {
             return Err(ProviderError::not_found(format!(
                 "directory {path} does not exist in sandbox {id}"
@@ -580,7 +543,7 @@ impl Files for DockerProvider {
     /// Deletes a file or a whole tree with `rm -rf` in the running sandbox. Absent = success;
     /// `/` is refused; a stopped sandbox is `Conflict` (start it first).
     async fn delete_path(&self, id: &str, path: &str) -> ProviderResult<()> {
-        let path = normalize_path("path to delete", path)?;
+        let path = validate::sandbox_path("path to delete", path)?;
         if path == "/" {
             return Err(ProviderError::invalid(format!(
                 "refusing to delete \"/\" in sandbox {id}; name the directory to delete"
@@ -613,11 +576,11 @@ mod tests {
 
     #[test]
     fn paths_are_normalised_or_refused() {
-        assert_eq!(normalize_path("p", "/").unwrap(), "/");
-        assert_eq!(normalize_path("p", "//a//b/").unwrap(), "/a/b");
+        assert_eq!(validate::sandbox_path("p", "/").unwrap(), "/");
+        assert_eq!(validate::sandbox_path("p", "//a//b/").unwrap(), "/a/b");
         for bad in ["a/b", "", "/a/../b", "/a/./b", "/..", "/a\0b"] {
             assert!(
-                matches!(normalize_path("p", bad), Err(e) if e.is(ErrorKind::Invalid)),
+                matches!(validate::sandbox_path("p", bad), Err(e) if e.is(ErrorKind::Invalid)),
                 "{bad:?}"
             );
         }
@@ -625,8 +588,8 @@ mod tests {
 
     #[test]
     fn parents_split_at_the_last_segment() {
-        assert_eq!(split_parent("/a"), ("/", "a"));
-        assert_eq!(split_parent("/a/b/c"), ("/a/b", "c"));
+        assert_eq!(validate::split_parent("/a"), ("/", "a"));
+        assert_eq!(validate::split_parent("/a/b/c"), ("/a/b", "c"));
     }
 
     #[test]

@@ -48,7 +48,6 @@ use bollard::Docker;
 use tokio::sync::OnceCell;
 
 /// Path normalisation shared with the other providers' file capabilities (one rule).
-pub(crate) use files::normalize_path;
 pub use settings::DockerSettings;
 
 use super::{ProviderError, ProviderResult};

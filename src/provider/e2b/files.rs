@@ -16,49 +16,13 @@ use serde_json::{Value, json};
 use super::E2bProvider;
 use super::envd::{self, Event};
 use crate::provider::tarsafe;
+use crate::provider::validate;
 use crate::provider::{
     BulkFiles, DirEntry, EntryKind, ErrorKind, ExecRequest, Files, ProviderError, ProviderResult,
 };
 
 /// Bound on the helper commands this module runs (`chmod`, `tar -x`).
 const HELPER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(300);
-
-/// Normalises an absolute sandbox path (`/a//b/` → `/a/b`); refuses relative paths, NUL and
-/// `.`/`..` components, since a path that means something other than what it says is a bug
-/// or an attack, and `rm -rf` is downstream of this.
-fn normalize(what: &str, path: &str) -> ProviderResult<String> {
-    if !path.starts_with('/') {
-        return Err(ProviderError::invalid(format!(
-            "{what} {path:?} must be an absolute path inside the sandbox (start with '/')"
-        )));
-    }
-    if path.contains('\0') {
-        return Err(ProviderError::invalid(format!(
-            "{what} {path:?} contains a NUL byte"
-        )));
-    }
-    let mut parts = Vec::new();
-    for part in path.split('/') {
-        match part {
-            "" => {}
-            "." | ".." => {
-                return Err(ProviderError::invalid(format!(
-                    "{what} {path:?} contains a {part:?} component; give a normalised absolute path"
-                )));
-            }
-            p => parts.push(p),
-        }
-    }
-    Ok(format!("/{}", parts.join("/")))
-}
-
-/// `(parent, last segment)` of a normalised path other than `/`.
-fn split_parent(path: &str) -> (&str, &str) {
-    match path.rfind('/') {
-        Some(0) | None => ("/", path.trim_start_matches('/')),
-        Some(i) => (&path[..i], &path[i + 1..]),
-    }
-}
 
 /// envd's `EntryInfo` as a directory entry.
 fn dir_entry(entry: &Value) -> Option<DirEntry> {
@@ -165,7 +129,7 @@ impl E2bProvider {
 #[async_trait]
 impl Files for E2bProvider {
     async fn read_file(&self, id: &str, path: &str) -> ProviderResult<Vec<u8>> {
-        let path = normalize("file path", path)?;
+        let path = validate::sandbox_path("file path", path)?;
         self.inner
             .envd_call(id, |access| {
                 let path = &path;
@@ -175,7 +139,7 @@ impl Files for E2bProvider {
     }
 
     async fn write_file(&self, id: &str, path: &str, data: &[u8], mode: u32) -> ProviderResult<()> {
-        let path = normalize("file path", path)?;
+        let path = validate::sandbox_path("file path", path)?;
         if path == "/" {
             return Err(ProviderError::invalid(
                 "file path \"/\" is a directory; name a file",
@@ -205,7 +169,7 @@ impl Files for E2bProvider {
     }
 
     async fn list_dir(&self, id: &str, path: &str) -> ProviderResult<Vec<DirEntry>> {
-        let path = normalize("directory path", path)?;
+        let path = validate::sandbox_path("directory path", path)?;
         let context = format!("listing {path} in E2B sandbox {id}");
         let answer = self.filesystem(id, "ListDir", &path, &context).await?;
         let entries = answer
@@ -224,7 +188,7 @@ impl Files for E2bProvider {
     }
 
     async fn delete_path(&self, id: &str, path: &str) -> ProviderResult<()> {
-        let path = normalize("path", path)?;
+        let path = validate::sandbox_path("path", path)?;
         if path == "/" {
             return Err(ProviderError::invalid(
                 "refusing to delete \"/\" of a sandbox",
@@ -251,7 +215,7 @@ impl BulkFiles for E2bProvider {
         id: &str,
         path: &str,
     ) -> ProviderResult<BoxStream<'static, ProviderResult<Bytes>>> {
-        let path = normalize("export path", path)?;
+        let path = validate::sandbox_path("export path", path)?;
         if path == "/" {
             return Err(ProviderError::invalid(format!(
                 "refusing to export \"/\" of E2B sandbox {id}: archives are rooted at the path's \
@@ -265,7 +229,7 @@ impl BulkFiles for E2bProvider {
                 "{path} in E2B sandbox {id} is a symbolic link; export what it points to instead"
             )));
         }
-        let (parent, name) = split_parent(&path);
+        let (parent, name) = validate::split_parent(&path);
         let process = json!({ "cmd": "tar", "args": ["-C", parent, "-cf", "-", "--", name] });
         let timeout = HELPER_TIMEOUT;
         let events = self
@@ -286,7 +250,7 @@ impl BulkFiles for E2bProvider {
     /// Sanitises the archive (see `tarsafe`), uploads it to a temporary file, extracts it at
     /// `path` (created if missing) without restoring ownership, and removes the file.
     async fn import(&self, id: &str, path: &str, archive: Vec<u8>) -> ProviderResult<()> {
-        let path = normalize("import path", path)?;
+        let path = validate::sandbox_path("import path", path)?;
         let sanitised = tokio::task::spawn_blocking(move || tarsafe::sanitise(&archive, ""))
             .await
             .map_err(|e| ProviderError::transient(format!("sanitising the archive failed: {e}")))?
@@ -351,13 +315,13 @@ mod tests {
 
     #[test]
     fn paths_are_normalised_or_refused() {
-        assert_eq!(normalize("p", "/a//b/").unwrap(), "/a/b");
-        assert_eq!(normalize("p", "/").unwrap(), "/");
+        assert_eq!(validate::sandbox_path("p", "/a//b/").unwrap(), "/a/b");
+        assert_eq!(validate::sandbox_path("p", "/").unwrap(), "/");
         for bad in ["a/b", "/a/../b", "/a/./b", "/a\0b"] {
-            assert!(normalize("p", bad).is_err(), "{bad:?}");
+            assert!(validate::sandbox_path("p", bad).is_err(), "{bad:?}");
         }
-        assert_eq!(split_parent("/a/b"), ("/a", "b"));
-        assert_eq!(split_parent("/a"), ("/", "a"));
+        assert_eq!(validate::split_parent("/a/b"), ("/a", "b"));
+        assert_eq!(validate::split_parent("/a"), ("/", "a"));
     }
 
     #[test]

@@ -6,7 +6,7 @@ use reqwest::Method;
 
 use super::SpritesProvider;
 use super::wire::FsList;
-use crate::provider::docker::normalize_path;
+use crate::provider::validate;
 use crate::provider::{DirEntry, EntryKind, ErrorKind, Files, ProviderError, ProviderResult};
 
 /// Only permission bits are ever written: setuid, setgid and sticky are dropped.
@@ -51,7 +51,7 @@ fn entry_kind(kind: &str) -> EntryKind {
 #[async_trait]
 impl Files for SpritesProvider {
     async fn read_file(&self, id: &str, path: &str) -> ProviderResult<Vec<u8>> {
-        let path = normalize_path("path to read", path)?;
+        let path = validate::sandbox_path("path to read", path)?;
         let request = self.fs(Method::GET, id, "read", &path);
         let what = format!("reading {path} in sandbox {id}");
         let response = self.client.send(request, &what).await?;
@@ -62,7 +62,7 @@ impl Files for SpritesProvider {
     }
 
     async fn write_file(&self, id: &str, path: &str, data: &[u8], mode: u32) -> ProviderResult<()> {
-        let path = normalize_path("path to write", path)?;
+        let path = validate::sandbox_path("path to write", path)?;
         refuse_root(id, "write", &path)?;
         let mode = format!("{:04o}", mode & PERMISSION_BITS);
         let request = self
@@ -75,7 +75,7 @@ impl Files for SpritesProvider {
     }
 
     async fn list_dir(&self, id: &str, path: &str) -> ProviderResult<Vec<DirEntry>> {
-        let path = normalize_path("directory to list", path)?;
+        let path = validate::sandbox_path("directory to list", path)?;
         let request = self.fs(Method::GET, id, "list", &path);
         let what = format!("listing {path} in sandbox {id}");
         let listed: FsList = self.client.json(request, &what).await?;
@@ -97,7 +97,7 @@ impl Files for SpritesProvider {
     }
 
     async fn delete_path(&self, id: &str, path: &str) -> ProviderResult<()> {
-        let path = normalize_path("path to delete", path)?;
+        let path = validate::sandbox_path("path to delete", path)?;
         refuse_root(id, "delete", &path)?;
         let request = self
             .fs(Method::DELETE, id, "delete", &path)
