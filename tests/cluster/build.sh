@@ -11,8 +11,12 @@
 # refreshes the symlinks and exits (a few ms). A cold build takes a long
 # while on 2 cores; the Go build cache (~/.cache/go-build) makes rebuilds cheap.
 #
-#   tests/cluster/build.sh            build what is missing
-#   tests/cluster/build.sh --force    rebuild everything
+#   tests/cluster/build.sh [--force] [tool...]
+#
+# tools: kubernetes (kube-apiserver, kubectl), etcd, helm — the default set,
+# which up.sh needs — and kubernetes-node (kubelet, kube-scheduler,
+# kube-controller-manager, kube-proxy), which only tests/setup/node.sh asks for.
+# --force rebuilds the named (or default) tools.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -23,17 +27,22 @@ BIN="$CACHE/bin"
 # Bump when the build recipe below changes (flags, ldflags, ...) to force rebuilds.
 RECIPE=1
 
-force=0
-case "${1:-}" in
-  --force) force=1 ;;
-  "") ;;
-  *) echo "usage: $0 [--force]" >&2; exit 2 ;;
-esac
-
 # tool name -> version, output binaries
-declare -A VERSION=([kubernetes]="$KUBERNETES_VERSION" [etcd]="$ETCD_VERSION" [helm]="$HELM_VERSION")
-declare -A OUTPUTS=([kubernetes]="kube-apiserver kubectl" [etcd]="etcd" [helm]="helm")
-TOOLS=(kubernetes etcd helm)
+declare -A VERSION=([kubernetes]="$KUBERNETES_VERSION" [etcd]="$ETCD_VERSION" [helm]="$HELM_VERSION"
+  [kubernetes-node]="$KUBERNETES_NODE_VERSION")
+declare -A OUTPUTS=([kubernetes]="kube-apiserver kubectl" [etcd]="etcd" [helm]="helm"
+  [kubernetes-node]="kubelet kube-scheduler kube-controller-manager kube-proxy")
+
+usage() { echo "usage: $0 [--force] [${!VERSION[*]}]..." >&2; exit 2; }
+force=0
+TOOLS=()
+for arg in "$@"; do
+  case "$arg" in
+    --force) force=1 ;;
+    *) [ -n "${VERSION[$arg]:-}" ] || usage; TOOLS+=("$arg") ;;
+  esac
+done
+[ ${#TOOLS[@]} -gt 0 ] || TOOLS=(kubernetes etcd helm)
 
 stamp() { # tool -> content identifying this build's inputs
   local t="$1"
@@ -99,15 +108,16 @@ build_tool() {
 
   ldflags="-s -w"
   case "$t" in
-    kubernetes)
-      local minor="${v#v1.}" date pkg
+    kubernetes|kubernetes-node)
+      local minor="${v#v1.}" date pkg b
       minor="${minor%%.*}"
       date="$(cd "$src" && modtime "k8s.io/kubernetes@$v")"
       for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
         ldflags+=" -X $pkg.gitVersion=$v -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
         ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=$date"
       done
-      pkgs="k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl" ;;
+      pkgs=""
+      for b in ${OUTPUTS[$t]}; do pkgs+=" k8s.io/kubernetes/cmd/$b"; done ;;
     etcd)
       pkgs="go.etcd.io/etcd/server/v3" ;;
     helm)
