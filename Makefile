@@ -13,7 +13,8 @@ build:
 	$(CARGO) build
 
 ## Start (or reuse) what the integration tests talk to: a Docker engine with the locally
-## built base image, a real kube-apiserver + etcd, an S3 server and an image registry.
+## built base image, a real kube-apiserver + etcd, an S3 server, an image registry and
+## real Kubernetes nodes (kubelet + containerd, scheduler, controller-manager).
 test-setup:
 	bash tests/setup/docker.sh
 	bash tests/setup/base-image.sh
@@ -21,6 +22,7 @@ test-setup:
 	bash tests/setup/s3.sh
 	bash tests/setup/registry.sh
 	bash tests/setup/tools.sh
+	bash tests/setup/node.sh
 
 lint:
 	$(CARGO) fmt --all -- --check

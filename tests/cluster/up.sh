@@ -42,17 +42,9 @@ mkdir -p "$DIR"
 exec 9>"$DIR/.lock"
 flock 9
 
-# ---- process helpers ---------------------------------------------------------
-# pid of a running daemon from its pidfile, only if that pid is still the same
-# program (guards against pid reuse); empty otherwise.
-running_pid() { # name (etcd|kube-apiserver)
-  local pid
-  pid="$(cat "$DIR/$1.pid" 2>/dev/null || true)"
-  [ -n "$pid" ] || return 0
-  if [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = "${1:0:15}" ]; then echo "$pid"; fi
-}
-
-port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+# ---- process helpers (running_pid, port_busy, wait_for, stop_pid, start) --------
+# shellcheck source=daemon.sh
+source "$here/daemon.sh"
 
 etcd_healthy() {
   curl -sf --max-time 2 "$ETCD_URL/health" 2>/dev/null | grep -q '"health":"true"'
@@ -65,61 +57,51 @@ api_get() { # path -> body (fails on non-2xx)
 
 api_ready() { [ "$(api_get /readyz)" = ok ] && api_get /api/v1/namespaces/default >/dev/null; }
 
-# wait_for <name> <check-fn>: poll until check succeeds, the daemon dies, or the deadline.
-wait_for() {
-  local name="$1" check="$2" deadline=$((SECONDS + TIMEOUT))
-  until "$check"; do
-    if [ -z "$(running_pid "$name")" ]; then
-      log "$name exited; last lines of $DIR/$name.log:"
-      tail -n 30 "$DIR/$name.log" >&2 || true
-      exit 1
-    fi
-    if [ "$SECONDS" -ge "$deadline" ]; then
-      log "$name not ready after ${TIMEOUT}s; last lines of $DIR/$name.log:"
-      tail -n 30 "$DIR/$name.log" >&2 || true
-      exit 1
-    fi
-    sleep 0.2
-  done
-}
-
-stop_pid() { # name pid: TERM, wait up to 30s, then KILL
-  local name="$1" pid="$2" deadline=$((SECONDS + 30))
-  kill -TERM "$pid" 2>/dev/null || return 0
-  while kill -0 "$pid" 2>/dev/null; do
-    if [ "$SECONDS" -ge "$deadline" ]; then kill -KILL "$pid" 2>/dev/null || true; break; fi
-    sleep 0.1
-  done
-  rm -f "$DIR/$name.pid"
-}
-
-# start <name> <binary> args...: detached in its own session, no inherited
-# stdio or lock fd, log to $DIR/<name>.log, pid to $DIR/<name>.pid.
-start() {
-  local name="$1"; shift
-  # No job control in scripts, so the background child is not a process-group
-  # leader and setsid(1) execs in place: $! is the daemon's own pid.
-  local pid deadline=$((SECONDS + 10))
-  setsid "$@" </dev/null >>"$DIR/$name.log" 2>&1 9>&- &
-  pid=$!
-  disown
-  echo "$pid" >"$DIR/$name.pid"
-  # until the child has exec'd, /proc/<pid>/comm still says bash/setsid
-  until [ -n "$(running_pid "$name")" ]; do
-    kill -0 "$pid" 2>/dev/null || break
-    [ "$SECONDS" -lt "$deadline" ] || die "$name (pid $pid) did not start"
-    sleep 0.05
-  done
-}
-
 print_result() {
   log "control plane ready at $SERVER (etcd $ETCD_URL); logs in $DIR"
   echo "export KUBECONFIG=$KUBECONFIG_OUT"
 }
 
+# ---- kube-apiserver flags ----------------------------------------------------------
+# Node,RBAC + NodeRestriction and the kubelet client certificate are for the test
+# node(s) of tests/setup/node.sh: kubelets authenticate as system:node:<name>, and
+# the API server authenticates to kubelets (exec, logs, port-forward) with its
+# kubelet-client certificate, reaching them at their InternalIP (all test nodes
+# share one host, so their host names do not tell them apart).
+# An API server already running with other flags is restarted (a few seconds).
+API_ARGS=(
+  --bind-address=127.0.0.1
+  --advertise-address=127.0.0.1
+  --secure-port="$API_PORT"
+  --etcd-servers="$ETCD_URL"
+  --tls-cert-file="$PKI/apiserver.crt"
+  --tls-private-key-file="$PKI/apiserver.key"
+  --client-ca-file="$PKI/ca.crt"
+  --token-auth-file="$DIR/tokens.csv"
+  --authorization-mode=Node,RBAC
+  --service-account-issuer="https://kubernetes.default.svc.cluster.local"
+  --service-account-key-file="$PKI/sa.pub"
+  --service-account-signing-key-file="$PKI/sa.key"
+  --service-cluster-ip-range=10.0.0.0/24
+  --enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,ResourceQuota,NodeRestriction
+  --kubelet-client-certificate="$PKI/apiserver-kubelet-client.crt"
+  --kubelet-client-key="$PKI/apiserver-kubelet-client.key"
+  --kubelet-preferred-address-types=InternalIP,Hostname,ExternalIP
+  --allow-privileged=true
+  --profiling=false
+)
+
+# true when the running kube-apiserver has exactly API_ARGS
+api_args_current() {
+  local pid
+  pid="$(running_pid kube-apiserver)"
+  [ -n "$pid" ] &&
+    [ "$(tr '\0' '\n' <"/proc/$pid/cmdline" | tail -n +2)" = "$(printf '%s\n' "${API_ARGS[@]}")" ]
+}
+
 # ---- fast path: already up ---------------------------------------------------
 if [ -n "$(running_pid etcd)" ] && [ -n "$(running_pid kube-apiserver)" ] &&
-  [ -f "$DIR/admin.token" ] && [ -f "$KUBECONFIG_OUT" ] && api_ready; then
+  [ -f "$DIR/admin.token" ] && [ -f "$KUBECONFIG_OUT" ] && api_args_current && api_ready; then
   print_result
   exit 0
 fi
@@ -154,6 +136,10 @@ EOF
   log "generated CA, serving cert and service-account key in $PKI"
 }
 [ -f "$PKI/sa.pub" ] || gen_pki
+# shellcheck source=pki.sh
+source "$here/pki.sh"
+# the API server's identity towards kubelets (bound to system:kubelet-api-admin by node.sh)
+issue_client_cert "$PKI" apiserver-kubelet-client kube-apiserver-kubelet-client
 
 if [ ! -f "$DIR/tokens.csv" ] || [ ! -f "$DIR/admin.token" ]; then
   (
@@ -222,33 +208,27 @@ fi
 
 # ---- kube-apiserver ----------------------------------------------------------
 if pid="$(running_pid kube-apiserver)" && [ -n "$pid" ]; then
-  # Running but not (yet) ready: give it the deadline, then restart it.
-  log "kube-apiserver (pid $pid) is running but not ready; waiting"
-  if ! (TIMEOUT=30 wait_for kube-apiserver api_ready) 2>/dev/null; then
-    log "restarting kube-apiserver"
+  if ! api_args_current; then
+    log "kube-apiserver (pid $pid) runs with other flags than this script's; restarting it"
     stop_pid kube-apiserver "$pid"
+  elif ! api_ready; then
+    # Running but not (yet) ready: give it the deadline, then restart it.
+    log "kube-apiserver (pid $pid) is running but not ready; waiting"
+    if ! (TIMEOUT=30 wait_for kube-apiserver api_ready) 2>/dev/null; then
+      log "restarting kube-apiserver"
+      stop_pid kube-apiserver "$pid"
+    fi
   fi
 fi
 if [ -z "$(running_pid kube-apiserver)" ]; then
-  ! port_busy "$API_PORT" || die "127.0.0.1:$API_PORT is in use by another process (set SANDBOX_APISERVER_PORT)"
+  # the port may take a moment to be released after a restart
+  deadline=$((SECONDS + 10))
+  while port_busy "$API_PORT"; do
+    [ "$SECONDS" -lt "$deadline" ] || die "127.0.0.1:$API_PORT is in use by another process (set SANDBOX_APISERVER_PORT)"
+    sleep 0.1
+  done
   log "starting kube-apiserver on $SERVER"
-  start kube-apiserver "$BIN/kube-apiserver" \
-    --bind-address=127.0.0.1 \
-    --advertise-address=127.0.0.1 \
-    --secure-port="$API_PORT" \
-    --etcd-servers="$ETCD_URL" \
-    --tls-cert-file="$PKI/apiserver.crt" \
-    --tls-private-key-file="$PKI/apiserver.key" \
-    --client-ca-file="$PKI/ca.crt" \
-    --token-auth-file="$DIR/tokens.csv" \
-    --authorization-mode=RBAC \
-    --service-account-issuer="https://kubernetes.default.svc.cluster.local" \
-    --service-account-key-file="$PKI/sa.pub" \
-    --service-account-signing-key-file="$PKI/sa.key" \
-    --service-cluster-ip-range=10.0.0.0/24 \
-    --enable-admission-plugins=NamespaceLifecycle,LimitRanger,ServiceAccount,DefaultStorageClass,DefaultTolerationSeconds,MutatingAdmissionWebhook,ValidatingAdmissionWebhook,ValidatingAdmissionPolicy,ResourceQuota \
-    --allow-privileged=true \
-    --profiling=false
+  start kube-apiserver "$BIN/kube-apiserver" "${API_ARGS[@]}"
   wait_for kube-apiserver api_ready
 fi
 
