@@ -57,10 +57,16 @@ for name in "${nodes[@]}"; do
   fi
   stop "containerd-$name" containerd
 done
+stop kube-proxy kube-proxy
 stop kube-scheduler kube-scheduler
 stop kube-controller-manager kube-controller-manager
 
 [ "$wipe" = 1 ] || exit 0
+
+# kube-proxy's iptables rules (Services) are host-wide: remove them.
+if [ -x "$BIN/kube-proxy" ]; then
+  "$BIN/kube-proxy" --cleanup --proxy-mode=iptables >/dev/null 2>&1 || log "kube-proxy --cleanup failed"
+fi
 
 for name in "${nodes[@]}"; do
   if [ -f "$CACHE/cluster/kubeconfig" ] && [ -x "$BIN/kubectl" ]; then

@@ -41,6 +41,8 @@ BASE_IMAGE="${SANDBOX_BASE_IMAGE:-sandbox-operator/base:bookworm}"
 PAUSE_IMAGE="docker.io/sandbox-operator/pause:local"
 SCHEDULER_PORT=10259
 CONTROLLER_MANAGER_PORT=10257
+PROXY_HEALTHZ_PORT=10256
+PROXY_METRICS_PORT=10249
 CNI_BIN=/usr/lib/cni
 # Bump when the pause image recipe changes, to force a rebuild.
 PAUSE_RECIPE=1
@@ -410,6 +412,27 @@ start_node() { # i
     --node-labels=sandboxes.dev/test-node=true --v=1
 }
 
+# ---- kube-proxy ----------------------------------------------------------------------
+# One for the host: every node shares this host's network namespace, so one set
+# of iptables rules serves them all. It makes ClusterIP (and NodePort on the
+# node IP) Services answer from this host. Named after node 1 for its topology.
+proxy_healthy() { curl -sf --max-time 2 "http://127.0.0.1:$PROXY_HEALTHZ_PORT/healthz" >/dev/null 2>&1; }
+
+start_proxy() {
+  local changed
+  issue_client_cert "$PKI" kube-proxy system:kube-proxy
+  changed=0
+  kubeconfig kube-proxy | put_file "$DIR/kube-proxy.kubeconfig" 600 && changed=1
+  # conntrack limits and timeouts: 0 = leave this shared host's sysctls alone.
+  ensure_daemon kube-proxy "$changed" proxy_healthy "$BIN/kube-proxy" \
+    --kubeconfig="$DIR/kube-proxy.kubeconfig" --hostname-override="$(node_name 1)" \
+    --bind-address="$NODE_IP" --proxy-mode=iptables --cluster-cidr=10.244.0.0/16 \
+    --nodeport-addresses=primary \
+    --healthz-bind-address="127.0.0.1:$PROXY_HEALTHZ_PORT" \
+    --metrics-bind-address="127.0.0.1:$PROXY_METRICS_PORT" \
+    --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 --v=1
+}
+
 node_ready() { # name
   [ "$(kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
@@ -450,6 +473,7 @@ EOF
 
 start_controllers
 for i in $(seq 1 "$NODE_COUNT"); do start_node "$i"; done
+start_proxy
 
 deadline=$((SECONDS + TIMEOUT))
 for i in $(seq 1 "$NODE_COUNT"); do
