@@ -10,7 +10,8 @@
 //! - [`s3`]: the test S3 server's settings;
 //! - [`no_native_templates`]: Docker with its native templates hidden, the stand-in for a
 //!   provider without image commit (Fly Machines, E2B);
-//! - [`registry`]: the test image registry, images pushed to it, and its access log.
+//! - [`registry`]: the test image registry, images pushed to it, and its access log;
+//! - [`node`]: real Kubernetes nodes (kubelet + containerd) for Pods (`tests/setup/node.sh`).
 //!
 //! A test binary declares `mod harness;` and uses the modules it needs.
 
@@ -19,6 +20,7 @@
 pub mod cluster;
 pub mod docker;
 pub mod no_native_templates;
+pub mod node;
 pub mod operator;
 pub mod registry;
 pub mod s3;

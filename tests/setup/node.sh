@@ -387,6 +387,19 @@ import_images() {
   echo "$want" >"$DIR/$name/images.stamp"
 }
 
+# containerd pins each pod's network namespace as a bind mount in /run/netns, which it
+# first turns into a shared mount point by bind-mounting the directory onto itself when
+# it is not one. Two containerds doing that at once stack two such mounts, and a pin
+# that ends up under the lower one can never be removed ("unlinkat ... device or
+# resource busy"): its pod hangs in Terminating. So it is done once, here, before any
+# of them starts (this host's / is a private mount, so nothing else shares it).
+netns_dir() {
+  mkdir -p /run/netns
+  mountpoint -q /run/netns && return 0
+  mount --bind /run/netns /run/netns
+  mount --make-shared /run/netns
+}
+
 start_node() { # i
   local name home run changed kc
   name="$(node_name "$1")"
@@ -472,6 +485,7 @@ handler: runc
 EOF
 
 start_controllers
+netns_dir
 for i in $(seq 1 "$NODE_COUNT"); do start_node "$i"; done
 start_proxy
 
