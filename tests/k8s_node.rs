@@ -2,15 +2,17 @@
 //! placed by the real scheduler (spread over every test node), run under the `runc`
 //! RuntimeClass, answer `exec` through the API server and the kubelet, and answer HTTP from
 //! this host through a ClusterIP Service, a NodePort and their pod IP. A Pod whose image is
-//! not on the node and may not be pulled never starts, and says why.
+//! not on the node and may not be pulled never starts, and says why; the nodes pull from the
+//! test registry with an image pull Secret, and only with it.
 
 mod harness;
 
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use harness::{cluster, node, wait_for};
-use k8s_openapi::api::core::v1::{Node, Pod, Service};
+use harness::registry::{push_fresh_image, registry};
+use harness::{cluster, docker, node, unique, wait_for};
+use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
@@ -66,6 +68,57 @@ fn web_pod(name: &str, group: &str) -> Pod {
                 "ports": [{"containerPort": HTTP_PORT}],
                 "readinessProbe": {"tcpSocket": {"port": HTTP_PORT}, "periodSeconds": 1}
             }]
+        }
+    }))
+    .expect("pod")
+}
+
+/// Removes the images a test made the engine and the nodes hold, also when it panics.
+struct Images(Vec<String>);
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        for image in &self.0 {
+            let _ = std::process::Command::new("docker")
+                .args(["rmi", "-f", image])
+                .output();
+            node::remove_image(image);
+        }
+    }
+}
+
+/// The first waiting reason of the Pod's container other than `ContainerCreating`, once
+/// there is one.
+async fn waiting_reason(pods: &Api<Pod>, name: &str) -> String {
+    wait_for(
+        &format!("{name}'s waiting reason"),
+        READY_TIMEOUT,
+        || async {
+            let pod = pods.get(name).await.map_err(|e| e.to_string())?;
+            let status = pod.status.unwrap_or_default();
+            status
+                .container_statuses
+                .unwrap_or_default()
+                .iter()
+                .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone())
+                .find(|r| r != "ContainerCreating")
+                .ok_or_else(|| format!("phase {:?}", status.phase))
+        },
+    )
+    .await
+}
+
+/// A Pod of one container running `image`, pulled as `policy` says, with `secrets`.
+fn image_pod(name: &str, image: &str, policy: &str, secrets: &[&str]) -> Pod {
+    let secrets: Vec<_> = secrets.iter().map(|s| json!({"name": s})).collect();
+    serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "runtimeClassName": node::RUNTIME_CLASS,
+            "nodeSelector": {node::NODE_LABEL: "true"},
+            "imagePullSecrets": secrets,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{"name": "main", "image": image, "imagePullPolicy": policy}]
         }
     }))
     .expect("pod")
@@ -220,35 +273,17 @@ async fn a_pod_whose_image_is_absent_and_may_not_be_pulled_never_starts_and_says
     let client = cluster::client().await;
     let ns = Namespace(cluster::namespace("k8snode-absent").await);
     let pods: Api<Pod> = Api::namespaced(client, &ns.0);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": "absent"},
-        "spec": {
-            "runtimeClassName": node::RUNTIME_CLASS,
-            "nodeSelector": {node::NODE_LABEL: "true"},
-            "containers": [{
-                "name": "main",
-                "image": "sandbox-operator/not-on-any-node:none",
-                "imagePullPolicy": "Never"
-            }]
-        }
-    }))
-    .expect("pod");
+    let pod = image_pod(
+        "absent",
+        "sandbox-operator/not-on-any-node:none",
+        "Never",
+        &[],
+    );
     pods.create(&PostParams::default(), &pod)
         .await
         .expect("create pod");
 
-    let reason = wait_for("the container's waiting reason", READY_TIMEOUT, || async {
-        let pod = pods.get("absent").await.map_err(|e| e.to_string())?;
-        let status = pod.status.unwrap_or_default();
-        status
-            .container_statuses
-            .unwrap_or_default()
-            .iter()
-            .filter_map(|c| c.state.as_ref()?.waiting.as_ref()?.reason.clone())
-            .find(|r| r != "ContainerCreating")
-            .ok_or_else(|| format!("phase {:?}", status.phase))
-    })
-    .await;
+    let reason = waiting_reason(&pods, "absent").await;
     assert_eq!(reason, "ErrImageNeverPull");
     let pod = pods.get("absent").await.expect("pod");
     let status = pod.status.expect("status");
@@ -263,4 +298,60 @@ async fn a_pod_whose_image_is_absent_and_may_not_be_pulled_never_starts_and_says
                 && c.state.as_ref().is_some_and(|s| s.running.is_none())),
         "the container never ran"
     );
+}
+
+#[tokio::test]
+async fn nodes_pull_from_the_test_registry_with_a_pull_secret_and_only_with_it() {
+    node::ensure();
+    let r = registry();
+    let engine = docker::engine().await;
+    let repository = unique("k8snode-pull");
+    let digest = push_fresh_image(
+        &engine,
+        &docker::base_image(),
+        &r,
+        &repository,
+        "1",
+        "pulled",
+    )
+    .await;
+    let image = format!("{}/{repository}:1", r.addr);
+    let _images = Images(vec![image.clone(), digest]);
+
+    let client = cluster::client().await;
+    let ns = Namespace(cluster::namespace("k8snode-pull").await);
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "regcred"},
+        "type": "kubernetes.io/dockerconfigjson",
+        "stringData": {".dockerconfigjson": r.docker_config(&r.password)}
+    }))
+    .expect("secret");
+    Api::<Secret>::namespaced(client.clone(), &ns.0)
+        .create(&PostParams::default(), &secret)
+        .await
+        .expect("create secret");
+    let pods: Api<Pod> = Api::namespaced(client, &ns.0);
+
+    // without the Secret the registry refuses the pull
+    let pod = image_pod("anonymous", &image, "Always", &[]);
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    let reason = waiting_reason(&pods, "anonymous").await;
+    assert!(
+        reason == "ErrImagePull" || reason == "ImagePullBackOff",
+        "an anonymous pull fails, got {reason}"
+    );
+
+    // with it the image is pulled and runs: the marker file the fresh image carries is there
+    let pod = image_pod("authorised", &image, "Always", &["regcred"]);
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("create pod");
+    ready(&pods, "authorised").await;
+    let out = cluster::kubectl(
+        &["exec", "-n", &ns.0, "authorised", "--", "cat", "/marker"],
+        None,
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "pulled");
 }

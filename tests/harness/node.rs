@@ -60,3 +60,16 @@ pub fn ensure() -> &'static [String] {
         ready
     })
 }
+
+/// Removes an image reference from every test node's containerd (absent is fine), so a
+/// test that made a node pull leaves nothing behind. Each node's containerd listens on
+/// `/run/sandbox-operator/node/<node>/containerd.sock` (see `tests/setup/node.sh`).
+pub fn remove_image(reference: &str) {
+    for name in ensure() {
+        let socket = format!("/run/sandbox-operator/node/{name}/containerd.sock");
+        let _ = Command::new("ctr")
+            .args(["--address", &socket, "--namespace", "k8s.io"])
+            .args(["images", "rm", reference])
+            .output();
+    }
+}
