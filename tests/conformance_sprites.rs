@@ -22,7 +22,8 @@ use sandbox_operator::provider::{CreateRequest, Resources, RestartPolicy};
 
 conformance_suite!(fixture);
 
-/// What the Sprites provider offers against the double: exact files; a memory ceiling
+/// What the Sprites provider offers against the double: exact files; bulk tar through exec;
+/// an egress verdict read from the policy the service enforces; a memory ceiling
 /// (whole MiB); a domain allow-list and "no egress" (stored as the sprite's network policy,
 /// which the real service enforces; the double only stores it); no command (a sprite has no
 /// main process), no fractional CPU (the suite asks for 500m; whole CPUs are accepted), no
@@ -30,6 +31,8 @@ conformance_suite!(fixture);
 fn expect() -> Expect {
     Expect {
         files: true,
+        bulk_files: true,
+        egress: true,
         memory: true,
         domain_egress: true,
         no_egress: true,

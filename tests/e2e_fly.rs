@@ -266,6 +266,42 @@ async fn a_fly_sandbox_becomes_ready_and_its_url_reaches_it_alone() {
     w.double.shutdown().await;
 }
 
+/// A resize is a machine update, which Fly applies by rebooting a running machine: status says
+/// so (`lastResourceChange.restarted`), and the main process really did start again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resize_says_in_status_that_it_restarted_the_machine() {
+    let w = World::new("e2e-fly-resize").await;
+    let op = w.operator("", vec![]);
+    let mut spec = sleeper();
+    spec["resources"] = json!({"memory": "256Mi"});
+    w.apply("grow", spec);
+    let api = w.api().await;
+    let s = wait_ready(&api, "grow", &op).await;
+    let id = s.status.and_then(|st| st.sandbox_id).expect("sandboxId");
+    let pid1 = "sed 's/.*) //' /proc/1/stat | cut -d' ' -f20";
+    let (code, before) = w.sh(&id, pid1).await;
+    assert_eq!(code, 0);
+
+    patch_spec(&api, "grow", json!({"resources": {"memory": "512Mi"}})).await;
+    let change = wait_for("status.lastResourceChange", READY_TIMEOUT, || async {
+        let s = api.get("grow").await.map_err(|e| e.to_string())?;
+        let st = s.status.unwrap_or_default();
+        match (st.last_resource_change, st.resources) {
+            (Some(c), Some(r)) if r.memory.as_deref() == Some("536870912") => Ok(c),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(change.restarted, "Fly reboots to resize: {change:?}");
+    wait_ready(&api, "grow", &op).await;
+    assert_eq!(w.machine(&id).await["config"]["guest"]["memory_mb"], 512);
+    let (code, after) = w.sh(&id, pid1).await;
+    assert_eq!(code, 0);
+    assert_ne!(before, after, "the main process started again");
+    delete_and_wait_gone(&api, "grow").await;
+    w.double.shutdown().await;
+}
+
 async fn wait_hibernation(
     api: &Api<Sandbox>,
     name: &str,
