@@ -44,10 +44,11 @@ impl World {
         }
     }
 
-    /// The operator configuration: one Sprites provider pointed at the double, then `after`.
-    fn config(&self, after: &str) -> String {
+    /// The operator configuration: one Sprites provider pointed at the double (with `inside`
+    /// added to its entry), then `after`.
+    fn config(&self, inside: &str, after: &str) -> String {
         format!(
-            "providers:\n  - name: sprites\n    type: sprites\n    sprites:\n      apiUrl: {}\n      \
+            "providers:\n  - name: sprites\n    type: sprites\n{inside}    sprites:\n      apiUrl: {}\n      \
              org: e2e\n      token: {{file: {}}}\n{after}",
             self.double.base_url,
             self.token.path().display(),
@@ -55,9 +56,13 @@ impl World {
     }
 
     fn operator(&self, after: &str, env: Vec<(String, String)>) -> Operator {
+        self.operator_with("", after, env)
+    }
+
+    fn operator_with(&self, inside: &str, after: &str, env: Vec<(String, String)>) -> Operator {
         let options = OperatorOptions {
             env,
-            config_extra: self.config(after),
+            config_extra: self.config(inside, after),
             ..Default::default()
         };
         Operator::start(&self.ns, &self.ns, &options)
@@ -281,7 +286,7 @@ async fn a_sprite_becomes_ready_without_an_image_takes_commands_and_files_and_is
         .exec(
             &id,
             &ExecRequest::shell(
-                "od -An -tx1 /tmp/bytes.bin | tr -d ' \\n' | cut -c1-8; echo; exit 7",
+                "od -An -tx1 /tmp/bytes.bin | tr -d ' \\n' | cut -c1-8; exit 7",
                 Duration::from_secs(30),
             ),
         )
@@ -542,6 +547,160 @@ async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
     );
     assert_eq!(w.double.deletes(), 0);
     assert_eq!(w.double.sprite_names().await, sprites);
+    drop(op);
+    w.double.shutdown().await;
+}
+
+/// The S3 test store under `prefix` (`templateStores`), with the keys by environment
+/// reference; and the environment that holds them.
+fn store_config(prefix: &str) -> (String, Vec<(String, String)>) {
+    let env = harness::s3::s3_env();
+    let config = format!(
+        "templateStores:\n  - name: s3\n    bucket: {}\n    endpoint: {}\n    \
+         pathStyle: true\n    prefix: {prefix}\n    accessKeyId: {{env: E2E_S3_ACCESS_KEY}}\n    \
+         secretAccessKey: {{env: E2E_S3_SECRET_KEY}}\n",
+        env["SANDBOX_S3_BUCKET"], env["SANDBOX_S3_ENDPOINT"],
+    );
+    let keys = vec![
+        (
+            "E2E_S3_ACCESS_KEY".into(),
+            env["SANDBOX_S3_ACCESS_KEY"].clone(),
+        ),
+        (
+            "E2E_S3_SECRET_KEY".into(),
+            env["SANDBOX_S3_SECRET_KEY"].clone(),
+        ),
+    ];
+    (config, keys)
+}
+
+/// Removes every store object under a prefix when dropped.
+struct PurgePrefix(String);
+
+impl Drop for PurgePrefix {
+    fn drop(&mut self) {
+        use sandbox_operator::config::TemplateStoreConfig;
+        use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
+        let env = harness::s3::s3_env();
+        let cfg: TemplateStoreConfig = serde_json::from_value(json!({
+            "name": "s3", "bucket": env["SANDBOX_S3_BUCKET"], "endpoint": env["SANDBOX_S3_ENDPOINT"],
+            "pathStyle": true, "prefix": self.0,
+        }))
+        .expect("store config");
+        let (access, secret) = (
+            env["SANDBOX_S3_ACCESS_KEY"].clone(),
+            env["SANDBOX_S3_SECRET_KEY"].clone(),
+        );
+        let Ok(settings) = StoreSettings::resolve(&cfg, |k| match k {
+            "AWS_ACCESS_KEY_ID" => Some(access.clone()),
+            "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
+            _ => None,
+        }) else {
+            return;
+        };
+        let prefix = format!("{}/", self.0);
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                let store = TemplateStore::new(settings);
+                if let Ok(objects) = store.list(&prefix).await {
+                    let keys: Vec<String> = objects.into_iter().map(|o| o.key).collect();
+                    let _ = store.remove(&keys).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// A checkpoint restores only its own sprite, so templates go through the store: captured
+/// from one sprite by tar over exec, restored into a new sprite the same way, bytes and
+/// permission bits intact.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_captured_on_a_sprite_boots_a_second_sprite() {
+    use sandbox_operator::api::SandboxTemplate;
+    let w = World::new("e2e-sprites-tpl").await;
+    let prefix = format!("e2e-{}", w.ns);
+    let _objects = PurgePrefix(prefix.clone());
+    let (store, keys) = store_config(&prefix);
+    let op = w.operator_with("    templateStore: s3\n", &store, keys);
+    let api = w.api().await;
+    w.apply("src", sprite());
+    let src = wait_ready(&api, "src", &op).await;
+    let src_id = sandbox_id(&src);
+    let p = w.provider();
+    let every_byte: Vec<u8> = (0..=255u8).collect();
+    p.files()
+        .expect("files")
+        .write_file(&src_id, "/workspace/app/bytes.bin", &every_byte, 0o640)
+        .await
+        .expect("write into the source");
+
+    let template = json!({
+        "apiVersion": "sandboxes.dev/v1alpha1",
+        "kind": "SandboxTemplate",
+        "metadata": {"name": "tpl"},
+        "spec": {"sandboxRef": {"name": "src"}, "capturePaths": ["/workspace/app"]},
+    });
+    let out = apply_yaml(&serde_yaml::to_string(&template).unwrap(), &w.ns);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let templates: Api<SandboxTemplate> = Api::namespaced(client().await, &w.ns);
+    let what = format!(
+        "SandboxTemplate tpl Ready (operator log: {})",
+        op.log.display()
+    );
+    let st = wait_for(&what, READY_TIMEOUT, || async {
+        let t = templates.get("tpl").await.map_err(|e| e.to_string())?;
+        let st = t.status.clone().unwrap_or_default();
+        match condition(&st.conditions, "Ready") {
+            Some(c) if c.status == "True" => Ok(st),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(
+        st.ref_.as_deref().is_some_and(|r| r.starts_with("s3://")),
+        "captured into the store: {st:?}"
+    );
+
+    w.apply(
+        "user",
+        json!({"provider": "sprites", "templateRef": {"name": "tpl"}}),
+    );
+    let booted = wait_ready(&api, "user", &op).await;
+    let user_id = sandbox_id(&booted);
+    assert_ne!(user_id, src_id);
+    let back = p
+        .files()
+        .expect("files")
+        .read_file(&user_id, "/workspace/app/bytes.bin")
+        .await
+        .expect("restored file");
+    assert_eq!(back, every_byte, "bytes unchanged");
+    let mode = p
+        .exec(
+            &user_id,
+            &ExecRequest::shell(
+                "stat -c %a /workspace/app/bytes.bin",
+                Duration::from_secs(30),
+            ),
+        )
+        .await
+        .expect("stat");
+    assert_eq!(mode.stdout, b"640\n");
+    assert_eq!(w.double.sprite_names().await.len(), 2);
+    for name in ["user", "src"] {
+        delete_and_wait_gone(&api, name).await;
+    }
     drop(op);
     w.double.shutdown().await;
 }

@@ -93,7 +93,13 @@ impl Drop for Rendered {
 
 /// Creates Secret `secret` (key `key` = `token`) in `namespace`, renders the chart with
 /// `values`, and starts the binary with the rendered config, args and env.
-fn install_and_run(namespace: &str, values: &str, secret: &str, key: &str, token: &str) -> Rendered {
+fn install_and_run(
+    namespace: &str,
+    values: &str,
+    secret: &str,
+    key: &str,
+    token: &str,
+) -> Rendered {
     let create = kubectl(
         &[
             "create",
@@ -225,7 +231,9 @@ fn common(namespace: &str) -> String {
 async fn a_fly_install_with_its_token_secret_runs_a_fly_sandbox() {
     use sandbox_doubles::fly::{FlyDoubleOptions, spawn};
     let ns = namespace("helm-fly").await;
-    let double = spawn(FlyDoubleOptions::default()).await.expect("Fly double");
+    let double = spawn(FlyDoubleOptions::default())
+        .await
+        .expect("Fly double");
     let first = 20_000 + fastrand::u16(0..30_000);
     let values = format!(
         "{}providers:\n  - name: fly\n    type: fly\n    fly:\n      app: {}\n      apiUrl: {}\n      \
@@ -269,7 +277,10 @@ async fn a_sprites_install_with_its_token_secret_runs_a_sprite() {
     let id = s.status.and_then(|st| st.sandbox_id).expect("sandboxId");
     assert!(id.starts_with("sbx-"), "{id}");
     assert_eq!(double.creates(), 1);
-    assert!(double.sprite_names().await.is_empty(), "the sprite is deleted");
+    assert!(
+        double.sprite_names().await.is_empty(),
+        "the sprite is deleted"
+    );
     drop(op);
     double.shutdown().await;
 }
