@@ -551,73 +551,6 @@ async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
     w.double.shutdown().await;
 }
 
-/// The S3 test store under `prefix` (`templateStores`), with the keys by environment
-/// reference; and the environment that holds them.
-fn store_config(prefix: &str) -> (String, Vec<(String, String)>) {
-    let env = harness::s3::s3_env();
-    let config = format!(
-        "templateStores:\n  - name: s3\n    bucket: {}\n    endpoint: {}\n    \
-         pathStyle: true\n    prefix: {prefix}\n    accessKeyId: {{env: E2E_S3_ACCESS_KEY}}\n    \
-         secretAccessKey: {{env: E2E_S3_SECRET_KEY}}\n",
-        env["SANDBOX_S3_BUCKET"], env["SANDBOX_S3_ENDPOINT"],
-    );
-    let keys = vec![
-        (
-            "E2E_S3_ACCESS_KEY".into(),
-            env["SANDBOX_S3_ACCESS_KEY"].clone(),
-        ),
-        (
-            "E2E_S3_SECRET_KEY".into(),
-            env["SANDBOX_S3_SECRET_KEY"].clone(),
-        ),
-    ];
-    (config, keys)
-}
-
-/// Removes every store object under a prefix when dropped.
-struct PurgePrefix(String);
-
-impl Drop for PurgePrefix {
-    fn drop(&mut self) {
-        use sandbox_operator::config::TemplateStoreConfig;
-        use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
-        let env = harness::s3::s3_env();
-        let cfg: TemplateStoreConfig = serde_json::from_value(json!({
-            "name": "s3", "bucket": env["SANDBOX_S3_BUCKET"], "endpoint": env["SANDBOX_S3_ENDPOINT"],
-            "pathStyle": true, "prefix": self.0,
-        }))
-        .expect("store config");
-        let (access, secret) = (
-            env["SANDBOX_S3_ACCESS_KEY"].clone(),
-            env["SANDBOX_S3_SECRET_KEY"].clone(),
-        );
-        let Ok(settings) = StoreSettings::resolve(&cfg, |k| match k {
-            "AWS_ACCESS_KEY_ID" => Some(access.clone()),
-            "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
-            _ => None,
-        }) else {
-            return;
-        };
-        let prefix = format!("{}/", self.0);
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                let store = TemplateStore::new(settings);
-                if let Ok(objects) = store.list(&prefix).await {
-                    let keys: Vec<String> = objects.into_iter().map(|o| o.key).collect();
-                    let _ = store.remove(&keys).await;
-                }
-            });
-        })
-        .join();
-    }
-}
-
 /// A checkpoint restores only its own sprite, so templates go through the store: captured
 /// from one sprite by tar over exec, restored into a new sprite the same way, bytes and
 /// permission bits intact.
@@ -626,8 +559,8 @@ async fn a_template_captured_on_a_sprite_boots_a_second_sprite() {
     use sandbox_operator::api::SandboxTemplate;
     let w = World::new("e2e-sprites-tpl").await;
     let prefix = format!("e2e-{}", w.ns);
-    let _objects = PurgePrefix(prefix.clone());
-    let (store, keys) = store_config(&prefix);
+    let _objects = harness::s3::PurgePrefix(prefix.clone());
+    let (store, keys) = harness::s3::store_config(&prefix);
     let op = w.operator_with("    templateStore: s3\n", &store, keys);
     let api = w.api().await;
     w.apply("src", sprite());
