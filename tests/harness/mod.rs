@@ -10,7 +10,8 @@
 //! - [`s3`]: the test S3 server's settings;
 //! - [`no_native_templates`]: Docker with its native templates hidden, the stand-in for a
 //!   provider without image commit (Fly Machines, E2B);
-//! - [`registry`]: the test image registry, images pushed to it, and its access log.
+//! - [`registry`]: the test image registry, images pushed to it, and its access log;
+//! - [`kubernetes`]: the Kubernetes provider on the real test node(s), a namespace per test.
 //!
 //! A test binary declares `mod harness;` and uses the modules it needs.
 
@@ -18,6 +19,7 @@
 
 pub mod cluster;
 pub mod docker;
+pub mod kubernetes;
 pub mod no_native_templates;
 pub mod operator;
 pub mod registry;

@@ -20,7 +20,9 @@ use crate::provider::{
 const PAGE: u32 = 500;
 /// How long a replaced Pod may take to leave the API server.
 const GONE_WITHIN: Duration = Duration::from_secs(60);
-/// Polling interval while waiting for that.
+/// How long a start waits for the container to run (scheduling and an image pull included).
+const START_WITHIN: Duration = Duration::from_secs(90);
+/// Polling interval while waiting for a Pod to go or to run.
 const POLL: Duration = Duration::from_millis(100);
 
 fn not_found(id: &str, namespace: &str) -> ProviderError {
@@ -143,8 +145,15 @@ impl KubernetesProvider {
     }
 
     /// Start: a gated Pod loses its gate (the scheduler places it); an exited Pod is
-    /// replaced by a fresh one; a running or starting Pod is left alone.
+    /// replaced by a fresh one; then it waits until the container has run (like a Docker
+    /// start returns once the process runs), so a start that cannot happen — no node fits,
+    /// the image cannot be pulled — is an error naming the reason, not a silent Pending.
     pub(super) async fn start_sandbox(&self, id: &str) -> ProviderResult<()> {
+        self.release(id).await?;
+        self.wait_started(id).await
+    }
+
+    async fn release(&self, id: &str) -> ProviderResult<()> {
         let pod = self.must_get_pod(id).await?;
         if pod.metadata.deletion_timestamp.is_some() {
             return Err(ProviderError::transient(format!(
@@ -167,6 +176,28 @@ impl KubernetesProvider {
             return self.replace(&pod, false, false).await;
         }
         Ok(())
+    }
+
+    /// Polls until the sandbox's container has started (or ran and exited), or fails with
+    /// the reason the kubelet or the scheduler gives.
+    async fn wait_started(&self, id: &str) -> ProviderResult<()> {
+        let deadline = Instant::now() + START_WITHIN;
+        loop {
+            let pod = self.must_get_pod(id).await?;
+            if pod::started_at_here(&pod) {
+                return Ok(());
+            }
+            if let Some(e) = pod::start_failure(&pod) {
+                return Err(e);
+            }
+            if Instant::now() > deadline {
+                return Err(ProviderError::transient(format!(
+                    "sandbox {id} did not start within {START_WITHIN:?}: {}",
+                    pod::pending_reason(&pod)
+                )));
+            }
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     /// Stop: the running Pod is deleted (its processes end) and a gated successor keeps

@@ -332,6 +332,64 @@ pub fn started_at(pod: &Pod) -> Option<DateTime<Utc>> {
         .or_else(|| terminated_start(&status.state))
 }
 
+/// Whether this Pod's own container has started (now or before, in this Pod).
+pub fn started_at_here(pod: &Pod) -> bool {
+    let Some(status) = container_status(pod) else {
+        return false;
+    };
+    let ran = |s: &Option<k8s_openapi::api::core::v1::ContainerState>| {
+        s.as_ref()
+            .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+    };
+    ran(&status.state) || ran(&status.last_state)
+}
+
+/// Why a Pod has not started yet, for an error message: the scheduler's or the kubelet's
+/// own words.
+pub fn pending_reason(pod: &Pod) -> String {
+    let waiting = container_status(pod)
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.waiting.as_ref());
+    if let Some(w) = waiting {
+        return format!(
+            "{} ({})",
+            w.reason.as_deref().unwrap_or("waiting"),
+            w.message.as_deref().unwrap_or("no message")
+        );
+    }
+    let unscheduled = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"));
+    match unscheduled {
+        Some(c) => format!(
+            "not scheduled: {} ({})",
+            c.reason.as_deref().unwrap_or("Unschedulable"),
+            c.message.as_deref().unwrap_or("no message")
+        ),
+        None => "Pending".into(),
+    }
+}
+
+/// A start that cannot succeed without a change: an image the node must not pull or that
+/// is misnamed, a container the runtime refuses. Pull failures and an unschedulable Pod
+/// are left to the deadline: they may clear by themselves (a registry back, a node added).
+pub fn start_failure(pod: &Pod) -> Option<ProviderError> {
+    let waiting = container_status(pod)?.state.as_ref()?.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref()?;
+    let message = waiting.message.as_deref().unwrap_or("");
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    match reason {
+        "ErrImageNeverPull" | "InvalidImageName" | "CreateContainerConfigError"
+        | "CreateContainerError" | "RunContainerError" => Some(ProviderError::invalid(format!(
+            "sandbox {name} cannot start: {reason} ({message}); fix spec.image or \
+             spec.imagePullPolicy"
+        ))),
+        _ => None,
+    }
+}
+
 /// The coarse state of a sandbox Pod.
 pub fn state(pod: &Pod) -> SandboxState {
     if pod.metadata.deletion_timestamp.is_some() {
