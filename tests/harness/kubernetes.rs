@@ -31,19 +31,30 @@ pub async fn node() {
         }
     });
     let nodes: kube::Api<Node> = kube::Api::all(cluster::client().await);
-    wait_for("a Ready node (run tests/setup/node.sh)", Duration::from_secs(60), || {
-        let nodes = nodes.clone();
-        async move {
-            let list = nodes.list(&Default::default()).await.map_err(|e| e.to_string())?;
-            let ready = list.items.iter().any(|n| {
-                n.status
-                    .as_ref()
-                    .and_then(|s| s.conditions.as_ref())
-                    .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-            });
-            if ready { Ok(()) } else { Err(format!("{} nodes, none Ready", list.items.len())) }
-        }
-    })
+    wait_for(
+        "a Ready node (run tests/setup/node.sh)",
+        Duration::from_secs(60),
+        || {
+            let nodes = nodes.clone();
+            async move {
+                let list = nodes
+                    .list(&Default::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let ready = list.items.iter().any(|n| {
+                    n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                });
+                if ready {
+                    Ok(())
+                } else {
+                    Err(format!("{} nodes, none Ready", list.items.len()))
+                }
+            }
+        },
+    )
     .await;
 }
 
@@ -102,11 +113,24 @@ impl Drop for Cleanup {
     fn drop(&mut self) {
         let selector = format!("sandboxes.dev/managed-by={}", self.instance);
         let _ = cluster::kubectl(
-            &["delete", "pv", "-l", &selector, "--wait=false", "--ignore-not-found"],
+            &[
+                "delete",
+                "pv",
+                "-l",
+                &selector,
+                "--wait=false",
+                "--ignore-not-found",
+            ],
             None,
         );
         let _ = cluster::kubectl(
-            &["delete", "namespace", &self.namespace, "--wait=false", "--ignore-not-found"],
+            &[
+                "delete",
+                "namespace",
+                &self.namespace,
+                "--wait=false",
+                "--ignore-not-found",
+            ],
             None,
         );
         let _ = std::fs::remove_dir_all(volume_dir().join(&self.namespace));

@@ -77,6 +77,7 @@ impl KubernetesProvider {
         let credential = super::pull::credential(request)?;
         let secret = credential.map(|_| super::pull::secret_name(&request.name));
         let pod = pod::build(request, &self.settings, secret.as_deref(), Utc::now())?;
+        self.require_claims(request).await?;
         let created = self
             .pods()
             .create(&PostParams::default(), &pod)
@@ -103,6 +104,22 @@ impl KubernetesProvider {
             return Err(e);
         }
         self.describe_pod(&created).await
+    }
+
+    /// Every mounted volume must exist: a Pod naming an absent claim would wait for it
+    /// forever instead of failing.
+    async fn require_claims(&self, request: &CreateRequest) -> ProviderResult<()> {
+        for mount in &request.volumes {
+            let what = format!("reading PersistentVolumeClaim {}", mount.volume_name);
+            if absent_ok(self.claims().get(&mount.volume_name).await, &what)?.is_none() {
+                return Err(ProviderError::not_found(format!(
+                    "volume {} does not exist (no PersistentVolumeClaim in namespace {}); create \
+                     its SandboxVolume first",
+                    mount.volume_name, self.settings.namespace
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Lists Pods by label selector, following every page; rule 1: any failure is `Err`.

@@ -361,7 +361,10 @@ pub fn pending_reason(pod: &Pod) -> String {
         .status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled" && c.status == "False"));
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        });
     match unscheduled {
         Some(c) => format!(
             "not scheduled: {} ({})",
@@ -381,8 +384,11 @@ pub fn start_failure(pod: &Pod) -> Option<ProviderError> {
     let message = waiting.message.as_deref().unwrap_or("");
     let name = pod.metadata.name.as_deref().unwrap_or("");
     match reason {
-        "ErrImageNeverPull" | "InvalidImageName" | "CreateContainerConfigError"
-        | "CreateContainerError" | "RunContainerError" => Some(ProviderError::invalid(format!(
+        "ErrImageNeverPull"
+        | "InvalidImageName"
+        | "CreateContainerConfigError"
+        | "CreateContainerError"
+        | "RunContainerError" => Some(ProviderError::invalid(format!(
             "sandbox {name} cannot start: {reason} ({message}); fix spec.image or \
              spec.imagePullPolicy"
         ))),

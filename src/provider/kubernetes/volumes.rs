@@ -8,6 +8,7 @@
 //! the claim (Kubernetes never wipes a hostPath: its files stay on the node).
 
 use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
@@ -26,6 +27,9 @@ use crate::provider::validate;
 use crate::provider::{ProviderError, ProviderResult, VolumeInfo, VolumeQuery, Volumes};
 
 const PAGE: u32 = 500;
+/// How long a deleted claim may take to go (its protection finalizer).
+const GONE_WITHIN: Duration = Duration::from_secs(60);
+const POLL: Duration = Duration::from_millis(200);
 
 fn size_of(claim: &PersistentVolumeClaim) -> Option<u64> {
     let q = claim.status.as_ref()?.capacity.as_ref()?.get("storage")?;
@@ -167,6 +171,25 @@ impl KubernetesProvider {
     }
 }
 
+impl KubernetesProvider {
+    /// Waits until claim `name` has left the API server: its protection finalizer holds it
+    /// until the controller-manager has seen that no Pod uses it any more.
+    async fn wait_claim_gone(&self, name: &str) -> ProviderResult<()> {
+        let deadline = Instant::now() + GONE_WITHIN;
+        let what = format!("reading PersistentVolumeClaim {name}");
+        while absent_ok(self.claims().get(name).await, &what)?.is_some() {
+            if Instant::now() > deadline {
+                return Err(ProviderError::transient(format!(
+                    "PersistentVolumeClaim {name} is still being deleted after {GONE_WITHIN:?} \
+                     (a Pod may still use it)"
+                )));
+            }
+            tokio::time::sleep(POLL).await;
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl Volumes for KubernetesProvider {
     /// A claim (and, in test mode, its hostPath volume). An existing claim with our owner
@@ -225,6 +248,7 @@ impl Volumes for KubernetesProvider {
             self.claims().delete(name, &DeleteParams::default()).await,
             &what,
         )?;
+        self.wait_claim_gone(name).await?;
         if self.settings.host_path_volumes.is_some() {
             let pv = self.host_path_volume_name(name);
             let what = format!("deleting PersistentVolume {pv}");
