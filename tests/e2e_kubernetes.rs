@@ -183,12 +183,16 @@ async fn patch_spec(api: &Api<Sandbox>, name: &str, spec: Value) {
 
 /// GETs `url` until it answers; returns the body.
 async fn fetch(url: &str) -> String {
-    wait_for(&format!("{url} to answer"), Duration::from_secs(60), || async {
-        match reqwest::get(url).await {
-            Ok(r) => r.text().await.map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
+    wait_for(
+        &format!("{url} to answer"),
+        Duration::from_secs(60),
+        || async {
+            match reqwest::get(url).await {
+                Ok(r) => r.text().await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            }
+        },
+    )
     .await
 }
 
@@ -207,21 +211,38 @@ async fn a_sandbox_is_a_scheduled_pod_whose_url_exec_and_files_work_and_survive_
     let status = s.status.clone().expect("status");
     let uid = s.metadata.uid.clone().expect("uid");
     let id = status.sandbox_id.clone().expect("sandboxId");
-    assert_eq!(id, format!("sbx-{uid}"), "the Pod's name is the external name");
+    assert_eq!(
+        id,
+        format!("sbx-{uid}"),
+        "the Pod's name is the external name"
+    );
     assert!(status.started_at.is_some());
 
     // A real Pod, placed by the scheduler, hardened, with the owner labels.
     let pod = w.pods().await.get(&id).await.expect("the sandbox's Pod");
     let spec = pod.spec.clone().expect("spec");
-    assert!(spec.node_name.is_some_and(|n| n.starts_with("sbx-node-")), "scheduled");
+    assert!(
+        spec.node_name.is_some_and(|n| n.starts_with("sbx-node-")),
+        "scheduled"
+    );
     assert_eq!(spec.runtime_class_name.as_deref(), Some("runc"));
     let labels = pod.metadata.labels.clone().unwrap_or_default();
     assert_eq!(labels.get("sandboxes.dev/owner-uid"), Some(&uid));
     assert_eq!(labels.get("sandboxes.dev/managed-by"), Some(&w.ns));
-    let sc = spec.containers[0].security_context.clone().expect("securityContext");
+    let sc = spec.containers[0]
+        .security_context
+        .clone()
+        .expect("securityContext");
     assert_eq!(sc.allow_privilege_escalation, Some(false));
-    assert_eq!(sc.capabilities.and_then(|c| c.drop), Some(vec!["ALL".to_string()]));
-    let limits = spec.containers[0].resources.clone().and_then(|r| r.limits).expect("limits");
+    assert_eq!(
+        sc.capabilities.and_then(|c| c.drop),
+        Some(vec!["ALL".to_string()])
+    );
+    let limits = spec.containers[0]
+        .resources
+        .clone()
+        .and_then(|r| r.limits)
+        .expect("limits");
     assert_eq!(limits["cpu"].0, "500m");
 
     // The URL is the Service's, and it reaches this Pod.
@@ -237,26 +258,51 @@ async fn a_sandbox_is_a_scheduled_pod_whose_url_exec_and_files_work_and_survive_
     // Exec and files through the Pod exec API.
     let provider = w.provider().await;
     let out = provider
-        .exec(&id, &ExecRequest::shell("printf %s \"$GREETING\"", Duration::from_secs(30)))
+        .exec(
+            &id,
+            &ExecRequest::shell("printf %s \"$GREETING\"", Duration::from_secs(30)),
+        )
         .await
         .expect("exec");
-    assert_eq!((out.exit_code, out.stdout.as_slice()), (0, b"hello".as_slice()));
+    assert_eq!(
+        (out.exit_code, out.stdout.as_slice()),
+        (0, b"hello".as_slice())
+    );
     let bytes: Vec<u8> = (0..=255).collect();
     provider
         .write_file(&id, "/tmp/e2e/bytes", &bytes, 0o644)
         .await
         .expect("write");
-    assert_eq!(provider.read_file(&id, "/tmp/e2e/bytes").await.expect("read"), bytes);
+    assert_eq!(
+        provider
+            .read_file(&id, "/tmp/e2e/bytes")
+            .await
+            .expect("read"),
+        bytes
+    );
 
     // Stopped: the Pod goes (a gated stand-in keeps the identity), the Service stays.
     patch_spec(&api, "web", json!({"state": "Stopped"})).await;
     wait_ready(&api, "web", &op).await;
     let stopped = w.pods().await.get(&id).await.expect("the stand-in Pod");
-    let gates = stopped.spec.clone().and_then(|s| s.scheduling_gates).unwrap_or_default();
+    let gates = stopped
+        .spec
+        .clone()
+        .and_then(|s| s.scheduling_gates)
+        .unwrap_or_default();
     assert_eq!(gates.len(), 1, "gated");
     assert_eq!(gates[0].name, GATE);
-    assert!(stopped.metadata.annotations.unwrap_or_default().contains_key(STOPPED));
-    assert_ne!(stopped.metadata.uid, pod.metadata.uid, "the running Pod is gone");
+    assert!(
+        stopped
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key(STOPPED)
+    );
+    assert_ne!(
+        stopped.metadata.uid, pod.metadata.uid,
+        "the running Pod is gone"
+    );
     assert!(
         Api::<Service>::namespaced(client().await, &w.pods_ns)
             .get_opt(&id)
@@ -269,8 +315,14 @@ async fn a_sandbox_is_a_scheduled_pod_whose_url_exec_and_files_work_and_survive_
     // Running again: a new Pod under the same name, the URL answers again.
     patch_spec(&api, "web", json!({"state": "Running"})).await;
     let s = wait_ready(&api, "web", &op).await;
-    assert_eq!(s.status.as_ref().and_then(|st| st.sandbox_id.clone()), Some(id.clone()));
-    let url = s.status.and_then(|st| st.url).expect("url after the restart");
+    assert_eq!(
+        s.status.as_ref().and_then(|st| st.sandbox_id.clone()),
+        Some(id.clone())
+    );
+    let url = s
+        .status
+        .and_then(|st| st.url)
+        .expect("url after the restart");
     assert_eq!(fetch(&url).await, id);
     assert_eq!(w.our_pods().await.len(), 1, "one Pod, never two");
 
@@ -294,7 +346,10 @@ async fn a_crash_between_create_and_status_write_leaves_exactly_one_pod() {
     let api = w.api().await;
     let s = api.get("crashy").await.expect("get");
     assert!(
-        s.status.as_ref().and_then(|st| st.sandbox_id.clone()).is_none(),
+        s.status
+            .as_ref()
+            .and_then(|st| st.sandbox_id.clone())
+            .is_none(),
         "the create was not recorded"
     );
     assert_eq!(w.our_pods().await.len(), 1, "the create happened");
@@ -303,7 +358,10 @@ async fn a_crash_between_create_and_status_write_leaves_exactly_one_pod() {
     let s = wait_ready(&api, "crashy", &op).await;
     let pods = w.our_pods().await;
     assert_eq!(pods.len(), 1, "adopted, not duplicated");
-    assert_eq!(s.status.and_then(|st| st.sandbox_id), pods[0].metadata.name.clone());
+    assert_eq!(
+        s.status.and_then(|st| st.sandbox_id),
+        pods[0].metadata.name.clone()
+    );
     delete_and_wait_gone(&api, "crashy").await;
 }
 
@@ -415,22 +473,40 @@ async fn image_pull_secrets_reach_the_pod_and_the_kubelet_pulls_with_them() {
         .map(|r| r.name)
         .collect();
     assert_eq!(names, vec![pull_secret.clone()]);
-    assert_eq!(spec.containers[0].image_pull_policy.as_deref(), Some("Always"));
+    assert_eq!(
+        spec.containers[0].image_pull_policy.as_deref(),
+        Some("Always")
+    );
     let copy = Api::<Secret>::namespaced(client().await, &w.pods_ns)
         .get(&pull_secret)
         .await
         .expect("the per-sandbox pull Secret");
-    assert_eq!(copy.type_.as_deref(), Some("kubernetes.io/dockerconfigjson"));
+    assert_eq!(
+        copy.type_.as_deref(),
+        Some("kubernetes.io/dockerconfigjson")
+    );
     let doc: Value =
         serde_json::from_slice(&copy.data.expect("data")[".dockerconfigjson"].0).expect("json");
     let registries: Vec<&String> = doc["auths"].as_object().expect("auths").keys().collect();
-    assert_eq!(registries, vec![&registry.addr], "only the image's registry");
+    assert_eq!(
+        registries,
+        vec![&registry.addr],
+        "only the image's registry"
+    );
     let digest = reference.rsplit('@').next().expect("digest").to_string();
     let status = pod.status.expect("status");
-    let image_id = status.container_statuses.expect("container statuses")[0].image_id.clone();
-    assert!(image_id.ends_with(&digest), "the pushed image runs: {image_id} vs {reference}");
+    let image_id = status.container_statuses.expect("container statuses")[0]
+        .image_id
+        .clone();
+    assert!(
+        image_id.ends_with(&digest),
+        "the pushed image runs: {image_id} vs {reference}"
+    );
     let gets: BTreeMap<String, usize> = registry.blob_gets(&repository).into_iter().collect();
-    assert!(!gets.is_empty(), "the kubelet pulled from the registry (with auth)");
+    assert!(
+        !gets.is_empty(),
+        "the kubelet pulled from the registry (with auth)"
+    );
 
     delete_and_wait_gone(&api, "private").await;
     let left = Api::<Secret>::namespaced(client().await, &w.pods_ns)
@@ -439,4 +515,107 @@ async fn image_pull_secrets_reach_the_pod_and_the_kubelet_pulls_with_them() {
         .expect("get");
     assert!(left.is_none(), "the pull Secret goes with the sandbox");
     harness::registry::remove_image(&docker, &reference).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn never_started_pods_are_wreckage_and_swept_even_with_a_live_owner() {
+    let w = World::new("e2e-k8s-wreck").await;
+    // A live owner whose provider does not exist: the controller makes nothing for it.
+    let mut spec = sleeper();
+    spec["provider"] = json!("nowhere");
+    w.apply("keeper", spec);
+    let uid = w
+        .api()
+        .await
+        .get("keeper")
+        .await
+        .expect("get")
+        .metadata
+        .uid
+        .expect("uid");
+    let labels = json!({
+        "sandboxes.dev/managed-by": w.ns,
+        "sandboxes.dev/owner-uid": uid,
+        "sandboxes.dev/owner": format!("{}.keeper", w.ns),
+        "sandboxes.dev/kind": "Sandbox",
+    });
+    // Started (kept), never scheduled (no node matches), scheduled but never started (an
+    // image the node does not have, never pulled).
+    let started = w.plant(labels.clone()).await;
+    let pods = w.pods().await;
+    let never = format!("never-{}", harness::unique("p"));
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": never, "labels": labels},
+        "spec": {"nodeSelector": {"sandboxes.dev/no-such-node": "true"},
+                 "containers": [{"name": CONTAINER, "image": harness::docker::base_image(),
+                                 "imagePullPolicy": "IfNotPresent"}]},
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("plant unschedulable");
+    let missing = format!("noimage-{}", harness::unique("p"));
+    let pod: Pod = serde_json::from_value(json!({
+        "metadata": {"name": missing, "labels": labels},
+        "spec": {"containers": [{"name": CONTAINER, "image": "sandbox-operator/absent:never",
+                                 "imagePullPolicy": "Never"}]},
+    }))
+    .expect("pod");
+    pods.create(&PostParams::default(), &pod)
+        .await
+        .expect("plant unstartable");
+
+    // The provider reports both as never started, and the started one as started.
+    let provider = w.provider().await;
+    wait_for(
+        "the planted Pods as the provider sees them",
+        READY_TIMEOUT,
+        || async {
+            let mut by_name = BTreeMap::new();
+            for id in [&never, &missing, &started] {
+                let d = provider.describe(id).await.map_err(|e| e.to_string())?;
+                by_name.insert(id.clone(), d.and_then(|d| d.started_at).is_some());
+            }
+            let want = BTreeMap::from([
+                (never.clone(), false),
+                (missing.clone(), false),
+                (started.clone(), true),
+            ]);
+            (by_name == want)
+                .then_some(())
+                .ok_or(format!("{by_name:?}"))
+        },
+    )
+    .await;
+    let scheduled = pods
+        .get(&missing)
+        .await
+        .expect("get")
+        .spec
+        .and_then(|s| s.node_name);
+    assert!(
+        scheduled.is_some(),
+        "the unstartable Pod was scheduled, its container never ran"
+    );
+
+    let sweeper = "sweeper:\n  enabled: true\n  intervalSecs: 2\n  graceSecs: 1\n";
+    let op = w.operator(sweeper, vec![]);
+    for gone in [&never, &missing] {
+        wait_for(
+            &format!("wreckage {gone} swept (log {})", op.log.display()),
+            READY_TIMEOUT,
+            || async {
+                match pods.get_opt(gone).await {
+                    Ok(None) => Ok(()),
+                    Ok(Some(_)) => Err("still there".to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            },
+        )
+        .await;
+    }
+    assert!(
+        pods.get_opt(&started).await.expect("get").is_some(),
+        "a started Pod of a live owner is kept"
+    );
 }
