@@ -23,8 +23,8 @@ pub fn from_kube(e: kube::Error, what: &str) -> ProviderError {
     };
     let hint = match kind {
         ErrorKind::Unauthorized => {
-            "; grant the operator's service account the provider's RBAC (the chart's \
-             kubernetesProvider values)"
+            "; grant the operator's account the provider's RBAC (the chart renders a Role \
+             in the provider's namespace for each kubernetes provider)"
         }
         ErrorKind::Transient => "; the API server will be asked again",
         _ => "",
