@@ -647,6 +647,30 @@ fn validate_provider_blocks(p: &ProviderConfig, at: &str, issues: &mut Issues) {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_kubernetes_provider_needs_no_block_and_its_settings_are_checked() {
+        let ok: OperatorConfig =
+            serde_yaml::from_str("providers:\n  - name: pods\n    type: kubernetes\n").unwrap();
+        assert!(ok.validate().is_ok());
+        match ok.providers[0].settings() {
+            Some(ProviderSettings::Kubernetes(k)) => assert_eq!(k.namespace, "sandboxes"),
+            other => panic!("{other:?}"),
+        }
+        let bad: OperatorConfig = serde_yaml::from_str(
+            "providers:\n  - name: pods\n    type: kubernetes\n    kubernetes:\n      namespace: Bad_NS\n  - name: d\n    type: docker\n    kubernetes: {}\n",
+        )
+        .unwrap();
+        let paths: Vec<String> = invalid(&bad).into_iter().map(|i| i.path).collect();
+        assert!(
+            paths.contains(&"providers[0].kubernetes.namespace".to_string()),
+            "{paths:?}"
+        );
+        assert!(
+            paths.contains(&"providers[1].kubernetes".to_string()),
+            "{paths:?}"
+        );
+    }
+
     fn invalid(config: &OperatorConfig) -> Vec<Issue> {
         match config.validate() {
             Err(ConfigError::Invalid(issues)) => issues,
