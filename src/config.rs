@@ -24,6 +24,7 @@ use crate::provider::ProviderSettings;
 use crate::provider::docker::DockerSettings;
 use crate::provider::e2b::E2bSettings;
 use crate::provider::fly::FlySettings;
+use crate::provider::kubernetes::KubernetesSettings;
 use crate::provider::sprites::SpritesSettings;
 pub use crate::secret::{SecretError, SecretSource};
 use crate::validation::{Issue, Issues, check_dns_label, check_url, format_issues, list_or_none};
@@ -122,6 +123,8 @@ pub enum ProviderType {
     E2b,
     /// Fly Sprites (REST and WebSocket).
     Sprites,
+    /// Pods on a Kubernetes cluster (kube).
+    Kubernetes,
 }
 
 impl ProviderType {
@@ -132,6 +135,7 @@ impl ProviderType {
             ProviderType::Fly => "fly",
             ProviderType::E2b => "e2b",
             ProviderType::Sprites => "sprites",
+            ProviderType::Kubernetes => "kubernetes",
         }
     }
 }
@@ -165,6 +169,9 @@ pub struct ProviderConfig {
     /// Settings for `type: sprites`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sprites: Option<SpritesSettings>,
+    /// Settings for `type: kubernetes` (all have defaults; the block may be omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kubernetes: Option<KubernetesSettings>,
     /// Name of an entry in `templateStores` used for this provider's templates (required in
     /// practice for providers that cannot commit images, such as Fly).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -181,6 +188,7 @@ impl ProviderConfig {
             fly: None,
             e2b: None,
             sprites: None,
+            kubernetes: None,
             template_store: None,
         }
     }
@@ -196,6 +204,9 @@ impl ProviderConfig {
             ProviderType::Fly => self.fly.clone().map(ProviderSettings::Fly),
             ProviderType::E2b => self.e2b.clone().map(ProviderSettings::E2b),
             ProviderType::Sprites => self.sprites.clone().map(ProviderSettings::Sprites),
+            ProviderType::Kubernetes => Some(ProviderSettings::Kubernetes(
+                self.kubernetes.clone().unwrap_or_default(),
+            )),
         }
     }
 }
@@ -590,6 +601,7 @@ fn validate_provider_blocks(p: &ProviderConfig, at: &str, issues: &mut Issues) {
         (ProviderType::Fly, p.fly.is_some()),
         (ProviderType::E2b, p.e2b.is_some()),
         (ProviderType::Sprites, p.sprites.is_some()),
+        (ProviderType::Kubernetes, p.kubernetes.is_some()),
     ];
     for (kind, present) in blocks {
         if present && kind != p.type_ {
@@ -608,6 +620,9 @@ fn validate_provider_blocks(p: &ProviderConfig, at: &str, issues: &mut Issues) {
         (_, Some(ProviderSettings::Fly(f))) => f.validate(&format!("{at}.fly"), issues),
         (_, Some(ProviderSettings::E2b(e))) => e.validate(&format!("{at}.e2b"), issues),
         (_, Some(ProviderSettings::Sprites(s))) => s.validate(&format!("{at}.sprites"), issues),
+        (_, Some(ProviderSettings::Kubernetes(k))) => {
+            k.validate(&format!("{at}.kubernetes"), issues)
+        }
         (ProviderType::Fly, None) => issues.push(
             format!("{at}.fly"),
             "missing: a provider of type `fly` needs a `fly:` block with at least `app` (the Fly \
@@ -624,13 +639,37 @@ fn validate_provider_blocks(p: &ProviderConfig, at: &str, issues: &mut Issues) {
             "missing: a provider of type `sprites` needs a `sprites:` block with `org` and \
              `token` (e.g. `token: {env: SPRITES_TOKEN}`)",
         ),
-        (ProviderType::Docker, None) => {}
+        (ProviderType::Docker | ProviderType::Kubernetes, None) => {}
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kubernetes_provider_needs_no_block_and_its_settings_are_checked() {
+        let ok: OperatorConfig =
+            serde_yaml::from_str("providers:\n  - name: pods\n    type: kubernetes\n").unwrap();
+        assert!(ok.validate().is_ok());
+        match ok.providers[0].settings() {
+            Some(ProviderSettings::Kubernetes(k)) => assert_eq!(k.namespace, "sandboxes"),
+            other => panic!("{other:?}"),
+        }
+        let bad: OperatorConfig = serde_yaml::from_str(
+            "providers:\n  - name: pods\n    type: kubernetes\n    kubernetes:\n      namespace: Bad_NS\n  - name: d\n    type: docker\n    kubernetes: {}\n",
+        )
+        .unwrap();
+        let paths: Vec<String> = invalid(&bad).into_iter().map(|i| i.path).collect();
+        assert!(
+            paths.contains(&"providers[0].kubernetes.namespace".to_string()),
+            "{paths:?}"
+        );
+        assert!(
+            paths.contains(&"providers[1].kubernetes".to_string()),
+            "{paths:?}"
+        );
+    }
 
     fn invalid(config: &OperatorConfig) -> Vec<Issue> {
         match config.validate() {

@@ -1112,6 +1112,167 @@ async fn namespaced_install_limits_the_account_to_the_watched_and_listed_namespa
     }
 }
 
+/// A kube client that acts as the chart's ServiceAccount (impersonation), so a provider
+/// built on it can do exactly what the chart granted.
+async fn client_as(sa: &(String, String)) -> kube::Client {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let kc = kube::config::Kubeconfig::read_from(kubeconfig()).expect("kubeconfig");
+    let mut config =
+        kube::Config::from_custom_kubeconfig(kc, &kube::config::KubeConfigOptions::default())
+            .await
+            .expect("config");
+    config.auth_info.impersonate = Some(format!("system:serviceaccount:{}:{}", sa.0, sa.1));
+    config.auth_info.impersonate_groups = Some(vec![
+        "system:serviceaccounts".into(),
+        format!("system:serviceaccounts:{}", sa.0),
+        "system:authenticated".into(),
+    ]);
+    kube::Client::try_from(config).expect("client")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kubernetes_provider_gets_a_role_in_its_pod_namespace_and_works_with_only_that() {
+    use sandbox_operator::provider::kubernetes::KubernetesProvider;
+    use sandbox_operator::provider::labels::Owner;
+    use sandbox_operator::provider::{CreateRequest, ExecRequest, Provider};
+
+    harness::kubernetes::node().await;
+    let ns = namespace("helm-k8s").await;
+    let pods_ns = namespace("helm-k8s-pods").await;
+    let other = namespace("helm-k8s-o").await;
+    let _cleanup = harness::kubernetes::Cleanup {
+        namespace: pods_ns.clone(),
+        instance: ns.clone(),
+    };
+    let release = unique("k8sop");
+    let volumes = harness::kubernetes::volume_dir();
+    let providers = json!([{"name": "pods", "type": "kubernetes", "kubernetes": {
+        "namespace": pods_ns, "runtimeClassName": "runc",
+        "hostPathVolumes": volumes.to_string_lossy(),
+    }}])
+    .to_string();
+    let providers = format!("providers={providers}");
+    let _release = install(&release, &ns, &["--set-json", &providers]);
+    let sa = (ns.clone(), fullname(&release));
+    let (p, o) = (Some(pods_ns.as_str()), Some(other.as_str()));
+    check_matrix(
+        &sa,
+        &[
+            (true, "create", "pods", p),
+            (true, "get", "pods", p),
+            (true, "list", "pods", p),
+            (true, "patch", "pods", p),
+            (true, "delete", "pods", p),
+            (true, "get", "pods/exec", p),
+            (true, "create", "pods/exec", p),
+            (true, "create", "services", p),
+            (true, "delete", "services", p),
+            (true, "create", "secrets", p),
+            (true, "update", "secrets", p),
+            (true, "create", "persistentvolumeclaims", p),
+            (true, "list", "persistentvolumeclaims", p),
+            (true, "create", "persistentvolumes", None),
+            (true, "delete", "persistentvolumes", None),
+            // Nowhere else, and nothing broader there.
+            (false, "create", "pods", o),
+            (false, "get", "pods/exec", o),
+            (false, "get", "pods", o),
+            (false, "create", "services", o),
+            (false, "create", "persistentvolumeclaims", o),
+            (false, "watch", "pods", p),
+            (false, "update", "pods", p),
+            (false, "list", "secrets", p),
+            (false, "watch", "secrets", p),
+            (false, "list", "persistentvolumes", None),
+            (false, "get", "nodes", None),
+            (false, "*", "*", p),
+        ],
+    );
+    let own = granted(&sa, &pods_ns)
+        .difference(&granted(&sa, &other))
+        .cloned()
+        .collect::<BTreeSet<_>>();
+    assert_eq!(
+        own,
+        set(&[
+            "persistentvolumeclaims [] [] [get list create delete]",
+            "pods [] [] [get list create patch delete]",
+            "pods/exec [] [] [get create]",
+            "secrets [] [] [get create update delete]",
+            "services [] [] [get create delete]",
+        ])
+    );
+
+    // The provider, acting as that account, does its whole job in its namespace.
+    let mut settings = harness::kubernetes::settings(&pods_ns);
+    settings.kubeconfig = None;
+    let provider = KubernetesProvider::with_client("pods", client_as(&sa).await, settings);
+    let uid = unique("uid");
+    let request = CreateRequest {
+        name: format!("sbx-{uid}"),
+        owner: Owner {
+            instance: ns.clone(),
+            kind: "Sandbox".into(),
+            namespace: ns.clone(),
+            name: "rbac".into(),
+            uid: uid.clone(),
+        },
+        image: Some(base_image()),
+        template: None,
+        command: Some(idle()),
+        restart_policy: Default::default(),
+        env: BTreeMap::new(),
+        labels: BTreeMap::new(),
+        resources: Default::default(),
+        ports: vec![sandbox_operator::provider::PortRequest {
+            sandbox_port: 8080,
+            protocol: "tcp".into(),
+        }],
+        volumes: vec![],
+        allowed_domains: None,
+        idle_action: None,
+        image_pull_policy: Default::default(),
+        registry_credentials: Vec::new(),
+    };
+    let volume = format!("v{}", &uid[4..]);
+    let labels = request.owner.labels();
+    let vols = provider.volumes().expect("volumes");
+    vols.create_volume(&volume, &labels)
+        .await
+        .expect("create_volume");
+    let mut request = request;
+    request.volumes = vec![sandbox_operator::provider::VolumeMount {
+        volume_name: volume.clone(),
+        mount_path: "/data".into(),
+        read_only: false,
+    }];
+    let d = provider.create(&request).await.expect("create");
+    provider.start(&d.id).await.expect("start");
+    let out = provider
+        .exec(
+            &d.id,
+            &ExecRequest::shell("echo ok > /data/f && cat /data/f", Duration::from_secs(30)),
+        )
+        .await
+        .expect("exec");
+    assert_eq!(out.stdout, b"ok\n");
+    let files = provider.files().expect("files");
+    files
+        .write_file(&d.id, "/tmp/x", b"bytes", 0o600)
+        .await
+        .expect("write");
+    assert_eq!(
+        files.read_file(&d.id, "/tmp/x").await.expect("read"),
+        b"bytes"
+    );
+    provider.stop(&d.id).await.expect("stop");
+    provider.start(&d.id).await.expect("start again");
+    let found = provider.find(&Default::default()).await.expect("find");
+    assert_eq!(found.len(), 1);
+    provider.destroy(&d.id).await.expect("destroy");
+    vols.remove_volume(&volume).await.expect("remove_volume");
+}
+
 // ---- a fresh control plane: Helm creates the CRDs; the documented upgrade path -------------
 
 /// A private etcd + kube-apiserver started by tests/cluster/up.sh in a scratch cache directory

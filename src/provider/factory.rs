@@ -9,6 +9,7 @@ use std::sync::Arc;
 use super::docker::{DockerProvider, DockerSettings};
 use super::e2b::{E2bProvider, E2bSettings};
 use super::fly::{FlyProvider, FlySettings};
+use super::kubernetes::{KubernetesProvider, KubernetesSettings};
 use super::sprites::{SpritesProvider, SpritesSettings};
 use super::{Provider, ProviderResult};
 
@@ -23,6 +24,8 @@ pub enum ProviderSettings {
     E2b(E2bSettings),
     /// Fly Sprites.
     Sprites(SpritesSettings),
+    /// Pods on a Kubernetes cluster.
+    Kubernetes(KubernetesSettings),
 }
 
 impl ProviderSettings {
@@ -33,6 +36,7 @@ impl ProviderSettings {
             ProviderSettings::Fly(_) => "fly",
             ProviderSettings::E2b(_) => "e2b",
             ProviderSettings::Sprites(_) => "sprites",
+            ProviderSettings::Kubernetes(_) => "kubernetes",
         }
     }
 }
@@ -48,5 +52,8 @@ pub async fn build(name: &str, settings: &ProviderSettings) -> ProviderResult<Ar
         ProviderSettings::Fly(s) => Ok(Arc::new(FlyProvider::connect(name, s.clone()).await?)),
         ProviderSettings::E2b(s) => Ok(Arc::new(E2bProvider::new(name, s.clone())?)),
         ProviderSettings::Sprites(s) => Ok(Arc::new(SpritesProvider::from_settings(name, s)?)),
+        ProviderSettings::Kubernetes(s) => Ok(Arc::new(
+            KubernetesProvider::connect(name, s.clone()).await?,
+        )),
     }
 }

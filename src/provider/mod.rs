@@ -16,6 +16,7 @@ pub mod error;
 pub mod factory;
 pub mod fly;
 pub mod image;
+pub mod kubernetes;
 pub mod labels;
 pub mod sprites;
 pub mod tarsafe;

@@ -149,6 +149,15 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- $_ := set $sprites "apiUrl" $sp.apiUrl }}
 {{- end }}
 {{- $_ := set $out "sprites" $sprites }}
+{{- else if eq $p.type "kubernetes" }}
+{{- $k := default (dict) $p.kubernetes }}
+{{- $kubernetes := dict "namespace" (include "sandbox-operator.podNamespace" $p) }}
+{{- range $key := list "runtimeClassName" "runAsUser" "portAddress" "storageClassName" "volumeSize" "hostPathVolumes" }}
+{{- if index $k $key }}
+{{- $_ := set $kubernetes $key (index $k $key) }}
+{{- end }}
+{{- end }}
+{{- $_ := set $out "kubernetes" $kubernetes }}
 {{- end }}
 {{- $providers = append $providers $out }}
 {{- end }}
@@ -225,4 +234,13 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- end }}
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+The namespace of a kubernetes provider's sandbox Pods (its `kubernetes.namespace`, default
+`sandboxes`), given the provider entry.
+*/}}
+{{- define "sandbox-operator.podNamespace" -}}
+{{- $k := default (dict) .kubernetes -}}
+{{- default "sandboxes" $k.namespace -}}
 {{- end }}

@@ -1,0 +1,681 @@
+//! A sandbox as a Pod: the Pod a create request becomes, and the descriptor a Pod reads back
+//! as. Pure (no API calls), so every mapping is pinned by a unit test.
+//!
+//! A created-but-not-started sandbox is a Pod held by a scheduling gate: the API server keeps
+//! it, the scheduler ignores it, no container runs. `start` removes the gate. A stopped
+//! sandbox is the same gated Pod again (the running one is deleted and replaced), marked
+//! with [`STOPPED`] and carrying the first start time in [`STARTED_AT`], so the identity, the
+//! Service, the pull Secret and the claims survive a stop.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, ContainerPort, ContainerStatus, EnvVar, LocalObjectReference,
+    PersistentVolumeClaimVolumeSource, Pod, PodSchedulingGate, PodSecurityContext, PodSpec,
+    ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount as K8sMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+use super::settings::KubernetesSettings;
+use crate::provider::labels::merge_labels;
+use crate::provider::{
+    AppliedResources, CreateRequest, ImagePullPolicy, ProviderError, ProviderResult, RestartPolicy,
+    SandboxDescriptor, SandboxState,
+};
+
+/// The one container of a sandbox Pod.
+pub const CONTAINER: &str = "sandbox";
+/// The scheduling gate that holds a created or stopped sandbox.
+pub const GATE: &str = "sandboxes.dev/not-started";
+/// Marks a gated Pod that stands for a stopped sandbox (not a never-started one).
+pub const STOPPED: &str = "sandboxes.dev/stopped";
+/// The sandbox's first start time (RFC 3339), carried from Pod to Pod across a stop.
+pub const STARTED_AT: &str = "sandboxes.dev/started-at";
+/// The sandbox's creation time (RFC 3339): its Pod is replaced on stop, its age is not.
+pub const CREATED_AT: &str = "sandboxes.dev/created-at";
+/// The advisory disk request in bytes (not enforced, see the README).
+pub const DISK_BYTES: &str = "sandboxes.dev/disk-bytes";
+
+/// The Pod `request` becomes, gated (not started). `pull_secret` names the per-sandbox
+/// dockerconfigjson Secret when a credential matched the image.
+pub fn build(
+    request: &CreateRequest,
+    settings: &KubernetesSettings,
+    pull_secret: Option<&str>,
+    now: DateTime<Utc>,
+) -> ProviderResult<Pod> {
+    refuse_unenforceable(request)?;
+    let image = image_of(request)?;
+    let labels = merge_labels(&request.owner, &request.labels).map_err(ProviderError::invalid)?;
+    let mut annotations = BTreeMap::from([(CREATED_AT.to_string(), crate::api::rfc3339(now))]);
+    if let Some(disk) = request.resources.disk_bytes {
+        annotations.insert(DISK_BYTES.into(), disk.to_string());
+    }
+    Ok(Pod {
+        metadata: ObjectMeta {
+            name: Some(request.name.clone()),
+            namespace: Some(settings.namespace.clone()),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(PodSpec {
+            containers: vec![container(request, image, settings)],
+            restart_policy: Some(restart_policy(request.restart_policy).into()),
+            runtime_class_name: settings.runtime_class_name.clone(),
+            automount_service_account_token: Some(false),
+            enable_service_links: Some(false),
+            termination_grace_period_seconds: Some(5),
+            scheduling_gates: Some(vec![PodSchedulingGate { name: GATE.into() }]),
+            image_pull_secrets: pull_secret.map(|name| {
+                vec![LocalObjectReference {
+                    name: name.to_string(),
+                }]
+            }),
+            security_context: Some(PodSecurityContext {
+                seccomp_profile: Some(SeccompProfile {
+                    type_: "RuntimeDefault".into(),
+                    ..Default::default()
+                }),
+                run_as_non_root: settings.run_as_user.map(|_| true),
+                run_as_user: settings.run_as_user,
+                ..Default::default()
+            }),
+            volumes: volumes(request),
+            ..Default::default()
+        }),
+        status: None,
+    })
+}
+
+/// Rule 10: what a Pod cannot enforce is refused, naming the field.
+fn refuse_unenforceable(request: &CreateRequest) -> ProviderResult<()> {
+    if request.template.is_some() {
+        return Err(ProviderError::unsupported(
+            "the kubernetes provider has no native templates: the operator's templates service \
+             boots spec.image and restores the template into it (configure a templateStore)",
+        ));
+    }
+    if request.resources.pids.is_some() {
+        return Err(ProviderError::unsupported(
+            "spec.resources.pids: Kubernetes limits processes per node (the kubelet's \
+             podPidsLimit), not per Pod; remove it and set podPidsLimit on the nodes",
+        ));
+    }
+    if request.allowed_domains.is_some() {
+        return Err(ProviderError::unsupported(
+            "spec.egress.allowedDomains: the kubernetes provider does not enforce egress (a \
+             NetworkPolicy cannot name domains and needs a CNI that enforces it); remove \
+             spec.egress or use a provider that filters egress",
+        ));
+    }
+    Ok(())
+}
+
+fn image_of(request: &CreateRequest) -> ProviderResult<&str> {
+    request.image.as_deref().ok_or_else(|| {
+        ProviderError::invalid("spec.image is empty; name the image the sandbox Pod runs")
+    })
+}
+
+fn container(request: &CreateRequest, image: &str, settings: &KubernetesSettings) -> Container {
+    Container {
+        name: CONTAINER.into(),
+        image: Some(image.to_string()),
+        image_pull_policy: Some(pull_policy(request.image_pull_policy).into()),
+        command: request.command.clone(),
+        env: (!request.env.is_empty()).then(|| {
+            request
+                .env
+                .iter()
+                .map(|(name, value)| EnvVar {
+                    name: name.clone(),
+                    value: Some(value.clone()),
+                    value_from: None,
+                })
+                .collect()
+        }),
+        ports: (!request.ports.is_empty()).then(|| {
+            request
+                .ports
+                .iter()
+                .map(|p| ContainerPort {
+                    container_port: i32::from(p.sandbox_port),
+                    protocol: Some(p.protocol.to_ascii_uppercase()),
+                    ..Default::default()
+                })
+                .collect()
+        }),
+        resources: resources(request),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            privileged: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            run_as_non_root: settings.run_as_user.map(|_| true),
+            ..Default::default()
+        }),
+        volume_mounts: (!request.volumes.is_empty()).then(|| {
+            request
+                .volumes
+                .iter()
+                .map(|v| K8sMount {
+                    name: v.volume_name.clone(),
+                    mount_path: v.mount_path.clone(),
+                    read_only: Some(v.read_only),
+                    ..Default::default()
+                })
+                .collect()
+        }),
+        ..Default::default()
+    }
+}
+
+/// CPU and memory as equal requests and limits (the scheduler reserves what the kubelet
+/// enforces); disk as an ephemeral-storage limit the kubelet enforces by eviction.
+fn resources(request: &CreateRequest) -> Option<ResourceRequirements> {
+    let r = &request.resources;
+    let mut limits = BTreeMap::new();
+    if let Some(cpu) = r.cpu_millis {
+        limits.insert("cpu".to_string(), Quantity(format!("{cpu}m")));
+    }
+    if let Some(memory) = r.memory_bytes {
+        limits.insert("memory".to_string(), Quantity(memory.to_string()));
+    }
+    if limits.is_empty() {
+        return None;
+    }
+    Some(ResourceRequirements {
+        requests: Some(limits.clone()),
+        limits: Some(limits),
+        ..Default::default()
+    })
+}
+
+fn volumes(request: &CreateRequest) -> Option<Vec<Volume>> {
+    (!request.volumes.is_empty()).then(|| {
+        request
+            .volumes
+            .iter()
+            .map(|v| Volume {
+                name: v.volume_name.clone(),
+                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+                    claim_name: v.volume_name.clone(),
+                    read_only: Some(v.read_only),
+                }),
+                ..Default::default()
+            })
+            .collect()
+    })
+}
+
+fn restart_policy(policy: RestartPolicy) -> &'static str {
+    match policy {
+        RestartPolicy::Never => "Never",
+        RestartPolicy::OnFailure => "OnFailure",
+        RestartPolicy::Always => "Always",
+    }
+}
+
+fn pull_policy(policy: ImagePullPolicy) -> &'static str {
+    match policy {
+        ImagePullPolicy::Always => "Always",
+        ImagePullPolicy::IfNotPresent => "IfNotPresent",
+        ImagePullPolicy::Never => "Never",
+    }
+}
+
+/// The Pod that replaces `pod` on stop, start after an exit, or restart: the same name,
+/// labels, annotations and spec, unbound from its node, gated when `gated`, with the
+/// sandbox's history (first start, stopped) written into its annotations.
+pub fn successor(pod: &Pod, gated: bool, stopped: bool) -> Pod {
+    let mut annotations = pod.metadata.annotations.clone().unwrap_or_default();
+    if let Some(started) = started_at(pod) {
+        annotations.insert(STARTED_AT.into(), crate::api::rfc3339(started));
+    }
+    if !annotations.contains_key(CREATED_AT)
+        && let Some(created) = pod
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .and_then(chrono_time)
+    {
+        annotations.insert(CREATED_AT.into(), crate::api::rfc3339(created));
+    }
+    if stopped {
+        annotations.insert(STOPPED.into(), "true".into());
+    } else {
+        annotations.remove(STOPPED);
+    }
+    let mut spec = pod.spec.clone().unwrap_or_default();
+    spec.node_name = None;
+    spec.scheduling_gates = gated.then(|| vec![PodSchedulingGate { name: GATE.into() }]);
+    Pod {
+        metadata: ObjectMeta {
+            name: pod.metadata.name.clone(),
+            namespace: pod.metadata.namespace.clone(),
+            labels: pod.metadata.labels.clone(),
+            annotations: Some(annotations),
+            ..Default::default()
+        },
+        spec: Some(spec),
+        status: None,
+    }
+}
+
+/// Whether the Pod is still held by a scheduling gate (never scheduled by us).
+pub fn gated(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.scheduling_gates.as_ref())
+        .is_some_and(|g| !g.is_empty())
+}
+
+fn annotation<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+    pod.metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .map(String::as_str)
+}
+
+/// A Kubernetes time as chrono's (whole seconds are all the API carries).
+pub fn chrono_time(
+    t: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Time,
+) -> Option<DateTime<Utc>> {
+    DateTime::<Utc>::from_timestamp(t.0.as_second(), 0)
+}
+
+fn parse_time(text: &str) -> Option<DateTime<Utc>> {
+    DateTime::parse_from_rfc3339(text)
+        .ok()
+        .map(|t| t.with_timezone(&Utc))
+}
+
+fn container_status(pod: &Pod) -> Option<&ContainerStatus> {
+    pod.status
+        .as_ref()?
+        .container_statuses
+        .as_ref()?
+        .iter()
+        .find(|c| c.name == CONTAINER)
+}
+
+/// The first time the sandbox's container ran, in this Pod or (from the annotation) an
+/// earlier one. `None` (rule 6): never scheduled, or scheduled but its container never
+/// started (an image that cannot be pulled, a Pod no node can take).
+pub fn started_at(pod: &Pod) -> Option<DateTime<Utc>> {
+    if let Some(earlier) = annotation(pod, STARTED_AT).and_then(parse_time) {
+        return Some(earlier);
+    }
+    let status = container_status(pod)?;
+    let terminated_start = |s: &Option<k8s_openapi::api::core::v1::ContainerState>| {
+        s.as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .and_then(|t| t.started_at.as_ref())
+            .and_then(chrono_time)
+    };
+    // A container that ran before this state (restarted, or ran and exited) started then.
+    terminated_start(&status.last_state)
+        .or_else(|| {
+            status
+                .state
+                .as_ref()
+                .and_then(|s| s.running.as_ref())
+                .and_then(|r| r.started_at.as_ref())
+                .and_then(chrono_time)
+        })
+        .or_else(|| terminated_start(&status.state))
+}
+
+/// Whether this Pod's own container has started (now or before, in this Pod).
+pub fn started_at_here(pod: &Pod) -> bool {
+    let Some(status) = container_status(pod) else {
+        return false;
+    };
+    let ran = |s: &Option<k8s_openapi::api::core::v1::ContainerState>| {
+        s.as_ref()
+            .is_some_and(|s| s.running.is_some() || s.terminated.is_some())
+    };
+    ran(&status.state) || ran(&status.last_state)
+}
+
+/// Why a Pod has not started yet, for an error message: the scheduler's or the kubelet's
+/// own words.
+pub fn pending_reason(pod: &Pod) -> String {
+    let waiting = container_status(pod)
+        .and_then(|c| c.state.as_ref())
+        .and_then(|s| s.waiting.as_ref());
+    if let Some(w) = waiting {
+        return format!(
+            "{} ({})",
+            w.reason.as_deref().unwrap_or("waiting"),
+            w.message.as_deref().unwrap_or("no message")
+        );
+    }
+    let unscheduled = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+        });
+    match unscheduled {
+        Some(c) => format!(
+            "not scheduled: {} ({})",
+            c.reason.as_deref().unwrap_or("Unschedulable"),
+            c.message.as_deref().unwrap_or("no message")
+        ),
+        None => "Pending".into(),
+    }
+}
+
+/// A start that cannot succeed without a change: an image the node must not pull or that
+/// is misnamed, a container the runtime refuses. Pull failures and an unschedulable Pod
+/// are left to the deadline: they may clear by themselves (a registry back, a node added).
+pub fn start_failure(pod: &Pod) -> Option<ProviderError> {
+    let waiting = container_status(pod)?.state.as_ref()?.waiting.as_ref()?;
+    let reason = waiting.reason.as_deref()?;
+    let message = waiting.message.as_deref().unwrap_or("");
+    let name = pod.metadata.name.as_deref().unwrap_or("");
+    match reason {
+        "ErrImageNeverPull"
+        | "InvalidImageName"
+        | "CreateContainerConfigError"
+        | "CreateContainerError"
+        | "RunContainerError" => Some(ProviderError::invalid(format!(
+            "sandbox {name} cannot start: {reason} ({message}); fix spec.image or \
+             spec.imagePullPolicy"
+        ))),
+        _ => None,
+    }
+}
+
+/// The coarse state of a sandbox Pod.
+pub fn state(pod: &Pod) -> SandboxState {
+    if pod.metadata.deletion_timestamp.is_some() {
+        return SandboxState::Stopped;
+    }
+    if gated(pod) {
+        return if annotation(pod, STOPPED).is_some() {
+            SandboxState::Stopped
+        } else {
+            SandboxState::Creating
+        };
+    }
+    let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
+    match phase {
+        Some("Succeeded" | "Failed") => SandboxState::Stopped,
+        Some("Running")
+            if container_status(pod)
+                .and_then(|c| c.state.as_ref())
+                .is_some_and(|s| s.running.is_some()) =>
+        {
+            SandboxState::Running
+        }
+        _ => SandboxState::Creating,
+    }
+}
+
+fn exit_code(pod: &Pod) -> Option<i64> {
+    let status = container_status(pod)?;
+    let code = |s: &Option<k8s_openapi::api::core::v1::ContainerState>| {
+        s.as_ref()
+            .and_then(|s| s.terminated.as_ref())
+            .map(|t| i64::from(t.exit_code))
+    };
+    code(&status.state).or_else(|| code(&status.last_state))
+}
+
+fn applied(pod: &Pod, container: Option<&Container>) -> AppliedResources {
+    let limits = container
+        .and_then(|c| c.resources.as_ref())
+        .and_then(|r| r.limits.as_ref());
+    let limit = |key: &str, millis: bool| {
+        let q = crate::api::quantity::Quantity(limits?.get(key)?.0.clone());
+        if millis { q.to_millis() } else { q.to_bytes() }.ok()
+    };
+    AppliedResources {
+        cpu_millis: limit("cpu", true),
+        memory_bytes: limit("memory", false),
+        disk_bytes: annotation(pod, DISK_BYTES).and_then(|d| d.parse().ok()),
+        disk_enforced: false,
+        pids: None,
+    }
+}
+
+/// What a Pod reads back as; `ports` are filled in by the caller (they need the Service).
+pub fn descriptor(pod: &Pod) -> SandboxDescriptor {
+    let spec = pod.spec.as_ref();
+    let container = spec.and_then(|s| s.containers.iter().find(|c| c.name == CONTAINER));
+    let state = state(pod);
+    SandboxDescriptor {
+        id: pod.metadata.name.clone().unwrap_or_default(),
+        state,
+        labels: pod.metadata.labels.clone().unwrap_or_default(),
+        created_at: annotation(pod, CREATED_AT)
+            .and_then(parse_time)
+            .or_else(|| {
+                pod.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .and_then(chrono_time)
+            }),
+        started_at: started_at(pod),
+        exit_code: (state == SandboxState::Stopped)
+            .then(|| exit_code(pod))
+            .flatten(),
+        template_ref: None,
+        image: container.and_then(|c| c.image.clone()),
+        volumes: spec
+            .and_then(|s| s.volumes.as_ref())
+            .map(|v| {
+                v.iter()
+                    .filter_map(|v| v.persistent_volume_claim.as_ref())
+                    .map(|c| c.claim_name.clone())
+                    .collect()
+            })
+            .unwrap_or_default(),
+        ports: Vec::new(),
+        resources: applied(pod, container),
+        command: container.and_then(|c| c.command.clone()),
+        restart_policy: match spec.and_then(|s| s.restart_policy.as_deref()) {
+            Some("OnFailure") => RestartPolicy::OnFailure,
+            Some("Always") => RestartPolicy::Always,
+            _ => RestartPolicy::Never,
+        },
+        env: container
+            .and_then(|c| c.env.as_ref())
+            .map(|env| {
+                env.iter()
+                    .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+                    .collect()
+            })
+            .unwrap_or_default(),
+        image_digest: container_status(pod)
+            .map(|c| c.image_id.clone())
+            .filter(|id| !id.is_empty()),
+        image_pull: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::labels::{OWNER_UID, Owner};
+    use crate::provider::{PortRequest, Resources};
+    use k8s_openapi::api::core::v1::{
+        ContainerState, ContainerStateRunning, ContainerStateTerminated, PodStatus,
+    };
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn request() -> CreateRequest {
+        CreateRequest {
+            name: "sbx-1".into(),
+            owner: Owner {
+                instance: "ops".into(),
+                kind: "Sandbox".into(),
+                namespace: "team".into(),
+                name: "web".into(),
+                uid: "1".into(),
+            },
+            image: Some("base:1".into()),
+            template: None,
+            command: Some(vec!["sleep".into(), "infinity".into()]),
+            restart_policy: RestartPolicy::OnFailure,
+            env: BTreeMap::from([("A".into(), "b".into())]),
+            labels: BTreeMap::new(),
+            resources: Resources {
+                cpu_millis: Some(500),
+                memory_bytes: Some(64 << 20),
+                disk_bytes: Some(1 << 30),
+                pids: None,
+            },
+            ports: vec![PortRequest {
+                sandbox_port: 8080,
+                protocol: "tcp".into(),
+            }],
+            volumes: Vec::new(),
+            allowed_domains: None,
+            idle_action: None,
+            image_pull_policy: ImagePullPolicy::Never,
+            registry_credentials: Vec::new(),
+        }
+    }
+
+    fn settings() -> KubernetesSettings {
+        KubernetesSettings {
+            runtime_class_name: Some("gvisor".into()),
+            run_as_user: Some(1000),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_request_becomes_a_gated_hardened_pod() {
+        let pod = build(&request(), &settings(), Some("sbx-1-pull"), Utc::now()).unwrap();
+        let spec = pod.spec.as_ref().unwrap();
+        assert!(gated(&pod));
+        assert_eq!(spec.runtime_class_name.as_deref(), Some("gvisor"));
+        assert_eq!(spec.automount_service_account_token, Some(false));
+        assert_eq!(
+            spec.image_pull_secrets.as_ref().unwrap()[0].name,
+            "sbx-1-pull"
+        );
+        let psc = spec.security_context.as_ref().unwrap();
+        assert_eq!(
+            psc.seccomp_profile.as_ref().unwrap().type_,
+            "RuntimeDefault"
+        );
+        assert_eq!(psc.run_as_user, Some(1000));
+        let c = &spec.containers[0];
+        let sc = c.security_context.as_ref().unwrap();
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(
+            sc.capabilities.as_ref().unwrap().drop,
+            Some(vec!["ALL".into()])
+        );
+        assert_eq!(c.image_pull_policy.as_deref(), Some("Never"));
+        let limits = c.resources.as_ref().unwrap().limits.as_ref().unwrap();
+        assert_eq!(limits["cpu"].0, "500m");
+        assert_eq!(
+            c.ports.as_ref().unwrap()[0].protocol.as_deref(),
+            Some("TCP")
+        );
+        let labels = pod.metadata.labels.as_ref().unwrap();
+        assert_eq!(labels.get(OWNER_UID).map(String::as_str), Some("1"));
+
+        let d = descriptor(&pod);
+        assert_eq!(d.state, SandboxState::Creating);
+        assert_eq!(d.started_at, None, "a gated Pod never started");
+        assert_eq!(d.resources.cpu_millis, Some(500));
+        assert_eq!(d.resources.memory_bytes, Some(64 << 20));
+        assert_eq!(d.resources.disk_bytes, Some(1 << 30));
+        assert!(!d.resources.disk_enforced);
+        assert_eq!(d.restart_policy, RestartPolicy::OnFailure);
+        assert_eq!(d.env.get("A").map(String::as_str), Some("b"));
+    }
+
+    #[test]
+    fn unenforceable_fields_are_refused_naming_them() {
+        let mut r = request();
+        r.resources.pids = Some(10);
+        let e = build(&r, &settings(), None, Utc::now()).unwrap_err();
+        assert!(e.message().contains("spec.resources.pids"), "{e}");
+        let mut r = request();
+        r.allowed_domains = Some(vec![]);
+        let e = build(&r, &settings(), None, Utc::now()).unwrap_err();
+        assert!(e.message().contains("spec.egress"), "{e}");
+    }
+
+    fn with_status(mut pod: Pod, phase: &str, state: ContainerState) -> Pod {
+        pod.spec.as_mut().unwrap().scheduling_gates = None;
+        pod.status = Some(PodStatus {
+            phase: Some(phase.into()),
+            container_statuses: Some(vec![ContainerStatus {
+                name: CONTAINER.into(),
+                state: Some(state),
+                image_id: "docker.io/library/base@sha256:abc".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        });
+        pod
+    }
+
+    #[test]
+    fn states_and_start_times_follow_the_pod() {
+        let gated_pod = build(&request(), &settings(), None, Utc::now()).unwrap();
+        let pending = with_status(gated_pod.clone(), "Pending", ContainerState::default());
+        assert_eq!(state(&pending), SandboxState::Creating);
+        assert_eq!(started_at(&pending), None, "scheduled, never started");
+        let t = DateTime::<Utc>::from_timestamp(Utc::now().timestamp(), 0).unwrap();
+        let running = with_status(
+            gated_pod.clone(),
+            "Running",
+            ContainerState {
+                running: Some(ContainerStateRunning {
+                    started_at: Some(Time(
+                        k8s_openapi::jiff::Timestamp::from_second(t.timestamp()).unwrap(),
+                    )),
+                }),
+                ..Default::default()
+            },
+        );
+        assert_eq!(state(&running), SandboxState::Running);
+        assert_eq!(started_at(&running), Some(t));
+        assert!(descriptor(&running).image_digest.is_some());
+        let exited = with_status(
+            gated_pod,
+            "Failed",
+            ContainerState {
+                terminated: Some(ContainerStateTerminated {
+                    exit_code: 3,
+                    started_at: Some(Time(
+                        k8s_openapi::jiff::Timestamp::from_second(t.timestamp()).unwrap(),
+                    )),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        );
+        let d = descriptor(&exited);
+        assert_eq!((d.state, d.exit_code), (SandboxState::Stopped, Some(3)));
+        let stopped = successor(&running, true, true);
+        assert!(gated(&stopped));
+        assert_eq!(state(&stopped), SandboxState::Stopped);
+        assert_eq!(
+            started_at(&stopped).map(|s| s.timestamp()),
+            Some(t.timestamp()),
+            "a stopped sandbox keeps its first start"
+        );
+        let restarted = successor(&stopped, false, false);
+        assert!(!gated(&restarted));
+        assert_ne!(state(&restarted), SandboxState::Stopped);
+    }
+}

@@ -1,0 +1,138 @@
+//! The Kubernetes provider's test world: the real node(s) of `tests/setup/node.sh`
+//! registered with the test API server, a namespace per test for the provider's Pods, and
+//! cleanup of everything a test made there (the namespace, and the cluster-scoped hostPath
+//! PersistentVolumes of the provider's test mode with their directories).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use sandbox_operator::provider::kubernetes::{KubernetesProvider, KubernetesSettings, PortAddress};
+
+use super::{cache, cluster, repo, wait_for};
+
+/// Starts the node(s) once per test binary (`tests/setup/node.sh` is idempotent), then
+/// waits until one is Ready.
+pub async fn node() {
+    static STARTED: OnceLock<()> = OnceLock::new();
+    STARTED.get_or_init(|| {
+        let script = repo().join("tests/setup/node.sh");
+        if script.exists() {
+            let out = std::process::Command::new("bash")
+                .arg(&script)
+                .output()
+                .expect("run tests/setup/node.sh");
+            assert!(
+                out.status.success(),
+                "tests/setup/node.sh failed:\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    });
+    let nodes: kube::Api<Node> = kube::Api::all(cluster::client().await);
+    wait_for(
+        "a Ready node (run tests/setup/node.sh)",
+        Duration::from_secs(60),
+        || {
+            let nodes = nodes.clone();
+            async move {
+                let list = nodes
+                    .list(&Default::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let ready = list.items.iter().any(|n| {
+                    n.status
+                        .as_ref()
+                        .and_then(|s| s.conditions.as_ref())
+                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+                });
+                if ready {
+                    Ok(())
+                } else {
+                    Err(format!("{} nodes, none Ready", list.items.len()))
+                }
+            }
+        },
+    )
+    .await;
+}
+
+/// Where the provider's test-mode hostPath volumes live on the (same-host) nodes.
+pub fn volume_dir() -> PathBuf {
+    cache().join("k8s-volumes")
+}
+
+/// Provider settings for the test node: Pods in `namespace`, the `runc` RuntimeClass the
+/// node setup creates, ClusterIP addresses (the host runs kube-proxy), hostPath volumes.
+pub fn settings(namespace: &str) -> KubernetesSettings {
+    KubernetesSettings {
+        kubeconfig: Some(cluster::kubeconfig().to_string_lossy().into_owned()),
+        namespace: namespace.to_string(),
+        runtime_class_name: Some("runc".into()),
+        port_address: PortAddress::ClusterIP,
+        host_path_volumes: Some(volume_dir().to_string_lossy().into_owned()),
+        ..Default::default()
+    }
+}
+
+/// A provider on the test cluster with its own fresh namespace.
+pub async fn provider(name: &str, namespace: &str) -> KubernetesProvider {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    KubernetesProvider::connect(name, settings(namespace))
+        .await
+        .expect("a Kubernetes provider for the test cluster")
+}
+
+/// A provider whose API server is a local port nobody listens on.
+pub fn unreachable(namespace: &str) -> KubernetesProvider {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free local port");
+    let url = format!("https://127.0.0.1:{port}").parse().expect("url");
+    let mut config = kube::Config::new(url);
+    config.connect_timeout = Some(Duration::from_secs(2));
+    config.read_timeout = Some(Duration::from_secs(2));
+    let client = kube::Client::try_from(config).expect("a client for a closed port");
+    KubernetesProvider::with_client("kubernetes-unreachable", client, settings(namespace))
+}
+
+/// Removes a test's namespace (with every Pod, Service, Secret and claim in it), the
+/// hostPath PersistentVolumes labelled with `instance`, and their directories. Runs on drop,
+/// so a panicking test cleans up too.
+pub struct Cleanup {
+    /// The provider namespace.
+    pub namespace: String,
+    /// The operator instance label of everything the test made.
+    pub instance: String,
+}
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let selector = format!("sandboxes.dev/managed-by={}", self.instance);
+        let _ = cluster::kubectl(
+            &[
+                "delete",
+                "pv",
+                "-l",
+                &selector,
+                "--wait=false",
+                "--ignore-not-found",
+            ],
+            None,
+        );
+        let _ = cluster::kubectl(
+            &[
+                "delete",
+                "namespace",
+                &self.namespace,
+                "--wait=false",
+                "--ignore-not-found",
+            ],
+            None,
+        );
+        let _ = std::fs::remove_dir_all(volume_dir().join(&self.namespace));
+    }
+}
