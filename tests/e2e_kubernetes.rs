@@ -515,6 +515,8 @@ async fn image_pull_secrets_reach_the_pod_and_the_kubelet_pulls_with_them() {
         .expect("get");
     assert!(left.is_none(), "the pull Secret goes with the sandbox");
     harness::registry::remove_image(&docker, &reference).await;
+    harness::node::remove_image(&format!("{}/{repository}:v1", registry.addr));
+    harness::node::remove_image(&reference);
 }
 
 #[tokio::test(flavor = "multi_thread")]

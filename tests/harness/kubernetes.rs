@@ -4,58 +4,15 @@
 //! PersistentVolumes of the provider's test mode with their directories).
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Node;
 use sandbox_operator::provider::kubernetes::{KubernetesProvider, KubernetesSettings, PortAddress};
 
-use super::{cache, cluster, repo, wait_for};
+use super::{cache, cluster, node};
 
-/// Starts the node(s) once per test binary (`tests/setup/node.sh` is idempotent), then
-/// waits until one is Ready.
+/// The real test node(s), started once per test binary (see [`super::node`]).
 pub async fn node() {
-    static STARTED: OnceLock<()> = OnceLock::new();
-    STARTED.get_or_init(|| {
-        let script = repo().join("tests/setup/node.sh");
-        if script.exists() {
-            let out = std::process::Command::new("bash")
-                .arg(&script)
-                .output()
-                .expect("run tests/setup/node.sh");
-            assert!(
-                out.status.success(),
-                "tests/setup/node.sh failed:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-    });
-    let nodes: kube::Api<Node> = kube::Api::all(cluster::client().await);
-    wait_for(
-        "a Ready node (run tests/setup/node.sh)",
-        Duration::from_secs(60),
-        || {
-            let nodes = nodes.clone();
-            async move {
-                let list = nodes
-                    .list(&Default::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                let ready = list.items.iter().any(|n| {
-                    n.status
-                        .as_ref()
-                        .and_then(|s| s.conditions.as_ref())
-                        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
-                });
-                if ready {
-                    Ok(())
-                } else {
-                    Err(format!("{} nodes, none Ready", list.items.len()))
-                }
-            }
-        },
-    )
-    .await;
+    node::ensure();
 }
 
 /// Where the provider's test-mode hostPath volumes live on the (same-host) nodes.
@@ -69,7 +26,7 @@ pub fn settings(namespace: &str) -> KubernetesSettings {
     KubernetesSettings {
         kubeconfig: Some(cluster::kubeconfig().to_string_lossy().into_owned()),
         namespace: namespace.to_string(),
-        runtime_class_name: Some("runc".into()),
+        runtime_class_name: Some(node::RUNTIME_CLASS.into()),
         port_address: PortAddress::ClusterIP,
         host_path_volumes: Some(volume_dir().to_string_lossy().into_owned()),
         ..Default::default()
