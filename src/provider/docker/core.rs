@@ -81,6 +81,9 @@ impl Provider for DockerProvider {
         // Everything that can be refused without asking the engine is refused first, so an
         // unsupported spec never leaves anything behind.
         let mut body = create_body(request, &self.settings.publish_host)?;
+        let profile = self.isolation_profile().await?;
+        super::hardening::apply(&mut body, &self.settings.hardening, &profile);
+        self.apply_runtime(&mut body);
         let docker = self.engine().await?;
 
         let mut pulled = None;
@@ -484,6 +487,7 @@ impl DockerProvider {
             template_ref,
             image_digest,
             image_pull: None,
+            isolation: labels.get(super::hardening::ISOLATION_LABEL).cloned(),
             resources: applied_resources(&host, &labels),
             labels,
             created_at: c.created.as_deref().and_then(parse_time),

@@ -27,9 +27,12 @@
 //! which performs that negotiation; [`DockerProvider::connect_negotiated`] does it eagerly.
 
 mod core;
+pub mod firewall;
+pub mod hardening;
 mod hibernation;
 mod pull;
 mod resources;
+mod runtime;
 mod templates;
 mod volumes;
 
@@ -89,6 +92,8 @@ pub struct DockerProvider {
     /// Image pulls in flight and just finished (one per image and credential), shared by
     /// clones.
     pulls: Arc<pull::Pulls>,
+    /// Set once the host firewall is installed (see `firewall`), shared by clones.
+    firewall: Arc<OnceCell<()>>,
 }
 
 impl DockerProvider {
@@ -123,6 +128,7 @@ impl DockerProvider {
             docker,
             negotiated: Arc::new(OnceCell::new()),
             pulls: Arc::new(pull::Pulls::new(pull_timeout)),
+            firewall: Arc::new(OnceCell::new()),
         })
     }
 

@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::hardening::HardeningSettings;
 use crate::validation::Issues;
 
 /// Address published ports bind to unless configured: loopback, so a sandbox is not exposed
@@ -32,6 +33,12 @@ pub struct DockerSettings {
     /// Longest time one image pull may take before it is abandoned (and retried by the next
     /// create, with backoff).
     pub image_pull_timeout_seconds: u64,
+    /// Hardened defaults of every sandbox and the host firewall (see `hardening`).
+    pub hardening: HardeningSettings,
+    /// OCI runtime every sandbox of this provider runs under, as registered with the engine
+    /// (`runsc` for gVisor); absent = the engine's default runtime.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
 }
 
 impl Default for DockerSettings {
@@ -42,6 +49,8 @@ impl Default for DockerSettings {
             default_image: None,
             template_repository: DEFAULT_TEMPLATE_REPOSITORY.into(),
             image_pull_timeout_seconds: DEFAULT_IMAGE_PULL_TIMEOUT_SECONDS,
+            hardening: HardeningSettings::default(),
+            runtime: None,
         }
     }
 }
@@ -86,6 +95,8 @@ impl DockerSettings {
                 ),
             );
         }
+        self.hardening.validate(&format!("{at}.hardening"), issues);
+        super::runtime::validate(self.runtime.as_deref(), &format!("{at}.runtime"), issues);
         if self.template_repository.trim().is_empty() {
             issues.push(
                 format!("{at}.templateRepository"),
