@@ -16,6 +16,7 @@ build:
 ## built base image, a real kube-apiserver + etcd, an S3 server and an image registry.
 test-setup:
 	bash tests/setup/docker.sh
+	bash tests/setup/gvisor.sh
 	bash tests/setup/base-image.sh
 	bash tests/cluster/up.sh
 	bash tests/setup/s3.sh

@@ -314,6 +314,7 @@ impl Provider for DockerProvider {
             .force(true)
             .v(true)
             .build();
+        self.thaw_before_removal(id).await?;
         match docker.remove_container(id, Some(options)).await {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
@@ -342,8 +343,9 @@ impl Provider for DockerProvider {
         Some(self)
     }
 
+    /// `docker update` is unsupported under gVisor: no in-place changes there.
     fn resources(&self) -> Option<&dyn SetResources> {
-        Some(self)
+        (!self.is_gvisor()).then_some(self as &dyn SetResources)
     }
 
     fn capacity(&self) -> Option<&dyn CapacityProbe> {

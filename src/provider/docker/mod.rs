@@ -43,6 +43,7 @@ mod capacity;
 mod egress;
 mod events;
 mod exec;
+mod execfiles;
 mod files;
 
 use std::sync::Arc;

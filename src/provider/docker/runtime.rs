@@ -19,9 +19,10 @@
 //! Which runtime is gVisor is decided by name: `runsc`, `runsc-…` or `gvisor…`, as the
 //! runtime is registered with the engine.
 
-use bollard::models::ContainerCreateBody;
+use bollard::models::{ContainerCreateBody, ContainerStateStatusEnum};
 
 use super::DockerProvider;
+use crate::provider::ProviderResult;
 use crate::validation::Issues;
 
 /// Reports a runtime name the engine could never know.
@@ -58,6 +59,18 @@ impl DockerProvider {
     /// Whether this provider's sandboxes run under gVisor.
     pub(crate) fn is_gvisor(&self) -> bool {
         self.settings.runtime.as_deref().is_some_and(is_gvisor_name)
+    }
+
+    /// Under gVisor a paused sandbox cannot be force-removed (the engine finds its frozen
+    /// process a zombie it cannot kill), so it is thawed first; runc needs nothing.
+    pub(crate) async fn thaw_before_removal(&self, id: &str) -> ProviderResult<()> {
+        if !self.is_gvisor() {
+            return Ok(());
+        }
+        match self.status(id).await? {
+            Some(ContainerStateStatusEnum::PAUSED) => self.unpause(id).await,
+            _ => Ok(()),
+        }
     }
 
     /// Sets the configured runtime on a container body.
