@@ -34,6 +34,7 @@ mod pull;
 mod resources;
 mod runtime;
 mod templates;
+pub mod tls;
 mod volumes;
 
 mod settings;
@@ -111,7 +112,17 @@ impl DockerProvider {
             Some(ep) if ep.starts_with("unix://") || ep.starts_with('/') => {
                 Docker::connect_with_unix(ep, CLIENT_TIMEOUT_SECS, version)
             }
-            Some(ep) => Docker::connect_with_http(ep, CLIENT_TIMEOUT_SECS, version),
+            Some(ep) => match &settings.tls {
+                Some(tls) => {
+                    let (key, cert, ca) = tls.paths().map_err(|field| {
+                        ProviderError::invalid(format!(
+                            "docker.tls.{field} must be a file (a PEM of a mounted Secret)"
+                        ))
+                    })?;
+                    Docker::connect_with_ssl(ep, key, cert, ca, CLIENT_TIMEOUT_SECS, version)
+                }
+                None => Docker::connect_with_http(ep, CLIENT_TIMEOUT_SECS, version),
+            },
         }
         .map_err(|e| match e {
             bollard::errors::Error::SocketNotFoundError(path) => ProviderError::transient(format!(
@@ -159,7 +170,7 @@ impl DockerProvider {
                     .negotiate_version()
                     .await
                     .map(|_| ())
-                    .map_err(|e| map_err("negotiating the Docker API version", e))
+                    .map_err(|e| self.map_engine_err("negotiating the Docker API version", e))
             })
             .await?;
         Ok(&self.docker)

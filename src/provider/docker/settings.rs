@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::hardening::HardeningSettings;
+use super::tls::EngineTls;
 use crate::validation::Issues;
 
 /// Address published ports bind to unless configured: loopback, so a sandbox is not exposed
@@ -39,6 +40,11 @@ pub struct DockerSettings {
     /// (`runsc` for gVisor); absent = the engine's default runtime.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runtime: Option<String>,
+    /// Mutual TLS with a `tcp://` engine (see `tls`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<EngineTls>,
+    /// Allows a `tcp://` endpoint without TLS (plain HTTP): only on a trusted network.
+    pub allow_plain_tcp: bool,
 }
 
 impl Default for DockerSettings {
@@ -51,6 +57,8 @@ impl Default for DockerSettings {
             image_pull_timeout_seconds: DEFAULT_IMAGE_PULL_TIMEOUT_SECONDS,
             hardening: HardeningSettings::default(),
             runtime: None,
+            tls: None,
+            allow_plain_tcp: false,
         }
     }
 }
@@ -95,6 +103,13 @@ impl DockerSettings {
                 ),
             );
         }
+        super::tls::validate(
+            self.endpoint.as_deref(),
+            self.tls.as_ref(),
+            self.allow_plain_tcp,
+            at,
+            issues,
+        );
         self.hardening.validate(&format!("{at}.hardening"), issues);
         super::runtime::validate(self.runtime.as_deref(), &format!("{at}.runtime"), issues);
         if self.template_repository.trim().is_empty() {
