@@ -128,9 +128,9 @@ pub struct HardeningSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub enum HostFirewall {
-    /// The operator when its engine is local (it shares the engine's host and network
-    /// namespace), failing closed when it cannot; nobody for a remote engine, which the
-    /// status says.
+    /// The operator when its engine is local and it can (it shares the engine host's network
+    /// namespace with `NET_ADMIN`); when it cannot, or the engine is remote, nobody — and the
+    /// profile in status says so (`unavailable`, `none-remote-engine`).
     #[default]
     Auto,
     /// The operator, always: a remote engine is a configuration error, and sandboxes are not
@@ -303,8 +303,11 @@ pub(crate) fn profile(settings: &HardeningSettings, runtime: &str, firewall: &st
 
 impl DockerProvider {
     /// The profile every sandbox created now gets, installing the host firewall first when
-    /// this provider is the one to install it (once per provider; a failure is retried by
-    /// the next create, and no sandbox is created meanwhile: the rules fail closed).
+    /// this provider is the one to install it (once per provider). Under `required` a
+    /// failure refuses the create (and is retried by the next one): the rules fail closed.
+    /// Under `auto` the outcome is final for this provider and reported in the profile
+    /// (`host-firewall=unavailable`), so an operator in a pod without the host's network
+    /// namespace still works and says what it could not do.
     pub(crate) async fn isolation_profile(&self) -> ProviderResult<String> {
         let hardening = &self.settings.hardening;
         let firewall = match (hardening.host_firewall, self.engine_is_local()) {
@@ -317,27 +320,52 @@ impl DockerProvider {
                      (README, Isolation) and set hostFirewall: off, or use a local engine",
                 ));
             }
-            (HostFirewall::Auto | HostFirewall::Required, true) => {
-                self.firewall
+            (HostFirewall::Required, true) => {
+                *self
+                    .firewall
                     .get_or_try_init(|| async {
-                        let rules = firewall::rules(
-                            &hardening.blocked_destinations,
-                            &hardening.blocked_host_ports,
-                        );
-                        firewall::ensure(&rules).await.map_err(|e| {
+                        self.install_firewall().await.map(|()| "iptables").map_err(|e| {
                             ProviderError::unsupported(format!(
                                 "cannot install the host firewall that keeps sandboxes away from the \
                                  metadata endpoint and the engine's API ({e}); run the operator on the \
                                  engine's host with NET_ADMIN in its network namespace, or set \
-                                 hardening.hostFirewall: off to accept the risk"
+                                 hardening.hostFirewall: auto or off to accept the risk"
                             ))
                         })
                     })
-                    .await?;
-                "iptables"
+                    .await?
+            }
+            (HostFirewall::Auto, true) => {
+                *self
+                    .firewall
+                    .get_or_init(|| async {
+                        match self.install_firewall().await {
+                            Ok(()) => "iptables",
+                            Err(e) => {
+                                tracing::warn!(
+                                    provider = %self.name,
+                                    error = %e,
+                                    "host firewall not installed: sandboxes can reach the metadata \
+                                     endpoint and the engine's API ports unless the host blocks them \
+                                     (hardening.hostFirewall: required refuses to run like this)"
+                                );
+                                "unavailable"
+                            }
+                        }
+                    })
+                    .await
             }
         };
         Ok(profile(hardening, self.runtime_name(), firewall))
+    }
+
+    async fn install_firewall(&self) -> Result<(), String> {
+        let hardening = &self.settings.hardening;
+        let rules = firewall::rules(
+            &hardening.blocked_destinations,
+            &hardening.blocked_host_ports,
+        );
+        firewall::ensure(&rules).await
     }
 }
 

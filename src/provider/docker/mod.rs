@@ -94,8 +94,8 @@ pub struct DockerProvider {
     /// Image pulls in flight and just finished (one per image and credential), shared by
     /// clones.
     pulls: Arc<pull::Pulls>,
-    /// Set once the host firewall is installed (see `firewall`), shared by clones.
-    firewall: Arc<OnceCell<()>>,
+    /// Who keeps the host firewall, once decided (see `hardening`), shared by clones.
+    firewall: Arc<OnceCell<&'static str>>,
 }
 
 impl DockerProvider {
