@@ -17,6 +17,7 @@ build:
 ## real Kubernetes nodes (kubelet + containerd, scheduler, controller-manager).
 test-setup:
 	bash tests/setup/docker.sh
+	bash tests/setup/gvisor.sh
 	bash tests/setup/base-image.sh
 	bash tests/cluster/up.sh
 	bash tests/setup/s3.sh
@@ -48,6 +49,7 @@ demo-down:
 ## Performance figures of docs/architecture.md (ratios against the raw provider, same run); not run in CI.
 bench:
 	bash bench/run.sh
+	bash bench/runtimes.sh
 
 ## The operator image, built locally (no registry needed): the release binary is compiled on
 ## the host and stripped into target/image/, then the multi-stage Dockerfile (FROM the local

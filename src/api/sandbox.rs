@@ -484,6 +484,9 @@ pub struct SandboxStatus {
     /// registry digest while `spec.image` is unchanged.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image_digest: Option<String>,
+    /// The isolation profile the provider applied when it created the sandbox (runtime, capabilities, no-new-privileges, host firewall).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub isolation: Option<String>,
     /// The SandboxTemplate the sandbox actually booted from, when it booted from one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub template_ref: Option<String>,

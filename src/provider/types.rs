@@ -267,6 +267,10 @@ pub struct SandboxDescriptor {
     /// Only on the descriptor `create` returns, and only when that create used an image
     /// pull: what was fetched and how long it took.
     pub image_pull: Option<ImagePull>,
+    /// The isolation profile applied when the sandbox was created (runtime, capabilities,
+    /// `no-new-privileges`, host firewall), as the provider recorded it; `None` when the
+    /// provider records none.
+    pub isolation: Option<String>,
 }
 
 /// Narrowing for `find`. Every field is something the caller set itself.

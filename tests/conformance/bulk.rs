@@ -158,7 +158,10 @@ pub async fn capability_bulk_files(fx: &Fixture) -> Check {
     let modes = sh(
         fx,
         &id,
-        "cd /tmp/conf-imported/bin && stat -c '%a %u:%g' . escalate group",
+        &format!(
+            "cd /tmp/conf-imported/bin && {}",
+            super::files::modes_of(&[".", "escalate", "group"], "%m %U:%G")
+        ),
     )
     .await?;
     let lines: Vec<&str> = modes.lines().collect();

@@ -118,7 +118,7 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- else }}
 {{- $_ := set $docker "endpoint" (printf "unix://%s" (include "sandbox-operator.dockerSocketPath" $i)) }}
 {{- end }}
-{{- range $key := list "publishHost" "defaultImage" "templateRepository" "imagePullTimeoutSeconds" }}
+{{- range $key := list "publishHost" "defaultImage" "templateRepository" "imagePullTimeoutSeconds" "allowPlainTcp" }}
 {{- if index $d $key }}
 {{- $_ := set $docker $key (index $d $key) }}
 {{- end }}
@@ -243,4 +243,20 @@ The namespace of a kubernetes provider's sandbox Pods (its `kubernetes.namespace
 {{- define "sandbox-operator.podNamespace" -}}
 {{- $k := default (dict) .kubernetes -}}
 {{- default "sandboxes" $k.namespace -}}
+{{- end }}
+
+{{/*
+The TCP port of a URL (tcp://h:2376, https://h, http://h:9000): its explicit port, else 80
+for http and 443 for everything else.
+*/}}
+{{- define "sandbox-operator.urlPort" -}}
+{{- $u := urlParse . -}}
+{{- $hostport := splitList ":" $u.host -}}
+{{- if gt (len $hostport) 1 -}}
+{{- last $hostport -}}
+{{- else if eq $u.scheme "http" -}}
+80
+{{- else -}}
+443
+{{- end -}}
 {{- end }}

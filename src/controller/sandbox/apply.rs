@@ -647,6 +647,7 @@ fn record(next: &mut SandboxStatus, d: &SandboxDescriptor, sandbox: &Sandbox) {
     next.started_at = d.started_at.map(crate::api::rfc3339);
     next.template_ref = d.template_ref.clone();
     next.image_digest = d.image_digest.clone();
+    next.isolation = d.isolation.clone();
     let names = sandbox.spec.ports.iter().flatten();
     next.ports = d
         .ports

@@ -312,6 +312,7 @@ mod tests {
             env: BTreeMap::new(),
             image_digest: None,
             image_pull: None,
+            isolation: None,
         }
     }
 

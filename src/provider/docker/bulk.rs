@@ -40,6 +40,9 @@ impl BulkFiles for DockerProvider {
                  segment, so name a directory below \"/\""
             )));
         }
+        if self.is_gvisor() {
+            return self.exec_export(id, &path).await;
+        }
         // Probe first: the download stream would only report a 404 as its first item, after
         // the caller has started consuming it.
         let Some(stat) = self.stat_path(id, &path).await? else {
@@ -69,6 +72,9 @@ impl BulkFiles for DockerProvider {
     /// archive is refused whole with `Invalid`, before anything is written.
     async fn import(&self, id: &str, path: &str, archive: Vec<u8>) -> ProviderResult<()> {
         let path = validate::sandbox_path("import path", path)?;
+        if self.is_gvisor() {
+            return self.exec_import(id, &path, archive).await;
+        }
         let (anchor, missing) = self.existing_anchor(id, &path, &path).await?;
         let prefix = missing.join("/");
         let sanitised = tokio::task::spawn_blocking(move || tarsafe::sanitise(&archive, &prefix))

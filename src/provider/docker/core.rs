@@ -81,6 +81,9 @@ impl Provider for DockerProvider {
         // Everything that can be refused without asking the engine is refused first, so an
         // unsupported spec never leaves anything behind.
         let mut body = create_body(request, &self.settings.publish_host)?;
+        let profile = self.isolation_profile().await?;
+        super::hardening::apply(&mut body, &self.settings.hardening, &profile);
+        self.apply_runtime(&mut body);
         let docker = self.engine().await?;
 
         let mut pulled = None;
@@ -311,6 +314,7 @@ impl Provider for DockerProvider {
             .force(true)
             .v(true)
             .build();
+        self.thaw_before_removal(id).await?;
         match docker.remove_container(id, Some(options)).await {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
@@ -339,8 +343,9 @@ impl Provider for DockerProvider {
         Some(self)
     }
 
+    /// `docker update` is unsupported under gVisor: no in-place changes there.
     fn resources(&self) -> Option<&dyn SetResources> {
-        Some(self)
+        (!self.is_gvisor()).then_some(self as &dyn SetResources)
     }
 
     fn capacity(&self) -> Option<&dyn CapacityProbe> {
@@ -484,6 +489,7 @@ impl DockerProvider {
             template_ref,
             image_digest,
             image_pull: None,
+            isolation: labels.get(super::hardening::ISOLATION_LABEL).cloned(),
             resources: applied_resources(&host, &labels),
             labels,
             created_at: c.created.as_deref().and_then(parse_time),

@@ -48,10 +48,21 @@ impl DockerProvider {
                 "exec in sandbox {id}: the command is empty; give at least the program to run"
             )));
         }
+        self.run_exec_with_stdin(id, request, None).await
+    }
+
+    /// [`run_exec`](Self::run_exec) with `stdin` written to the process and then closed
+    /// (end of file), for moving data in where the archive API cannot (gVisor).
+    pub(crate) async fn run_exec_with_stdin(
+        &self,
+        id: &str,
+        request: &ExecRequest,
+        stdin: Option<&[u8]>,
+    ) -> ProviderResult<ExecOutput> {
         let bound = request.timeout;
         match tokio::time::timeout(
             bound,
-            self.exec_unbounded(id, request, Instant::now() + bound),
+            self.exec_unbounded(id, request, stdin, Instant::now() + bound),
         )
         .await
         {
@@ -69,6 +80,7 @@ impl DockerProvider {
         &self,
         id: &str,
         request: &ExecRequest,
+        stdin: Option<&[u8]>,
         deadline: Instant,
     ) -> ProviderResult<ExecOutput> {
         let docker = self.engine().await?;
@@ -78,7 +90,7 @@ impl DockerProvider {
             .map(|(k, v)| format!("{k}={v}"))
             .collect();
         let options = CreateExecOptions::<String> {
-            attach_stdin: Some(false),
+            attach_stdin: Some(stdin.is_some()),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
             tty: Some(false),
@@ -107,9 +119,28 @@ impl DockerProvider {
 
         let mut stdout = Vec::new();
         let mut stderr = Vec::new();
-        if let StartExecResults::Attached { mut output, input } = started {
-            // We never write to stdin; closing our half early would not signal EOF anyway
-            // (stdin is not attached), so just drop it.
+        if let StartExecResults::Attached {
+            mut output,
+            mut input,
+        } = started
+        {
+            // Without attached stdin, closing our half would not signal EOF anyway. With it,
+            // the whole input is written first and our half shut down: the process reads
+            // end of file. (Inputs here are small enough that the process never blocks on a
+            // full output pipe meanwhile: file contents go in, a status comes out.)
+            if let Some(data) = stdin {
+                use tokio::io::AsyncWriteExt;
+                let written = async {
+                    input.write_all(data).await?;
+                    input.shutdown().await
+                };
+                written.await.map_err(|e| {
+                    ProviderError::transient(format!(
+                        "exec in sandbox {id}: writing the input of {:?} failed: {e}",
+                        request.argv
+                    ))
+                })?;
+            }
             drop(input);
             while let Some(frame) = output.next().await {
                 use bollard::container::LogOutput;

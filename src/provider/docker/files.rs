@@ -292,7 +292,11 @@ impl DockerProvider {
 
     /// Lists one level with GNU `find` in the running sandbox. `Ok(None)`: the sandbox is
     /// not running or its image cannot do it, use the archive instead.
-    async fn list_dir_exec(&self, id: &str, path: &str) -> ProviderResult<Option<Vec<DirEntry>>> {
+    pub(crate) async fn list_dir_exec(
+        &self,
+        id: &str,
+        path: &str,
+    ) -> ProviderResult<Option<Vec<DirEntry>>> {
         let request = ExecRequest {
             argv: [
                 "find",
@@ -455,6 +459,9 @@ impl Files for DockerProvider {
     /// a directory or special file → `Invalid`.
     async fn read_file(&self, id: &str, path: &str) -> ProviderResult<Vec<u8>> {
         let path = validate::sandbox_path("file path", path)?;
+        if self.is_gvisor() {
+            return self.exec_read_file(id, &path).await;
+        }
         let Some((resolved, stat)) = self.resolve_path(id, &path).await? else {
             return Err(ProviderError::not_found(format!(
                 "file {path} does not exist in sandbox {id}"
@@ -510,6 +517,9 @@ impl Files for DockerProvider {
         if path == "/" {
             return Err(ProviderError::invalid("cannot write a file at \"/\""));
         }
+        if self.is_gvisor() {
+            return self.exec_write_file(id, &path, data, mode).await;
+        }
         let (parent, name) = validate::split_parent(&path);
 
         let (anchor, missing) = self.existing_anchor(id, parent, &path).await?;
@@ -522,6 +532,9 @@ impl Files for DockerProvider {
     /// `[]` only for an empty directory, a non-directory → `Invalid`. `/` always lists.
     async fn list_dir(&self, id: &str, path: &str) -> ProviderResult<Vec<DirEntry>> {
         let path = validate::sandbox_path("directory path", path)?;
+        if self.is_gvisor() {
+            return self.exec_list_dir(id, &path).await;
+        }
         let Some((resolved, stat)) = self.resolve_path(id, &path).await? else {
             return Err(ProviderError::not_found(format!(
                 "directory {path} does not exist in sandbox {id}"

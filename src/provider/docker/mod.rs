@@ -27,10 +27,14 @@
 //! which performs that negotiation; [`DockerProvider::connect_negotiated`] does it eagerly.
 
 mod core;
+pub mod firewall;
+pub mod hardening;
 mod hibernation;
 mod pull;
 mod resources;
+mod runtime;
 mod templates;
+pub mod tls;
 mod volumes;
 
 mod settings;
@@ -40,6 +44,7 @@ mod capacity;
 mod egress;
 mod events;
 mod exec;
+mod execfiles;
 mod files;
 
 use std::sync::Arc;
@@ -89,6 +94,8 @@ pub struct DockerProvider {
     /// Image pulls in flight and just finished (one per image and credential), shared by
     /// clones.
     pulls: Arc<pull::Pulls>,
+    /// Who keeps the host firewall, once decided (see `hardening`), shared by clones.
+    firewall: Arc<OnceCell<&'static str>>,
 }
 
 impl DockerProvider {
@@ -105,7 +112,17 @@ impl DockerProvider {
             Some(ep) if ep.starts_with("unix://") || ep.starts_with('/') => {
                 Docker::connect_with_unix(ep, CLIENT_TIMEOUT_SECS, version)
             }
-            Some(ep) => Docker::connect_with_http(ep, CLIENT_TIMEOUT_SECS, version),
+            Some(ep) => match &settings.tls {
+                Some(tls) => {
+                    let (key, cert, ca) = tls.paths().map_err(|field| {
+                        ProviderError::invalid(format!(
+                            "docker.tls.{field} must be a file (a PEM of a mounted Secret)"
+                        ))
+                    })?;
+                    Docker::connect_with_ssl(ep, key, cert, ca, CLIENT_TIMEOUT_SECS, version)
+                }
+                None => Docker::connect_with_http(ep, CLIENT_TIMEOUT_SECS, version),
+            },
         }
         .map_err(|e| match e {
             bollard::errors::Error::SocketNotFoundError(path) => ProviderError::transient(format!(
@@ -123,6 +140,7 @@ impl DockerProvider {
             docker,
             negotiated: Arc::new(OnceCell::new()),
             pulls: Arc::new(pull::Pulls::new(pull_timeout)),
+            firewall: Arc::new(OnceCell::new()),
         })
     }
 
@@ -152,7 +170,7 @@ impl DockerProvider {
                     .negotiate_version()
                     .await
                     .map(|_| ())
-                    .map_err(|e| map_err("negotiating the Docker API version", e))
+                    .map_err(|e| self.map_engine_err("negotiating the Docker API version", e))
             })
             .await?;
         Ok(&self.docker)

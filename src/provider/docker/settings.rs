@@ -3,6 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::hardening::HardeningSettings;
+use super::tls::EngineTls;
 use crate::validation::Issues;
 
 /// Address published ports bind to unless configured: loopback, so a sandbox is not exposed
@@ -32,6 +34,17 @@ pub struct DockerSettings {
     /// Longest time one image pull may take before it is abandoned (and retried by the next
     /// create, with backoff).
     pub image_pull_timeout_seconds: u64,
+    /// Hardened defaults of every sandbox and the host firewall (see `hardening`).
+    pub hardening: HardeningSettings,
+    /// OCI runtime every sandbox of this provider runs under, as registered with the engine
+    /// (`runsc` for gVisor); absent = the engine's default runtime.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runtime: Option<String>,
+    /// Mutual TLS with a `tcp://` engine (see `tls`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tls: Option<EngineTls>,
+    /// Allows a `tcp://` endpoint without TLS (plain HTTP): only on a trusted network.
+    pub allow_plain_tcp: bool,
 }
 
 impl Default for DockerSettings {
@@ -42,6 +55,10 @@ impl Default for DockerSettings {
             default_image: None,
             template_repository: DEFAULT_TEMPLATE_REPOSITORY.into(),
             image_pull_timeout_seconds: DEFAULT_IMAGE_PULL_TIMEOUT_SECONDS,
+            hardening: HardeningSettings::default(),
+            runtime: None,
+            tls: None,
+            allow_plain_tcp: false,
         }
     }
 }
@@ -86,6 +103,15 @@ impl DockerSettings {
                 ),
             );
         }
+        super::tls::validate(
+            self.endpoint.as_deref(),
+            self.tls.as_ref(),
+            self.allow_plain_tcp,
+            at,
+            issues,
+        );
+        self.hardening.validate(&format!("{at}.hardening"), issues);
+        super::runtime::validate(self.runtime.as_deref(), &format!("{at}.runtime"), issues);
         if self.template_repository.trim().is_empty() {
             issues.push(
                 format!("{at}.templateRepository"),

@@ -236,6 +236,7 @@ pub fn descriptor(listed: &Listed, domain: &str, stopped: StoppedHint) -> Sandbo
         exit_code: None,
         image_digest: None,
         image_pull: None,
+        isolation: None,
         image: Some(
             listed
                 .alias

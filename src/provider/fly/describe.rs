@@ -108,6 +108,7 @@ pub(crate) fn descriptor(machine: &Machine, public_host: &str) -> Option<Sandbox
         state,
         image_digest: None,
         image_pull: None,
+        isolation: None,
         template_ref: labels.get(TEMPLATE).cloned(),
         labels,
         created_at: machine

@@ -166,6 +166,7 @@ pub fn descriptor(info: &SpriteInfo) -> SandboxDescriptor {
         image: None,
         image_digest: None,
         image_pull: None,
+        isolation: None,
         volumes: Vec::new(),
         ports: match state {
             SandboxState::Running | SandboxState::Sleeping => url_port(info.url.as_deref()),
