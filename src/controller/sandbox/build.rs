@@ -37,6 +37,9 @@ pub struct Resolved {
     /// Whether the provider replaces an allow-list in place: then `spec.egress` is left out of
     /// the spec hash and converges like resources do, instead of recreating the sandbox.
     pub egress_in_place: bool,
+    /// What of `spec.egress` the provider fixes at create (its `EgressPolicy::placement`):
+    /// hashed, so a change of placement recreates while a change within one applies in place.
+    pub egress_placement: Option<&'static str>,
     /// Registry credentials from `spec.imagePullSecrets`, in order. Their `Debug` redacts
     /// the secrets.
     pub registry_credentials: Vec<RegistryCredential>,
@@ -255,7 +258,7 @@ pub fn resources(spec: &SandboxSpec) -> Result<Resources, String> {
 /// (envFrom is resolved at create, and a hash of a secret must not leave the operator) —
 /// only the references are hashed. 32 hex characters fit a label value.
 pub fn spec_hash(spec: &SandboxSpec, resolved: &Resolved) -> String {
-    let material = serde_json::json!({
+    let mut material = serde_json::json!({
         "image": spec.image,
         "template": resolved.template_id,
         "command": spec.command,
@@ -269,6 +272,10 @@ pub fn spec_hash(spec: &SandboxSpec, resolved: &Resolved) -> String {
         "labels": spec.labels,
         "idleAction": spec.idle_action,
     });
+    // Only when the provider has one, so no other provider's hashes change.
+    if let (Some(placement), Some(map)) = (resolved.egress_placement, material.as_object_mut()) {
+        map.insert("egressPlacement".into(), placement.into());
+    }
     let digest = Sha256::digest(material.to_string().as_bytes());
     digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
 }

@@ -49,6 +49,7 @@ use tokio::sync::OnceCell;
 
 /// Path normalisation shared with the other providers' file capabilities (one rule).
 pub use settings::DockerSettings;
+pub use egress::{COMPONENT, COMPONENT_LABEL, EgressGatewaySettings};
 
 use super::{ProviderError, ProviderResult};
 
@@ -89,6 +90,8 @@ pub struct DockerProvider {
     /// Image pulls in flight and just finished (one per image and credential), shared by
     /// clones.
     pulls: Arc<pull::Pulls>,
+    /// The egress gateway, when the settings configure one (shared by clones).
+    gateway: Option<Arc<egress::Gateway>>,
 }
 
 impl DockerProvider {
@@ -117,8 +120,14 @@ impl DockerProvider {
             )),
         })?;
         let pull_timeout = settings.image_pull_timeout();
+        let name = name.into();
+        let gateway = settings
+            .egress
+            .clone()
+            .map(|s| Arc::new(egress::Gateway::new(&name, s)));
         Ok(DockerProvider {
-            name: name.into(),
+            gateway,
+            name,
             settings,
             docker,
             negotiated: Arc::new(OnceCell::new()),

@@ -32,6 +32,10 @@ pub struct DockerSettings {
     /// Longest time one image pull may take before it is abandoned (and retried by the next
     /// create, with backoff).
     pub image_pull_timeout_seconds: u64,
+    /// The egress gateway that enforces domain allow-lists; absent = non-empty allow-lists
+    /// are refused (see the `egress` module).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<super::EgressGatewaySettings>,
 }
 
 impl Default for DockerSettings {
@@ -42,6 +46,7 @@ impl Default for DockerSettings {
             default_image: None,
             template_repository: DEFAULT_TEMPLATE_REPOSITORY.into(),
             image_pull_timeout_seconds: DEFAULT_IMAGE_PULL_TIMEOUT_SECONDS,
+            egress: None,
         }
     }
 }
@@ -85,6 +90,9 @@ impl DockerSettings {
                     "must be at least 1; remove it for the default {DEFAULT_IMAGE_PULL_TIMEOUT_SECONDS}"
                 ),
             );
+        }
+        if let Some(egress) = &self.egress {
+            egress.validate(&format!("{at}.egress"), issues);
         }
         if self.template_repository.trim().is_empty() {
             issues.push(
