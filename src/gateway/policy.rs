@@ -269,7 +269,10 @@ mod tests {
         let mapped: IpAddr = "::ffff:10.9.0.130".parse().unwrap();
         assert!(policies.for_source(mapped).await.is_some());
         assert!(
-            policies.for_source("10.9.0.200".parse().unwrap()).await.is_none(),
+            policies
+                .for_source("10.9.0.200".parse().unwrap())
+                .await
+                .is_none(),
             "an address without a policy gets nothing"
         );
 

@@ -118,7 +118,11 @@ fn http_host(bytes: &[u8]) -> Result<Option<Option<String>>, String> {
 fn strip_port(host: &str) -> String {
     let host = host.trim();
     if host.starts_with('[') {
-        return host.split(']').next().map(|h| format!("{h}]")).unwrap_or_default();
+        return host
+            .split(']')
+            .next()
+            .map(|h| format!("{h}]"))
+            .unwrap_or_default();
     }
     host.split(':').next().unwrap_or(host).to_string()
 }
@@ -133,11 +137,21 @@ mod tests {
         let head = read_head(&mut &req[..]).await.unwrap();
         assert_eq!(head.protocol, Protocol::Http);
         assert_eq!(head.name.as_deref(), Some("Example.com"));
-        assert_eq!(head.bytes, req.to_vec(), "every byte is kept for the replay");
+        assert_eq!(
+            head.bytes,
+            req.to_vec(),
+            "every byte is kept for the replay"
+        );
 
-        let head = read_head(&mut &b"GET / HTTP/1.0\r\n\r\n"[..]).await.unwrap();
+        let head = read_head(&mut &b"GET / HTTP/1.0\r\n\r\n"[..])
+            .await
+            .unwrap();
         assert_eq!(head.name, None);
-        assert!(read_head(&mut &b"\x00\x01garbage\r\n\r\n"[..]).await.is_err());
+        assert!(
+            read_head(&mut &b"\x00\x01garbage\r\n\r\n"[..])
+                .await
+                .is_err()
+        );
         assert!(read_head(&mut &b"GET / HTTP/1.1\r\n"[..]).await.is_err());
         assert_eq!(strip_port("[::1]:80"), "[::1]");
     }

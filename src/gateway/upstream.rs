@@ -128,8 +128,9 @@ mod tests {
 
     #[test]
     fn resolv_conf_names_the_first_nameserver() {
-        let up = Upstream::from_resolv_conf("search x\nnameserver 127.0.0.11\nnameserver 1.1.1.1\n")
-            .unwrap();
+        let up =
+            Upstream::from_resolv_conf("search x\nnameserver 127.0.0.11\nnameserver 1.1.1.1\n")
+                .unwrap();
         assert_eq!(up.server(), "127.0.0.11:53".parse().unwrap());
         assert!(Upstream::from_resolv_conf("options ndots:0\n").is_none());
     }

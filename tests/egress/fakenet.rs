@@ -7,6 +7,9 @@
 //! Binding ports 80 and 443 on the test network's own host address collides with no one:
 //! that address exists only while the test runs.
 
+// Each test binary uses only part of it.
+#![allow(dead_code)]
+
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
@@ -14,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use hickory_proto::op::{Message, MessageType, ResponseCode};
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{RData, Record, RecordType};
+use sandbox_operator::provider::docker::EgressGatewaySettings;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, UdpSocket};
 
@@ -36,12 +40,28 @@ impl FakeNet {
     /// Creates the network and starts the servers.
     pub async fn start(network: &str, label: (&str, &str)) -> FakeNet {
         let out = std::process::Command::new("docker")
-            .args(["network", "create", "--label", &format!("{}={}", label.0, label.1), network])
+            .args([
+                "network",
+                "create",
+                "--label",
+                &format!("{}={}", label.0, label.1),
+                network,
+            ])
             .output()
             .expect("docker network create");
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let out = std::process::Command::new("docker")
-            .args(["network", "inspect", network, "--format", "{{(index .IPAM.Config 0).Gateway}}"])
+            .args([
+                "network",
+                "inspect",
+                network,
+                "--format",
+                "{{(index .IPAM.Config 0).Gateway}}",
+            ])
             .output()
             .expect("docker network inspect");
         let host: Ipv4Addr = String::from_utf8_lossy(&out.stdout)
@@ -52,9 +72,13 @@ impl FakeNet {
         let udp = UdpSocket::bind((host, 0)).await.expect("bind the fake DNS");
         let dns = udp.local_addr().unwrap();
         tokio::spawn(serve_dns(udp, host, queries.clone()));
-        let http = TcpListener::bind((host, 80)).await.expect("bind fake HTTP on :80");
+        let http = TcpListener::bind((host, 80))
+            .await
+            .expect("bind fake HTTP on :80");
         tokio::spawn(serve_http(http, None));
-        let tls = TcpListener::bind((host, 443)).await.expect("bind fake TLS on :443");
+        let tls = TcpListener::bind((host, 443))
+            .await
+            .expect("bind fake TLS on :443");
         tokio::spawn(serve_http(tls, Some(acceptor())));
         FakeNet {
             network: network.to_string(),
@@ -92,7 +116,11 @@ async fn serve_dns(socket: UdpSocket, host: Ipv4Addr, queries: Arc<Mutex<Vec<Str
         reply.metadata.recursion_available = true;
         reply.add_queries(request.queries.iter().cloned());
         if let Some(q) = request.queries.first() {
-            let name = q.name().to_ascii().trim_end_matches('.').to_ascii_lowercase();
+            let name = q
+                .name()
+                .to_ascii()
+                .trim_end_matches('.')
+                .to_ascii_lowercase();
             queries.lock().unwrap().push(name.clone());
             if NAMES.contains(&name.as_str()) {
                 if q.query_type() == RecordType::A {
@@ -160,7 +188,10 @@ async fn answer<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: 
         .collect();
     let host = headers.get("host").cloned().unwrap_or_default();
     let path = text.split_whitespace().nth(1).unwrap_or("/").to_string();
-    let body: Vec<u8> = match path.strip_prefix("/bytes/").and_then(|n| n.parse::<usize>().ok()) {
+    let body: Vec<u8> = match path
+        .strip_prefix("/bytes/")
+        .and_then(|n| n.parse::<usize>().ok())
+    {
         Some(n) => vec![b'x'; n],
         None => format!("hello {host}\n").into_bytes(),
     };
@@ -171,4 +202,49 @@ async fn answer<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: 
     let _ = s.write_all(head.as_bytes()).await;
     let _ = s.write_all(&body).await;
     let _ = s.shutdown().await;
+}
+
+/// The gateway's settings for a test: the test binary's sibling operator binary, the fake
+/// internet as outside network and upstream DNS.
+pub fn gateway_settings(
+    net: &FakeNet,
+    name: &str,
+    base_image: String,
+    check_secs: u64,
+) -> EgressGatewaySettings {
+    EgressGatewaySettings {
+        host_binary: Some(env!("CARGO_BIN_EXE_sandbox-operator").to_string()),
+        name: Some(name.to_string()),
+        network: net.network.clone(),
+        upstream_dns: Some(net.dns.to_string()),
+        check_interval_seconds: check_secs,
+        ..EgressGatewaySettings::with_image(base_image)
+    }
+}
+
+/// Removes a gateway's container, network and volume (they carry no instance label).
+pub struct GatewayGuard(pub String);
+
+impl Drop for GatewayGuard {
+    fn drop(&mut self) {
+        let run = |args: &[&str]| {
+            let _ = std::process::Command::new("docker").args(args).output();
+        };
+        run(&["rm", "-f", &self.0]);
+        // The engine may still be detaching the last endpoints: a few tries.
+        for _ in 0..10 {
+            let removed = std::process::Command::new("docker")
+                .args(["network", "rm", &format!("{}-net", self.0)])
+                .output()
+                .map(|o| {
+                    o.status.success() || String::from_utf8_lossy(&o.stderr).contains("not found")
+                })
+                .unwrap_or(true);
+            if removed {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(300));
+        }
+        run(&["volume", "rm", "-f", &format!("{}-policy", self.0)]);
+    }
 }

@@ -51,10 +51,10 @@ use super::{DISK_ADVISORY_LABEL, DockerProvider, IMAGE_DIGEST_LABEL, is_not_foun
 use crate::provider::labels::{self, TEMPLATE};
 use crate::provider::validate;
 use crate::provider::{
-    AppliedResources, BulkFiles, CapacityProbe, CreateRequest, Egress, EgressPolicy, ExecOutput, ExecRequest,
-    Files, Hibernation, IdleAction, PortMapping, Provider, ProviderError, ProviderEvents,
-    ProviderResult, RestartPolicy, SandboxDescriptor, SandboxQuery, SandboxState, SetResources,
-    Templates, Volumes,
+    AppliedResources, BulkFiles, CapacityProbe, CreateRequest, Egress, EgressPolicy, ExecOutput,
+    ExecRequest, Files, Hibernation, IdleAction, PortMapping, Provider, ProviderError,
+    ProviderEvents, ProviderResult, RestartPolicy, SandboxDescriptor, SandboxQuery, SandboxState,
+    SetResources, Templates, Volumes,
 };
 
 /// Seconds a stop waits for the main process to exit after SIGTERM before SIGKILL
@@ -316,9 +316,7 @@ impl Provider for DockerProvider {
             .v(true)
             .build();
         let removed = docker.remove_container(id, Some(options)).await;
-        if matches!(&removed, Ok(()))
-            || matches!(&removed, Err(e) if is_not_found(e))
-        {
+        if matches!(&removed, Ok(())) || matches!(&removed, Err(e) if is_not_found(e)) {
             self.forget_policy(id).await;
         }
         match removed {
@@ -956,7 +954,6 @@ mod tests {
 
     #[test]
     fn create_body_refuses_what_docker_cannot_do() {
-
         let mut r = request();
         r.idle_action = Some(IdleAction::Suspend);
         assert!(matches!(

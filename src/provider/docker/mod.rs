@@ -47,9 +47,9 @@ use std::sync::Arc;
 use bollard::Docker;
 use tokio::sync::OnceCell;
 
+pub use egress::{COMPONENT, COMPONENT_LABEL, EgressGatewaySettings};
 /// Path normalisation shared with the other providers' file capabilities (one rule).
 pub use settings::DockerSettings;
-pub use egress::{COMPONENT, COMPONENT_LABEL, EgressGatewaySettings};
 
 use super::{ProviderError, ProviderResult};
 

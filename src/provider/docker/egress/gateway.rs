@@ -23,9 +23,8 @@ use std::time::Duration;
 
 use bollard::Docker;
 use bollard::models::{
-    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, Ipam, IpamConfig,
-    Mount, MountType, NetworkConnectRequest, NetworkCreateRequest, NetworkingConfig,
-    VolumeCreateRequest,
+    ContainerCreateBody, EndpointIpamConfig, EndpointSettings, HostConfig, Ipam, IpamConfig, Mount,
+    MountType, NetworkConnectRequest, NetworkCreateRequest, NetworkingConfig, VolumeCreateRequest,
 };
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, RemoveContainerOptionsBuilder, StartContainerOptions,
@@ -97,7 +96,6 @@ impl Gateway {
         }
     }
 
-
     fn labels(&self) -> HashMap<String, String> {
         HashMap::from([
             (COMPONENT_LABEL.to_string(), COMPONENT.to_string()),
@@ -163,7 +161,9 @@ impl Gateway {
             Ok(_) => Ok(l.gateway),
             // Created concurrently by someone else: use theirs.
             Err(e) if status_of(&e) == Some(409) => match self.subnet_of(docker, &name).await? {
-                Some(subnet) => layout(&subnet).map(|l| l.gateway).map_err(ProviderError::invalid),
+                Some(subnet) => layout(&subnet)
+                    .map(|l| l.gateway)
+                    .map_err(ProviderError::invalid),
                 None => Err(map_err(&format!("creating network {name}"), e)),
             },
             Err(e) => Err(map_err(&format!("creating the egress network {name}"), e)),
@@ -259,7 +259,10 @@ impl Gateway {
     }
 
     async fn start(&self, docker: &Docker, name: &str) -> ProviderResult<()> {
-        match docker.start_container(name, None::<StartContainerOptions>).await {
+        match docker
+            .start_container(name, None::<StartContainerOptions>)
+            .await
+        {
             Ok(()) => Ok(()),
             Err(e) if status_of(&e) == Some(304) => Ok(()),
             Err(e) => Err(map_err(&format!("starting egress gateway {name}"), e)),

@@ -15,8 +15,8 @@ mod policy;
 mod settings;
 mod verdict;
 
-pub use gateway::{COMPONENT, COMPONENT_LABEL};
 pub(crate) use gateway::Gateway;
+pub use gateway::{COMPONENT, COMPONENT_LABEL};
 pub use settings::EgressGatewaySettings;
 
 /// Where a sandbox's traffic goes, fixed at create.

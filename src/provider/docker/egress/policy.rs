@@ -13,8 +13,8 @@ use bollard::query_parameters::{
 use bytes::Bytes;
 use futures::StreamExt;
 
-use super::gateway::{Gateway, POLICY_DIR};
 use super::Placement;
+use super::gateway::{Gateway, POLICY_DIR};
 use crate::gateway::allow::check_entry;
 use crate::gateway::policy::{PolicyFile, file_name};
 use crate::provider::docker::{DockerProvider, is_not_found, map_err};
@@ -134,7 +134,9 @@ impl DockerProvider {
         std::io::Read::read_to_end(&mut entry, &mut text)
             .map_err(|e| ProviderError::transient(format!("reading the policy archive: {e}")))?;
         let policy: PolicyFile = serde_json::from_slice(&text).map_err(|e| {
-            ProviderError::transient(format!("the gateway's policy of {sandbox} is unreadable: {e}"))
+            ProviderError::transient(format!(
+                "the gateway's policy of {sandbox} is unreadable: {e}"
+            ))
         })?;
         Ok(Some(policy.allowed))
     }

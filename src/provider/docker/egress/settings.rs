@@ -101,7 +101,12 @@ impl EgressGatewaySettings {
             );
         }
         let mut seen = std::collections::BTreeSet::new();
-        if self.ports.is_empty() || self.ports.iter().any(|p| *p == 0 || *p == 53 || !seen.insert(*p)) {
+        if self.ports.is_empty()
+            || self
+                .ports
+                .iter()
+                .any(|p| *p == 0 || *p == 53 || !seen.insert(*p))
+        {
             issues.push(
                 format!("{at}.ports"),
                 "must list distinct TCP ports other than 0 and 53 (the gateway's DNS); default [80, 443]",
@@ -118,7 +123,9 @@ impl EgressGatewaySettings {
         if self.check_interval_seconds == 0 {
             issues.push(
                 format!("{at}.checkIntervalSeconds"),
-                format!("must be at least 1; remove it for the default {DEFAULT_CHECK_INTERVAL_SECONDS}"),
+                format!(
+                    "must be at least 1; remove it for the default {DEFAULT_CHECK_INTERVAL_SECONDS}"
+                ),
             );
         }
         if self.network.trim().is_empty() {
@@ -194,7 +201,14 @@ mod tests {
         let paths: Vec<&str> = issues.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(
             paths,
-            ["e.image", "e.hostBinary", "e.upstreamDns", "e.ports", "e.subnet", "e.checkIntervalSeconds"]
+            [
+                "e.image",
+                "e.hostBinary",
+                "e.upstreamDns",
+                "e.ports",
+                "e.subnet",
+                "e.checkIntervalSeconds"
+            ]
         );
     }
 }

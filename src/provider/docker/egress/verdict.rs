@@ -196,12 +196,30 @@ mod tests {
     fn the_gateway_probe_is_read_as_an_observation() {
         let v = gateway_outcome("0 6 28", Some("a.test"));
         assert_eq!(v.state, EgressState::Filtered);
-        assert_eq!(gateway_outcome("52 6 7", Some("a.test")).state, EgressState::Filtered);
-        assert_eq!(gateway_outcome("0 0 28", Some("a.test")).state, EgressState::Open);
-        assert_eq!(gateway_outcome("0 6 0", Some("a.test")).state, EgressState::Open);
-        assert_eq!(gateway_outcome("6 6 28", Some("a.test")).state, EgressState::Inconclusive);
-        assert_eq!(gateway_outcome("nocurl", Some("a.test")).state, EgressState::Inconclusive);
-        assert_eq!(gateway_outcome("skip 6 7", None).state, EgressState::Filtered);
+        assert_eq!(
+            gateway_outcome("52 6 7", Some("a.test")).state,
+            EgressState::Filtered
+        );
+        assert_eq!(
+            gateway_outcome("0 0 28", Some("a.test")).state,
+            EgressState::Open
+        );
+        assert_eq!(
+            gateway_outcome("0 6 0", Some("a.test")).state,
+            EgressState::Open
+        );
+        assert_eq!(
+            gateway_outcome("6 6 28", Some("a.test")).state,
+            EgressState::Inconclusive
+        );
+        assert_eq!(
+            gateway_outcome("nocurl", Some("a.test")).state,
+            EgressState::Inconclusive
+        );
+        assert_eq!(
+            gateway_outcome("skip 6 7", None).state,
+            EgressState::Filtered
+        );
     }
 
     #[test]
@@ -261,7 +279,9 @@ impl DockerProvider {
             timeout: PROBE_TIMEOUT,
         };
         let out = match self.run_exec(id, &probe).await {
-            Ok(out) if out.exit_code == 0 => String::from_utf8_lossy(&out.stdout).trim().to_string(),
+            Ok(out) if out.exit_code == 0 => {
+                String::from_utf8_lossy(&out.stdout).trim().to_string()
+            }
             Ok(out) => format!("probe exited {}", out.exit_code),
             Err(e) if e.is(ErrorKind::NotFound) => return Err(e),
             Err(e) => e.message().to_string(),
@@ -276,13 +296,17 @@ fn gateway_outcome(out: &str, listed: Option<&str>) -> EgressVerdict {
     let [a, u, r] = codes.as_slice() else {
         return verdict(
             EgressState::Inconclusive,
-            format!("behind the egress gateway, but the in-sandbox probe could not run (needs sh and curl): {out}"),
+            format!(
+                "behind the egress gateway, but the in-sandbox probe could not run (needs sh and curl): {out}"
+            ),
         );
     };
     if connected(u) || connected(r) {
         return verdict(
             EgressState::Open,
-            format!("behind the egress gateway, yet an unlisted name (curl exit {u}) or a raw IP address (curl exit {r}) connected"),
+            format!(
+                "behind the egress gateway, yet an unlisted name (curl exit {u}) or a raw IP address (curl exit {r}) connected"
+            ),
         );
     }
     match (listed, *a) {
