@@ -45,6 +45,7 @@ demo-down:
 ## Performance figures of docs/architecture.md (ratios against the raw provider, same run); not run in CI.
 bench:
 	bash bench/run.sh
+	bash bench/egress.sh
 
 ## The operator image, built locally (no registry needed): the release binary is compiled on
 ## the host and stripped into target/image/, then the multi-stage Dockerfile (FROM the local

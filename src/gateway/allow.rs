@@ -77,7 +77,7 @@ impl AllowList {
         let Some(name) = normalise(name) else {
             return false;
         };
-        self.exact.iter().any(|e| *e == name)
+        self.exact.contains(&name)
             || self
                 .suffixes
                 .iter()

@@ -188,51 +188,6 @@ impl Egress for DockerProvider {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_gateway_probe_is_read_as_an_observation() {
-        let v = gateway_outcome("0 6 28", Some("a.test"));
-        assert_eq!(v.state, EgressState::Filtered);
-        assert_eq!(
-            gateway_outcome("52 6 7", Some("a.test")).state,
-            EgressState::Filtered
-        );
-        assert_eq!(
-            gateway_outcome("0 0 28", Some("a.test")).state,
-            EgressState::Open
-        );
-        assert_eq!(
-            gateway_outcome("0 6 0", Some("a.test")).state,
-            EgressState::Open
-        );
-        assert_eq!(
-            gateway_outcome("6 6 28", Some("a.test")).state,
-            EgressState::Inconclusive
-        );
-        assert_eq!(
-            gateway_outcome("nocurl", Some("a.test")).state,
-            EgressState::Inconclusive
-        );
-        assert_eq!(
-            gateway_outcome("skip 6 7", None).state,
-            EgressState::Filtered
-        );
-    }
-
-    #[test]
-    fn proc_net_dev_interfaces_are_parsed() {
-        let text = "Inter-|   Receive                                                |  Transmit\n \
-                    face |bytes    packets errs drop fifo frame compressed multicast|bytes\n    \
-                    lo:       0       0    0    0    0     0          0         0        0\n  \
-                    eth0: 1234      10    0    0    0     0          0         0     5678\n";
-        assert_eq!(interfaces(text), vec!["lo".to_string(), "eth0".to_string()]);
-        assert!(interfaces("").is_empty());
-    }
-}
-
 /// The in-sandbox probe behind the gateway: prints the curl exit codes for a listed name
 /// (`skip` when there is none to try), an unlisted name and a raw IP address.
 const GATEWAY_PROBE: &str = r#"command -v curl >/dev/null 2>&1 || { echo nocurl; exit 0; }
@@ -322,5 +277,50 @@ fn gateway_outcome(out: &str, listed: Option<&str>) -> EgressVerdict {
             EgressState::Filtered,
             "observed inside the sandbox: an unlisted name and a raw IP address do not connect (the list has only wildcards, so no listed name was tried)".into(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_gateway_probe_is_read_as_an_observation() {
+        let v = gateway_outcome("0 6 28", Some("a.test"));
+        assert_eq!(v.state, EgressState::Filtered);
+        assert_eq!(
+            gateway_outcome("52 6 7", Some("a.test")).state,
+            EgressState::Filtered
+        );
+        assert_eq!(
+            gateway_outcome("0 0 28", Some("a.test")).state,
+            EgressState::Open
+        );
+        assert_eq!(
+            gateway_outcome("0 6 0", Some("a.test")).state,
+            EgressState::Open
+        );
+        assert_eq!(
+            gateway_outcome("6 6 28", Some("a.test")).state,
+            EgressState::Inconclusive
+        );
+        assert_eq!(
+            gateway_outcome("nocurl", Some("a.test")).state,
+            EgressState::Inconclusive
+        );
+        assert_eq!(
+            gateway_outcome("skip 6 7", None).state,
+            EgressState::Filtered
+        );
+    }
+
+    #[test]
+    fn proc_net_dev_interfaces_are_parsed() {
+        let text = "Inter-|   Receive                                                |  Transmit\n \
+                    face |bytes    packets errs drop fifo frame compressed multicast|bytes\n    \
+                    lo:       0       0    0    0    0     0          0         0        0\n  \
+                    eth0: 1234      10    0    0    0     0          0         0     5678\n";
+        assert_eq!(interfaces(text), vec!["lo".to_string(), "eth0".to_string()]);
+        assert!(interfaces("").is_empty());
     }
 }
