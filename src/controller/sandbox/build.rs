@@ -365,6 +365,27 @@ mod tests {
             ..Resolved::default()
         };
         assert_eq!(spec_hash(&a, &in_place), spec_hash(&b, &in_place));
+
+        // A provider with placements: a change of placement recreates, a change within one
+        // does not, and a provider without placements keeps its hashes.
+        let placed = |p: &'static str| Resolved {
+            egress_in_place: true,
+            egress_placement: Some(p),
+            ..Resolved::default()
+        };
+        assert_ne!(
+            spec_hash(&a, &placed("open")),
+            spec_hash(&b, &placed("gateway"))
+        );
+        let mut c = base_spec();
+        c.egress = Some(EgressSpec {
+            allowed_domains: Some(vec!["other.example.com".into()]),
+        });
+        assert_eq!(
+            spec_hash(&b, &placed("gateway")),
+            spec_hash(&c, &placed("gateway"))
+        );
+        assert_ne!(spec_hash(&b, &placed("gateway")), spec_hash(&b, &in_place));
     }
 
     #[test]
