@@ -826,7 +826,12 @@ mod specific {
             memory_bytes: Some(512 << 20),
             ..Default::default()
         };
-        let applied = resources.set_resources(&id, &wanted).await.unwrap();
+        let change = resources.set_resources(&id, &wanted).await.unwrap();
+        assert!(
+            change.restarted,
+            "Fly reboots a running machine to resize it"
+        );
+        let applied = change.applied;
         assert_eq!(applied.cpu_millis, Some(2000));
         assert_eq!(applied.memory_bytes, Some(512 << 20));
         let limit = w
@@ -847,6 +852,20 @@ mod specific {
             kind(resources.set_resources(&id, &pids).await),
             ErrorKind::Unsupported
         );
+        // A stopped machine is updated without a launch, and not reported as restarted.
+        w.provider.stop(&id).await.unwrap();
+        let smaller = Resources {
+            memory_bytes: Some(256 << 20),
+            ..Default::default()
+        };
+        let change = resources.set_resources(&id, &smaller).await.unwrap();
+        assert!(
+            !change.restarted,
+            "a stopped machine stays stopped: {change:?}"
+        );
+        let d = w.provider.describe(&id).await.unwrap().unwrap();
+        assert_eq!(d.state, SandboxState::Stopped);
+        assert_eq!(d.resources.memory_bytes, Some(256 << 20));
         w.double.shutdown().await;
     }
 

@@ -22,7 +22,8 @@ use sandbox_operator::provider::{CreateRequest, Resources, RestartPolicy};
 
 conformance_suite!(fixture);
 
-/// What the Sprites provider offers against the double: exact files; a memory ceiling
+/// What the Sprites provider offers against the double: exact files; bulk tar through exec;
+/// an egress verdict read from the policy the service enforces; a memory ceiling
 /// (whole MiB); a domain allow-list and "no egress" (stored as the sprite's network policy,
 /// which the real service enforces; the double only stores it); no command (a sprite has no
 /// main process), no fractional CPU (the suite asks for 500m; whole CPUs are accepted), no
@@ -30,6 +31,8 @@ conformance_suite!(fixture);
 fn expect() -> Expect {
     Expect {
         files: true,
+        bulk_files: true,
+        egress: true,
         memory: true,
         domain_egress: true,
         no_egress: true,
@@ -310,6 +313,100 @@ mod sprites_specific {
             policy(&fx, &created.id).await["rules"],
             serde_json::json!([])
         );
+        fx.cleanup().await;
+    }
+
+    /// The verdict follows the policy the service reports, whatever was asked: filtered with
+    /// an allow-list, open without, and inconclusive when the policy cannot be read.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_egress_verdict_is_the_enforced_policy_or_inconclusive() {
+        use sandbox_operator::provider::EgressState;
+        let (fx, p) = setup().await;
+        let mut request = fx.request();
+        request.allowed_domains = Some(vec!["example.com".into()]);
+        let id = p.create(&request).await.expect("create").id;
+        let egress = p.egress().expect("egress observation");
+        let never_ran = egress.egress_verdict(&id).await.expect("verdict");
+        assert_eq!(never_ran.state, EgressState::Inconclusive, "{never_ran:?}");
+        p.start(&id).await.expect("start");
+        let v = egress.egress_verdict(&id).await.expect("verdict");
+        assert_eq!(v.state, EgressState::Filtered, "{v:?}");
+        assert!(v.detail.contains("example.com"), "{v:?}");
+        // Changed behind the provider's back: the verdict follows the service, not a record.
+        let d = double(&fx);
+        reqwest::Client::new()
+            .post(format!("{}/v1/sprites/{id}/policy/network", d.base_url))
+            .bearer_auth(&d.token)
+            .json(&serde_json::json!({"rules": []}))
+            .send()
+            .await
+            .expect("policy replaced")
+            .error_for_status()
+            .expect("policy accepted");
+        let v = egress.egress_verdict(&id).await.expect("verdict");
+        assert_eq!(v.state, EgressState::Open, "{v:?}");
+        assert!(v.remediation.is_some());
+        d.faults().fail_policy_reads(true);
+        let v = egress.egress_verdict(&id).await.expect("verdict");
+        assert_eq!(v.state, EgressState::Inconclusive, "{v:?}");
+        assert!(v.detail.contains("could not read"), "{v:?}");
+        d.faults().fail_policy_reads(false);
+        fx.cleanup().await;
+    }
+
+    /// A tree with every byte value, a nested directory and an empty file crosses both ways
+    /// through tar over the exec WebSocket unchanged; absent and symlinked paths are refused.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn bulk_tar_crosses_the_exec_socket_unchanged() {
+        use futures::StreamExt;
+        let (fx, p) = setup().await;
+        let id = p.create(&fx.request()).await.expect("create").id;
+        p.start(&id).await.expect("start");
+        let files = p.files().expect("files");
+        let every_byte: Vec<u8> = (0..=255u8).cycle().take(256 * 300).collect();
+        files
+            .write_file(&id, "/tmp/tree/a/bytes.bin", &every_byte, 0o640)
+            .await
+            .expect("write");
+        files
+            .write_file(&id, "/tmp/tree/empty", b"", 0o600)
+            .await
+            .expect("write");
+        let bulk = p.bulk_files().expect("bulk");
+        let mut stream = bulk.export(&id, "/tmp/tree").await.expect("export");
+        let mut archive = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            archive.extend_from_slice(&chunk.expect("chunk"));
+        }
+        bulk.import(&id, "/tmp/copy", archive)
+            .await
+            .expect("import");
+        let back = files
+            .read_file(&id, "/tmp/copy/tree/a/bytes.bin")
+            .await
+            .expect("read back");
+        assert_eq!(back, every_byte);
+        assert_eq!(
+            files
+                .read_file(&id, "/tmp/copy/tree/empty")
+                .await
+                .expect("empty"),
+            b""
+        );
+        let absent = bulk
+            .export(&id, "/tmp/nothing-here")
+            .await
+            .err()
+            .expect("absent");
+        assert!(absent.is(ErrorKind::NotFound), "{absent}");
+        p.exec(
+            &id,
+            &ExecRequest::shell("ln -s /etc /tmp/link", Duration::from_secs(10)),
+        )
+        .await
+        .expect("symlink");
+        let link = bulk.export(&id, "/tmp/link").await.err().expect("symlink");
+        assert!(link.is(ErrorKind::Invalid), "{link}");
         fx.cleanup().await;
     }
 

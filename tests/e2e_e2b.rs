@@ -32,9 +32,19 @@ const RELAXED_TIMEOUT: u64 = 30;
 struct World {
     ns: String,
     double: E2bDouble,
-    key_file: std::path::PathBuf,
+    key_file: KeyFile,
     api: Api<Sandbox>,
     timeout: u64,
+}
+
+/// The file holding the double's API key for the operator; removed when the test ends,
+/// however it ends.
+struct KeyFile(std::path::PathBuf);
+
+impl Drop for KeyFile {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 impl World {
@@ -49,6 +59,7 @@ impl World {
             .expect("the E2B double starts (is Docker running?)");
         let key_file = harness::cache().join(format!("{ns}.e2b-key"));
         std::fs::write(&key_file, double.api_key()).expect("key file");
+        let key_file = KeyFile(key_file);
         let api = Api::namespaced(client().await, &ns);
         World {
             ns,
@@ -68,7 +79,7 @@ impl World {
              watchIntervalSecs: 1\nsweeper:\n{sweeper}",
             self.double.api_url(),
             self.double.envd_url(),
-            self.key_file.display(),
+            self.key_file.0.display(),
             self.timeout
         )
     }
@@ -158,7 +169,6 @@ impl World {
     }
 
     async fn shutdown(self) {
-        let _ = std::fs::remove_file(&self.key_file);
         self.double.shutdown().await.expect("double cleanup");
     }
 }

@@ -266,6 +266,42 @@ async fn a_fly_sandbox_becomes_ready_and_its_url_reaches_it_alone() {
     w.double.shutdown().await;
 }
 
+/// A resize is a machine update, which Fly applies by rebooting a running machine: status says
+/// so (`lastResourceChange.restarted`), and the main process really did start again.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resize_says_in_status_that_it_restarted_the_machine() {
+    let w = World::new("e2e-fly-resize").await;
+    let op = w.operator("", vec![]);
+    let mut spec = sleeper();
+    spec["resources"] = json!({"memory": "256Mi"});
+    w.apply("grow", spec);
+    let api = w.api().await;
+    let s = wait_ready(&api, "grow", &op).await;
+    let id = s.status.and_then(|st| st.sandbox_id).expect("sandboxId");
+    let pid1 = "sed 's/.*) //' /proc/1/stat | cut -d' ' -f20";
+    let (code, before) = w.sh(&id, pid1).await;
+    assert_eq!(code, 0);
+
+    patch_spec(&api, "grow", json!({"resources": {"memory": "512Mi"}})).await;
+    let change = wait_for("status.lastResourceChange", READY_TIMEOUT, || async {
+        let s = api.get("grow").await.map_err(|e| e.to_string())?;
+        let st = s.status.unwrap_or_default();
+        match (st.last_resource_change, st.resources) {
+            (Some(c), Some(r)) if r.memory.as_deref() == Some("536870912") => Ok(c),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    assert!(change.restarted, "Fly reboots to resize: {change:?}");
+    wait_ready(&api, "grow", &op).await;
+    assert_eq!(w.machine(&id).await["config"]["guest"]["memory_mb"], 512);
+    let (code, after) = w.sh(&id, pid1).await;
+    assert_eq!(code, 0);
+    assert_ne!(before, after, "the main process started again");
+    delete_and_wait_gone(&api, "grow").await;
+    w.double.shutdown().await;
+}
+
 async fn wait_hibernation(
     api: &Api<Sandbox>,
     name: &str,
@@ -529,79 +565,12 @@ async fn a_429_storm_is_waited_out_as_retry_after_says() {
     w.double.shutdown().await;
 }
 
-/// The S3 test store under `prefix` (`templateStores`), with the keys by environment
-/// reference; and the environment that holds them.
-fn store_config(prefix: &str) -> (String, Vec<(String, String)>) {
-    let env = harness::s3::s3_env();
-    let config = format!(
-        "templateStores:\n  - name: s3\n    bucket: {}\n    endpoint: {}\n    \
-         pathStyle: true\n    prefix: {prefix}\n    accessKeyId: {{env: E2E_S3_ACCESS_KEY}}\n    \
-         secretAccessKey: {{env: E2E_S3_SECRET_KEY}}\n",
-        env["SANDBOX_S3_BUCKET"], env["SANDBOX_S3_ENDPOINT"],
-    );
-    let keys = vec![
-        (
-            "E2E_S3_ACCESS_KEY".into(),
-            env["SANDBOX_S3_ACCESS_KEY"].clone(),
-        ),
-        (
-            "E2E_S3_SECRET_KEY".into(),
-            env["SANDBOX_S3_SECRET_KEY"].clone(),
-        ),
-    ];
-    (config, keys)
-}
-
-/// Removes every store object under a prefix when dropped.
-struct PurgePrefix(String);
-
-impl Drop for PurgePrefix {
-    fn drop(&mut self) {
-        use sandbox_operator::config::TemplateStoreConfig;
-        use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
-        let env = harness::s3::s3_env();
-        let cfg: TemplateStoreConfig = serde_json::from_value(json!({
-            "name": "s3", "bucket": env["SANDBOX_S3_BUCKET"], "endpoint": env["SANDBOX_S3_ENDPOINT"],
-            "pathStyle": true, "prefix": self.0,
-        }))
-        .expect("store config");
-        let (access, secret) = (
-            env["SANDBOX_S3_ACCESS_KEY"].clone(),
-            env["SANDBOX_S3_SECRET_KEY"].clone(),
-        );
-        let Ok(settings) = StoreSettings::resolve(&cfg, |k| match k {
-            "AWS_ACCESS_KEY_ID" => Some(access.clone()),
-            "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
-            _ => None,
-        }) else {
-            return;
-        };
-        let prefix = format!("{}/", self.0);
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                let store = TemplateStore::new(settings);
-                if let Ok(objects) = store.list(&prefix).await {
-                    let keys: Vec<String> = objects.into_iter().map(|o| o.key).collect();
-                    let _ = store.remove(&keys).await;
-                }
-            });
-        })
-        .join();
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_template_captured_on_fly_boots_a_second_sandbox() {
     let w = World::new("e2e-fly-tpl").await;
     let prefix = format!("e2e-{}", w.ns);
-    let _objects = PurgePrefix(prefix.clone());
-    let (store, keys) = store_config(&prefix);
+    let _objects = harness::s3::PurgePrefix(prefix.clone());
+    let (store, keys) = harness::s3::store_config(&prefix);
     let op = w.operator_with("    templateStore: s3\n", &store, keys);
     let api = w.api().await;
     let mut source = sleeper();

@@ -68,7 +68,11 @@ use super::quantity::Quantity;
     )
 )]
 #[x_kube(validation = Rule::new(PROVIDER_IMMUTABLE_RULE).message("spec.provider is immutable: delete and recreate the Sandbox to move it to another provider").field_path(".provider"))]
-#[x_kube(validation = Rule::new("has(self.image) || has(self.templateRef)").message("set spec.image or spec.templateRef: a Sandbox needs an image or a SandboxTemplate to boot from").reason(Reason::FieldValueRequired))]
+// No admission rule asks for `image` or `templateRef`: whether a Sandbox needs one depends on
+// the TYPE of the provider it names (Fly Sprites boots its own base system and refuses an
+// image; Docker, Fly and E2B may have a configured default), which admission cannot know from
+// the provider's name. Each provider's `create` refuses a missing image it needs, naming
+// spec.image, and the Sandbox stalls with that message.
 #[serde(rename_all = "camelCase")]
 pub struct SandboxSpec {
     /// Name of a provider configured in the operator (for example `docker`). The operator's
@@ -82,7 +86,9 @@ pub struct SandboxSpec {
     pub provider: Option<String>,
 
     /// Image to boot from (for example `debian:bookworm`). Ignored when `templateRef` is set.
-    /// One of `image` and `templateRef` is required.
+    /// When neither is set the provider's default image boots (Docker `defaultImage`, Fly
+    /// `defaultImage`, E2B `template`, `base` when unset); a provider with none stalls the Sandbox naming
+    /// `spec.image`. Fly Sprites boots its own base system and refuses `image`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
     pub image: Option<String>,
@@ -463,6 +469,11 @@ pub struct SandboxStatus {
     /// Resource ceilings as the provider applied them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub resources: Option<AppliedResourcesStatus>,
+    /// What the last in-place change of `spec.resources` did, and in particular whether the
+    /// provider restarted the sandbox to apply it (Fly Machines reboots a running machine;
+    /// Docker changes the limits of the running container).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_resource_change: Option<ResourceChangeStatus>,
     /// The image the sandbox was created from, as `spec.image` named it; empty when it booted
     /// from a template.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -542,6 +553,18 @@ pub struct HibernationStatus {
     /// Detail, especially when the preferred mechanism was unavailable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub detail: Option<String>,
+    /// When it happened (RFC 3339).
+    pub time: String,
+}
+
+/// What an in-place change of resource ceilings did.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ResourceChangeStatus {
+    /// Whether the provider restarted the sandbox to apply the change. When `true` its
+    /// processes ended and started again from the main command; anything started by hand
+    /// must be started again.
+    pub restarted: bool,
     /// When it happened (RFC 3339).
     pub time: String,
 }

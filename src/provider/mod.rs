@@ -204,12 +204,13 @@ pub trait Templates: Send + Sync {
 pub trait SetResources: Send + Sync {
     /// Changes only the fields present. A ceiling the provider cannot change in place is
     /// `Unsupported` (rule 10): an unenforced limit the caller believes in is worse than a
-    /// visible failure.
+    /// visible failure. The result says whether the sandbox was restarted to apply it, as it
+    /// happened: a provider that reboots to resize reports `restarted: true`.
     async fn set_resources(
         &self,
         id: &str,
         resources: &Resources,
-    ) -> ProviderResult<AppliedResources>;
+    ) -> ProviderResult<ResourceChange>;
 }
 
 /// Headroom measurement.

@@ -50,6 +50,17 @@ pub struct AppliedResources {
     pub pids: Option<i64>,
 }
 
+/// What an in-place resource change did: the ceilings now in force, and whether the
+/// provider restarted the sandbox to apply them (its processes ended and started again from
+/// the main command). Providers report what happened, never what they would prefer.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResourceChange {
+    /// The ceilings read back after the change.
+    pub applied: AppliedResources,
+    /// `true` when the sandbox was restarted to apply the change.
+    pub restarted: bool,
+}
+
 /// A port inside the sandbox that must be reachable from the control plane.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PortRequest {

@@ -3,7 +3,14 @@
 use sandbox_operator::provider::{ErrorKind, Resources};
 
 use super::Fixture;
-use super::support::{Check, OrFail, describe, expect_kind, running_from, unique_hex};
+use super::support::{Check, OrFail, describe, expect_kind, running_from, sh, unique_hex};
+
+/// When the sandbox's PID 1 started (field 22 of `/proc/1/stat`, in clock ticks since boot):
+/// it changes exactly when the main process was started again.
+async fn pid1_start(fx: &Fixture, id: &str) -> Result<String, String> {
+    let out = sh(fx, id, "sed 's/.*) //' /proc/1/stat | cut -d' ' -f20").await?;
+    Ok(out.trim().to_string())
+}
 
 /// The ceilings this provider enforces, at `scale` (1 = the create-time values).
 fn ceilings(fx: &Fixture, cpu: u64, memory_mib: u64, pids: i64) -> Resources {
@@ -15,7 +22,8 @@ fn ceilings(fx: &Fixture, cpu: u64, memory_mib: u64, pids: i64) -> Resources {
     }
 }
 
-/// New ceilings are applied and reported (by the call and by `describe`); fields left out
+/// New ceilings are applied and reported (by the call and by `describe`), and the call says
+/// truthfully whether it restarted the sandbox (PID 1's start time is compared); fields left out
 /// keep their values; a ceiling the provider cannot change in place is `Unsupported` and
 /// changes nothing; an absent sandbox is `NotFound`.
 pub async fn capability_set_resources(fx: &Fixture) -> Check {
@@ -42,10 +50,20 @@ pub async fn capability_set_resources(fx: &Fixture) -> Check {
     let id = running_from(fx, &request).await?;
 
     let wanted = ceilings(fx, 250, second, 100);
-    let applied = res
+    let before = pid1_start(fx, &id).await?;
+    let change = res
         .set_resources(&id, &wanted)
         .await
         .or_fail("set_resources")?;
+    // The result says whether the sandbox was restarted, as it happened.
+    let after = pid1_start(fx, &id).await?;
+    ensure!(
+        change.restarted == (before != after),
+        "set_resources reported restarted = {}, but PID 1 started at tick {before} before and \
+         {after} after",
+        change.restarted
+    );
+    let applied = change.applied;
     let reported = describe(fx, &id).await?.resources;
     for (what, got) in [("returned", &applied), ("described", &reported)] {
         // Only what was asked is compared: a provider may report a ceiling it always has
@@ -65,7 +83,8 @@ pub async fn capability_set_resources(fx: &Fixture) -> Check {
     let applied = res
         .set_resources(&id, &memory_only)
         .await
-        .or_fail("set_resources")?;
+        .or_fail("set_resources")?
+        .applied;
     ensure!(
         wanted
             .cpu_millis
@@ -81,9 +100,9 @@ pub async fn capability_set_resources(fx: &Fixture) -> Check {
         ..Default::default()
     };
     match res.set_resources(&id, &with_disk).await {
-        Ok(applied) => ensure!(
-            applied.disk_bytes == Some(1 << 30),
-            "an accepted disk ceiling is not reported: {applied:?}"
+        Ok(change) => ensure!(
+            change.applied.disk_bytes == Some(1 << 30),
+            "an accepted disk ceiling is not reported: {change:?}"
         ),
         Err(e) => {
             ensure!(e.is(ErrorKind::Unsupported), "a refused disk ceiling: {e}");

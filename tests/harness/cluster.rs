@@ -160,13 +160,21 @@ pub fn apply_yaml(yaml: &str, namespace: &str) -> Output {
     )
 }
 
-/// A namespace for one test.
+/// Label on every test namespace: the pid of the test process that created it.
+pub const TEST_PID_LABEL: &str = "test.sandboxes.dev/pid";
+
+/// A namespace for one test, labelled with this process's pid (`TEST_PID_LABEL`).
 pub async fn namespace(prefix: &str) -> String {
     use k8s_openapi::api::core::v1::Namespace;
     let name = unique(prefix);
     let api: kube::Api<Namespace> = kube::Api::all(client().await);
-    let ns: Namespace =
-        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).expect("ns");
+    // The creating process's pid lets `tests/cluster/gc.sh` (run at the end of `make test`)
+    // remove the namespaces of test processes that have exited, whatever way they ended.
+    let ns: Namespace = serde_json::from_value(serde_json::json!({"metadata": {
+        "name": name,
+        "labels": {TEST_PID_LABEL: std::process::id().to_string()},
+    }}))
+    .expect("ns");
     api.create(&Default::default(), &ns)
         .await
         .expect("create namespace");

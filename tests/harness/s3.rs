@@ -1,6 +1,7 @@
 //! The test S3 server's settings: runs `tests/setup/s3.sh` (idempotent; it starts s3s-fs, a
 //! SigV4-checking server, when none runs) once per test binary and reads the env file it
-//! writes (atomically, so a concurrent run never exposes half a file).
+//! writes (atomically, so a concurrent run never exposes half a file). Also the operator
+//! configuration of a template store on it, and the cleanup of a test's prefix.
 
 use std::collections::HashMap;
 use std::sync::OnceLock;
@@ -36,4 +37,72 @@ pub fn s3_env() -> HashMap<String, String> {
         env
     })
     .clone()
+}
+
+/// The S3 test store under `prefix` (`templateStores`), with the keys by environment
+/// reference; and the environment that holds them.
+pub fn store_config(prefix: &str) -> (String, Vec<(String, String)>) {
+    let env = s3_env();
+    let config = format!(
+        "templateStores:\n  - name: s3\n    bucket: {}\n    endpoint: {}\n    \
+         pathStyle: true\n    prefix: {prefix}\n    accessKeyId: {{env: E2E_S3_ACCESS_KEY}}\n    \
+         secretAccessKey: {{env: E2E_S3_SECRET_KEY}}\n",
+        env["SANDBOX_S3_BUCKET"], env["SANDBOX_S3_ENDPOINT"],
+    );
+    let keys = vec![
+        (
+            "E2E_S3_ACCESS_KEY".into(),
+            env["SANDBOX_S3_ACCESS_KEY"].clone(),
+        ),
+        (
+            "E2E_S3_SECRET_KEY".into(),
+            env["SANDBOX_S3_SECRET_KEY"].clone(),
+        ),
+    ];
+    (config, keys)
+}
+
+/// Removes every store object under a prefix when dropped.
+pub struct PurgePrefix(pub String);
+
+impl Drop for PurgePrefix {
+    fn drop(&mut self) {
+        use sandbox_operator::config::TemplateStoreConfig;
+        use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
+        use serde_json::json;
+        let env = s3_env();
+        let cfg: TemplateStoreConfig = serde_json::from_value(json!({
+            "name": "s3", "bucket": env["SANDBOX_S3_BUCKET"], "endpoint": env["SANDBOX_S3_ENDPOINT"],
+            "pathStyle": true, "prefix": self.0,
+        }))
+        .expect("store config");
+        let (access, secret) = (
+            env["SANDBOX_S3_ACCESS_KEY"].clone(),
+            env["SANDBOX_S3_SECRET_KEY"].clone(),
+        );
+        let Ok(settings) = StoreSettings::resolve(&cfg, |k| match k {
+            "AWS_ACCESS_KEY_ID" => Some(access.clone()),
+            "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
+            _ => None,
+        }) else {
+            return;
+        };
+        let prefix = format!("{}/", self.0);
+        let _ = std::thread::spawn(move || {
+            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            rt.block_on(async {
+                let store = TemplateStore::new(settings);
+                if let Ok(objects) = store.list(&prefix).await {
+                    let keys: Vec<String> = objects.into_iter().map(|o| o.key).collect();
+                    let _ = store.remove(&keys).await;
+                }
+            });
+        })
+        .join();
+    }
 }

@@ -10,7 +10,7 @@ use kube::runtime::controller::Action;
 
 use crate::api::{
     AppliedEgress, AppliedResourcesStatus, DesiredState, EgressStatus, HibernationStatus,
-    PortStatus, Sandbox, SandboxStatus,
+    PortStatus, ResourceChangeStatus, Sandbox, SandboxStatus,
 };
 use crate::controller::events::{normal, warning};
 use crate::controller::status::{self, Health};
@@ -535,17 +535,26 @@ async fn act(
                     handle.name()
                 )))
             })?;
-            handle
+            let change = handle
                 .call(
                     "set_resources",
                     setter.set_resources(id, &desired.request.resources),
                 )
                 .await?;
+            next.last_resource_change = Some(ResourceChangeStatus {
+                restarted: change.restarted,
+                time: status::now(),
+            });
+            let how = if change.restarted {
+                "; the provider restarted it to apply them"
+            } else {
+                " in place, without a restart"
+            };
             normal(
                 ctx,
                 sandbox,
                 "ResourcesUpdated",
-                format!("updated resource ceilings of sandbox {id}"),
+                format!("updated resource ceilings of sandbox {id}{how}"),
             )
             .await;
         }

@@ -11,7 +11,7 @@ use bollard::models::ContainerUpdateBody;
 
 use super::core::applied_resources;
 use super::{DockerProvider, map_err, status_of};
-use crate::provider::{AppliedResources, ProviderError, ProviderResult, Resources, SetResources};
+use crate::provider::{ProviderError, ProviderResult, ResourceChange, Resources, SetResources};
 
 /// The update body for the fields present; `None` when nothing is to change.
 /// The engine's floor for a memory ceiling.
@@ -78,12 +78,13 @@ fn update_body(resources: &Resources) -> ProviderResult<Option<ContainerUpdateBo
 #[async_trait]
 impl SetResources for DockerProvider {
     /// Applies the fields present and returns the ceilings read back from the engine (not
-    /// the request).
+    /// the request). `docker update` changes the cgroup limits of the running container in
+    /// place: it is never restarted.
     async fn set_resources(
         &self,
         id: &str,
         resources: &Resources,
-    ) -> ProviderResult<AppliedResources> {
+    ) -> ProviderResult<ResourceChange> {
         if let Some(body) = update_body(resources)? {
             let docker = self.engine().await?;
             if let Err(e) = docker.update_container(id, body).await {
@@ -112,10 +113,10 @@ impl SetResources for DockerProvider {
             .unwrap_or_default()
             .into_iter()
             .collect();
-        Ok(applied_resources(
-            &container.host_config.unwrap_or_default(),
-            &labels,
-        ))
+        Ok(ResourceChange {
+            applied: applied_resources(&container.host_config.unwrap_or_default(), &labels),
+            restarted: false,
+        })
     }
 }
 

@@ -1,7 +1,9 @@
 //! Changing CPUs and memory: a machine update (`POST /apps/{app}/machines/{id}` with the whole
 //! config, the only way the API changes a machine). **Fly reboots a running machine to apply
-//! it**: its processes end and start again from the main command. That is said in the log
-//! line of every change and in the README; a stopped machine stays stopped (`skip_launch`).
+//! it**: its processes end and start again from the main command. The result says so
+//! (`restarted`, recorded by the controller in `status.lastResourceChange`), as do the log
+//! line of every change and the README; a stopped machine stays stopped (`skip_launch`) and
+//! is reported as not restarted.
 //!
 //! The update also records when the machine first started in its metadata
 //! (`sandboxes.dev.fly.first-started`), so rule 6 still holds after the API's history has
@@ -15,7 +17,8 @@ use super::describe::{descriptor, first_started};
 use super::machines::MAX_WAIT;
 use super::{DISK_KEY, FIRST_STARTED_KEY, FlyProvider};
 use crate::provider::{
-    AppliedResources, ProviderError, ProviderResult, Resources, SandboxState, SetResources,
+    AppliedResources, ProviderError, ProviderResult, ResourceChange, Resources, SandboxState,
+    SetResources,
 };
 
 /// The current values with the request's present fields applied.
@@ -37,7 +40,7 @@ impl SetResources for FlyProvider {
         &self,
         id: &str,
         resources: &Resources,
-    ) -> ProviderResult<AppliedResources> {
+    ) -> ProviderResult<ResourceChange> {
         let host = self.settings.public_host();
         let machine = self
             .get_machine(id)
@@ -81,6 +84,9 @@ impl SetResources for FlyProvider {
             .describe_machine(id)
             .await?
             .ok_or_else(|| ProviderError::not_found(format!("machine {id} vanished")))?;
-        Ok(after.resources)
+        Ok(ResourceChange {
+            applied: after.resources,
+            restarted: running,
+        })
     }
 }

@@ -19,7 +19,10 @@
 //! | `files().write_file` | `PUT /v1/sprites/{name}/fs/write?path=&mode=&mkdirParents=true` |
 //! | `files().list_dir` | `GET /v1/sprites/{name}/fs/list?path=` |
 //! | `files().delete_path` | `DELETE /v1/sprites/{name}/fs/delete?path=&recursive=true` |
+//! | `bulk_files().export` | exec of `tar -cf -` over the exec WebSocket (see `bulk.rs`) |
+//! | `bulk_files().import` | the sanitised archive on the stdin of an exec of `tar -xf - --no-same-owner` |
 //! | [`SpritesProvider::replace_egress`] | `POST /v1/sprites/{name}/policy/network` |
+//! | `egress().egress_verdict` | `GET /v1/sprites/{name}/policy/network`: the policy the service enforces (see `egress.rs`) |
 //!
 //! States: `running` → Running, `warm` → Sleeping, `cold` → Stopped (Creating while the sprite
 //! has never run: `last_running_at` is absent, rule 6). `started_at` is `last_running_at`.
@@ -28,10 +31,12 @@
 //! sprite is suspended, and whether processes survive depends on how long it idled, which the
 //! API does not let us choose), volumes, templates (a checkpoint restores only its own sprite,
 //! so templates go through the controller-side templates service and a store), set_resources,
-//! capacity, bulk files, egress observation, events.
+//! capacity, events.
 
+mod bulk;
 mod client;
 mod convert;
+mod egress;
 mod exec;
 mod files;
 mod settings;
@@ -46,8 +51,8 @@ use self::client::Client;
 use self::wire::{CreateSprite, SpriteInfo, SpriteList, UpdateSprite, UrlSettings};
 use super::labels::OWNER;
 use super::{
-    EgressPolicy, ErrorKind, ExecOutput, ExecRequest, Files, Provider, ProviderError,
-    ProviderResult, SandboxDescriptor, SandboxQuery,
+    BulkFiles, Egress, EgressPolicy, ErrorKind, ExecOutput, ExecRequest, Files, Provider,
+    ProviderError, ProviderResult, SandboxDescriptor, SandboxQuery,
 };
 
 /// Sprites per page asked of the listing.
@@ -281,6 +286,14 @@ impl Provider for SpritesProvider {
     }
 
     fn files(&self) -> Option<&dyn Files> {
+        Some(self)
+    }
+
+    fn bulk_files(&self) -> Option<&dyn BulkFiles> {
+        Some(self)
+    }
+
+    fn egress(&self) -> Option<&dyn Egress> {
         Some(self)
     }
 

@@ -92,9 +92,12 @@ pub struct SpriteList {
 /// One rule of a network policy.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PolicyRule {
-    /// A domain (`example.com`, `*.example.com`, `*`).
+    /// A domain (`example.com`, `*.example.com`, `*`); empty in a rule that names a preset
+    /// list instead (`include`), which is read back but never written by this provider.
+    #[serde(default)]
     pub domain: String,
     /// `allow` or `deny`.
+    #[serde(default)]
     pub action: String,
 }
 

@@ -74,6 +74,10 @@ pub fn engine(message: String) -> Response {
 /// Counts the request, applies the fault switches, then checks the bearer token.
 async fn gate(AxState(state): AxState<Shared>, request: Request, next: Next) -> Response {
     state.requests.fetch_add(1, Ordering::SeqCst);
+    state.log.lock().expect("log lock").push((
+        request.method().to_string(),
+        request.uri().path().to_string(),
+    ));
     if state.faults.fail_all.load(Ordering::SeqCst) {
         return error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -364,6 +368,9 @@ async fn restore(
 }
 
 async fn policy_get(AxState(state): AxState<Shared>, Path(name): Path<String>) -> Response {
+    if state.faults.fail_policy_reads.load(Ordering::SeqCst) {
+        return engine("injected failure reading the network policy".into());
+    }
     match state.sprites.lock().await.get(&name) {
         Some(s) => Json(s.policy.clone()).into_response(),
         None => no_sprite(&name),

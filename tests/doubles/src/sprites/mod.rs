@@ -108,6 +108,23 @@ impl SpritesDouble {
         self.state.requests.load(Ordering::SeqCst)
     }
 
+    /// Requests answered so far with `method` whose path ends with `path_suffix`, in order.
+    pub fn requests_to(&self, method: &str, path_suffix: &str) -> Vec<String> {
+        self.state
+            .log
+            .lock()
+            .expect("log lock")
+            .iter()
+            .filter(|(m, p)| m == method && p.ends_with(path_suffix))
+            .map(|(_, p)| p.clone())
+            .collect()
+    }
+
+    /// Names of the sprites that exist now.
+    pub async fn sprite_names(&self) -> Vec<String> {
+        self.state.sprites.lock().await.keys().cloned().collect()
+    }
+
     /// Sprites created so far (successful `POST /v1/sprites`).
     pub fn creates(&self) -> u64 {
         self.state.creates.load(Ordering::SeqCst)

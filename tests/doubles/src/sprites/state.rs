@@ -39,6 +39,8 @@ pub struct Faults {
     pub fail_all: AtomicBool,
     /// Close this many following exec WebSockets after the output, before the exit frame.
     pub drop_exec_before_exit: AtomicU32,
+    /// Answer `GET …/policy/network` with 500 while set.
+    pub fail_policy_reads: AtomicBool,
 }
 
 impl Faults {
@@ -56,6 +58,11 @@ impl Faults {
     /// The next `n` exec WebSockets close before their exit frame.
     pub fn drop_exec(&self, n: u32) {
         self.drop_exec_before_exit.store(n, Ordering::SeqCst);
+    }
+
+    /// Every read of a network policy fails with 500 until `fail_policy_reads(false)`.
+    pub fn fail_policy_reads(&self, on: bool) {
+        self.fail_policy_reads.store(on, Ordering::SeqCst);
     }
 
     /// Takes one unit of a counted fault, if any is left.
@@ -94,6 +101,8 @@ pub struct State {
     pub sprites: tokio::sync::Mutex<BTreeMap<String, Sprite>>,
     pub faults: Faults,
     pub requests: AtomicU64,
+    /// Every request answered, in order: `(method, path)`.
+    pub log: Mutex<Vec<(String, String)>>,
     pub creates: AtomicU64,
     pub deletes: AtomicU64,
 }
@@ -110,6 +119,7 @@ impl State {
             sprites: tokio::sync::Mutex::new(BTreeMap::new()),
             faults: Faults::default(),
             requests: AtomicU64::new(0),
+            log: Mutex::new(Vec::new()),
             creates: AtomicU64::new(0),
             deletes: AtomicU64::new(0),
         }

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Remove what finished test processes left in the test control plane: every namespace that
+# carries the harness's pid label (test.sandboxes.dev/pid) whose process no longer runs.
+#
+#   tests/cluster/gc.sh            namespaces of exited test processes
+#   tests/cluster/gc.sh --legacy   also unlabelled namespaces (from runs before the label
+#                                  existed), keeping default, kube-* and the ones named in
+#                                  $SANDBOX_GC_KEEP
+#
+# Our CRs carry finalizers that only a running operator removes; the test's operator is gone,
+# so the finalizers are dropped first (provider resources are each test's own guard's business
+# and were removed by it). The namespaces are then deleted; the test control plane's
+# kube-controller-manager (when it runs) empties them, otherwise they are emptied and finalized
+# here. Runs at the end of `make test`; safe to run at any time.
+set -euo pipefail
+cd "$(dirname "$0")"
+source ./env.sh
+LABEL=test.sandboxes.dev/pid
+CRS=sandboxes.sandboxes.dev,sandboxvolumes.sandboxes.dev,sandboxtemplates.sandboxes.dev
+
+log() { echo "gc.sh: $*" >&2; }
+
+kubectl version --request-timeout=5s >/dev/null 2>&1 || { log "no control plane; nothing to do"; exit 0; }
+
+doomed=()
+while read -r ns pid; do
+  [ -n "$ns" ] || continue
+  if [ -n "$pid" ] && [ "$pid" != "<none>" ] && kill -0 "$pid" 2>/dev/null; then continue; fi
+  doomed+=("$ns")
+done < <(kubectl get ns -l "$LABEL" --no-headers \
+  -o "custom-columns=NAME:.metadata.name,PID:.metadata.labels.test\.sandboxes\.dev/pid")
+
+if [ "${1:-}" = "--legacy" ]; then
+  while read -r ns; do
+    case "$ns" in default|kube-*|"") continue ;; esac
+    case " ${SANDBOX_GC_KEEP:-} " in *" $ns "*) continue ;; esac
+    doomed+=("$ns")
+  done < <(kubectl get ns -l "!$LABEL" --no-headers -o custom-columns=NAME:.metadata.name)
+fi
+
+[ "${#doomed[@]}" -gt 0 ] || { log "no leftover test namespaces"; exit 0; }
+log "removing ${#doomed[@]} leftover test namespace(s)"
+
+for ns in "${doomed[@]}"; do
+  # Drop our finalizers: the operator that would have removed them is gone.
+  kubectl get "$CRS" -n "$ns" -o name 2>/dev/null | while read -r obj; do
+    kubectl patch "$obj" -n "$ns" --type=merge -p '{"metadata":{"finalizers":null}}' >/dev/null 2>&1 || true
+  done
+done
+kubectl delete ns "${doomed[@]}" --wait=false --ignore-not-found >/dev/null
+
+cache="${SANDBOX_CACHE:-$HOME/.cache/sandbox-operator}"
+cm_pid="$(cat "$cache/cluster/kube-controller-manager.pid" 2>/dev/null || true)"
+if [ -n "$cm_pid" ] && kill -0 "$cm_pid" 2>/dev/null; then
+  exit 0 # its namespace controller empties and removes them
+fi
+# No namespace controller: empty each namespace of what tests create, then finalize it.
+kinds="$CRS,secrets,configmaps,serviceaccounts,roles,rolebindings,leases.coordination.k8s.io,events,services,pods,deployments.apps,networkpolicies.networking.k8s.io,resourcequotas"
+for ns in "${doomed[@]}"; do
+  kubectl delete "$kinds" --all -n "$ns" --wait=false >/dev/null 2>&1 || true
+  kubectl get --raw "/api/v1/namespaces/$ns" >/dev/null 2>&1 || continue
+  printf '{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"%s"},"spec":{"finalizers":[]}}' "$ns" |
+    kubectl replace --raw "/api/v1/namespaces/$ns/finalize" -f - >/dev/null 2>&1 || true
+done
