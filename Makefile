@@ -50,6 +50,7 @@ demo-down:
 bench:
 	bash bench/run.sh
 	bash bench/runtimes.sh
+	bash bench/egress.sh
 
 ## The operator image, built locally (no registry needed): the release binary is compiled on
 ## the host and stripped into target/image/, then the multi-stage Dockerfile (FROM the local

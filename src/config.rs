@@ -198,9 +198,9 @@ impl ProviderConfig {
     /// reports.
     pub fn settings(&self) -> Option<ProviderSettings> {
         match self.type_ {
-            ProviderType::Docker => Some(ProviderSettings::Docker(
+            ProviderType::Docker => Some(ProviderSettings::Docker(Box::new(
                 self.docker.clone().unwrap_or_default(),
-            )),
+            ))),
             ProviderType::Fly => self.fly.clone().map(ProviderSettings::Fly),
             ProviderType::E2b => self.e2b.clone().map(ProviderSettings::E2b),
             ProviderType::Sprites => self.sprites.clone().map(ProviderSettings::Sprites),

@@ -8,6 +8,7 @@
 pub mod api;
 pub mod config;
 pub mod controller;
+pub mod gateway;
 pub mod jitter;
 pub mod leader;
 pub mod metrics;

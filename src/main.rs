@@ -29,6 +29,9 @@ enum Command {
     /// Exit code: 0 the pass completed, 1 it could not run or was aborted (nothing deleted),
     /// 2 it left work (the per-pass cap was reached or a deletion failed).
     Sweep(sandbox_operator::controller::sweeper::cli::SweepArgs),
+    /// The egress gateway that Docker sandboxes with an allow-list reach the network
+    /// through (run by the operator as a container; see the README's egress section).
+    Gateway(sandbox_operator::gateway::GatewayArgs),
     /// Print the version.
     Version,
 }
@@ -49,6 +52,7 @@ fn main() -> ExitCode {
             Err(e) => Err(format!("cannot start the async runtime: {e}")),
         },
         Command::Sweep(args) => return sandbox_operator::controller::sweeper::cli::main(args),
+        Command::Gateway(args) => sandbox_operator::gateway::main(args),
         Command::Crds { out } => sandbox_operator::api::crds::write(out.as_deref()),
         Command::Version => {
             println!("sandbox-operator {}", env!("CARGO_PKG_VERSION"));

@@ -16,8 +16,8 @@ use super::{Provider, ProviderResult};
 /// The settings of one provider, by type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ProviderSettings {
-    /// A Docker engine.
-    Docker(DockerSettings),
+    /// A Docker engine (boxed: its settings are several times the size of the others').
+    Docker(Box<DockerSettings>),
     /// Fly Machines.
     Fly(FlySettings),
     /// E2B.
@@ -47,7 +47,7 @@ impl ProviderSettings {
 pub async fn build(name: &str, settings: &ProviderSettings) -> ProviderResult<Arc<dyn Provider>> {
     match settings {
         ProviderSettings::Docker(s) => Ok(Arc::new(
-            DockerProvider::connect_negotiated(name, s.clone()).await?,
+            DockerProvider::connect_negotiated(name, (**s).clone()).await?,
         )),
         ProviderSettings::Fly(s) => Ok(Arc::new(FlyProvider::connect(name, s.clone()).await?)),
         ProviderSettings::E2b(s) => Ok(Arc::new(E2bProvider::new(name, s.clone())?)),

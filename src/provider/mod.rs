@@ -282,6 +282,14 @@ pub trait EgressPolicy: Send + Sync {
     /// controller calls this again after every resume: resume replaces the egress policy.
     async fn set_allowed_domains(&self, id: &str, allowed: Option<&[String]>)
     -> ProviderResult<()>;
+
+    /// What of an allow-list is fixed when the sandbox is created: two lists with different
+    /// placements cannot replace each other in place, so the controller recreates the sandbox
+    /// when the placement changes (Docker: unrestricted, no network and behind the gateway
+    /// are different networks). `None`: every change applies in place.
+    fn placement(&self, _allowed: Option<&[String]>) -> Option<&'static str> {
+        None
+    }
 }
 
 /// A stream of changes to the resources this operator instance manages.

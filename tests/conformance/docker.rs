@@ -11,25 +11,26 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::CreateContainerOptionsBuilder;
-use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
+use sandbox_operator::provider::docker::{DockerProvider, DockerSettings, EgressGatewaySettings};
 use sandbox_operator::provider::labels::Owner;
 use sandbox_operator::provider::{CreateRequest, Resources, RestartPolicy};
 
 use super::fixture::{Expect, Fixture, Planter, Skipped};
 use super::support::unique_hex;
-use crate::harness::docker::{Purge, TEST_LABEL, base_image, engine, idle, provider};
+use crate::harness::docker::{Purge, TEST_LABEL, base_image, engine, idle};
 
-/// What the Docker provider offers: every capability; command, CPU, memory and pids are
-/// enforced; no network at all is enforced (network mode `none`); a domain allow-list is
-/// refused (Docker cannot filter by domain).
+/// What the Docker provider with an egress gateway offers: every capability; command, CPU,
+/// memory and pids are enforced; no network at all is enforced (network mode `none`); a
+/// domain allow-list is enforced by the gateway and replaced in place within a placement.
 pub fn expect() -> Expect {
     Expect {
         command: true,
         cpu: true,
         memory: true,
         pids: true,
-        domain_egress: false,
+        domain_egress: true,
         no_egress: true,
+        egress_policy: true,
         ..Expect::all_capabilities()
     }
 }
@@ -38,7 +39,24 @@ pub fn expect() -> Expect {
 /// answer fails the test (run `tests/setup/docker.sh`), it never skips it.
 pub async fn fixture() -> Result<Fixture, Skipped> {
     let instance = format!("conf-{}", unique_hex());
-    let provider = provider("docker-conformance").await;
+    // The gateway runs the operator binary built for this test, mounted into the base
+    // image; its upstream is the gateway container's own resolver (the suite only checks
+    // what the seam promises, not reachability: `tests/docker_egress.rs` does that).
+    let gateway = format!("conf-gw-{}", unique_hex());
+    let provider = DockerProvider::connect_negotiated(
+        "docker-conformance",
+        DockerSettings {
+            default_image: Some(base_image()),
+            egress: Some(EgressGatewaySettings {
+                host_binary: Some(env!("CARGO_BIN_EXE_sandbox-operator").to_string()),
+                name: Some(gateway.clone()),
+                ..EgressGatewaySettings::with_image(base_image())
+            }),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("the Docker engine answers (run tests/setup/docker.sh)");
     let base = CreateRequest {
         name: String::new(),
         owner: Owner {
@@ -68,7 +86,8 @@ pub async fn fixture() -> Result<Fixture, Skipped> {
         planter: Some(Arc::new(DockerPlanter {
             instance: instance.clone(),
         })),
-        guard: Some(Box::new(Purge(instance.clone()))),
+        // Sandboxes first (they hold the gateway's network), then the gateway.
+        guard: Some(Box::new((Purge(instance.clone()), GatewayGuard(gateway)))),
         faults: None,
         instance,
         base,
@@ -77,7 +96,8 @@ pub async fn fixture() -> Result<Fixture, Skipped> {
     })
 }
 
-/// A Docker provider whose endpoint is a TCP port nobody listens on.
+/// A Docker provider whose endpoint is a TCP port nobody listens on, configured like the
+/// suite's provider.
 pub fn unreachable() -> DockerProvider {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -87,6 +107,8 @@ pub fn unreachable() -> DockerProvider {
         "docker-unreachable",
         DockerSettings {
             endpoint: Some(format!("tcp://127.0.0.1:{port}")),
+            // The same capabilities as the reachable provider (nothing is contacted).
+            egress: Some(EgressGatewaySettings::with_image(base_image())),
             ..Default::default()
         },
     )
@@ -118,5 +140,31 @@ impl Planter for DockerPlanter {
             .await
             .map_err(|e| format!("planting a container: {e}"))?;
         Ok(name)
+    }
+}
+
+/// Removes a fixture's egress gateway: container, internal network and policy volume (they
+/// carry no instance label, so `Purge` leaves them).
+struct GatewayGuard(String);
+
+impl Drop for GatewayGuard {
+    fn drop(&mut self) {
+        let docker = |args: &[&str]| {
+            std::process::Command::new("docker")
+                .args(args)
+                .output()
+                .map(|o| o.status.success())
+                .unwrap_or(false)
+        };
+        docker(&["rm", "-f", &self.0]);
+        let network = format!("{}-net", self.0);
+        // The engine may still be detaching the sandboxes' endpoints: a few tries.
+        for _ in 0..10 {
+            if docker(&["network", "rm", &network]) || !docker(&["network", "inspect", &network]) {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        docker(&["volume", "rm", "-f", &format!("{}-policy", self.0)]);
     }
 }

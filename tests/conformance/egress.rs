@@ -61,11 +61,21 @@ pub async fn capability_egress_policy(fx: &Fixture) -> Check {
         Some(vec![]),
         None,
     ];
+    // A provider that fixes a placement at create (`placement`) replaces lists in place only
+    // within it, and refuses a move across placements with `Conflict` (the controller
+    // recreates then); every other provider takes every form.
+    let created = policy.placement(request.allowed_domains.as_deref());
     for allowed in &lists {
-        policy
-            .set_allowed_domains(&id, allowed.as_deref())
-            .await
-            .or_fail(&format!("set_allowed_domains({allowed:?})"))?;
+        let result = policy.set_allowed_domains(&id, allowed.as_deref()).await;
+        if policy.placement(allowed.as_deref()) == created {
+            result.or_fail(&format!("set_allowed_domains({allowed:?})"))?;
+        } else {
+            expect_kind(
+                result,
+                &[ErrorKind::Conflict],
+                &format!("set_allowed_domains({allowed:?}) across placements"),
+            )?;
+        }
         let d = fx
             .provider
             .describe(&id)

@@ -37,6 +37,9 @@ pub struct Resolved {
     /// Whether the provider replaces an allow-list in place: then `spec.egress` is left out of
     /// the spec hash and converges like resources do, instead of recreating the sandbox.
     pub egress_in_place: bool,
+    /// What of `spec.egress` the provider fixes at create (its `EgressPolicy::placement`):
+    /// hashed, so a change of placement recreates while a change within one applies in place.
+    pub egress_placement: Option<&'static str>,
     /// Registry credentials from `spec.imagePullSecrets`, in order. Their `Debug` redacts
     /// the secrets.
     pub registry_credentials: Vec<RegistryCredential>,
@@ -255,7 +258,7 @@ pub fn resources(spec: &SandboxSpec) -> Result<Resources, String> {
 /// (envFrom is resolved at create, and a hash of a secret must not leave the operator) —
 /// only the references are hashed. 32 hex characters fit a label value.
 pub fn spec_hash(spec: &SandboxSpec, resolved: &Resolved) -> String {
-    let material = serde_json::json!({
+    let mut material = serde_json::json!({
         "image": spec.image,
         "template": resolved.template_id,
         "command": spec.command,
@@ -269,6 +272,10 @@ pub fn spec_hash(spec: &SandboxSpec, resolved: &Resolved) -> String {
         "labels": spec.labels,
         "idleAction": spec.idle_action,
     });
+    // Only when the provider has one, so no other provider's hashes change.
+    if let (Some(placement), Some(map)) = (resolved.egress_placement, material.as_object_mut()) {
+        map.insert("egressPlacement".into(), placement.into());
+    }
     let digest = Sha256::digest(material.to_string().as_bytes());
     digest.iter().take(16).map(|b| format!("{b:02x}")).collect()
 }
@@ -358,6 +365,27 @@ mod tests {
             ..Resolved::default()
         };
         assert_eq!(spec_hash(&a, &in_place), spec_hash(&b, &in_place));
+
+        // A provider with placements: a change of placement recreates, a change within one
+        // does not, and a provider without placements keeps its hashes.
+        let placed = |p: &'static str| Resolved {
+            egress_in_place: true,
+            egress_placement: Some(p),
+            ..Resolved::default()
+        };
+        assert_ne!(
+            spec_hash(&a, &placed("open")),
+            spec_hash(&b, &placed("gateway"))
+        );
+        let mut c = base_spec();
+        c.egress = Some(EgressSpec {
+            allowed_domains: Some(vec!["other.example.com".into()]),
+        });
+        assert_eq!(
+            spec_hash(&b, &placed("gateway")),
+            spec_hash(&c, &placed("gateway"))
+        );
+        assert_ne!(spec_hash(&b, &placed("gateway")), spec_hash(&b, &in_place));
     }
 
     #[test]

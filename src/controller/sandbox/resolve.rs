@@ -60,6 +60,13 @@ pub async fn references(
     let spec = &sandbox.spec;
     let mut resolved = Resolved {
         egress_in_place: handle.provider.egress_policy().is_some(),
+        egress_placement: handle.provider.egress_policy().and_then(|p| {
+            p.placement(
+                spec.egress
+                    .as_ref()
+                    .and_then(|e| e.allowed_domains.as_deref()),
+            )
+        }),
         ..Resolved::default()
     };
 

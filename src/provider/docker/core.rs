@@ -12,8 +12,8 @@
 //!   as [`SetResources`](crate::provider::SetResources) does, so creation and update never
 //!   drift apart.
 //! - **egress**: `allowed_domains = Some([])` is network mode `none`, an honest full
-//!   cut-off; a non-empty allow-list is `Unsupported` because Docker cannot filter by
-//!   domain (rule 10). There is no proxy in front of a container, so an idle policy other
+//!   cut-off; a non-empty allow-list puts the sandbox behind the provider's egress gateway
+//!   (the `egress` module), and is `Unsupported` when none is configured (rule 10). There is no proxy in front of a container, so an idle policy other
 //!   than `Off` is `Unsupported` too.
 //! - **images** follow the request's `imagePullPolicy` (see the `pull` module): an image the
 //!   engine has is never pulled under `IfNotPresent`/`Never`, so templates and local images
@@ -51,10 +51,10 @@ use super::{DISK_ADVISORY_LABEL, DockerProvider, IMAGE_DIGEST_LABEL, is_not_foun
 use crate::provider::labels::{self, TEMPLATE};
 use crate::provider::validate;
 use crate::provider::{
-    AppliedResources, BulkFiles, CapacityProbe, CreateRequest, Egress, ExecOutput, ExecRequest,
-    Files, Hibernation, IdleAction, PortMapping, Provider, ProviderError, ProviderEvents,
-    ProviderResult, RestartPolicy, SandboxDescriptor, SandboxQuery, SandboxState, SetResources,
-    Templates, Volumes,
+    AppliedResources, BulkFiles, CapacityProbe, CreateRequest, Egress, EgressPolicy, ExecOutput,
+    ExecRequest, Files, Hibernation, IdleAction, PortMapping, Provider, ProviderError,
+    ProviderEvents, ProviderResult, RestartPolicy, SandboxDescriptor, SandboxQuery, SandboxState,
+    SetResources, Templates, Volumes,
 };
 
 /// Seconds a stop waits for the main process to exit after SIGTERM before SIGKILL
@@ -84,6 +84,10 @@ impl Provider for DockerProvider {
         let profile = self.isolation_profile().await?;
         super::hardening::apply(&mut body, &self.settings.hardening, &profile);
         self.apply_runtime(&mut body);
+        if let Some(list) = request.allowed_domains.as_deref().filter(|l| !l.is_empty()) {
+            self.place_behind_gateway(&mut body, &request.name, list)
+                .await?;
+        }
         let docker = self.engine().await?;
 
         let mut pulled = None;
@@ -315,7 +319,11 @@ impl Provider for DockerProvider {
             .v(true)
             .build();
         self.thaw_before_removal(id).await?;
-        match docker.remove_container(id, Some(options)).await {
+        let removed = docker.remove_container(id, Some(options)).await;
+        if matches!(&removed, Ok(())) || matches!(&removed, Err(e) if is_not_found(e)) {
+            self.forget_policy(id).await;
+        }
+        match removed {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Ok(()),
             // Someone else's removal of it is already under way: it is going away.
@@ -362,6 +370,10 @@ impl Provider for DockerProvider {
 
     fn egress(&self) -> Option<&dyn Egress> {
         Some(self)
+    }
+
+    fn egress_policy(&self) -> Option<&dyn EgressPolicy> {
+        self.gateway.as_ref().map(|_| self as &dyn EgressPolicy)
     }
 
     fn events(&self) -> Option<&dyn ProviderEvents> {
@@ -533,15 +545,6 @@ pub(crate) fn create_body(
 ) -> ProviderResult<ContainerCreateBody> {
     validate_container_name(&request.name).map_err(ProviderError::invalid)?;
 
-    match &request.allowed_domains {
-        Some(domains) if !domains.is_empty() => {
-            return Err(ProviderError::unsupported(
-                "Docker cannot filter egress by domain; use allowedDomains: [] for no network, or a \
-                 provider that filters (spec.egress.allowedDomains)",
-            ));
-        }
-        _ => {}
-    }
     match request.idle_action {
         None | Some(IdleAction::Off) => {}
         Some(action) => {
@@ -957,13 +960,6 @@ mod tests {
 
     #[test]
     fn create_body_refuses_what_docker_cannot_do() {
-        let mut r = request();
-        r.allowed_domains = Some(vec!["example.com".into()]);
-        assert!(matches!(
-            create_body(&r, "127.0.0.1"),
-            Err(e) if e.is(ErrorKind::Unsupported) && e.message().contains("cannot filter egress by domain")
-        ));
-
         let mut r = request();
         r.idle_action = Some(IdleAction::Suspend);
         assert!(matches!(

@@ -52,6 +52,7 @@ use std::sync::Arc;
 use bollard::Docker;
 use tokio::sync::OnceCell;
 
+pub use egress::{COMPONENT, COMPONENT_LABEL, EgressGatewaySettings};
 /// Path normalisation shared with the other providers' file capabilities (one rule).
 pub use settings::DockerSettings;
 
@@ -96,6 +97,8 @@ pub struct DockerProvider {
     pulls: Arc<pull::Pulls>,
     /// Who keeps the host firewall, once decided (see `hardening`), shared by clones.
     firewall: Arc<OnceCell<&'static str>>,
+    /// The egress gateway, when the settings configure one (shared by clones).
+    gateway: Option<Arc<egress::Gateway>>,
 }
 
 impl DockerProvider {
@@ -134,8 +137,14 @@ impl DockerProvider {
             )),
         })?;
         let pull_timeout = settings.image_pull_timeout();
+        let name = name.into();
+        let gateway = settings
+            .egress
+            .clone()
+            .map(|s| Arc::new(egress::Gateway::new(&name, s)));
         Ok(DockerProvider {
-            name: name.into(),
+            gateway,
+            name,
             settings,
             docker,
             negotiated: Arc::new(OnceCell::new()),

@@ -45,6 +45,10 @@ pub struct DockerSettings {
     pub tls: Option<EngineTls>,
     /// Allows a `tcp://` endpoint without TLS (plain HTTP): only on a trusted network.
     pub allow_plain_tcp: bool,
+    /// The egress gateway that enforces domain allow-lists; absent = non-empty allow-lists
+    /// are refused (see the `egress` module).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub egress: Option<super::EgressGatewaySettings>,
 }
 
 impl Default for DockerSettings {
@@ -59,6 +63,7 @@ impl Default for DockerSettings {
             runtime: None,
             tls: None,
             allow_plain_tcp: false,
+            egress: None,
         }
     }
 }
@@ -112,6 +117,9 @@ impl DockerSettings {
         );
         self.hardening.validate(&format!("{at}.hardening"), issues);
         super::runtime::validate(self.runtime.as_deref(), &format!("{at}.runtime"), issues);
+        if let Some(egress) = &self.egress {
+            egress.validate(&format!("{at}.egress"), issues);
+        }
         if self.template_repository.trim().is_empty() {
             issues.push(
                 format!("{at}.templateRepository"),

@@ -449,12 +449,60 @@ fn applied(pod: &Pod, container: Option<&Container>) -> AppliedResources {
     }
 }
 
+/// The isolation a Pod really has, read from its stored spec (not from the settings that
+/// asked for it), in the words the Docker provider uses: runtime, privilege escalation,
+/// capabilities, seccomp and user.
+fn isolation(pod: &Pod) -> String {
+    let spec = pod.spec.as_ref();
+    let container = spec.and_then(|s| s.containers.iter().find(|c| c.name == CONTAINER));
+    let sc = container.and_then(|c| c.security_context.as_ref());
+    let psc = spec.and_then(|s| s.security_context.as_ref());
+    let runtime = spec
+        .and_then(|s| s.runtime_class_name.as_deref())
+        .unwrap_or("default");
+    let mut parts = vec![format!("runtime={runtime}")];
+    if sc.and_then(|c| c.allow_privilege_escalation) == Some(false) {
+        parts.push("no-new-privileges".into());
+    }
+    let dropped_all = sc
+        .and_then(|c| c.capabilities.as_ref())
+        .and_then(|c| c.drop.as_ref())
+        .is_some_and(|d| d.iter().any(|c| c == "ALL"));
+    let added = sc
+        .and_then(|c| c.capabilities.as_ref())
+        .and_then(|c| c.add.clone())
+        .unwrap_or_default();
+    parts.push(match (dropped_all, added.is_empty()) {
+        (true, true) => "caps=none".into(),
+        (true, false) => format!("caps={}", added.join(",")),
+        (false, _) => "caps=runtime-default".into(),
+    });
+    let seccomp = sc
+        .and_then(|c| c.seccomp_profile.as_ref())
+        .or_else(|| psc.and_then(|p| p.seccomp_profile.as_ref()))
+        .map_or("unconfined", |p| p.type_.as_str());
+    parts.push(format!("seccomp={seccomp}"));
+    let non_root = sc
+        .and_then(|c| c.run_as_non_root)
+        .or_else(|| psc.and_then(|p| p.run_as_non_root));
+    parts.push(
+        if non_root == Some(true) {
+            "non-root"
+        } else {
+            "root-allowed"
+        }
+        .into(),
+    );
+    parts.join(" ")
+}
+
 /// What a Pod reads back as; `ports` are filled in by the caller (they need the Service).
 pub fn descriptor(pod: &Pod) -> SandboxDescriptor {
     let spec = pod.spec.as_ref();
     let container = spec.and_then(|s| s.containers.iter().find(|c| c.name == CONTAINER));
     let state = state(pod);
     SandboxDescriptor {
+        isolation: Some(isolation(pod)),
         id: pod.metadata.name.clone().unwrap_or_default(),
         state,
         labels: pod.metadata.labels.clone().unwrap_or_default(),

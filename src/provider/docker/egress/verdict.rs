@@ -1,7 +1,15 @@
 //! Egress observation for Docker sandboxes.
 //!
-//! Docker cannot filter egress by domain. What it can do is give a container no network at
-//! all (`NetworkMode: none`). The verdict is built from what is OBSERVED, never from the spec:
+//! Docker alone cannot filter egress by domain: it can give a container no network at all
+//! (`NetworkMode: none`), and with an egress gateway configured it can put it behind that
+//! gateway. The verdict is built from what is OBSERVED, never from the spec:
+//!
+//! - Behind the gateway: `Filtered` only when the engine reports the running container on
+//!   the gateway's internal network and no other, AND a probe run inside the sandbox sees a
+//!   name from the list the gateway holds for it connect while an unlisted name and a raw IP
+//!   address fail. `Open` when an unlisted name or the raw address connects. `Inconclusive`
+//!   when the probe cannot run (no `curl` in the image) or the listed name does not connect
+//!   either (the gateway may be down: the sandbox is cut off, which is not the policy).
 //!
 //! - `Filtered` only when the engine reports network mode `none` with no network attached AND
 //!   the sandbox's own network namespace, read from `/proc/net/dev` inside it, holds nothing
@@ -16,7 +24,7 @@
 
 use std::time::Duration;
 
-use super::{DockerProvider, is_not_found, map_err};
+use crate::provider::docker::{DockerProvider, is_not_found, map_err};
 use crate::provider::{
     Egress, EgressState, EgressVerdict, ErrorKind, ExecRequest, ProviderError, ProviderResult,
 };
@@ -25,9 +33,9 @@ use crate::provider::{
 const PROBE_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// What to do when a sandbox's egress is open.
-pub(crate) const OPEN_REMEDIATION: &str = "Docker cannot filter egress by domain; set \
-    spec.egress.allowedDomains: [] to cut the sandbox off the network, or use a provider that \
-    filters egress";
+pub(crate) const OPEN_REMEDIATION: &str = "set spec.egress.allowedDomains to the names the \
+    sandbox needs (enforced by the provider's egress gateway, when configured), or [] to cut \
+    it off the network";
 
 /// Interface names listed in a `/proc/net/dev` text (the two header lines skipped).
 pub(crate) fn interfaces(proc_net_dev: &str) -> Vec<String> {
@@ -107,6 +115,13 @@ impl Egress for DockerProvider {
             ));
         }
 
+        if let Some(gateway) = &self.gateway
+            && mode == gateway.network()
+            && networks == [gateway.network()]
+        {
+            return self.gateway_verdict(id).await;
+        }
+
         if mode != "none" || !networks.is_empty() {
             let attached = if networks.is_empty() {
                 format!("network mode {mode:?}")
@@ -173,9 +188,131 @@ impl Egress for DockerProvider {
     }
 }
 
+/// The in-sandbox probe behind the gateway: prints the curl exit codes for a listed name
+/// (`skip` when there is none to try), an unlisted name and a raw IP address.
+const GATEWAY_PROBE: &str = r#"command -v curl >/dev/null 2>&1 || { echo nocurl; exit 0; }
+a=skip
+if [ -n "$1" ]; then curl -s -o /dev/null -m 5 "http://$1/"; a=$?; fi
+curl -s -o /dev/null -m 5 "http://sandbox-egress-probe.invalid/"; u=$?
+curl -s -o /dev/null -m 3 "http://198.51.100.1/"; r=$?
+echo "$a $u $r""#;
+
+/// Whether a curl exit code means a TCP connection was made (6: not resolved, 7: refused or
+/// unreachable, 28: timed out; anything else got at least a connection).
+fn connected(code: &str) -> bool {
+    !matches!(code, "6" | "7" | "28")
+}
+
+impl DockerProvider {
+    async fn gateway_verdict(&self, id: &str) -> ProviderResult<EgressVerdict> {
+        let held = match self.held_policy(id).await {
+            Ok(Some(list)) => list,
+            Ok(None) => {
+                return Ok(verdict(
+                    EgressState::Inconclusive,
+                    "the sandbox is on the gateway's network but the gateway holds no policy for it (nothing is allowed)".into(),
+                ));
+            }
+            Err(e) => {
+                return Ok(verdict(
+                    EgressState::Inconclusive,
+                    format!("could not read the gateway's policy: {}", e.message()),
+                ));
+            }
+        };
+        let listed = held.iter().find(|d| !d.starts_with("*.")).cloned();
+        let probe = ExecRequest {
+            argv: vec![
+                "sh".into(),
+                "-c".into(),
+                GATEWAY_PROBE.into(),
+                "probe".into(),
+                listed.clone().unwrap_or_default(),
+            ],
+            cwd: None,
+            env: Default::default(),
+            timeout: PROBE_TIMEOUT,
+        };
+        let out = match self.run_exec(id, &probe).await {
+            Ok(out) if out.exit_code == 0 => {
+                String::from_utf8_lossy(&out.stdout).trim().to_string()
+            }
+            Ok(out) => format!("probe exited {}", out.exit_code),
+            Err(e) if e.is(ErrorKind::NotFound) => return Err(e),
+            Err(e) => e.message().to_string(),
+        };
+        Ok(gateway_outcome(&out, listed.as_deref()))
+    }
+}
+
+/// Reads the probe's output into a verdict. Pure.
+fn gateway_outcome(out: &str, listed: Option<&str>) -> EgressVerdict {
+    let codes: Vec<&str> = out.split_whitespace().collect();
+    let [a, u, r] = codes.as_slice() else {
+        return verdict(
+            EgressState::Inconclusive,
+            format!(
+                "behind the egress gateway, but the in-sandbox probe could not run (needs sh and curl): {out}"
+            ),
+        );
+    };
+    if connected(u) || connected(r) {
+        return verdict(
+            EgressState::Open,
+            format!(
+                "behind the egress gateway, yet an unlisted name (curl exit {u}) or a raw IP address (curl exit {r}) connected"
+            ),
+        );
+    }
+    match (listed, *a) {
+        (Some(name), code) if !connected(code) => verdict(
+            EgressState::Inconclusive,
+            format!("the listed name {name} did not connect either (curl exit {code}); is the egress gateway running?"),
+        ),
+        (Some(name), _) => verdict(
+            EgressState::Filtered,
+            format!("observed inside the sandbox: the listed name {name} connects through the egress gateway; an unlisted name and a raw IP address do not"),
+        ),
+        (None, _) => verdict(
+            EgressState::Filtered,
+            "observed inside the sandbox: an unlisted name and a raw IP address do not connect (the list has only wildcards, so no listed name was tried)".into(),
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gateway_probe_is_read_as_an_observation() {
+        let v = gateway_outcome("0 6 28", Some("a.test"));
+        assert_eq!(v.state, EgressState::Filtered);
+        assert_eq!(
+            gateway_outcome("52 6 7", Some("a.test")).state,
+            EgressState::Filtered
+        );
+        assert_eq!(
+            gateway_outcome("0 0 28", Some("a.test")).state,
+            EgressState::Open
+        );
+        assert_eq!(
+            gateway_outcome("0 6 0", Some("a.test")).state,
+            EgressState::Open
+        );
+        assert_eq!(
+            gateway_outcome("6 6 28", Some("a.test")).state,
+            EgressState::Inconclusive
+        );
+        assert_eq!(
+            gateway_outcome("nocurl", Some("a.test")).state,
+            EgressState::Inconclusive
+        );
+        assert_eq!(
+            gateway_outcome("skip 6 7", None).state,
+            EgressState::Filtered
+        );
+    }
 
     #[test]
     fn proc_net_dev_interfaces_are_parsed() {
