@@ -27,6 +27,7 @@ WORK=$(mktemp -d)
 cleanup() {
   docker rm -f "$P-srv" "$P-gw" "$P-behind" "$P-direct" >/dev/null 2>&1 || true
   docker network rm "$P-int" "$P-inet" >/dev/null 2>&1 || true
+  docker volume rm "$P-policy" >/dev/null 2>&1 || true
   rm -rf "$WORK"
 }
 trap cleanup EXIT

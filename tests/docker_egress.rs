@@ -62,11 +62,12 @@ async fn gateway_running(name: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn allow_lists_are_enforced_by_the_gateway_and_replaced_in_place() {
-    // Declared first so it drops last, after the sandboxes that hold its network.
+    // Dropped in reverse: the sandboxes first, then the gateway, then the fake internet
+    // (each holds an endpoint on the network of the next).
     let gw = unique("egt-gw");
+    let net = FakeNet::start(&unique("egt-inet"), (TEST_LABEL, &gw)).await;
     let _guard = GatewayGuard(gw.clone());
     let env = TestEnv::new("egress").await;
-    let net = FakeNet::start(&unique("egt-inet"), (TEST_LABEL, &env.instance)).await;
     let p = DockerProvider::connect_negotiated(
         "docker-egress",
         DockerSettings {

@@ -90,11 +90,13 @@ async fn patch_spec(api: &Api<Sandbox>, name: &str, spec: serde_json::Value) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_allow_list_is_enforced_replaced_in_place_and_observed() {
+    // Dropped in reverse: the sandboxes first, then the gateway, then the fake internet
+    // (each holds an endpoint on the network of the next).
     let gw = unique("e2e-egw");
+    let net = FakeNet::start(&unique("e2e-inet"), (TEST_LABEL, &gw)).await;
     let _guard = GatewayGuard(gw.clone());
     let ns = namespace("e2e-docker-egress").await;
     let _purge = harness::docker::Purge(ns.clone());
-    let net = FakeNet::start(&unique("e2e-inet"), (TEST_LABEL, &ns)).await;
     let g = gateway_settings(&net, &gw, base_image(), 3);
     let config = format!(
         "providers:\n  - name: docker\n    type: docker\n    docker:\n      defaultImage: {}\n      \
