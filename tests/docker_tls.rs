@@ -1,5 +1,5 @@
 //! A remote Docker engine over mutual TLS: a second dockerd of this test's own (own data
-//! root, exec root, pidfile; no bridge, no iptables) listening with `--tlsverify` on a
+//! root, exec root, pidfile, own bridge; no iptables) listening with `--tlsverify` on a
 //! loopback port, with a CA and certificates the test makes with the openssl CLI. The right
 //! client certificate works; one from another CA is refused with `Unauthorized` naming the
 //! settings; a TCP endpoint without TLS is refused by validation unless explicitly allowed.
@@ -66,6 +66,7 @@ struct TlsEngine {
     child: Child,
     dir: tempfile::TempDir,
     exec_root: PathBuf,
+    bridge: String,
     port: u16,
 }
 
@@ -83,6 +84,19 @@ impl TlsEngine {
             .unwrap()
             .port();
         let exec_root = PathBuf::from(format!("/run/{}", unique("sbx-tls")));
+        // A bridge of its own: `--bridge=none` would make dockerd DELETE the host's docker0
+        // (it removes the default bridge interface it is told not to use), which the shared
+        // engine needs.
+        let tag = &unique("b")[2..10];
+        let bridge = format!("sbxt{tag}");
+        let third = u8::from_str_radix(&tag[..2], 16).unwrap();
+        run(
+            d,
+            &format!(
+                "ip link add {bridge} type bridge && ip addr add 198.19.{third}.1/24 dev {bridge} \
+                 && ip link set {bridge} up"
+            ),
+        );
         let p = |f: &str| d.join(f).to_string_lossy().into_owned();
         let child = Command::new("dockerd")
             .args(["--config-file", &p("daemon.json")])
@@ -97,7 +111,7 @@ impl TlsEngine {
                 "--tlskey",
                 &p("server-key.pem"),
             ])
-            .args(["--bridge=none", "--iptables=false", "--ip-masq=false"])
+            .args(["--bridge", &bridge, "--iptables=false", "--ip-masq=false"])
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(d.join("dockerd.log")).unwrap())
             .spawn()
@@ -106,6 +120,7 @@ impl TlsEngine {
             child,
             dir,
             exec_root,
+            bridge,
             port,
         }
     }
@@ -162,6 +177,9 @@ impl Drop for TlsEngine {
             ))
             .status();
         let _ = std::fs::remove_dir_all(&self.exec_root);
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.bridge])
+            .status();
     }
 }
 
