@@ -408,6 +408,7 @@ fn spawn_leader_tasks(tasks: &mut TaskSet, parts: &Parts, stop: &Trigger) {
         &parts.config.instance,
         &parts.client,
         parts.namespace.as_deref(),
+        ctx.echoes.clone(),
         stop.fired(),
     );
     let ns = parts.namespace.clone();

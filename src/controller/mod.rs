@@ -5,8 +5,10 @@
 //! to an apply or a cleanup. Only this module talks to both Kubernetes and providers.
 
 pub mod backoff;
+pub mod echoes;
 pub mod error;
 pub mod events;
+pub mod freshness;
 pub mod sandbox;
 pub mod scaffold;
 pub mod status;
@@ -51,6 +53,10 @@ pub struct Context {
     pub backoff: backoff::Backoff,
     /// When each Sandbox's failed template restore may be attempted again.
     pub restore_retries: sandbox::restore::Retries,
+    /// Provider events our own steps cause, so they do not reconcile again.
+    pub echoes: Arc<echoes::Echoes>,
+    /// Our last status writes the watch cache has not shown yet.
+    pub written: freshness::Written,
     /// Test-only crash points (`SANDBOX_OPERATOR_FAILPOINT`), see [`Context::failpoint`].
     pub failpoints: Vec<String>,
 }
@@ -108,6 +114,8 @@ impl Context {
             resync,
             backoff: backoff::Backoff::default(),
             restore_retries: sandbox::restore::Retries::default(),
+            echoes: Arc::default(),
+            written: freshness::Written::default(),
             failpoints,
         })
     }

@@ -18,6 +18,7 @@
 
 pub mod cluster;
 pub mod docker;
+pub mod engine_proxy;
 pub mod no_native_templates;
 pub mod operator;
 pub mod registry;

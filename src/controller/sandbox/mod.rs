@@ -79,6 +79,7 @@ pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     ids.sort();
     ids.dedup();
     for id in &ids {
+        ctx.echoes.expect(&uid, decide::Step::Destroy);
         handle.call("destroy", handle.provider.destroy(id)).await?;
     }
     // Confirm: only a provider that no longer holds anything releases the finalizer.
@@ -100,6 +101,20 @@ pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     )
     .await;
     Ok(Action::await_change())
+}
+
+/// What in a Sandbox a reconcile acts on: the spec (its generation, which deletion also
+/// bumps), the deletion mark and the finalizers (kube-runtime's finalizer helper adds ours and
+/// waits for that change to come back). Status — which only this operator writes — is not:
+/// our own writes must not reconcile again, and a retry's status write must not bypass its
+/// backoff. The controller reads no labels or annotations of a Sandbox.
+pub fn changes_we_act_on(s: &Sandbox) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.metadata.generation.hash(&mut h);
+    s.metadata.deletion_timestamp.is_some().hash(&mut h);
+    s.metadata.finalizers.hash(&mut h);
+    Some(h.finish())
 }
 
 /// Runs the Sandbox controller until `shutdown` resolves. `triggers` are provider events
@@ -127,7 +142,8 @@ pub async fn run(
                 .remove("kubectl.kubernetes.io/last-applied-configuration");
         })
         .reflect(writer)
-        .applied_objects();
+        .applied_objects()
+        .predicate_filter(changes_we_act_on, Default::default());
     Controller::for_stream(objects, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .reconcile_on(triggers)
