@@ -69,9 +69,11 @@ async fn wait_all_ready(api: &Api<Sandbox>, names: &[String], op: &Operator) {
 }
 
 fn operator_behind(proxy: &EngineProxy, ns: &str) -> Operator {
+    // Templates (if any) go to a repository of this test's own; their images carry the
+    // instance label, so the test's Purge removes them.
     let opts = OperatorOptions {
         config_extra: format!(
-            "providers:\n  - name: docker\n    type: docker\n    docker:\n      endpoint: {}\n      defaultImage: {}\n",
+            "providers:\n  - name: docker\n    type: docker\n    docker:\n      endpoint: {}\n      defaultImage: {}\n      templateRepository: sandbox-operator/e2e-{ns}\n",
             proxy.endpoint,
             base_image()
         ),
@@ -112,15 +114,9 @@ async fn create_and_settle(
     n + 1
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn reconciles_and_engine_requests_per_created_sandbox_stay_within_their_bounds() {
-    let ns = namespace("e2e-counts").await;
-    let _purge = Purge(ns.clone());
-    let proxy = EngineProxy::start().await;
-    let op = operator_behind(&proxy, &ns);
-    let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    // Wait until the operator leads and has opened its two engine event streams (containers
-    // and volumes), so start-up requests are not charged to the creates.
+/// Waits until the operator leads and has opened its two engine event streams (containers
+/// and volumes), so start-up requests are not charged to the creates.
+async fn wait_started(proxy: &EngineProxy, op: &Operator) {
     wait_for("the operator's engine event streams", TIMEOUT, || async {
         match proxy.count(|k| k == "GET /events") {
             n if n < 2 => Err(format!("{n} event streams; log {}", op.log.display())),
@@ -128,6 +124,16 @@ async fn reconciles_and_engine_requests_per_created_sandbox_stay_within_their_bo
         }
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn reconciles_and_engine_requests_per_created_sandbox_stay_within_their_bounds() {
+    let ns = namespace("e2e-counts").await;
+    let _purge = Purge(ns.clone());
+    let proxy = EngineProxy::start().await;
+    let op = operator_behind(&proxy, &ns);
+    let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
+    wait_started(&proxy, &op).await;
     let before = proxy.total();
 
     let created = create_and_settle(&api, &ns, &op, 10, "").await;
@@ -160,6 +166,75 @@ async fn reconciles_and_engine_requests_per_created_sandbox_stay_within_their_bo
     assert!(
         engine_per_create <= 6.0,
         "engine requests per created Sandbox {engine_per_create:.2} > 6: {:#?}",
+        proxy.counts()
+    );
+}
+
+/// Sandboxes booted from one template cost no engine listing each: the template's `inUse`
+/// comes from the Sandboxes naming it, and a boot looks the template up by its tag. The
+/// engine `list` calls N creates cause are bounded by N (O(N), not O(N²) work), and the
+/// template's status still says it is in use.
+#[tokio::test(flavor = "multi_thread")]
+async fn engine_list_calls_of_creates_from_one_template_are_linear() {
+    use sandbox_operator::api::SandboxTemplate;
+    let ns = namespace("e2e-counts-tpl").await;
+    let _purge = Purge(ns.clone());
+    let proxy = EngineProxy::start().await;
+    let op = operator_behind(&proxy, &ns);
+    let client = client().await;
+    let api: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
+    let templates: Api<SandboxTemplate> = Api::namespaced(client, &ns);
+    wait_started(&proxy, &op).await;
+
+    let out = apply_yaml(&sandbox_yaml("src", ""), &ns);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_all_ready(&api, &["src".to_string()], &op).await;
+    let template = "apiVersion: sandboxes.dev/v1alpha1\nkind: SandboxTemplate\nmetadata:\n  name: tpl\nspec:\n  sandboxRef:\n    name: src\n  capturePaths: [\"/tmp\"]\n";
+    let out = apply_yaml(template, &ns);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let in_use = |want: bool| {
+        let templates = templates.clone();
+        let what = format!(
+            "SandboxTemplate tpl Ready, inUse {want} (log {})",
+            op.log.display()
+        );
+        async move {
+            wait_for(&what, TIMEOUT, || async {
+                let t = templates.get("tpl").await.map_err(|e| e.to_string())?;
+                let st = t.status.unwrap_or_default();
+                let ready = condition(&st.conditions, "Ready").is_some_and(|c| c.status == "True");
+                match (ready, st.in_use) {
+                    (true, Some(u)) if u == want => Ok(()),
+                    other => Err(format!("ready, inUse: {other:?}")),
+                }
+            })
+            .await
+        }
+    };
+    in_use(false).await;
+
+    let lists_before = proxy.count(|k| k == "GET /containers/json");
+    let before = proxy.total();
+    let created = create_and_settle(&api, &ns, &op, 10, "  templateRef:\n    name: tpl\n").await;
+    in_use(true).await;
+    let lists = proxy.count(|k| k == "GET /containers/json") - lists_before;
+    let engine = proxy.total() - before;
+    eprintln!(
+        "{created} creates from one template: {lists} engine list calls, {engine} engine requests ({:.2} each): {:#?}",
+        engine as f64 / created as f64,
+        proxy.counts()
+    );
+    assert!(
+        lists <= created as u64,
+        "engine list calls {lists} for {created} creates from one template: more than one each: {:#?}",
         proxy.counts()
     );
 }

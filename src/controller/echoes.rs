@@ -116,7 +116,7 @@ mod tests {
         assert!(!e.is_echo("u1", "die"), "a crash is not ours");
         assert!(!e.is_echo("u2", "start"), "another object");
         assert!(e.is_echo("u1", "start"));
-        assert!(e.is_empty(), "nothing left once all came");
+        assert!(!e.is_echo("u1", "start"), "a second start is not ours");
     }
 
     #[test]

@@ -55,6 +55,9 @@ pub struct Context {
     pub restore_retries: sandbox::restore::Retries,
     /// Provider events our own steps cause, so they do not reconcile again.
     pub echoes: Arc<echoes::Echoes>,
+    /// Which templates the Sandboxes name (fed by the Sandbox watch, read by the template
+    /// controller).
+    pub template_users: Arc<template::users::TemplateUsers>,
     /// Our last status writes the watch cache has not shown yet.
     pub written: freshness::Written,
     /// Test-only crash points (`SANDBOX_OPERATOR_FAILPOINT`), see [`Context::failpoint`].
@@ -115,6 +118,7 @@ impl Context {
             backoff: backoff::Backoff::default(),
             restore_retries: sandbox::restore::Retries::default(),
             echoes: Arc::default(),
+            template_users: Arc::default(),
             written: freshness::Written::default(),
             failpoints,
         })

@@ -372,7 +372,14 @@ pub async fn observe(
     };
     let mut found = handle.call("find", handle.provider.find(&query)).await?;
     found.sort_by_key(|d| d.created_at);
-    Ok(found.into_iter().next())
+    // `find` may answer with summaries (one list call): describe the one adopted for the
+    // whole picture (ports, resources, the exact start time).
+    let Some(first) = found.into_iter().next() else {
+        return Ok(None);
+    };
+    handle
+        .call("describe", handle.provider.describe(&first.id))
+        .await
 }
 
 /// What a step acts through: the object (for Events and the status write that records a

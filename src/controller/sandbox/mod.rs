@@ -13,7 +13,7 @@ pub mod restore;
 
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -103,17 +103,24 @@ pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     Ok(Action::await_change())
 }
 
+/// The annotation that asks for a reconcile now (any new value), as Flux's
+/// `reconcile.fluxcd.io/requestedAt` does: `kubectl annotate --overwrite sandbox/x
+/// sandboxes.dev/reconcile-requested-at="$(date +%s)"`. Other label and annotation changes do
+/// not reconcile: the controller reads none.
+pub const RECONCILE_REQUESTED_AT: &str = "sandboxes.dev/reconcile-requested-at";
+
 /// What in a Sandbox a reconcile acts on: the spec (its generation, which deletion also
-/// bumps), the deletion mark and the finalizers (kube-runtime's finalizer helper adds ours and
-/// waits for that change to come back). Status — which only this operator writes — is not:
-/// our own writes must not reconcile again, and a retry's status write must not bypass its
-/// backoff. The controller reads no labels or annotations of a Sandbox.
+/// bumps), the deletion mark, the finalizers (kube-runtime's finalizer helper adds ours and
+/// waits for that change to come back) and [`RECONCILE_REQUESTED_AT`]. Status — which only
+/// this operator writes — is not: our own writes must not reconcile again, and a retry's
+/// status write must not bypass its backoff.
 pub fn changes_we_act_on(s: &Sandbox) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     s.metadata.generation.hash(&mut h);
     s.metadata.deletion_timestamp.is_some().hash(&mut h);
     s.metadata.finalizers.hash(&mut h);
+    s.annotations().get(RECONCILE_REQUESTED_AT).hash(&mut h);
     Some(h.finish())
 }
 
@@ -142,6 +149,10 @@ pub async fn run(
                 .remove("kubectl.kubernetes.io/last-applied-configuration");
         })
         .reflect(writer)
+        .inspect_ok({
+            let users = ctx.template_users.clone();
+            move |event| users.observe(event)
+        })
         .applied_objects()
         .predicate_filter(changes_we_act_on, Default::default());
     Controller::for_stream(objects, reader)
