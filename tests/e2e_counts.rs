@@ -238,3 +238,51 @@ async fn engine_list_calls_of_creates_from_one_template_are_linear() {
         proxy.counts()
     );
 }
+
+/// A Sandbox waiting for its volume is woken by the volume's watch event, not by a poll: from
+/// the moment it reports `VolumeNotFound`, through the volume's creation and readiness, to
+/// `Ready`, it is reconciled a bounded number of times (the volume's appearance, its becoming
+/// Ready), however long that takes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_waiting_for_its_volume_is_woken_by_the_volume_not_by_polling() {
+    let ns = namespace("e2e-counts-vol").await;
+    let _purge = Purge(ns.clone());
+    let proxy = EngineProxy::start().await;
+    let op = operator_behind(&proxy, &ns);
+    let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
+    wait_started(&proxy, &op).await;
+    let mounts = "  volumes:\n    - volumeRef:\n        name: data\n      mountPath: /data\n";
+    let out = apply_yaml(&sandbox_yaml("waiter", mounts), &ns);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_for("waiter: VolumeNotFound", TIMEOUT, || async {
+        let s = api.get("waiter").await.map_err(|e| e.to_string())?;
+        let st = s.status.unwrap_or_default();
+        match condition(&st.conditions, "Ready") {
+            Some(c) if c.reason == "VolumeNotFound" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let sample = "sandbox_operator_reconciles_total{kind=\"Sandbox\"}";
+    let waiting = metric(&op, sample);
+    let volume = "apiVersion: sandboxes.dev/v1alpha1\nkind: SandboxVolume\nmetadata:\n  name: data\nspec:\n  reclaimPolicy: Delete\n";
+    let out = apply_yaml(volume, &ns);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    wait_all_ready(&api, &["waiter".to_string()], &op).await;
+    let woken = metric(&op, sample) - waiting;
+    eprintln!("reconciles from VolumeNotFound to Ready: {woken}");
+    assert!(
+        (1.0..=3.0).contains(&woken),
+        "{woken} reconciles between VolumeNotFound and Ready: woken by the volume's events \
+         (created, Ready), not by polling (log {})",
+        op.log.display()
+    );
+}

@@ -5,6 +5,7 @@
 //! to an apply or a cleanup. Only this module talks to both Kubernetes and providers.
 
 pub mod backoff;
+pub mod caches;
 pub mod echoes;
 pub mod error;
 pub mod events;
@@ -58,6 +59,8 @@ pub struct Context {
     /// Which templates the Sandboxes name (fed by the Sandbox watch, read by the template
     /// controller).
     pub template_users: Arc<template::users::TemplateUsers>,
+    /// Watch caches of templates and volumes (set when the Sandbox controller starts).
+    pub caches: std::sync::OnceLock<caches::Caches>,
     /// Our last status writes the watch cache has not shown yet.
     pub written: freshness::Written,
     /// Test-only crash points (`SANDBOX_OPERATOR_FAILPOINT`), see [`Context::failpoint`].
@@ -119,6 +122,7 @@ impl Context {
             restore_retries: sandbox::restore::Retries::default(),
             echoes: Arc::default(),
             template_users: Arc::default(),
+            caches: std::sync::OnceLock::new(),
             written: freshness::Written::default(),
             failpoints,
         })

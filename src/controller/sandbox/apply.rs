@@ -768,12 +768,19 @@ async fn blocked_outcome(
             finish(r, current, next, Health::stalled(reason, msg), None).await
         }
         Blocked::Wait(reason, msg) => {
+            // A template or volume wakes the Sandbox through its watch (the resync is the
+            // net); anything else is looked at again shortly.
+            let again = if resolve::watched(reason) {
+                crate::jitter::by_key(r.ctx.resync, &r.sandbox.uid().unwrap_or_default())
+            } else {
+                WAIT
+            };
             finish(
                 r,
                 current,
                 next,
                 Health::progressing(reason, msg),
-                Some(WAIT),
+                Some(again),
             )
             .await
         }

@@ -20,7 +20,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-use crate::api::Sandbox;
+use crate::api::{Sandbox, SandboxTemplate, SandboxVolume};
 use crate::controller::events::normal;
 use crate::controller::{Context, Error, Result, scaffold};
 use crate::provider::SandboxQuery;
@@ -109,6 +109,74 @@ pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
 /// not reconcile: the controller reads none.
 pub const RECONCILE_REQUESTED_AT: &str = "sandboxes.dev/reconcile-requested-at";
 
+/// Whether the `Ready` condition is `True`.
+fn ready(conditions: &[crate::api::Condition]) -> bool {
+    crate::api::condition(conditions, crate::controller::status::READY)
+        .is_some_and(|c| c.status == "True")
+}
+
+/// A watch of `K` (in `namespace`, or everywhere) into a cache, and its stream of changes a
+/// Sandbox depends on: the generation and what `depends` extracts; status churn beyond that
+/// passes nothing on.
+fn cached<K>(
+    ctx: &Context,
+    namespace: &Option<String>,
+    depends: impl Fn(&K) -> (bool, Option<String>) + Send + 'static,
+) -> (
+    reflector::Store<K>,
+    impl Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<K> = match namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(|o: &mut K| {
+            o.managed_fields_mut().clear();
+            o.annotations_mut()
+                .remove("kubectl.kubernetes.io/last-applied-configuration");
+        })
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(
+            move |o: &K| {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                o.meta().generation.hash(&mut h);
+                depends(o).hash(&mut h);
+                Some(h.finish())
+            },
+            Default::default(),
+        );
+    (reader, stream)
+}
+
+/// The Sandboxes in `object`'s namespace for which `names` holds.
+fn naming<K: ResourceExt>(
+    sandboxes: &reflector::Store<Sandbox>,
+    object: &K,
+    names: impl Fn(&Sandbox) -> bool,
+) -> Vec<ObjectRef<Sandbox>> {
+    let ns = object.namespace().unwrap_or_default();
+    sandboxes
+        .state()
+        .iter()
+        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()) && names(s))
+        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .collect()
+}
+
 /// What in a Sandbox a reconcile acts on: the spec (its generation, which deletion also
 /// bumps), the deletion mark, the finalizers (kube-runtime's finalizer helper adds ours and
 /// waits for that change to come back) and [`RECONCILE_REQUESTED_AT`]. Status — which only
@@ -155,8 +223,38 @@ pub async fn run(
         })
         .applied_objects()
         .predicate_filter(changes_we_act_on, Default::default());
+    // The templates and volumes Sandboxes name: cached (see `caches`), and a change that can
+    // unblock a Sandbox — readiness, the id or volume name it resolves to, its spec — wakes
+    // the Sandboxes naming it.
+    let (templates, template_events) = cached::<SandboxTemplate>(&ctx, &namespace, |t| {
+        let st = t.status.clone().unwrap_or_default();
+        (ready(&st.conditions), st.template_id)
+    });
+    let (volumes, volume_events) = cached::<SandboxVolume>(&ctx, &namespace, |v| {
+        let st = v.status.clone().unwrap_or_default();
+        (ready(&st.conditions), st.volume_name)
+    });
+    let _ = ctx
+        .caches
+        .set(crate::controller::caches::Caches { templates, volumes });
+    let by_template = reader.clone();
+    let by_volume = reader.clone();
     Controller::for_stream(objects, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .watches_stream(template_events, move |t: SandboxTemplate| {
+            naming(&by_template, &t, |s| {
+                s.spec.template_ref.as_ref().map(|r| r.name.as_str()) == Some(t.name_any().as_str())
+            })
+        })
+        .watches_stream(volume_events, move |v: SandboxVolume| {
+            naming(&by_volume, &v, |s| {
+                s.spec
+                    .volumes
+                    .iter()
+                    .flatten()
+                    .any(|m| m.volume_ref.name == v.name_any())
+            })
+        })
         .reconcile_on(triggers)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)
