@@ -813,10 +813,14 @@ async fn dry_run_deletes_nothing_and_lists_exactly_what_a_real_pass_then_deletes
 async fn the_cap_stops_a_runaway_pass_and_reports_what_it_left() {
     let mut w = World::new("sweep-cap").await;
     let ghost = w.ghost("Sandbox", "ghost");
-    // Created one after another: oldest first.
+    // Oldest first, in three groups a whole second apart (listings report creation times
+    // in whole seconds): the two of each pass's cap, then the last one.
     let mut wreckage = Vec::new();
-    for _ in 0..5 {
-        wreckage.push(w.container(&ghost, false).await);
+    for group in [2, 2, 1] {
+        for _ in 0..group {
+            wreckage.push(w.container(&ghost, false).await);
+        }
+        cut().await;
     }
     let now = cut().await + GRACE;
     let metrics = Metrics::new();

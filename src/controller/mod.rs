@@ -10,6 +10,7 @@ pub mod echoes;
 pub mod error;
 pub mod events;
 pub mod freshness;
+pub mod recorder;
 pub mod sandbox;
 pub mod scaffold;
 pub mod status;
@@ -22,7 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
+
+use recorder::Recorder;
 
 pub use error::{Error, Result};
 
