@@ -92,6 +92,20 @@ struct Inner {
     leader: Gauge,
 }
 
+/// The label values known in advance (see [`Metrics::initialise`]).
+pub struct KnownLabels<'a> {
+    /// Object kinds reconciled.
+    pub kinds: &'a [&'a str],
+    /// Reconcile error categories.
+    pub error_categories: &'a [&'a str],
+    /// Sweeper deletion categories.
+    pub sweep_categories: &'a [&'a str],
+    /// Sweeper deletion outcomes.
+    pub sweep_outcomes: &'a [&'a str],
+    /// Why a sweep pass aborts.
+    pub sweep_abort_reasons: &'a [&'a str],
+}
+
 /// The operator's metrics. Cheap to clone; all clones record into one registry.
 #[derive(Clone)]
 pub struct Metrics {
@@ -211,6 +225,43 @@ impl Metrics {
                 sweep_last_success,
                 leader,
             }),
+        }
+    }
+
+    /// Creates, at zero, the series whose labels are known in advance, so dashboards and
+    /// alerts (`rate`, `increase`) see them from the start instead of only after the first
+    /// failure. Open-ended labels (providers, operations, a provider's finer error reasons)
+    /// appear when first recorded.
+    pub fn initialise(&self, known: &KnownLabels<'_>) {
+        let i = &self.inner;
+        for kind in known.kinds {
+            let labels = KindLabels {
+                kind: (*kind).into(),
+            };
+            drop(i.reconciles.get_or_create(&labels));
+            drop(i.reconcile_duration.get_or_create(&labels));
+            for category in known.error_categories {
+                drop(i.reconcile_errors.get_or_create(&KindCategoryLabels {
+                    kind: (*kind).into(),
+                    category: (*category).into(),
+                }));
+            }
+        }
+        for category in known.sweep_categories {
+            drop(i.sweep_candidates.get_or_create(&CategoryLabels {
+                category: (*category).into(),
+            }));
+            for outcome in known.sweep_outcomes {
+                drop(i.sweep_deletions.get_or_create(&CategoryOutcomeLabels {
+                    category: (*category).into(),
+                    outcome: (*outcome).into(),
+                }));
+            }
+        }
+        for reason in known.sweep_abort_reasons {
+            drop(i.sweep_aborted.get_or_create(&ReasonLabels {
+                reason: (*reason).into(),
+            }));
         }
     }
 

@@ -189,6 +189,14 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let config = OperatorConfig::load(args.config.as_deref())?;
     let client = Client::try_default().await?;
     let metrics = Metrics::new();
+    let sweep_categories = controller::sweeper::decide::Category::ALL.map(|c| c.as_str());
+    metrics.initialise(&crate::metrics::KnownLabels {
+        kinds: &["Sandbox", "SandboxVolume", "SandboxTemplate"],
+        error_categories: controller::error::CATEGORIES,
+        sweep_categories: &sweep_categories,
+        sweep_outcomes: controller::sweeper::DELETION_OUTCOMES,
+        sweep_abort_reasons: controller::sweeper::ABORT_REASONS,
+    });
     let providers = ProviderRegistry::from_config(&config, &metrics).await?;
     let templates = Arc::new(template_service(&config)?);
     let leader_config = LeaderConfig::for_instance(&config.instance, args.lease_duration_secs);
@@ -408,6 +416,7 @@ fn spawn_leader_tasks(tasks: &mut TaskSet, parts: &Parts, stop: &Trigger) {
         &parts.config.instance,
         &parts.client,
         parts.namespace.as_deref(),
+        ctx.echoes.clone(),
         stop.fired(),
     );
     let ns = parts.namespace.clone();

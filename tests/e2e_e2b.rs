@@ -429,12 +429,13 @@ async fn a_revoked_key_is_one_clear_condition_per_object_and_deletes_nothing() {
     ];
     w.double.revoke_api_key(w.double.api_key());
     for name in ["one", "two"] {
-        // Any change makes the controller look again (the spec is left alone).
+        // The reconcile-request annotation makes the controller look again (the spec is left
+        // alone).
         w.api
             .patch(
                 name,
                 &PatchParams::default(),
-                &Patch::Merge(json!({"metadata": {"annotations": {"test/poke": "1"}}})),
+                &Patch::Merge(json!({"metadata": {"annotations": {"sandboxes.dev/reconcile-requested-at": "1"}}})),
             )
             .await
             .expect("annotate");

@@ -386,15 +386,15 @@ async fn a_crash_between_create_and_status_write_leaves_exactly_one_machine() {
     w.double.shutdown().await;
 }
 
-/// Reads a counter from the operator's /metrics (0 when absent).
+/// Reads a counter from the operator's /metrics, summed over all its series (0 when absent):
+/// series with known labels exist from the start at zero.
 fn metric(op: &Operator, name: &str) -> f64 {
     op.http_get("/metrics")
         .unwrap_or_default()
         .lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -543,8 +543,10 @@ async fn a_429_storm_is_waited_out_as_retry_after_says() {
     let w = World::new("e2e-fly-429").await;
     const RETRY_AFTER: u64 = 2;
     const STORM: usize = 3;
-    // The sandbox controller's observe step (find by owner-uid) is rate-limited.
-    let observe = Matcher::on(Method::GET, "/machines").with_query("owner-uid");
+    // The sandbox's create (the first POST under /machines) is rate-limited: a first
+    // reconcile observes nothing (no provider call was made for the object yet), so the
+    // create is the first provider call the storm meets.
+    let observe = Matcher::on(Method::POST, "/machines");
     w.double
         .faults()
         .rate_limit(observe.clone(), STORM, RETRY_AFTER);
@@ -553,7 +555,7 @@ async fn a_429_storm_is_waited_out_as_retry_after_says() {
     let api = w.api().await;
     wait_ready(&api, "patient", &op).await;
     let calls = w.double.requests().matching(&observe);
-    assert!(calls.len() > STORM, "{} observe calls", calls.len());
+    assert!(calls.len() > STORM, "{} create calls", calls.len());
     for pair in calls[..=STORM].windows(2) {
         let gap = pair[1].at.duration_since(pair[0].at);
         assert!(

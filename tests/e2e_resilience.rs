@@ -754,12 +754,19 @@ async fn a_removed_container_is_recreated_or_reported_per_restart_policy() {
             .any(|(t, r, _)| t == "Warning" && (r == "SandboxVanished" || r == "SandboxGone")),
         "{events:?}"
     );
-    // Still nothing after the operator has seen the object again (a spec-neutral touch).
+    // Still nothing after the operator has seen the object again (a spec-neutral touch: the
+    // reconcile-request annotation).
     // The baseline is read BEFORE the touch: the reconcile it causes can finish before a
     // scrape taken afterwards.
     let reconciles = sandbox_reconciles(&op).unwrap_or(0.0);
     let out = kubectl(
-        &["annotate", "-n", &ns, "sandbox/mortal", "touched=1"],
+        &[
+            "annotate",
+            "-n",
+            &ns,
+            "sandbox/mortal",
+            "sandboxes.dev/reconcile-requested-at=1",
+        ],
         None,
     );
     assert!(

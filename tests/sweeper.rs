@@ -5,10 +5,12 @@
 //! the exact survivors. No operator process runs in most of these tests: the owning objects
 //! are plain API objects, so nothing but the sweeper acts on the provider.
 //!
-//! Ages without sleeping: every resource that must be "old" is planted first, then `cut` is
-//! read, then the resources that must be "young"; a pass judged at `cut + grace` sees the
-//! first group at least `grace` old and the second younger than `grace` (the engine and the
-//! test share one clock).
+//! Ages without sleeping: every resource that must be "old" is planted first, then the
+//! [`cut`] is taken, then the resources that must be "young"; a pass judged at
+//! `cut + grace` sees the first group at least `grace` old and the second younger than
+//! `grace` (the engine and the test share one clock). Listings report creation times in
+//! whole seconds and the sweeper rounds ages down, so the cut is a whole second after the
+//! old group and the young group is planted once the clock has passed it.
 
 mod harness;
 
@@ -48,6 +50,32 @@ use sandbox_operator::registry::ProviderHandle;
 
 /// The grace period the library-level tests judge with.
 const GRACE: Duration = Duration::from_secs(3600);
+
+/// The cut between the "old" and the "young" resources of a test (see the module docs): the
+/// next whole second after now — a listing reports whatever was created before this call at
+/// least a second before the cut, which the sweeper's rounded-down age needs — returned once
+/// the clock has reached it, so whatever is created after the call is not older than it.
+async fn cut() -> chrono::DateTime<Utc> {
+    use chrono::DurationRound;
+    let now = Utc::now();
+    let cut = now
+        .duration_trunc(chrono::TimeDelta::seconds(1))
+        .expect("truncate to seconds")
+        + chrono::TimeDelta::seconds(1);
+    wait_for(
+        "the clock to pass the cut",
+        Duration::from_secs(5),
+        || async {
+            if Utc::now() >= cut {
+                Ok(())
+            } else {
+                Err(format!("now {} < cut {cut}", Utc::now()))
+            }
+        },
+    )
+    .await;
+    cut
+}
 
 /// The template repository the Docker provider tags templates into (its default).
 const TEMPLATE_REPO: &str = "sandbox-operator/template";
@@ -466,6 +494,64 @@ fn metric(metrics: &Metrics, needle: &str) -> bool {
     metrics.render().lines().any(|l| l == needle)
 }
 
+/// A pass enumerates with list calls only (no inspect per container, however many there
+/// are), and still tells wreckage from what once ran: counted through a proxy in front of
+/// the engine.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pass_enumerates_with_list_calls_only() {
+    let mut w = World::new("sweep-list").await;
+    let ghost = w.ghost("Sandbox", "ghost");
+    let ran = [
+        w.container(&ghost, true).await,
+        w.container(&ghost, true).await,
+    ];
+    let never_ran = [
+        w.container(&ghost, false).await,
+        w.container(&ghost, false).await,
+    ];
+    let now = cut().await + GRACE;
+    let proxy = harness::engine_proxy::EngineProxy::start().await;
+    let counted = DockerProvider::connect_negotiated(
+        "docker",
+        DockerSettings {
+            endpoint: Some(proxy.endpoint.clone()),
+            default_image: Some(base_image()),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("a provider behind the counting proxy");
+    let metrics = Metrics::new();
+    let handle = ProviderHandle::new(
+        Arc::new(counted),
+        16,
+        Duration::from_secs(120),
+        metrics.clone(),
+    );
+    let report = w
+        .sweeper(&metrics, GRACE, 100)
+        .with_dry_run(true)
+        .pass_at(&handle, now)
+        .await;
+    let table = report.render_table();
+    assert_eq!(report.outcome, Outcome::Completed, "{table}");
+    let inspects = proxy.count(|k| k == "GET /containers/{id}/json");
+    let lists = proxy.count(|k| k == "GET /containers/json");
+    // One list each for the sandboxes, the volumes' holders and the templates' users.
+    assert_eq!(
+        (lists, inspects),
+        (3, 0),
+        "one list call per enumeration, no inspect: {:#?}",
+        proxy.counts()
+    );
+    for r in &never_ran {
+        assert!(row(&report, r).why.contains("never started"), "{table}");
+    }
+    for r in &ran {
+        assert!(!row(&report, r).why.contains("never started"), "{table}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pass_reclaims_exactly_orphans_wreckage_unattached_volumes_and_unused_templates() {
     let mut w = World::new("sweep-exact").await;
@@ -527,7 +613,7 @@ async fn a_pass_reclaims_exactly_orphans_wreckage_unattached_volumes_and_unused_
     let template_owned = w.template(&live_template).await;
 
     // Younger than the grace period at the pass's `now`: an in-flight create.
-    let cut = Utc::now();
+    let cut = cut().await;
     let young_wreckage = w.container(&ghost, false).await;
 
     let metrics = Metrics::new();
@@ -661,7 +747,7 @@ async fn dry_run_deletes_nothing_and_lists_exactly_what_a_real_pass_then_deletes
         w.container(&live, true).await,
         w.volume(&gone_volume, Some("Retain")).await,
     ];
-    let cut = Utc::now();
+    let cut = cut().await;
     let young = w.container(&ghost, false).await;
     let now = cut + GRACE;
 
@@ -727,12 +813,16 @@ async fn dry_run_deletes_nothing_and_lists_exactly_what_a_real_pass_then_deletes
 async fn the_cap_stops_a_runaway_pass_and_reports_what_it_left() {
     let mut w = World::new("sweep-cap").await;
     let ghost = w.ghost("Sandbox", "ghost");
-    // Created one after another: oldest first.
+    // Oldest first, in three groups a whole second apart (listings report creation times
+    // in whole seconds): the two of each pass's cap, then the last one.
     let mut wreckage = Vec::new();
-    for _ in 0..5 {
-        wreckage.push(w.container(&ghost, false).await);
+    for group in [2, 2, 1] {
+        for _ in 0..group {
+            wreckage.push(w.container(&ghost, false).await);
+        }
+        cut().await;
     }
-    let now = Utc::now() + GRACE;
+    let now = cut().await + GRACE;
     let metrics = Metrics::new();
     let sweeper = w.sweeper(&metrics, GRACE, 2);
     let handle = w.handle(&metrics);
@@ -932,7 +1022,7 @@ async fn engine_failing_mid_pass_aborts_it_with_nothing_deleted() {
         w.template(&w.ghost("SandboxTemplate", "gone")).await,
     ];
     let all: Vec<&Res> = planted.iter().collect();
-    let now = Utc::now() + GRACE;
+    let now = cut().await + GRACE;
     let metrics = Metrics::new();
 
     // Each enumeration in turn fails; for the later ones the earlier enumerations already
@@ -1016,7 +1106,7 @@ async fn an_unreadable_api_server_aborts_the_pass_with_nothing_deleted() {
     };
     let sweeper = Sweeper::new(dead, metrics.clone(), &w.instance, &settings);
     let report = sweeper
-        .pass_at(&w.handle(&metrics), Utc::now() + GRACE)
+        .pass_at(&w.handle(&metrics), cut().await + GRACE)
         .await;
     let Outcome::Aborted { reason } = &report.outcome else {
         panic!("not aborted:\n{}", report.render_table())

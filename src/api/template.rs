@@ -212,8 +212,8 @@ pub struct SandboxTemplateStatus {
     /// Size of the template on the provider's storage, when reported.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub size_bytes: Option<i64>,
-    /// Whether a sandbox is backed by the template, as checked with the provider. `true`
-    /// when the provider cannot tell. A template in use is not deleted.
+    /// Whether a Sandbox in this namespace names the template (`spec.templateRef`). Deletion
+    /// checks with the provider itself and is refused while any sandbox is backed by it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub in_use: Option<bool>,
     /// Whether the template is in the shared template store.

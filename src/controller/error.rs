@@ -51,6 +51,21 @@ fn provider_category(e: &ProviderError) -> &'static str {
     }
 }
 
+/// Every category [`Error::category`] gives without a provider's finer reason (for metrics
+/// that exist from the start).
+pub const CATEGORIES: &[&str] = &[
+    "KubeApiError",
+    "InvalidSpec",
+    "DependencyNotReady",
+    "FinalizerError",
+    "ProviderNotFound",
+    "ProviderUnsupported",
+    "ProviderConflict",
+    "ProviderUnavailable",
+    "ProviderRejected",
+    "ProviderUnauthorized",
+];
+
 /// Result alias for reconcilers.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -73,7 +88,19 @@ mod tests {
             ),
         ];
         for (err, reason) in cases {
-            assert_eq!(Error::Provider(err).category(), reason);
+            let category = Error::Provider(err).category();
+            assert_eq!(category, reason);
+            assert!(
+                CATEGORIES.contains(&category) || category == "InsufficientCapacity",
+                "{category} is missing from CATEGORIES"
+            );
+        }
+        for err in [
+            Error::InvalidSpec("x".into()),
+            Error::Dependency("x".into()),
+            Error::Finalizer("x".into()),
+        ] {
+            assert!(CATEGORIES.contains(&err.category()), "{err:?}");
         }
     }
 }

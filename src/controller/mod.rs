@@ -5,8 +5,12 @@
 //! to an apply or a cleanup. Only this module talks to both Kubernetes and providers.
 
 pub mod backoff;
+pub mod caches;
+pub mod echoes;
 pub mod error;
 pub mod events;
+pub mod freshness;
+pub mod recorder;
 pub mod sandbox;
 pub mod scaffold;
 pub mod status;
@@ -19,7 +23,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kube::Client;
-use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::events::Reporter;
+
+use recorder::Recorder;
 
 pub use error::{Error, Result};
 
@@ -51,6 +57,15 @@ pub struct Context {
     pub backoff: backoff::Backoff,
     /// When each Sandbox's failed template restore may be attempted again.
     pub restore_retries: sandbox::restore::Retries,
+    /// Provider events our own steps cause, so they do not reconcile again.
+    pub echoes: Arc<echoes::Echoes>,
+    /// Which templates the Sandboxes name (fed by the Sandbox watch, read by the template
+    /// controller).
+    pub template_users: Arc<template::users::TemplateUsers>,
+    /// Watch caches of templates and volumes (set when the Sandbox controller starts).
+    pub caches: std::sync::OnceLock<caches::Caches>,
+    /// Our last status writes the watch cache has not shown yet.
+    pub written: freshness::Written,
     /// Test-only crash points (`SANDBOX_OPERATOR_FAILPOINT`), see [`Context::failpoint`].
     pub failpoints: Vec<String>,
 }
@@ -108,6 +123,10 @@ impl Context {
             resync,
             backoff: backoff::Backoff::default(),
             restore_retries: sandbox::restore::Retries::default(),
+            echoes: Arc::default(),
+            template_users: Arc::default(),
+            caches: std::sync::OnceLock::new(),
+            written: freshness::Written::default(),
             failpoints,
         })
     }

@@ -164,8 +164,26 @@ where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
     S: Serialize + PartialEq,
 {
+    Ok(write_returning(api, name, current, desired)
+        .await?
+        .is_some())
+}
+
+/// [`write`], returning the object as written (`None` when nothing needed writing): its
+/// resourceVersion tells when the watch cache has caught up (see
+/// [`super::freshness`]).
+pub async fn write_returning<K, S>(
+    api: &Api<K>,
+    name: &str,
+    current: Option<&S>,
+    desired: &S,
+) -> kube::Result<Option<K>>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + std::fmt::Debug,
+    S: Serialize + PartialEq,
+{
     if current == Some(desired) {
-        return Ok(false);
+        return Ok(None);
     }
     let patch = serde_json::json!({
         "apiVersion": K::api_version(&()),
@@ -177,8 +195,8 @@ where
         &PatchParams::apply(FIELD_MANAGER).force(),
         &Patch::Apply(&patch),
     )
-    .await?;
-    Ok(true)
+    .await
+    .map(Some)
 }
 
 #[cfg(test)]

@@ -43,7 +43,9 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use futures::{StreamExt, stream};
 use k8s_openapi::api::core::v1::ObjectReference;
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::events::{Event, EventType, Reporter};
+
+use super::recorder::Recorder;
 use kube::{Client, Resource};
 
 use self::decide::{Category, Decision, Keep, OwnerKey, OwnerKind, Policy, ResourceKind, Verdict};
@@ -98,6 +100,13 @@ impl SweepError {
         }
     }
 }
+
+/// Every outcome of a sweeper deletion, as counted (`sweep_deletions_total{outcome}`).
+pub const DELETION_OUTCOMES: &[&str] = &[
+    "deleted", "failed", "refused", "skipped", "dry_run", "deferred",
+];
+/// Every reason a pass aborts (`sweep_aborted_total{reason}`).
+pub const ABORT_REASONS: &[&str] = &["enumeration_failed", "owner_lookup_failed", "deletion_cap"];
 
 /// Runs sweep passes for one operator instance.
 #[derive(Clone)]

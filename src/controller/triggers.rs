@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use crate::api::{Sandbox, SandboxVolume};
 use crate::controller;
+use crate::controller::echoes::Echoes;
 use crate::provider::ProviderEvent;
 use crate::registry::ProviderRegistry;
 use crate::supervisor::TaskSet;
@@ -24,6 +25,9 @@ use crate::supervisor::TaskSet;
 /// arrive is noticed. A connection that drops while the provider keeps answering is not such a
 /// change: the periodic resync is the safety net for events missed then.
 ///
+/// A Sandbox's events that one of our own steps caused (see [`Echoes`]) are dropped: the
+/// reconcile that acted observes the result itself.
+///
 /// Each stream runs as a supervised task: one that ends on its own fails the process like a
 /// controller would, since drift would silently stop being noticed.
 pub fn provider_triggers(
@@ -32,6 +36,7 @@ pub fn provider_triggers(
     instance: &str,
     client: &Client,
     namespace: Option<&str>,
+    echoes: std::sync::Arc<Echoes>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> (
     mpsc::UnboundedReceiver<ObjectRef<Sandbox>>,
@@ -50,6 +55,7 @@ pub fn provider_triggers(
         let mut sbx_tx = sbx_tx.clone();
         let mut vol_tx = vol_tx.clone();
         let stop = stop.clone();
+        let echoes = echoes.clone();
         tasks.spawn("provider event stream", async move {
             let Some(events) = provider.events() else {
                 return;
@@ -66,6 +72,7 @@ pub fn provider_triggers(
                                 attempt = 0;
                                 tracing::debug!(kind = %owner.kind, namespace = %owner.namespace, name = %owner.name, %action, "provider event");
                                 match owner.kind.as_str() {
+                                    "Sandbox" if echoes.is_echo(&owner.uid, &action) => {}
                                     "Sandbox" => {
                                         let _ = sbx_tx
                                             .send(

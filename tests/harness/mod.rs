@@ -11,8 +11,9 @@
 //! - [`no_native_templates`]: Docker with its native templates hidden, the stand-in for a
 //!   provider without image commit (Fly Machines, E2B);
 //! - [`registry`]: the test image registry, images pushed to it, and its access log;
-//! - [`kubernetes`]: the Kubernetes provider on the real test node(s), a namespace per test.
-//! - [`node`]: real Kubernetes nodes (kubelet + containerd) for Pods (`tests/setup/node.sh`).
+//! - [`kubernetes`]: the Kubernetes provider on the real test node(s), a namespace per test;
+//! - [`node`]: real Kubernetes nodes (kubelet + containerd) for Pods (`tests/setup/node.sh`);
+//! - [`engine_proxy`]: a counting proxy in front of the Docker engine (requests by path).
 //!
 //! A test binary declares `mod harness;` and uses the modules it needs.
 
@@ -20,6 +21,7 @@
 
 pub mod cluster;
 pub mod docker;
+pub mod engine_proxy;
 pub mod kubernetes;
 pub mod no_native_templates;
 pub mod node;

@@ -36,14 +36,23 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     let ns = cached.namespace().unwrap_or_default();
     let api: Api<Sandbox> = Api::namespaced(ctx.client.clone(), &ns);
     let name = cached.name_any();
-    // Work from a fresh read, not the watch cache: a reconcile queued by our own provider
-    // event can run before the cache has seen our last status write, and a status rebuilt
-    // from that stale copy would drop what the write recorded (lastHibernation, the delivered
-    // env version). One GET per reconcile; none at idle.
-    let sandbox = match api.get_opt(&name).await? {
-        Some(fresh) if fresh.uid() == cached.uid() => Arc::new(fresh),
-        // Gone, or replaced by a new object of the same name: that one gets its own reconcile.
-        _ => return Ok(Action::await_change()),
+    // Work from the watch cache, unless it may not have seen our own last status write (see
+    // `freshness`): then read the object fresh, once.
+    let cached_uid = cached.uid().unwrap_or_default();
+    let sandbox = if ctx
+        .written
+        .stale(&cached_uid, cached.resource_version().as_deref())
+    {
+        let fresh = api.get_opt(&name).await?;
+        ctx.written.forget(&cached_uid);
+        match fresh {
+            Some(fresh) if fresh.uid() == cached.uid() => Arc::new(fresh),
+            // Gone, or replaced by a new object of the same name: that one gets its own
+            // reconcile.
+            _ => return Ok(Action::await_change()),
+        }
+    } else {
+        cached
     };
     let uid = sandbox
         .uid()
@@ -78,6 +87,9 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     // The external name goes into status BEFORE any provider call, so a crash after the
     // create leaves a record of what to look for.
     let external = build::external_name(&uid);
+    // No external name in status = no provider call was ever made for this object (the name
+    // is written before the first one), so there is nothing to observe or adopt yet.
+    let never_touched = current.external_name.is_none();
     if current.external_name.as_deref() != Some(external.as_str()) {
         next.external_name = Some(external.clone());
         // This first write also says "working on it" at this generation, so kstatus (Flux
@@ -90,7 +102,7 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         );
         next.conditions = conditions;
         next.observed_generation = generation;
-        status::write(&api, &name, Some(&current), &next).await?;
+        save(ctx, &api, &sandbox, Some(&current), &next).await?;
     }
     let current = next.clone();
 
@@ -157,8 +169,13 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         desired.state = DesiredState::Stopped;
     }
 
-    // Observe.
-    let observed = match observe(&handle, current.sandbox_id.as_deref(), &uid).await {
+    // Observe (nothing to look for before the first provider call).
+    let observed = if never_touched {
+        Ok(None)
+    } else {
+        observe(&handle, current.sandbox_id.as_deref(), &uid).await
+    };
+    let observed = match observed {
         Ok(o) => o,
         Err(e) => {
             return provider_failure(&report, &current, next, e, false).await;
@@ -260,6 +277,9 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         .await;
     }
     let mut acted = false;
+    if !plan.steps.is_empty() {
+        ctx.echoes.begin(&uid);
+    }
     // The provider id every step acts on: the observed one, replaced by a create's.
     let mut target = observed.as_ref().map(|d| d.id.clone());
     let on = Target {
@@ -352,7 +372,14 @@ pub async fn observe(
     };
     let mut found = handle.call("find", handle.provider.find(&query)).await?;
     found.sort_by_key(|d| d.created_at);
-    Ok(found.into_iter().next())
+    // `find` may answer with summaries (one list call): describe the one adopted for the
+    // whole picture (ports, resources, the exact start time).
+    let Some(first) = found.into_iter().next() else {
+        return Ok(None);
+    };
+    handle
+        .call("describe", handle.provider.describe(&first.id))
+        .await
 }
 
 /// What a step acts through: the object (for Events and the status write that records a
@@ -382,6 +409,7 @@ async fn act(
         ..
     } = *on;
     let p = &handle.provider;
+    ctx.echoes.expect(&sandbox.uid().unwrap_or_default(), step);
     if step == Step::Create {
         let id = create(on, desired, next).await?;
         *target = Some(id);
@@ -608,7 +636,7 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
                 .filter(|_| d.template_ref.is_none());
             next.image_digest = d.image_digest.clone();
             let before = sandbox.status.clone();
-            status::write(api, &sandbox.name_any(), before.as_ref(), next).await?;
+            save(ctx, api, sandbox, before.as_ref(), next).await?;
             Ok(d.id)
         }
         // Someone (a previous incarnation of us) created it between our observe and this
@@ -750,12 +778,19 @@ async fn blocked_outcome(
             finish(r, current, next, Health::stalled(reason, msg), None).await
         }
         Blocked::Wait(reason, msg) => {
+            // A template or volume wakes the Sandbox through its watch (the resync is the
+            // net); anything else is looked at again shortly.
+            let again = if resolve::watched(reason) {
+                crate::jitter::by_key(r.ctx.resync, &r.sandbox.uid().unwrap_or_default())
+            } else {
+                WAIT
+            };
             finish(
                 r,
                 current,
                 next,
                 Health::progressing(reason, msg),
-                Some(WAIT),
+                Some(again),
             )
             .await
         }
@@ -789,7 +824,7 @@ async fn provider_failure(
             &status::now(),
         );
         next.conditions = conditions;
-        let _ = status::write(api, &sandbox.name_any(), Some(current), &next).await;
+        let _ = save(ctx, api, sandbox, Some(current), &next).await;
         if !announced {
             warning(ctx, sandbox, err.category(), err.to_string()).await;
         }
@@ -807,6 +842,24 @@ async fn provider_failure(
         unauthorized.then_some(crate::controller::backoff::CAP),
     )
     .await
+}
+
+/// Writes status when it changed, and remembers the resourceVersion written until the watch
+/// cache shows it (see [`crate::controller::freshness`]).
+pub async fn save(
+    ctx: &Context,
+    api: &Api<Sandbox>,
+    sandbox: &Sandbox,
+    current: Option<&SandboxStatus>,
+    next: &SandboxStatus,
+) -> kube::Result<()> {
+    if let Some(written) = status::write_returning(api, &sandbox.name_any(), current, next).await? {
+        ctx.written.wrote(
+            &written.uid().unwrap_or_default(),
+            written.resource_version(),
+        );
+    }
+    Ok(())
 }
 
 /// Writes conditions + observedGeneration and decides when to look again.
@@ -836,7 +889,7 @@ async fn finish(
     if stalled && previous_reason.as_deref() != Some(health.reason()) {
         warning(ctx, sandbox, health.reason(), health.message().to_string()).await;
     }
-    status::write(api, &sandbox.name_any(), Some(current), &next).await?;
+    save(ctx, api, sandbox, Some(current), &next).await?;
     let uid = sandbox.uid().unwrap_or_default();
     Ok(match (stalled, requeue) {
         (_, Some(d)) => Action::requeue(d),

@@ -13,14 +13,14 @@ pub mod restore;
 
 use std::sync::Arc;
 
-use futures::{Stream, StreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-use crate::api::Sandbox;
+use crate::api::{Sandbox, SandboxTemplate, SandboxVolume};
 use crate::controller::events::normal;
 use crate::controller::{Context, Error, Result, scaffold};
 use crate::provider::SandboxQuery;
@@ -79,6 +79,7 @@ pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     ids.sort();
     ids.dedup();
     for id in &ids {
+        ctx.echoes.expect(&uid, decide::Step::Destroy);
         handle.call("destroy", handle.provider.destroy(id)).await?;
     }
     // Confirm: only a provider that no longer holds anything releases the finalizer.
@@ -100,6 +101,95 @@ pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     )
     .await;
     Ok(Action::await_change())
+}
+
+/// The annotation that asks for a reconcile now (any new value), as Flux's
+/// `reconcile.fluxcd.io/requestedAt` does: `kubectl annotate --overwrite sandbox/x
+/// sandboxes.dev/reconcile-requested-at="$(date +%s)"`. Other label and annotation changes do
+/// not reconcile: the controller reads none.
+pub const RECONCILE_REQUESTED_AT: &str = "sandboxes.dev/reconcile-requested-at";
+
+/// Whether the `Ready` condition is `True`.
+fn ready(conditions: &[crate::api::Condition]) -> bool {
+    crate::api::condition(conditions, crate::controller::status::READY)
+        .is_some_and(|c| c.status == "True")
+}
+
+/// A watch of `K` (in `namespace`, or everywhere) into a cache, and its stream of changes a
+/// Sandbox depends on: the generation and what `depends` extracts; status churn beyond that
+/// passes nothing on.
+fn cached<K>(
+    ctx: &Context,
+    namespace: &Option<String>,
+    depends: impl Fn(&K) -> (bool, Option<String>) + Send + 'static,
+) -> (
+    reflector::Store<K>,
+    impl Stream<Item = std::result::Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let api: Api<K> = match namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
+    };
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .modify(|o: &mut K| {
+            o.managed_fields_mut().clear();
+            o.annotations_mut()
+                .remove("kubectl.kubernetes.io/last-applied-configuration");
+        })
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(
+            move |o: &K| {
+                use std::hash::{Hash, Hasher};
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                o.meta().generation.hash(&mut h);
+                depends(o).hash(&mut h);
+                Some(h.finish())
+            },
+            Default::default(),
+        );
+    (reader, stream)
+}
+
+/// The Sandboxes in `object`'s namespace for which `names` holds.
+fn naming<K: ResourceExt>(
+    sandboxes: &reflector::Store<Sandbox>,
+    object: &K,
+    names: impl Fn(&Sandbox) -> bool,
+) -> Vec<ObjectRef<Sandbox>> {
+    let ns = object.namespace().unwrap_or_default();
+    sandboxes
+        .state()
+        .iter()
+        .filter(|s| s.namespace().as_deref() == Some(ns.as_str()) && names(s))
+        .map(|s| ObjectRef::from_obj(s.as_ref()))
+        .collect()
+}
+
+/// What in a Sandbox a reconcile acts on: the spec (its generation, which deletion also
+/// bumps), the deletion mark, the finalizers (kube-runtime's finalizer helper adds ours and
+/// waits for that change to come back) and [`RECONCILE_REQUESTED_AT`]. Status — which only
+/// this operator writes — is not: our own writes must not reconcile again, and a retry's
+/// status write must not bypass its backoff.
+pub fn changes_we_act_on(s: &Sandbox) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    s.metadata.generation.hash(&mut h);
+    s.metadata.deletion_timestamp.is_some().hash(&mut h);
+    s.metadata.finalizers.hash(&mut h);
+    s.annotations().get(RECONCILE_REQUESTED_AT).hash(&mut h);
+    Some(h.finish())
 }
 
 /// Runs the Sandbox controller until `shutdown` resolves. `triggers` are provider events
@@ -127,9 +217,44 @@ pub async fn run(
                 .remove("kubectl.kubernetes.io/last-applied-configuration");
         })
         .reflect(writer)
-        .applied_objects();
+        .inspect_ok({
+            let users = ctx.template_users.clone();
+            move |event| users.observe(event)
+        })
+        .applied_objects()
+        .predicate_filter(changes_we_act_on, Default::default());
+    // The templates and volumes Sandboxes name: cached (see `caches`), and a change that can
+    // unblock a Sandbox — readiness, the id or volume name it resolves to, its spec — wakes
+    // the Sandboxes naming it.
+    let (templates, template_events) = cached::<SandboxTemplate>(&ctx, &namespace, |t| {
+        let st = t.status.clone().unwrap_or_default();
+        (ready(&st.conditions), st.template_id)
+    });
+    let (volumes, volume_events) = cached::<SandboxVolume>(&ctx, &namespace, |v| {
+        let st = v.status.clone().unwrap_or_default();
+        (ready(&st.conditions), st.volume_name)
+    });
+    let _ = ctx
+        .caches
+        .set(crate::controller::caches::Caches { templates, volumes });
+    let by_template = reader.clone();
+    let by_volume = reader.clone();
     Controller::for_stream(objects, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
+        .watches_stream(template_events, move |t: SandboxTemplate| {
+            naming(&by_template, &t, |s| {
+                s.spec.template_ref.as_ref().map(|r| r.name.as_str()) == Some(t.name_any().as_str())
+            })
+        })
+        .watches_stream(volume_events, move |v: SandboxVolume| {
+            naming(&by_volume, &v, |s| {
+                s.spec
+                    .volumes
+                    .iter()
+                    .flatten()
+                    .any(|m| m.volume_ref.name == v.name_any())
+            })
+        })
         .reconcile_on(triggers)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, ctx)

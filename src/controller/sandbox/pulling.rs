@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::Action;
 
@@ -51,7 +50,7 @@ pub async fn report(
     if before != Some(PULLING_IMAGE) {
         normal(ctx, sandbox, "Pulling", pulling.message().to_string()).await;
     }
-    status::write(api, &sandbox.name_any(), Some(current), &next).await?;
+    super::apply::save(ctx, api, sandbox, Some(current), &next).await?;
     Ok(Action::requeue(POLL))
 }
 

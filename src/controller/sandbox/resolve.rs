@@ -10,7 +10,7 @@ use kube::api::Api;
 use crate::api::{LocalObjectRef, Sandbox, SandboxTemplate, SandboxVolume, condition};
 use crate::controller::status::READY;
 use crate::controller::template::owner_of;
-use crate::controller::{Context, Error};
+use crate::controller::{Context, Error, caches};
 use crate::provider::RegistryCredential;
 use crate::registry::ProviderHandle;
 use crate::templates::service::Boot;
@@ -38,10 +38,21 @@ pub struct SelfDeliveredEnv {
 pub enum Blocked {
     /// Cannot proceed without a change: `(reason, message)` → `Stalled`.
     Stall(&'static str, String),
-    /// Waiting for something that will come by itself: `(reason, message)` → requeue.
+    /// Waiting for something that will come by itself: `(reason, message)` → requeue (or,
+    /// for a template or volume, the watch of that object wakes it: see [`watched`]).
     Wait(&'static str, String),
     /// A failed lookup (retry with backoff).
     Failed(Error),
+}
+
+/// Whether a [`Blocked::Wait`] with `reason` ends with an object the Sandbox controller
+/// watches (a SandboxTemplate or SandboxVolume), so its event — not a poll — wakes the
+/// Sandbox. A missing Secret is not watched (see the chart README): it is polled.
+pub fn watched(reason: &str) -> bool {
+    matches!(
+        reason,
+        "VolumeNotFound" | "VolumeNotReady" | "TemplateNotReady"
+    )
 }
 
 impl From<kube::Error> for Blocked {
@@ -79,7 +90,8 @@ pub async fn references(
     let volumes: Api<SandboxVolume> = Api::namespaced(ctx.client.clone(), &ns);
     for (i, mount) in spec.volumes.iter().flatten().enumerate() {
         let name = &mount.volume_ref.name;
-        let Some(volume) = volumes.get_opt(name).await? else {
+        let cache = ctx.caches.get().map(|c| &c.volumes);
+        let Some(volume) = caches::lookup(cache, &volumes, &ns, name).await? else {
             return Err(Blocked::Wait(
                 "VolumeNotFound",
                 format!(
@@ -204,7 +216,8 @@ async fn template(
 ) -> Result<(String, Boot), Blocked> {
     let ns = sandbox.namespace().unwrap_or_default();
     let api: Api<SandboxTemplate> = Api::namespaced(ctx.client.clone(), &ns);
-    let Some(template) = api.get_opt(name).await? else {
+    let cache = ctx.caches.get().map(|c| &c.templates);
+    let Some(template) = caches::lookup(cache, &api, &ns, name).await? else {
         return Err(Blocked::Stall(
             "TemplateNotFound",
             format!(

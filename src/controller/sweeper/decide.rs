@@ -391,9 +391,7 @@ pub fn decide(
     let mut kept = Vec::new();
     for candidate in candidates {
         let owner = candidate.owner();
-        let age = candidate
-            .created_at
-            .map(|t| (now - t).to_std().unwrap_or(Duration::ZERO));
+        let age = candidate.created_at.map(|t| age_at(t, now));
         let (verdict, why) = judge(candidate, owner.as_ref(), age, owners, policy);
         let decision = Decision {
             candidate: candidate.clone(),
@@ -520,6 +518,15 @@ fn judge(
     (Verdict::Delete(category), format!("owner {gone}"))
 }
 
+/// How old something created at `created` is at `now`, rounded DOWN to whole seconds and
+/// one second less: providers' listings report creation times in whole seconds (Docker's
+/// list truncates them), so the real creation may lie up to a second after the reported one.
+/// An age is never overstated, so nothing younger than the grace period is ever reclaimed.
+pub fn age_at(created: DateTime<Utc>, now: DateTime<Utc>) -> Duration {
+    let secs = (now - created).num_seconds().saturating_sub(1).max(0);
+    Duration::from_secs(u64::try_from(secs).unwrap_or(0))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -532,6 +539,21 @@ mod tests {
         DateTime::parse_from_rfc3339("2025-01-01T12:00:00Z")
             .map(|t| t.with_timezone(&Utc))
             .expect("time")
+    }
+
+    #[test]
+    fn ages_are_rounded_down_and_never_overstated() {
+        let at = |secs: i64, millis: i64| {
+            now() - chrono::Duration::seconds(secs) - chrono::Duration::milliseconds(millis)
+        };
+        assert_eq!(age_at(at(600, 0), now()), Duration::from_secs(599));
+        assert_eq!(age_at(at(600, 999), now()), Duration::from_secs(599));
+        assert_eq!(age_at(at(601, 0), now()), Duration::from_secs(600));
+        assert_eq!(age_at(now(), now()), Duration::ZERO);
+        assert_eq!(
+            age_at(now() + chrono::Duration::seconds(5), now()),
+            Duration::ZERO
+        );
     }
 
     fn policy(max: usize) -> Policy {
@@ -686,8 +708,13 @@ mod tests {
                 Verdict::Keep(Keep::YoungerThanGrace),
             ),
             (
-                "never started, exactly the grace period old",
+                "never started, listed exactly the grace period old (may be a second younger)",
                 sandbox("k", "ghost", "u-g", false, 600),
+                Verdict::Keep(Keep::YoungerThanGrace),
+            ),
+            (
+                "never started, listed a second more than the grace period old",
+                sandbox("k2", "ghost", "u-g", false, 601),
                 Verdict::Delete(C::Wreckage),
             ),
             // Volumes.
@@ -880,7 +907,8 @@ mod tests {
             why["b"]
         );
         assert_eq!(why["v"], "owner SandboxVolume ns/gone-vol does not exist");
-        assert_eq!(plan.decisions[0].age, Some(Duration::from_secs(3600)));
+        // Listed 3600 s old: reported as 3599 s, the age never overstated.
+        assert_eq!(plan.decisions[0].age, Some(Duration::from_secs(3599)));
     }
 
     #[test]

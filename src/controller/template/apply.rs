@@ -69,6 +69,8 @@ async fn converge(
         return Err(Blocked::Wait("Capturing", msg, WAIT));
     };
     record(&mut p.next, &t);
+    let ns = template.namespace().unwrap_or_default();
+    p.next.in_use = Some(r.ctx.template_users.in_use(&ns, &template.name_any()));
     let source = template.spec.source();
     if source == TemplateSource::Store || service.always_published(provider) {
         // Fetched from the shared store, or kept there: that is where it lives.
@@ -225,10 +227,11 @@ async fn act_all(
     Ok(())
 }
 
-/// Fills the observed fields of status from the template.
+/// Fills the observed fields of status from the template. `inUse` is not the provider's
+/// answer: it comes from the Sandboxes naming the template (see [`super::users`]), so no
+/// reconcile lists the provider's sandboxes; deletion checks with the provider.
 pub fn record(next: &mut SandboxTemplateStatus, t: &Template) {
     next.ref_ = Some(t.reference.clone());
     next.created_at = t.created_at.map(crate::api::rfc3339);
     next.size_bytes = t.size_bytes.and_then(|b| i64::try_from(b).ok());
-    next.in_use = Some(t.in_use);
 }

@@ -43,6 +43,7 @@ pub mod decide;
 pub mod report;
 pub mod steps;
 pub mod transfers;
+pub mod users;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -51,10 +52,9 @@ use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
-use crate::api::{Sandbox, SandboxTemplate};
+use crate::api::SandboxTemplate;
 use crate::controller::{Context, Error, Result, scaffold};
 use crate::provider::labels::{KIND as KIND_LABEL, OWNER, OWNER_UID, Owner};
 use crate::provider::{ProviderError, SandboxQuery, Template};
@@ -155,37 +155,30 @@ async fn destroy_leftover_helpers(handle: &ProviderHandle, uid: &str) -> Result<
     Ok(())
 }
 
-/// Runs the SandboxTemplate controller until `shutdown` resolves. A change to a Sandbox that
-/// names a template (in `templateRef`) reconciles that template, so `inUse` and a waiting
-/// deletion follow promptly.
+/// Runs the SandboxTemplate controller until `shutdown` resolves. A template is also
+/// reconciled when the set of Sandboxes naming it (in `templateRef`) changes — told by the
+/// Sandbox controller's watch through [`users::TemplateUsers`] — so `inUse` and a waiting
+/// deletion follow promptly, while Sandbox status writes wake nothing here.
 pub async fn run(
     ctx: Arc<Context>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
     namespace: Option<String>,
 ) {
-    let (api, sandboxes): (Api<SandboxTemplate>, Api<Sandbox>) = match &namespace {
-        Some(ns) => (
-            Api::namespaced(ctx.client.clone(), ns),
-            Api::namespaced(ctx.client.clone(), ns),
-        ),
-        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+    let api: Api<SandboxTemplate> = match &namespace {
+        Some(ns) => Api::namespaced(ctx.client.clone(), ns),
+        None => Api::all(ctx.client.clone()),
     };
+    let users = ctx.template_users.take_triggers();
     let tctx = Arc::new(TemplateContext {
         ctx,
         transfers: Arc::default(),
     });
-    Controller::new(api, watcher::Config::default().any_semantic())
-        .watches(
-            sandboxes,
-            watcher::Config::default().any_semantic(),
-            |s: Sandbox| {
-                let ns = s.namespace().unwrap_or_default();
-                s.spec
-                    .template_ref
-                    .as_ref()
-                    .map(|r| ObjectRef::<SandboxTemplate>::new(&r.name).within(&ns))
-            },
-        )
+    let controller = Controller::new(api, watcher::Config::default().any_semantic());
+    let controller = match users {
+        Some(users) => controller.reconcile_on(users),
+        None => controller,
+    };
+    controller
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, tctx)
         .for_each(|res| async move {

@@ -33,8 +33,12 @@
 //! # Use
 //!
 //! A template is in use when any container, in any state, runs its image or was booted from
-//! its id (the `sandboxes.dev/template` label). Decided by listing every container; when
-//! that listing fails, `in_use` is `true` (rule 4) and removal fails instead of guessing.
+//! its id (the `sandboxes.dev/template` label). Decided by listing every container, only
+//! where it matters: `remove_template` (refused while in use) and `list_templates` (the
+//! sweeper's one enumeration). When that listing fails, `in_use` is `true` (rule 4) and
+//! removal fails instead of guessing. `get_template` — on every boot from a template —
+//! does not list every container (that made N boots cost N full listings); it reports
+//! `in_use: true`, "not checked here", which rule 4 allows.
 //!
 //! # Labels
 //!
@@ -590,18 +594,8 @@ impl Templates for DockerProvider {
         let Some(image) = self.template_inspect(template_id).await? else {
             return Ok(None);
         };
-        let in_use = match self.all_containers().await {
-            Ok(containers) => !template_users(
-                template_id,
-                image.id.as_deref().unwrap_or_default(),
-                &containers,
-            )
-            .is_empty(),
-            Err(e) => {
-                tracing::warn!(template = template_id, error = %e, "template use unknown; reporting in use");
-                true
-            }
-        };
+        // Not checked here (see the module docs): unknown reads as in use (rule 4).
+        let in_use = true;
         Ok(Some(self.template_from_inspect(template_id, image, in_use)))
     }
 
