@@ -710,6 +710,7 @@ pub(crate) fn summary_descriptor(c: ContainerSummary) -> Option<SandboxDescripto
         .filter(|d| !d.is_empty() && template_ref.is_none())
         .cloned();
     Some(SandboxDescriptor {
+        isolation: labels.get(super::hardening::ISOLATION_LABEL).cloned(),
         id,
         state: summary_state(status),
         template_ref,
