@@ -32,7 +32,7 @@ lint:
 ## The README's test command: set-up, formatting, lints, then every test.
 test: test-setup lint
 	$(CARGO) build --workspace --bins
-	$(CARGO) test --workspace --all-targets -- --test-threads=4; status=$$?; \
+	$(CARGO) test --workspace --all-targets --no-fail-fast -- --test-threads=4; status=$$?; \
 	  bash tests/cluster/gc.sh; exit $$status
 
 ## Regenerate the checked-in CRDs (tests/crds.rs fails when they are stale).

@@ -17,7 +17,8 @@ use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 /// The Docker fixture with a runsc-backed provider. Under gVisor, `docker update` is
 /// unsupported, so the provider offers no in-place resource changes; everything else
 /// (pause-based hibernation, files through exec, templates by commit, networking) is
-/// offered and checked like on runc.
+/// offered and checked like on runc. No egress gateway is configured, so domain
+/// allow-lists are refused.
 async fn fixture() -> Result<Fixture, Skipped> {
     let mut fixture = conformance::docker::fixture().await?;
     let provider = DockerProvider::connect_negotiated(
@@ -36,12 +37,17 @@ async fn fixture() -> Result<Fixture, Skipped> {
             "docker-runsc-unreachable",
             DockerSettings {
                 runtime: Some("runsc".into()),
+                egress: None,
                 ..conformance::docker::unreachable().settings().clone()
             },
         )
         .expect("a client for a closed port is built without contacting it"),
     );
     fixture.expect.set_resources = false;
+    // This provider has no egress gateway configured (gVisor behind the gateway's internal
+    // network is not tried here): a domain allow-list must be refused, not left open.
+    fixture.expect.domain_egress = false;
+    fixture.expect.egress_policy = false;
     Ok(fixture)
 }
 
