@@ -73,7 +73,7 @@ fn operator_behind(proxy: &EngineProxy, ns: &str) -> Operator {
     // instance label, so the test's Purge removes them.
     let opts = OperatorOptions {
         config_extra: format!(
-            "providers:\n  - name: docker\n    type: docker\n    docker:\n      endpoint: {}\n      defaultImage: {}\n      templateRepository: sandbox-operator/e2e-{ns}\n",
+            "providers:\n  - name: docker\n    type: docker\n    docker:\n      endpoint: {}\n      allowPlainTcp: true\n      defaultImage: {}\n      templateRepository: sandbox-operator/e2e-{ns}\n",
             proxy.endpoint,
             base_image()
         ),

@@ -76,6 +76,8 @@ impl SetResources for FlyProvider {
             self.update_machine(id, &body, &nonce).await?;
             if running {
                 self.wait(id, "started", None, MAX_WAIT).await?;
+            } else {
+                self.settled(id).await?;
             }
             Ok(())
         })
@@ -88,5 +90,34 @@ impl SetResources for FlyProvider {
             applied: after.resources,
             restarted: running,
         })
+    }
+}
+
+/// States a machine passes through while an update is applied.
+const UPDATING: [&str; 2] = ["replacing", "updating"];
+
+impl FlyProvider {
+    /// Waits until a machine updated without a launch has left the update's transient
+    /// states, so the description that follows is the settled machine. The wait endpoint
+    /// cannot express "whatever it settles in" (it may settle `stopped` or `created`), so
+    /// this re-reads the machine with a short pause, bounded by the same ceiling as a wait.
+    async fn settled(&self, id: &str) -> ProviderResult<()> {
+        let deadline = tokio::time::Instant::now() + MAX_WAIT;
+        loop {
+            let machine = self.get_machine(id).await?.ok_or_else(|| {
+                ProviderError::not_found(format!("machine {id} vanished while it was updated"))
+            })?;
+            if !UPDATING.contains(&machine.state.as_str()) {
+                return Ok(());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ProviderError::transient(format!(
+                    "machine {id} is still {} {} s after its update",
+                    machine.state,
+                    MAX_WAIT.as_secs()
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
     }
 }
