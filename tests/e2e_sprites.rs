@@ -212,10 +212,9 @@ fn metric(op: &Operator, name: &str) -> f64 {
     op.http_get("/metrics")
         .unwrap_or_default()
         .lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }
 
 /// A sprite needs no image: the Sandbox becomes Ready, the operator delivers its secret env
