@@ -187,8 +187,16 @@ async fn fetch(url: &str) -> String {
         &format!("{url} to answer"),
         Duration::from_secs(60),
         || async {
+            // Right after a Pod is replaced, the Service can still lead nowhere (endpoints and
+            // kube-proxy catch up; this host's gateway answers unknown addresses itself):
+            // only a successful, non-empty answer counts.
             match reqwest::get(url).await {
-                Ok(r) => r.text().await.map_err(|e| e.to_string()),
+                Ok(r) if r.status().is_success() => match r.text().await {
+                    Ok(body) if !body.is_empty() => Ok(body),
+                    Ok(_) => Err("empty answer".to_string()),
+                    Err(e) => Err(e.to_string()),
+                },
+                Ok(r) => Err(format!("status {}", r.status())),
                 Err(e) => Err(e.to_string()),
             }
         },
