@@ -10,6 +10,7 @@ pub mod config;
 pub mod controller;
 pub mod gateway;
 pub mod jitter;
+pub mod kube_client;
 pub mod leader;
 pub mod metrics;
 pub mod provider;

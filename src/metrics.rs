@@ -73,6 +73,12 @@ struct ReasonLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VerbResourceLabels {
+    verb: String,
+    resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct VersionLabels {
     version: String,
 }
@@ -90,6 +96,7 @@ struct Inner {
     sweep_passes: Counter,
     sweep_last_success: Gauge<f64, AtomicU64>,
     leader: Gauge,
+    kube_requests: Family<VerbResourceLabels, Counter>,
 }
 
 /// The label values known in advance (see [`Metrics::initialise`]).
@@ -210,6 +217,13 @@ impl Metrics {
             leader.clone(),
         );
 
+        let kube_requests = Family::<VerbResourceLabels, Counter>::default();
+        registry.register(
+            "kube_requests",
+            "Requests sent to the Kubernetes API server, by verb and resource[/subresource]",
+            kube_requests.clone(),
+        );
+
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -224,6 +238,7 @@ impl Metrics {
                 sweep_passes,
                 sweep_last_success,
                 leader,
+                kube_requests,
             }),
         }
     }
@@ -346,6 +361,17 @@ impl Metrics {
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
         self.inner.sweep_last_success.set(now.as_secs_f64());
+    }
+
+    /// Count one request to the Kubernetes API server (see [`crate::kube_client`]).
+    pub fn kube_request(&self, verb: &str, resource: &str) {
+        self.inner
+            .kube_requests
+            .get_or_create(&VerbResourceLabels {
+                verb: verb.into(),
+                resource: resource.into(),
+            })
+            .inc();
     }
 
     /// Publish whether this replica is the leader.

@@ -187,8 +187,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     telemetry::init(args.log_format, &args.log_filter)?;
     install_crypto_provider();
     let config = OperatorConfig::load(args.config.as_deref())?;
-    let client = Client::try_default().await?;
     let metrics = Metrics::new();
+    let client = crate::kube_client::counted(&metrics).await?;
     let sweep_categories = controller::sweeper::decide::Category::ALL.map(|c| c.as_str());
     metrics.initialise(&crate::metrics::KnownLabels {
         kinds: &["Sandbox", "SandboxVolume", "SandboxTemplate"],

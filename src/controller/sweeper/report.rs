@@ -168,7 +168,7 @@ impl PassReport {
         };
         let body = format!(
             "{reclaimed}, {} failed, {} skipped, {} deferred, {kept} kept, {} with a live owner; \
-             enumerated {} sandboxes, {} volumes, {} templates in {:.2}s",
+             enumerated {} sandboxes, {} volumes, {} templates in {:.3}s",
             self.failures(),
             skipped,
             count(Action::Deferred),
@@ -325,7 +325,7 @@ mod tests {
         assert_eq!(
             lines[0],
             "provider docker (instance ops): pass completed: 1 deleted, 0 failed, 0 skipped, 0 deferred, \
-             1 kept, 2 with a live owner; enumerated 3 sandboxes, 1 volumes, 0 templates in 0.42s"
+             1 kept, 2 with a live owner; enumerated 3 sandboxes, 1 volumes, 0 templates in 0.420s"
         );
         assert!(lines[1].starts_with("WHAT "), "{}", lines[1]);
         assert_eq!(lines[2].find("Sandbox ns/web"), lines[1].find("OWNER"));
