@@ -4,20 +4,24 @@
 # plane (or uses a reachable $KUBECONFIG), builds the operator in release mode, runs its own
 # operator (instance `bench`, namespace `sandbox-bench`), cleans up. Not run in CI.
 #
-#   bash bench/run.sh                 all figures (about 20-40 min on 2 cores)
-#   BENCH_FIGURES="a b" bash bench/run.sh    only some of them (a, b, c)
+#   bash bench/run.sh                 all figures (about an hour on 2 cores)
+#   BENCH_FIGURES="a b" bash bench/run.sh    only some of them (a b f c d e)
 #
 # Results: target/bench/results.md (also printed), raw data target/bench/*.json, operator
 # logs target/bench/operator-*.log.
 #
 # Env (defaults in brackets):
-#   BENCH_FIGURES        [a b c]    which figures
-#   BENCH_A_N            [20]       figure a rounds
-#   BENCH_B_N            [500]      figure b burst size
+#   BENCH_FIGURES        [a b f c d e]  which figures
+#   BENCH_A_N            [30]       figure a rounds
+#   BENCH_B_N            [2000]     figure b burst size
 #   BENCH_CONCURRENCY    [32]       operator --concurrency and xargs -P for figure b
 #   BENCH_PROVIDER_CONCURRENCY [32] operator config providerConcurrency (shipped default: 16)
 #   BENCH_C_DOCKER_N     [1000]     figure c: Docker-backed stopped Sandboxes (0 = skip)
-#   BENCH_C_STALLED_N    [5000]     figure c: Sandboxes naming an unconfigured provider (0 = skip)
+#   BENCH_C_STALLED_N    [0]        figure c: Sandboxes naming an unconfigured provider (0 = skip;
+#                                   figure d measures those at 1k-20k)
+#   BENCH_D_LEVELS       [1000,5000,10000,20000]  figure d object counts
+#   BENCH_E_LEVELS       [1000,10000]  figure e container counts
+#   BENCH_F_N            [100]      figure f creates
 #   BENCH_IDLE_SECS      [60]       figure c idle window
 #   BENCH_SWEEP_SECS     [120]      figure c sweeper interval (the idle window is placed between passes)
 #   BENCH_TIMEOUT        [1200]     bound on each wait (seconds)
@@ -27,13 +31,16 @@ set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 OUT="$REPO/target/bench"
-FIGURES="${BENCH_FIGURES:-a b c}"
-A_N="${BENCH_A_N:-20}"
-B_N="${BENCH_B_N:-500}"
+FIGURES="${BENCH_FIGURES:-a b f c d e}"
+A_N="${BENCH_A_N:-30}"
+B_N="${BENCH_B_N:-2000}"
 CONC="${BENCH_CONCURRENCY:-32}"
 PCONC="${BENCH_PROVIDER_CONCURRENCY:-32}"
 C_DOCKER_N="${BENCH_C_DOCKER_N:-1000}"
-C_STALLED_N="${BENCH_C_STALLED_N:-5000}"
+C_STALLED_N="${BENCH_C_STALLED_N:-0}"
+D_LEVELS="${BENCH_D_LEVELS:-1000,5000,10000,20000}"
+E_LEVELS="${BENCH_E_LEVELS:-1000,10000}"
+F_N="${BENCH_F_N:-100}"
 IDLE_SECS="${BENCH_IDLE_SECS:-60}"
 SWEEP_SECS="${BENCH_SWEEP_SECS:-120}"
 TIMEOUT="${BENCH_TIMEOUT:-1200}"
@@ -53,6 +60,10 @@ rm -f "$OUT/results.md" "$OUT/env.json"
 ! has a || rm -f "$OUT/a-single.json"
 ! has b || rm -f "$OUT/b-burst.json"
 ! has c || rm -f "$OUT"/c-idle-*.json "$OUT"/engine-requests-*.json
+! has d || rm -f "$OUT/d-scale.json"
+! has e || rm -f "$OUT/e-sweep.json"
+! has f || rm -f "$OUT/f-counts.json"
+rm -rf "$OUT/plots"
 T0=$SECONDS
 
 # ---- infrastructure --------------------------------------------------------------------------
@@ -72,6 +83,14 @@ fi
 kubectl apply --server-side --force-conflicts --field-manager=sandbox-operator-bench -f "$REPO/crds/" >/dev/null
 kubectl wait --for=condition=Established --timeout=60s \
   crd/sandboxes.sandboxes.dev crd/sandboxvolumes.sandboxes.dev crd/sandboxtemplates.sandboxes.dev >/dev/null
+
+say "Plotting: matplotlib in the bench's own virtualenv (cached outside the checkout)"
+VENV="${SANDBOX_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/sandbox-operator}/bench-venv"
+if ! "$VENV/bin/python" -c 'import matplotlib' 2>/dev/null; then
+  python3 -m venv "$VENV"
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check 'matplotlib>=3.8,<4'
+fi
+"$VENV/bin/python" -c 'import matplotlib; print("matplotlib", matplotlib.__version__)'
 
 say "Building the operator (release)"
 cargo build --release --bin sandbox-operator
@@ -236,6 +255,19 @@ if has b; then
 fi
 stop_operator
 
+# ---- figure f: work per create, engine requests counted by a socket proxy --------------------------
+if has f; then
+  say "Figure f: $F_N creates: reconciles, engine and API requests per create"
+  sock="$OUT/docker-proxy.sock"
+  counts="$OUT/engine-requests-f.json"
+  start_proxy "$sock" "$counts"
+  start_operator f "$sock" 3600
+  "${PY[@]}" counts --namespace "$NS" --n "$F_N" --image "$IMAGE" --metrics "$METRICS" --pid "$OP_PID" \
+    --proxy-counts "$counts" --timeout "$TIMEOUT" --out "$OUT/f-counts.json" || log "figure f failed (see above); continuing"
+  stop_operator
+  stop_proxy
+fi
+
 # ---- figure c: a fresh operator per variant, engine calls counted by a socket proxy -----------------
 if has c; then
   for variant in docker stalled; do
@@ -262,6 +294,29 @@ if has c; then
   done
 fi
 
+# ---- figure d: memory and idle API load against object count ------------------------------------------
+if has d; then
+  say "Figure d: Sandboxes at $D_LEVELS: VmRSS and API requests at idle"
+  start_operator d
+  "${PY[@]}" scale --namespace "$NS" --levels "$D_LEVELS" --idle-secs "$IDLE_SECS" --image "$IMAGE" --metrics "$METRICS" \
+    --pid "$OP_PID" --timeout "$TIMEOUT" --out "$OUT/d-scale.json" || log "figure d failed (see above); continuing"
+  "${PY[@]}" cleanup --namespace "$NS" --timeout "$TIMEOUT" || true
+  stop_operator
+fi
+
+# ---- figure e: one sweep pass against one raw list call (no operator running) ---------------------------
+if has e; then
+  say "Figure e: sweep pass vs raw list at $E_LEVELS labelled containers"
+  cfg="$OUT/sweep-e.yaml"
+  printf 'instance: %s\nproviders:\n  - name: docker\n    type: docker\n' "$INSTANCE" >"$cfg"
+  "${PY[@]}" sweep --namespace "$NS" --levels "$E_LEVELS" --image "$IMAGE" --binary "$BIN" --config "$cfg" \
+    --instance "$INSTANCE" --out "$OUT/e-sweep.json" || log "figure e failed (see above); continuing"
+  say "Figure e: removing the labelled containers"
+  ids="$(docker ps -aq --filter "label=sandboxes.dev/managed-by=$INSTANCE")"
+  [ -z "$ids" ] || xargs -P 8 -n 50 docker rm -f -v <<<"$ids" >/dev/null
+fi
+
 say "Results"
+"$VENV/bin/python" "$REPO/bench/plot.py" --dir "$OUT" || log "plotting failed (see above); the tables are complete"
 "${PY[@]}" report --dir "$OUT"
 log "written: $OUT/results.md"

@@ -29,15 +29,16 @@ pub async fn counted(metrics: &Metrics) -> kube::Result<Client> {
 }
 
 /// The Kubernetes verb and `resource[/subresource]` of a request, read from its method and
-/// path (`/api/v1/...` or `/apis/{group}/{version}/...`). Paths that are not resource paths
-/// (discovery, `/version`) are `("get", "other")`-like: their verb from the method and the
-/// resource `other`.
+/// path (`/api/v1/...` or `/apis/{group}/{version}/...`). API discovery (`/api`, `/apis`,
+/// `/apis/{group}[/{version}]`, which the readiness probe reads every 10 s) is the resource
+/// `discovery`; any other path (`/version`, `/readyz`) is `other`.
 pub fn classify(method: &Method, uri: &Uri) -> (&'static str, String) {
     let segments: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
     let rest = match segments.as_slice() {
-        ["api", _version, rest @ ..] => rest,
-        ["apis", _group, _version, rest @ ..] => rest,
-        _ => &[][..],
+        ["api", _version, rest @ ..] if !rest.is_empty() => rest,
+        ["apis", _group, _version, rest @ ..] if !rest.is_empty() => rest,
+        ["api" | "apis", ..] => return (verb_of(method, false, true), "discovery".into()),
+        _ => return (verb_of(method, false, true), "other".into()),
     };
     // `namespaces/{ns}/{resource}…` addresses a namespaced resource; `namespaces` alone or
     // `namespaces/{name}` is the Namespace resource itself.
@@ -46,7 +47,7 @@ pub fn classify(method: &Method, uri: &Uri) -> (&'static str, String) {
         other => other,
     };
     let (resource, named) = match rest {
-        [] => ("other".to_string(), false),
+        [] => ("other".to_string(), true), // unreachable: `rest` is never empty here
         [plural] => ((*plural).to_string(), false),
         [plural, _name] => ((*plural).to_string(), true),
         [plural, _name, sub, ..] => (format!("{plural}/{sub}"), true),
@@ -54,9 +55,15 @@ pub fn classify(method: &Method, uri: &Uri) -> (&'static str, String) {
     let watch = uri
         .query()
         .is_some_and(|q| q.split('&').any(|kv| kv == "watch=true" || kv == "watch=1"));
-    let verb = match *method {
+    (verb_of(method, watch, named), resource)
+}
+
+/// The verb of a request by its method; `named` tells a get from a list and a delete from a
+/// deletecollection.
+fn verb_of(method: &Method, watch: bool, named: bool) -> &'static str {
+    match *method {
         Method::GET if watch => "watch",
-        Method::GET if named || resource == "other" => "get",
+        Method::GET if named => "get",
         Method::GET => "list",
         Method::POST => "create",
         Method::PUT => "update",
@@ -64,8 +71,7 @@ pub fn classify(method: &Method, uri: &Uri) -> (&'static str, String) {
         Method::DELETE if named => "delete",
         Method::DELETE => "deletecollection",
         _ => "other",
-    };
-    (verb, resource)
+    }
 }
 
 #[cfg(test)]
@@ -135,6 +141,11 @@ mod tests {
             ("create", "events".into())
         );
         assert_eq!(c(Method::GET, "/version"), ("get", "other".into()));
-        assert_eq!(c(Method::GET, "/apis"), ("get", "other".into()));
+        assert_eq!(c(Method::GET, "/apis"), ("get", "discovery".into()));
+        assert_eq!(
+            c(Method::GET, "/apis/sandboxes.dev/v1alpha1"),
+            ("get", "discovery".into())
+        );
+        assert_eq!(c(Method::GET, "/api/v1"), ("get", "discovery".into()));
     }
 }
