@@ -4,7 +4,7 @@
 # harness's pid label (test.sandboxes.dev/pid) and whose process no longer runs. Anything
 # whose process runs (another test run may be going on) or without the label is kept.
 #
-#   tests/cluster/gc.sh            namespaces of exited test processes
+#   tests/cluster/gc.sh            namespaces, containers and volumes of exited test processes
 #   tests/cluster/gc.sh --legacy   also unlabelled namespaces (from runs before the label
 #                                  existed), keeping default, kube-* and the ones named in
 #                                  $SANDBOX_GC_KEEP
@@ -32,20 +32,22 @@ pid_gone() {
 # Containers (with their anonymous volumes) and volumes of exited test processes: the doubles
 # remove theirs on shutdown or drop, which a killed test process never reaches.
 gc_docker() {
-  command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1 ||
+  local listed id pid dead=()
+  listed="$(docker ps -a --filter "label=$LABEL" --format "{{.ID}} {{.Label \"$LABEL\"}}" 2>/dev/null)" ||
     { log "no Docker engine; skipping containers and volumes"; return 0; }
-  local id pid dead=()
   while read -r id pid; do
     if [ -n "$id" ] && pid_gone "$pid"; then dead+=("$id"); fi
-  done < <(docker ps -a --filter "label=$LABEL" --format "{{.ID}} {{.Label \"$LABEL\"}}")
+  done <<<"$listed"
   if [ "${#dead[@]}" -gt 0 ]; then
     log "removing ${#dead[@]} leftover test container(s)"
     docker rm -f -v "${dead[@]}" >/dev/null || log "some containers could not be removed"
   fi
   dead=()
+  listed="$(docker volume ls --filter "label=$LABEL" --format "{{.Name}} {{.Label \"$LABEL\"}}")" ||
+    { log "could not list volumes; skipping them"; return 0; }
   while read -r id pid; do
     if [ -n "$id" ] && pid_gone "$pid"; then dead+=("$id"); fi
-  done < <(docker volume ls --filter "label=$LABEL" --format "{{.Name}} {{.Label \"$LABEL\"}}")
+  done <<<"$listed"
   if [ "${#dead[@]}" -gt 0 ]; then
     log "removing ${#dead[@]} leftover test volume(s)"
     docker volume rm -f "${dead[@]}" >/dev/null || log "some volumes could not be removed"
