@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Remove what finished test processes left in the test control plane: every namespace that
-# carries the harness's pid label (test.sandboxes.dev/pid) whose process no longer runs.
+# Remove what finished test processes left behind: every namespace of the test control plane,
+# and every Docker container and volume (the SaaS doubles' sandboxes), that carries the
+# harness's pid label (test.sandboxes.dev/pid) and whose process no longer runs. Anything
+# whose process runs (another test run may be going on) or without the label is kept.
 #
-#   tests/cluster/gc.sh            namespaces of exited test processes
+#   tests/cluster/gc.sh            namespaces, containers and volumes of exited test processes
 #   tests/cluster/gc.sh --legacy   also unlabelled namespaces (from runs before the label
 #                                  existed), keeping default, kube-* and the ones named in
 #                                  $SANDBOX_GC_KEEP
@@ -19,6 +21,39 @@ LABEL=test.sandboxes.dev/pid
 CRS=sandboxes.sandboxes.dev,sandboxvolumes.sandboxes.dev,sandboxtemplates.sandboxes.dev
 
 log() { echo "gc.sh: $*" >&2; }
+
+# Whether the process a pid label names no longer runs. A value that is not a pid names no
+# process, as with the namespaces below.
+pid_gone() {
+  case "$1" in '' | '<none>' | *[!0-9]*) return 0 ;; esac
+  ! kill -0 "$1" 2>/dev/null
+}
+
+# Containers (with their anonymous volumes) and volumes of exited test processes: the doubles
+# remove theirs on shutdown or drop, which a killed test process never reaches.
+gc_docker() {
+  local listed id pid dead=()
+  listed="$(docker ps -a --filter "label=$LABEL" --format "{{.ID}} {{.Label \"$LABEL\"}}" 2>/dev/null)" ||
+    { log "no Docker engine; skipping containers and volumes"; return 0; }
+  while read -r id pid; do
+    if [ -n "$id" ] && pid_gone "$pid"; then dead+=("$id"); fi
+  done <<<"$listed"
+  if [ "${#dead[@]}" -gt 0 ]; then
+    log "removing ${#dead[@]} leftover test container(s)"
+    docker rm -f -v "${dead[@]}" >/dev/null || log "some containers could not be removed"
+  fi
+  dead=()
+  listed="$(docker volume ls --filter "label=$LABEL" --format "{{.Name}} {{.Label \"$LABEL\"}}")" ||
+    { log "could not list volumes; skipping them"; return 0; }
+  while read -r id pid; do
+    if [ -n "$id" ] && pid_gone "$pid"; then dead+=("$id"); fi
+  done <<<"$listed"
+  if [ "${#dead[@]}" -gt 0 ]; then
+    log "removing ${#dead[@]} leftover test volume(s)"
+    docker volume rm -f "${dead[@]}" >/dev/null || log "some volumes could not be removed"
+  fi
+}
+gc_docker
 
 kubectl version --request-timeout=5s >/dev/null 2>&1 || { log "no control plane; nothing to do"; exit 0; }
 

@@ -4,4 +4,5 @@
 
 pub mod e2b;
 pub mod fly;
+pub mod pid_label;
 pub mod sprites;

@@ -1,7 +1,8 @@
 //! The Docker side of the E2B double: one real container per sandbox.
 //!
 //! Every container carries [`LABEL_DOUBLE`] with the double's own random id, so a double only
-//! ever finds and removes its own containers, and [`LABEL_SANDBOX`] with the sandbox id. No
+//! ever finds and removes its own containers, [`LABEL_SANDBOX`] with the sandbox id, and the
+//! running process's pid ([`crate::pid_label`]) for removing what a killed test left. No
 //! `sandboxes.dev/…` label is ever put on a container: those belong to the operator's Docker
 //! provider, whose sweeper must never see these.
 //!
@@ -21,6 +22,8 @@ use bollard::query_parameters::{
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
+
+use crate::pid_label::pid_label;
 
 /// Label on every container of a double: the double's own id.
 pub const LABEL_DOUBLE: &str = "e2b-double.instance";
@@ -98,6 +101,7 @@ impl Engine {
         let labels = HashMap::from([
             (LABEL_DOUBLE.to_string(), self.double_id.clone()),
             (LABEL_SANDBOX.to_string(), id.to_string()),
+            pid_label(),
         ]);
         let body = ContainerCreateBody {
             image: Some(image.to_string()),

@@ -1,6 +1,7 @@
 //! The Docker side of the double: each machine is a real container, each volume a real Docker
 //! volume, all labelled with the double's instance id so the double finds (and removes) only
-//! its own.
+//! its own, and with the running process's pid ([`crate::pid_label`]) so that what a killed
+//! test left is found and removed afterwards.
 //!
 //! Mapping from a machine config: `init.exec` is the whole command line (entrypoint = its
 //! first word); otherwise `init.entrypoint`/`init.cmd` replace the image's; `guest.cpus` and
@@ -28,6 +29,7 @@ use futures::{Stream, StreamExt};
 use tokio::io::AsyncWriteExt;
 
 use super::wire::ConfigView;
+use crate::pid_label::pid_label;
 
 /// Label on every container and volume the doubles create.
 pub const DOUBLE_LABEL: &str = "sandboxes.dev.double";
@@ -73,6 +75,7 @@ impl Engine {
         let mut labels = HashMap::from([
             (DOUBLE_LABEL.to_string(), "fly".to_string()),
             (INSTANCE_LABEL.to_string(), self.instance.clone()),
+            pid_label(),
         ]);
         if let Some(id) = machine {
             labels.insert(MACHINE_LABEL.to_string(), id.to_string());

@@ -58,8 +58,9 @@ impl SpritesOptions {
     }
 }
 
-/// A running double. Dropping it stops the server; [`SpritesDouble::shutdown`] also removes
-/// every container and checkpoint image it made.
+/// A running double. [`SpritesDouble::shutdown`] stops the server and removes every container
+/// and checkpoint image it made; dropping it without a shutdown (a test that panicked) does the
+/// same, blocking until the engine has answered.
 pub struct SpritesDouble {
     /// `http://127.0.0.1:PORT` (no trailing slash).
     pub base_url: String,
@@ -67,6 +68,7 @@ pub struct SpritesDouble {
     pub token: String,
     state: Arc<state::State>,
     server: JoinHandle<()>,
+    cleaned: bool,
 }
 
 /// The Docker label every container of a double carries, with the double's tag as value.
@@ -89,6 +91,7 @@ pub async fn spawn(opts: SpritesOptions) -> SpritesDouble {
         token: opts.token,
         state,
         server,
+        cleaned: false,
     }
 }
 
@@ -148,14 +151,45 @@ impl SpritesDouble {
     }
 
     /// Stops the server and removes every container and checkpoint image of this double.
-    pub async fn shutdown(self) {
+    pub async fn shutdown(mut self) {
         self.server.abort();
         self.state.remove_everything().await;
+        self.cleaned = true;
     }
 }
 
 impl Drop for SpritesDouble {
     fn drop(&mut self) {
         self.server.abort();
+        if self.cleaned {
+            return;
+        }
+        // A test that panicked never reached `shutdown`. Drop cannot await and the test's
+        // runtime may be going away: clean up on a thread of our own, with an engine client of
+        // that thread's runtime (pooled connections belong to the runtime that made them).
+        let opts = self.state.opts.clone();
+        let sprites = self
+            .state
+            .sprites
+            .try_lock()
+            .map(|s| s.clone())
+            .unwrap_or_default();
+        let cleanup = std::thread::spawn(move || {
+            let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            else {
+                return;
+            };
+            runtime.block_on(async move {
+                let Ok(docker) = bollard::Docker::connect_with_defaults() else {
+                    return;
+                };
+                let state = state::State::new(docker, opts);
+                *state.sprites.lock().await = sprites;
+                state.remove_everything().await;
+            });
+        });
+        let _ = cleanup.join();
     }
 }

@@ -17,6 +17,7 @@ use chrono::{DateTime, Utc};
 use super::SpritesOptions;
 use super::TAG_LABEL;
 use super::wire::{Checkpoint, NetworkPolicy, SpriteConfig, SpriteInfo, UrlSettings};
+use crate::pid_label::pid_label;
 
 /// How a sprite is parked (what the service does by itself to an idle sprite).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -156,10 +157,10 @@ impl State {
             image: Some(sprite.image.clone()),
             cmd: Some(vec!["sleep".into(), "infinity".into()]),
             env: Some(env),
-            labels: Some(HashMap::from([(
-                TAG_LABEL.to_string(),
-                self.opts.tag.clone(),
-            )])),
+            labels: Some(HashMap::from([
+                (TAG_LABEL.to_string(), self.opts.tag.clone()),
+                pid_label(),
+            ])),
             exposed_ports: Some(vec!["8080/tcp".to_string()]),
             host_config: Some(host),
             ..Default::default()
