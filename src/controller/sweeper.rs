@@ -6,9 +6,10 @@
 //! while the operator was down all leave provider resources behind, and left alone they fill
 //! disks. One pass over one provider is a pipeline like a reconcile:
 //!
-//! 1. **enumerate** ([`observe::enumerate`]): `find`, `list_volumes` and `list_templates`
-//!    for resources labelled `sandboxes.dev/managed-by=<this instance>` — anything without
-//!    that label (another instance's, unlabelled, foreign) is never even a candidate;
+//! 1. **enumerate** ([`observe::enumerate`]): the provider's `inventory` (by default
+//!    `find`, `list_volumes` and `list_templates`; Docker lists its containers once for all
+//!    three) of resources labelled `sandboxes.dev/managed-by=<this instance>` — anything
+//!    without that label (another instance's, unlabelled, foreign) is never even a candidate;
 //! 2. **read the owners** ([`observe::owner_facts`]): one paginated metadata list per kind
 //!    and namespace, straight from the API server (the sweeper has no cache);
 //! 3. **decide** ([`decide::decide`], pure and table-tested): which resources are orphans,

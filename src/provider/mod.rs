@@ -23,6 +23,8 @@ pub mod tarsafe;
 pub mod types;
 pub mod validate;
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
@@ -60,6 +62,53 @@ pub trait Provider: Send + Sync {
     /// "looked, found none". A reconcile loop that read "nothing there" from a failed query
     /// would stop recovering, and a sweeper would delete on a partial picture.
     async fn find(&self, query: &SandboxQuery) -> ProviderResult<Vec<SandboxDescriptor>>;
+
+    /// Everything carrying all of `labels` — sandboxes, volumes (with their attachment) and
+    /// templates (with their use) — for the sweeper's pass.
+    ///
+    /// Rule 1 holds for the whole: any enumeration that fails fails the inventory. The
+    /// default makes the three enumerations one after the other; a provider whose listings
+    /// overlap (Docker's volume attachment and template use both come from a listing of
+    /// every container) overrides it to list once, so a pass costs about one raw listing.
+    async fn inventory(&self, labels: &BTreeMap<String, String>) -> ProviderResult<Inventory> {
+        let query = SandboxQuery {
+            labels: labels.clone(),
+            ..SandboxQuery::default()
+        };
+        let sandboxes = self
+            .find(&query)
+            .await
+            .map_err(|e| e.context("listing sandboxes (find)"))?;
+        let volumes = match self.volumes() {
+            Some(v) => {
+                let query = VolumeQuery {
+                    labels: labels.clone(),
+                    ..VolumeQuery::default()
+                };
+                let listed = v
+                    .list_volumes(&query)
+                    .await
+                    .map_err(|e| e.context("listing volumes (list_volumes)"))?;
+                Some(listed)
+            }
+            None => None,
+        };
+        let templates = match self.templates() {
+            Some(t) => {
+                let listed = t
+                    .list_templates(None)
+                    .await
+                    .map_err(|e| e.context("listing templates (list_templates)"))?;
+                Some(retain_labelled(listed, labels))
+            }
+            None => None,
+        };
+        Ok(Inventory {
+            sandboxes,
+            volumes,
+            templates,
+        })
+    }
 
     /// Starts a created or stopped sandbox. Starting a running one is a success.
     async fn start(&self, id: &str) -> ProviderResult<()>;
@@ -128,6 +177,18 @@ pub trait Provider: Send + Sync {
     fn events(&self) -> Option<&dyn ProviderEvents> {
         None
     }
+}
+
+/// The templates carrying every one of `labels` (a template listing has no label
+/// narrowing of its own).
+pub fn retain_labelled(
+    templates: Vec<Template>,
+    labels: &BTreeMap<String, String>,
+) -> Vec<Template> {
+    templates
+        .into_iter()
+        .filter(|t| labels.iter().all(|(k, v)| t.labels.get(k) == Some(v)))
+        .collect()
 }
 
 /// Suspend and resume, reporting whether the process tree survived.

@@ -362,6 +362,18 @@ pub struct VolumeQuery {
     pub attached: Option<bool>,
 }
 
+/// Everything a provider holds under some labels, as the sweeper reads it (see
+/// [`super::Provider::inventory`]).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Inventory {
+    /// Sandboxes carrying every label.
+    pub sandboxes: Vec<SandboxDescriptor>,
+    /// Volumes carrying every label; `None` when the provider has no [`super::Volumes`].
+    pub volumes: Option<Vec<VolumeInfo>>,
+    /// Templates carrying every label; `None` when the provider has no [`super::Templates`].
+    pub templates: Option<Vec<Template>>,
+}
+
 /// A filesystem captured from a sandbox, which later sandboxes can boot from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Template {

@@ -281,9 +281,9 @@ pub async fn find_narrows_by_labels_states_and_owner(fx: &Fixture) -> Check {
     Ok(())
 }
 
-/// `find` sees a sandbox carrying our labels that the provider did not create itself (how a
-/// crashed create is adopted), and never returns one carrying another instance's labels or
-/// none at all. Needs a planter; a provider without one is covered by the other checks.
+/// `find` (and the sweeper's `inventory`) sees a sandbox carrying our labels that the
+/// provider did not create itself (how a crashed create is adopted), and never returns one
+/// carrying another instance's labels or none at all. Needs a planter; a provider without one is covered by the other checks.
 pub async fn find_sees_planted_resources_and_keeps_foreign_ones_out(fx: &Fixture) -> Check {
     let Some(planter) = &fx.planter else {
         println!("no planter for this provider: planted-resource checks not run");
@@ -304,6 +304,16 @@ pub async fn find_sees_planted_resources_and_keeps_foreign_ones_out(fx: &Fixture
     ensure!(
         found[0].started_at.is_none(),
         "a planted, never-started sandbox: {found:?}"
+    );
+    let inventory = fx
+        .provider
+        .inventory(&fx.instance_labels())
+        .await
+        .or_fail("inventory")?;
+    ensure!(
+        inventory.sandboxes == found,
+        "the inventory's sandboxes are exactly what find returns: {:?} vs {found:?}",
+        inventory.sandboxes
     );
     let found = fx
         .provider

@@ -24,6 +24,11 @@ pub async fn rule_01_enumerations_fail_when_they_cannot_look(fx: &Fixture) -> Ch
         &transient,
         "rule 1: find on an unreachable provider",
     )?;
+    expect_kind(
+        down.inventory(&fx.instance_labels()).await,
+        &transient,
+        "rule 1: inventory on an unreachable provider",
+    )?;
     if fx.expect.volumes {
         let volumes = down
             .volumes()
@@ -73,6 +78,22 @@ pub async fn rule_01_enumerations_fail_when_they_cannot_look(fx: &Fixture) -> Ch
         .await
         .or_fail("rule 1: find")?;
     ensure!(found.is_empty(), "rule 1: a fresh instance finds {found:?}");
+    let inventory = fx
+        .provider
+        .inventory(&fx.instance_labels())
+        .await
+        .or_fail("rule 1: inventory")?;
+    ensure!(
+        inventory.sandboxes.is_empty()
+            && inventory.volumes.iter().flatten().next().is_none()
+            && inventory.templates.iter().flatten().next().is_none(),
+        "rule 1: a fresh instance's inventory holds {inventory:?}"
+    );
+    ensure!(
+        inventory.volumes.is_some() == fx.provider.volumes().is_some()
+            && inventory.templates.is_some() == fx.provider.templates().is_some(),
+        "rule 1: an inventory's parts say None exactly where the capability is absent: {inventory:?}"
+    );
     if let Some(volumes) = fx.provider.volumes() {
         let query = VolumeQuery {
             labels: fx.instance_labels(),
@@ -129,6 +150,13 @@ async fn refused_enumerations_fail(fx: &Fixture, faults: &dyn super::Faults) -> 
         &[ErrorKind::Transient],
         "rule 1: find while the service fails",
     );
+    if outcome.is_ok() {
+        outcome = expect_kind(
+            p.inventory(&fx.instance_labels()).await,
+            &[ErrorKind::Transient],
+            "rule 1: inventory while the service fails",
+        );
+    }
     if let (Ok(()), Some(volumes)) = (&outcome, p.volumes()) {
         outcome = expect_kind(
             volumes.list_volumes(&volume_query).await,

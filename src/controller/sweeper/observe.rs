@@ -20,7 +20,6 @@ use super::SweepError;
 use super::decide::{Candidate, Observation, OwnerFact, OwnerFacts, OwnerKey, OwnerKind};
 use crate::api::{Sandbox, SandboxTemplate, SandboxVolume};
 use crate::provider::labels::MANAGED_BY;
-use crate::provider::{SandboxQuery, VolumeQuery};
 use crate::registry::ProviderHandle;
 
 /// Bound on one Kubernetes read, so an API server that stops answering fails the pass
@@ -33,8 +32,8 @@ const PAGE: u32 = 500;
 /// How many owner listings run at once.
 const LIST_CONCURRENCY: usize = 8;
 
-/// Every resource labelled with `instance` on one provider: sandboxes (`find`), volumes
-/// (`list_volumes`) and templates (`list_templates`), each from one enumeration call.
+/// Every resource labelled with `instance` on one provider — sandboxes, volumes and
+/// templates — from one `inventory` call (which lists as few times as the provider can).
 ///
 /// Any failed enumeration fails the whole picture (rule 1: a failed listing is an `Err`,
 /// never `[]`, and a sweeper that deleted from a partial picture would delete on a wrong
@@ -44,73 +43,43 @@ pub async fn enumerate(
     instance: &str,
 ) -> Result<Vec<Candidate>, SweepError> {
     let ours = BTreeMap::from([(MANAGED_BY.to_string(), instance.to_string())]);
-    let mut out = Vec::new();
-
-    let query = SandboxQuery {
-        labels: ours.clone(),
-        ..SandboxQuery::default()
-    };
-    let sandboxes = handle
-        .call("find", handle.provider.find(&query))
+    let inventory = handle
+        .call("inventory", handle.provider.inventory(&ours))
         .await
         .map_err(|source| SweepError::Enumeration {
-            what: "sandboxes (find)",
+            what: "sandboxes, volumes and templates (inventory)",
             source,
         })?;
-    out.extend(sandboxes.into_iter().map(|d| Candidate {
+    let sandboxes = inventory.sandboxes.into_iter().map(|d| Candidate {
         id: d.id,
         labels: d.labels,
         created_at: d.created_at,
         observation: Observation::Sandbox {
             started: d.started_at.is_some(),
         },
-    }));
-
-    if let Some(volumes) = handle.provider.volumes() {
-        let query = VolumeQuery {
-            labels: ours.clone(),
-            ..VolumeQuery::default()
-        };
-        let listed = handle
-            .call("list_volumes", volumes.list_volumes(&query))
-            .await
-            .map_err(|source| SweepError::Enumeration {
-                what: "volumes (list_volumes)",
-                source,
-            })?;
-        out.extend(listed.into_iter().map(|v| Candidate {
-            id: v.name,
-            labels: v.labels,
-            created_at: v.created_at,
-            observation: Observation::Volume {
-                attached: v.attached,
-                attached_to: v.attached_to,
-            },
-        }));
-    }
-
-    if let Some(templates) = handle.provider.templates() {
-        let listed = handle
-            .call("list_templates", templates.list_templates(None))
-            .await
-            .map_err(|source| SweepError::Enumeration {
-                what: "templates (list_templates)",
-                source,
-            })?;
-        // The template listing has no label narrowing: only ours go on.
-        out.extend(
-            listed
-                .into_iter()
-                .filter(|t| t.labels.get(MANAGED_BY).map(String::as_str) == Some(instance))
-                .map(|t| Candidate {
-                    id: t.id,
-                    labels: t.labels,
-                    created_at: t.created_at,
-                    observation: Observation::Template { in_use: t.in_use },
-                }),
-        );
-    }
-    Ok(out)
+    });
+    let volumes = inventory.volumes.into_iter().flatten().map(|v| Candidate {
+        id: v.name,
+        labels: v.labels,
+        created_at: v.created_at,
+        observation: Observation::Volume {
+            attached: v.attached,
+            attached_to: v.attached_to,
+        },
+    });
+    // Checked again here: whatever a provider's inventory returned, only ours go on.
+    let templates = inventory
+        .templates
+        .into_iter()
+        .flatten()
+        .filter(|t| t.labels.get(MANAGED_BY).map(String::as_str) == Some(instance))
+        .map(|t| Candidate {
+            id: t.id,
+            labels: t.labels,
+            created_at: t.created_at,
+            observation: Observation::Template { in_use: t.in_use },
+        });
+    Ok(sandboxes.chain(volumes).chain(templates).collect())
 }
 
 /// Reads every owner the candidates name: one paginated metadata listing per kind and

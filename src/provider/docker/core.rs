@@ -53,9 +53,9 @@ use crate::provider::labels::{self, TEMPLATE};
 use crate::provider::validate;
 use crate::provider::{
     AppliedResources, BulkFiles, CapacityProbe, CreateRequest, Egress, EgressPolicy, ExecOutput,
-    ExecRequest, Files, Hibernation, IdleAction, PortMapping, Provider, ProviderError,
+    ExecRequest, Files, Hibernation, IdleAction, Inventory, PortMapping, Provider, ProviderError,
     ProviderEvents, ProviderResult, RestartPolicy, SandboxDescriptor, SandboxQuery, SandboxState,
-    SetResources, Templates, Volumes,
+    SetResources, Templates, VolumeQuery, Volumes,
 };
 
 /// Seconds a stop waits for the main process to exit after SIGTERM before SIGKILL
@@ -221,6 +221,40 @@ impl Provider for DockerProvider {
             .collect();
         found.sort_by(|a, b| a.id.cmp(&b.id));
         Ok(found)
+    }
+
+    /// One listing of every container serves all three parts: the sandboxes (narrowed by
+    /// label here), the volumes' attachment and the templates' use — so a sweep pass costs
+    /// one container listing plus a volume and an image listing, not three container
+    /// listings. Deleting a volume or a template still re-checks its users at that moment
+    /// (the engine refuses an attached volume; `remove_template` lists again).
+    async fn inventory(&self, labels: &BTreeMap<String, String>) -> ProviderResult<Inventory> {
+        let containers = self
+            .all_containers()
+            .await
+            .map_err(|e| e.context("listing sandboxes"))?;
+        let volume_query = VolumeQuery {
+            labels: labels.clone(),
+            ..VolumeQuery::default()
+        };
+        let volumes = self.volumes_held_by(&volume_query, &containers).await?;
+        let templates = self.templates_used_by(None, Some(&containers)).await?;
+        let mut sandboxes: Vec<SandboxDescriptor> = containers
+            .into_iter()
+            .filter(|c| {
+                let own = c.labels.as_ref();
+                labels
+                    .iter()
+                    .all(|(k, v)| own.and_then(|l| l.get(k)) == Some(v))
+            })
+            .filter_map(summary_descriptor)
+            .collect();
+        sandboxes.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(Inventory {
+            sandboxes,
+            volumes: Some(volumes),
+            templates: Some(crate::provider::retain_labelled(templates, labels)),
+        })
     }
 
     async fn start(&self, id: &str) -> ProviderResult<()> {

@@ -243,13 +243,58 @@ fn template_users(
 
 impl DockerProvider {
     /// Every container in every state.
-    async fn all_containers(&self) -> ProviderResult<Vec<ContainerSummary>> {
+    pub(super) async fn all_containers(&self) -> ProviderResult<Vec<ContainerSummary>> {
         let docker = self.engine().await?;
         let options = ListContainersOptionsBuilder::default().all(true).build();
         docker
             .list_containers(Some(options))
             .await
-            .map_err(|e| map_err("listing sandboxes to decide template use", e))
+            .map_err(|e| map_err("listing every container", e))
+    }
+
+    /// The templates (ids starting with `id_prefix`), with their use read from
+    /// `containers` — every container in every state, listed by the caller; `None` when that
+    /// listing failed, and then every template reads as in use (rule 4).
+    pub(super) async fn templates_used_by(
+        &self,
+        id_prefix: Option<&str>,
+        containers: Option<&[ContainerSummary]>,
+    ) -> ProviderResult<Vec<Template>> {
+        let docker = self.engine().await?;
+        let filters = HashMap::from([
+            ("label".to_string(), vec![TEMPLATE_ID_LABEL.to_string()]),
+            ("dangling".to_string(), vec!["false".to_string()]),
+        ]);
+        let options = ListImagesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let images = docker
+            .list_images(Some(options))
+            .await
+            .map_err(|e| map_err("listing templates", e))?;
+        let mut out = Vec::new();
+        for image in images {
+            let Some(id) = image.labels.get(TEMPLATE_ID_LABEL).cloned() else {
+                continue;
+            };
+            // A superseded capture keeps its label but lost the tag: it is not the template.
+            if !image.repo_tags.contains(&self.template_image(&id)) {
+                continue;
+            }
+            if id_prefix.is_some_and(|p| !id.starts_with(p)) {
+                continue;
+            }
+            let in_use = containers.is_none_or(|c| !template_users(&id, &image.id, c).is_empty());
+            let labels: BTreeMap<String, String> = image.labels.into_iter().collect();
+            out.push(Template {
+                reference: image.id,
+                created_at: DateTime::from_timestamp(image.created, 0),
+                size_bytes: u64::try_from(image.size).ok(),
+                ..from_labels(id, labels, in_use)
+            });
+        }
+        out.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(out)
     }
 
     /// The image behind a template id, `None` when the tag does not exist.
@@ -600,18 +645,6 @@ impl Templates for DockerProvider {
     }
 
     async fn list_templates(&self, id_prefix: Option<&str>) -> ProviderResult<Vec<Template>> {
-        let docker = self.engine().await?;
-        let filters = HashMap::from([
-            ("label".to_string(), vec![TEMPLATE_ID_LABEL.to_string()]),
-            ("dangling".to_string(), vec!["false".to_string()]),
-        ]);
-        let options = ListImagesOptionsBuilder::default()
-            .filters(&filters)
-            .build();
-        let images = docker
-            .list_images(Some(options))
-            .await
-            .map_err(|e| map_err("listing templates", e))?;
         let containers = match self.all_containers().await {
             Ok(c) => Some(c),
             Err(e) => {
@@ -619,31 +652,8 @@ impl Templates for DockerProvider {
                 None
             }
         };
-        let mut out = Vec::new();
-        for image in images {
-            let Some(id) = image.labels.get(TEMPLATE_ID_LABEL).cloned() else {
-                continue;
-            };
-            // A superseded capture keeps its label but lost the tag: it is not the template.
-            if !image.repo_tags.contains(&self.template_image(&id)) {
-                continue;
-            }
-            if id_prefix.is_some_and(|p| !id.starts_with(p)) {
-                continue;
-            }
-            let in_use = containers
-                .as_deref()
-                .is_none_or(|c| !template_users(&id, &image.id, c).is_empty());
-            let labels: BTreeMap<String, String> = image.labels.into_iter().collect();
-            out.push(Template {
-                reference: image.id,
-                created_at: DateTime::from_timestamp(image.created, 0),
-                size_bytes: u64::try_from(image.size).ok(),
-                ..from_labels(id, labels, in_use)
-            });
-        }
-        out.sort_by(|a, b| a.id.cmp(&b.id));
-        Ok(out)
+        self.templates_used_by(id_prefix, containers.as_deref())
+            .await
     }
 
     /// Removes the tag after checking every container; superseded captures of the same id

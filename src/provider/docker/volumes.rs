@@ -64,28 +64,77 @@ impl DockerProvider {
         Ok(holders)
     }
 
-    /// Volume name → containers mounting it, over every container in every state.
-    async fn all_volume_holders(&self) -> ProviderResult<HashMap<String, Vec<String>>> {
+    /// Lists volumes with the label filter applied by the engine, then prefix and
+    /// attachment from `containers` (every container in every state, listed by the caller).
+    pub(super) async fn volumes_held_by(
+        &self,
+        query: &VolumeQuery,
+        containers: &[ContainerSummary],
+    ) -> ProviderResult<Vec<VolumeInfo>> {
         let docker = self.engine().await?;
-        let options = ListContainersOptionsBuilder::default().all(true).build();
-        let containers = docker
-            .list_containers(Some(options))
+        let mut filters: HashMap<String, Vec<String>> = HashMap::new();
+        if !query.labels.is_empty() {
+            filters.insert(
+                "label".into(),
+                query
+                    .labels
+                    .iter()
+                    .map(|(k, v)| format!("{k}={v}"))
+                    .collect(),
+            );
+        }
+        let options = ListVolumesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let listed = docker
+            .list_volumes(Some(options))
             .await
-            .map_err(|e| map_err("listing sandboxes to decide volume attachment", e))?;
-        let mut map: HashMap<String, Vec<String>> = HashMap::new();
-        for c in &containers {
-            for volume in mounted_volumes(c) {
-                map.entry(volume.to_string())
-                    .or_default()
-                    .push(summary_name(c));
-            }
-        }
-        for holders in map.values_mut() {
-            holders.sort();
-            holders.dedup();
-        }
-        Ok(map)
+            .map_err(|e| map_err("listing volumes", e))?;
+        let holders = volume_holders(containers);
+        let mut out: Vec<VolumeInfo> = listed
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|v| {
+                query
+                    .name_prefix
+                    .as_deref()
+                    .is_none_or(|prefix| v.name.starts_with(prefix))
+            })
+            // The engine's label filter already applied; checked again so a filter the
+            // engine ignored can never widen what a caller may delete.
+            .filter(|v| {
+                query
+                    .labels
+                    .iter()
+                    .all(|(k, val)| v.labels.get(k) == Some(val))
+            })
+            .map(|v| {
+                let attached_to = holders.get(&v.name).cloned().unwrap_or_default();
+                volume_info(v, !attached_to.is_empty(), attached_to)
+            })
+            .filter(|v| query.attached.is_none_or(|want| v.attached == want))
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
     }
+}
+
+/// Volume name → containers mounting it.
+fn volume_holders(containers: &[ContainerSummary]) -> HashMap<String, Vec<String>> {
+    let mut map: HashMap<String, Vec<String>> = HashMap::new();
+    for c in containers {
+        for volume in mounted_volumes(c) {
+            map.entry(volume.to_string())
+                .or_default()
+                .push(summary_name(c));
+        }
+    }
+    for holders in map.values_mut() {
+        holders.sort();
+        holders.dedup();
+    }
+    map
 }
 
 /// Volume info from the engine's record plus the attachment found for it.
@@ -184,51 +233,10 @@ impl Volumes for DockerProvider {
     /// attachment here. Fails when either the volumes or the containers cannot be listed
     /// (rule 1): a listing is what a sweeper deletes from.
     async fn list_volumes(&self, query: &VolumeQuery) -> ProviderResult<Vec<VolumeInfo>> {
-        let docker = self.engine().await?;
-        let mut filters: HashMap<String, Vec<String>> = HashMap::new();
-        if !query.labels.is_empty() {
-            filters.insert(
-                "label".into(),
-                query
-                    .labels
-                    .iter()
-                    .map(|(k, v)| format!("{k}={v}"))
-                    .collect(),
-            );
-        }
-        let options = ListVolumesOptionsBuilder::default()
-            .filters(&filters)
-            .build();
-        let listed = docker
-            .list_volumes(Some(options))
+        let containers = self
+            .all_containers()
             .await
-            .map_err(|e| map_err("listing volumes", e))?;
-        let holders = self.all_volume_holders().await?;
-        let mut out: Vec<VolumeInfo> = listed
-            .volumes
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|v| {
-                query
-                    .name_prefix
-                    .as_deref()
-                    .is_none_or(|prefix| v.name.starts_with(prefix))
-            })
-            // The engine's label filter already applied; checked again so a filter the
-            // engine ignored can never widen what a caller may delete.
-            .filter(|v| {
-                query
-                    .labels
-                    .iter()
-                    .all(|(k, val)| v.labels.get(k) == Some(val))
-            })
-            .map(|v| {
-                let attached_to = holders.get(&v.name).cloned().unwrap_or_default();
-                volume_info(v, !attached_to.is_empty(), attached_to)
-            })
-            .filter(|v| query.attached.is_none_or(|want| v.attached == want))
-            .collect();
-        out.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(out)
+            .map_err(|e| e.context("deciding volume attachment"))?;
+        self.volumes_held_by(query, &containers).await
     }
 }
