@@ -146,10 +146,15 @@ class Kube:
         return f"/apis/{GROUP}/{VERSION}/namespaces/{ns}/{PLURAL}" + (f"/{name}" if name else "")
 
 
-def sandbox(name: str, ns: str, phase: str, image: str, provider: str = "docker", state: str | None = None) -> dict:
+def sandbox(name: str, ns: str, phase: str, image: str, provider: str = "docker", state: str | None = None,
+            no_network: bool = False) -> dict:
     spec = {"provider": provider, "image": image, "command": COMMAND}
     if state:
         spec["state"] = state
+    if no_network:
+        # An empty allow-list: no network at all (Docker `NetworkMode: none`), like the raw
+        # side's `--network none`.
+        spec["egress"] = {"allowedDomains": []}
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "Sandbox",
@@ -503,11 +508,17 @@ def cmd_burst(a) -> None:
     res = {"figure": "b", "n": n, "concurrency": par, "image": image, "namespace": ns}
     tag = rand()
 
+    # A Linux bridge takes at most 1,024 ports, so beyond ~1,000 containers neither side can
+    # use Docker's default bridge: both run without a network.
+    no_network = n > 1000
+    res["network"] = "none (both sides)" if no_network else "the engine's default (both sides)"
+    net = ["--network", "none"] if no_network else []
+
     # raw provider first: n `docker run -d` through xargs -P par
     names = [f"bench-b-raw-{tag}-{i}" for i in range(n)]
-    log(f"raw: {n} x docker run -d through xargs -P {par}")
+    log(f"raw: {n} x docker run -d {' '.join(net)} through xargs -P {par}")
     t = now()
-    p = subprocess.run(["xargs", "-P", str(par), "-I{}", "docker", "run", "-d", "--name", "{}", "--label", RAW_LABEL, image, *COMMAND],
+    p = subprocess.run(["xargs", "-P", str(par), "-I{}", "docker", "run", "-d", *net, "--name", "{}", "--label", RAW_LABEL, image, *COMMAND],
                        input="\n".join(names) + "\n", capture_output=True, text=True, timeout=a.timeout)
     res["docker_seconds"] = now() - t
     res["docker_exit"] = p.returncode
@@ -524,7 +535,7 @@ def cmd_burst(a) -> None:
     # operator: one kubectl apply -f of an n-document file
     path = os.path.join(a.workdir, f"burst-{n}.yaml")
     with open(path, "w") as f:
-        f.write("\n---\n".join(to_yaml(sandbox(f"bench-b-{i}", ns, "b", image)) for i in range(n)) + "\n")
+        f.write("\n---\n".join(to_yaml(sandbox(f"bench-b-{i}", ns, "b", image, no_network=no_network)) for i in range(n)) + "\n")
     w = Watch(kube, ns, "bench.sandboxes.dev/phase=b")
     w.start()
     if not w.synced.wait(60):
@@ -874,6 +885,8 @@ def cmd_report(a) -> None:
     if B:
         L.append("## b. burst\n")
         L.extend(plot_line(d, "burst", "Sandboxes Ready over time against the raw burst's end"))
+        L.append(f"- network: {B.get('network', 'the engine default')} (a Linux bridge takes at most 1,024 ports; "
+                 f"beyond 1,000 sandboxes the Sandboxes carry `egress.allowedDomains: []` and the raw containers `--network none`).")
         L.append(f"- raw: {B['n']} × `docker run -d` via `xargs -P {B['concurrency']}`: {fmt_s(B['docker_seconds'])} "
                  f"({B['docker_running']}/{B['n']} running); `docker rm -f` of all with -P {B['concurrency']}: {fmt_s(B['docker_rm_seconds'])}.")
         L.append(f"- operator: `kubectl apply -f burst-{B['n']}.yaml` ({B['n']} documents) returned after {fmt_s(B['kubectl_apply_seconds'])}; "

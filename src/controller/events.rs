@@ -39,6 +39,34 @@ pub async fn normal<K: Resource<DynamicType = ()>>(
     publish(ctx, obj, EventType::Normal, reason, reason, note).await;
 }
 
+/// A Normal event published off the reconcile's path: the reconcile does not wait for the
+/// API server to store it. For the events on the path of every create (`Created`,
+/// `Started`), where two awaited writes were a tenth of the operator's share of
+/// apply → Ready (`make bench` figure a). Best effort like [`publish`]: an Event still
+/// queued when the process stops is lost, which a notification may be; Warnings, which
+/// tests and users count, stay awaited.
+pub fn normal_detached<K: Resource<DynamicType = ()>>(
+    ctx: &Context,
+    obj: &K,
+    reason: &'static str,
+    note: String,
+) {
+    let recorder = ctx.recorder.clone();
+    let reference = obj.object_ref(&());
+    let event = Event {
+        type_: EventType::Normal,
+        reason: reason.to_string(),
+        note: Some(truncate(note, 1000)),
+        action: reason.to_string(),
+        secondary: None,
+    };
+    tokio::spawn(async move {
+        if let Err(err) = recorder.publish(&event, &reference).await {
+            tracing::warn!(%err, reason, "could not publish event");
+        }
+    });
+}
+
 /// Warning event shorthand.
 pub async fn warning<K: Resource<DynamicType = ()>>(
     ctx: &Context,

@@ -12,7 +12,7 @@ use crate::api::{
     AppliedEgress, AppliedResourcesStatus, DesiredState, EgressStatus, HibernationStatus,
     PortStatus, ResourceChangeStatus, Sandbox, SandboxStatus,
 };
-use crate::controller::events::{normal, warning};
+use crate::controller::events::{normal, normal_detached, warning};
 use crate::controller::status::{self, Health};
 use crate::controller::{Context, Error, Result};
 use crate::provider::labels::OWNER_UID;
@@ -466,7 +466,7 @@ async fn act(
         }
         Step::Start => {
             handle.call("start", p.start(id)).await?;
-            normal(ctx, sandbox, "Started", format!("started sandbox {id}")).await;
+            normal_detached(ctx, sandbox, "Started", format!("started sandbox {id}"));
         }
         Step::Stop => {
             handle.call("stop", p.stop(id)).await?;
@@ -609,7 +609,7 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
             if let Some(pull) = &d.image_pull {
                 pulling::pulled(ctx, sandbox, pull, d.image_digest.as_deref()).await;
             }
-            normal(
+            normal_detached(
                 ctx,
                 sandbox,
                 "Created",
@@ -618,8 +618,7 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
                     d.id,
                     handle.name()
                 ),
-            )
-            .await;
+            );
             next.sandbox_id = Some(d.id.clone());
             next.self_delivered_env_hash = None;
             next.template_restored_into = None;
