@@ -207,6 +207,12 @@ def cmd_counts(a) -> None:
     w.start()
     if not w.synced.wait(60):
         raise RuntimeError(f"cannot list Sandboxes: {w.error}")
+    # The sweeper's first pass (30 s after leadership) lists the engine; it is not work a
+    # create causes, so the window opens after it.
+    deadline = now() + 120
+    while metric_sum(scrape(a.metrics), "sandbox_operator_sweep_passes_total") < 1 and now() < deadline:
+        time.sleep(0.5)
+    time.sleep(1)  # the pass's requests reach the proxy's counts file (0.1 s cadence)
     settle(a.metrics, quiet=5)
     m0, e0 = scrape(a.metrics), proxy_counts(a.proxy_counts)
     objs = [sandbox(f"bench-f-{i}", ns, phase, a.image) for i in range(n)]
