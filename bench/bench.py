@@ -954,7 +954,7 @@ def main() -> None:
             p.add_argument("--pid", type=int, required=True)
 
     p = sub.add_parser("single"); common(p, need_op=False); p.add_argument("--n", type=int, default=30)
-    p = sub.add_parser("burst"); common(p); p.add_argument("--n", type=int, default=2000); p.add_argument("--concurrency", type=int, default=32); p.add_argument("--workdir", required=True)
+    p = sub.add_parser("burst"); common(p); p.add_argument("--n", type=int, default=1000); p.add_argument("--concurrency", type=int, default=32); p.add_argument("--workdir", required=True)
     p = sub.add_parser("idle"); common(p); p.add_argument("--n", type=int, required=True); p.add_argument("--variant", choices=["docker", "stalled"], required=True)
     p.add_argument("--idle-secs", type=float, default=60); p.add_argument("--proxy-counts"); p.add_argument("--sweep-interval", type=float, default=0)
     p.add_argument("--keep", action="store_true", help="leave the objects for `restart`")
