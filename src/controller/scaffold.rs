@@ -7,7 +7,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::Api;
+use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::{Resource, ResourceExt};
@@ -56,20 +56,58 @@ where
     let key = key(kind, object.as_ref());
     let span = tracing::info_span!("reconcile", kind, namespace = %ns, name = %object.name_any());
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
-    let result = super::finalizer_outcome(
-        finalizer(&api, FINALIZER, object, |event| async {
-            match event {
-                Finalizer::Apply(o) => apply(o).await,
-                Finalizer::Cleanup(o) => cleanup(o).await,
-            }
-        })
-        .instrument(span)
-        .await,
-    );
+    let result = async {
+        let object = with_finalizer(&api, object).await?;
+        super::finalizer_outcome(
+            finalizer(&api, FINALIZER, object, |event| async {
+                match event {
+                    Finalizer::Apply(o) => apply(o).await,
+                    Finalizer::Cleanup(o) => cleanup(o).await,
+                }
+            })
+            .await,
+        )
+    }
+    .instrument(span)
+    .await;
     if result.is_ok() {
         ctx.backoff.reset(&key);
     }
     result
+}
+
+/// The object with our finalizer on it: a live object without one gets it added here, and the
+/// object the API server returns goes on to `apply` in this same pass. kube-runtime's
+/// `finalizer()` would add it and end the pass, waiting for the watch to bring the change
+/// back: a second reconcile and a watch round trip on every create's path to Ready. The patch
+/// is the same guarded JSON patch (it fails, and the pass is retried, if someone else changed
+/// the finalizers meanwhile). Being deleted, or already carrying it: returned unchanged.
+async fn with_finalizer<K>(api: &Api<K>, object: Arc<K>) -> Result<Arc<K>>
+where
+    K: Resource + Clone + Debug + DeserializeOwned,
+{
+    let ours = object.finalizers().iter().any(|f| f == FINALIZER);
+    if ours || object.meta().deletion_timestamp.is_some() {
+        return Ok(object);
+    }
+    let ops = if object.finalizers().is_empty() {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": null},
+            {"op": "add", "path": "/metadata/finalizers", "value": [FINALIZER]},
+        ])
+    } else {
+        serde_json::json!([
+            {"op": "test", "path": "/metadata/finalizers", "value": object.finalizers()},
+            {"op": "add", "path": "/metadata/finalizers/-", "value": FINALIZER},
+        ])
+    };
+    let patch = Patch::<()>::Json(
+        serde_json::from_value(ops).map_err(|e| Error::Finalizer(format!("patch: {e}")))?,
+    );
+    let patched = api
+        .patch(&object.name_any(), &PatchParams::default(), &patch)
+        .await?;
+    Ok(Arc::new(patched))
 }
 
 /// Counts the failure and retries with per-object exponential backoff, never sooner than the

@@ -284,13 +284,27 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     let mut target = observed.as_ref().map(|d| d.id.clone());
     let on = Target {
         ctx,
-        api: &api,
         sandbox: &sandbox,
         handle: &handle,
     };
+    // A create's record (the provider id) is written while the next step — the start — runs,
+    // not before it: the id is in status by the end of the pass, and a crash in between is an
+    // adoption by the owner-uid label, never a second create.
+    let mut unrecorded = false;
     for step in &plan.steps {
         acted = true;
-        if let Err(e) = act(&on, &desired, env.as_ref(), *step, &mut target, &mut next).await {
+        let outcome = if std::mem::take(&mut unrecorded) {
+            let record = next.clone();
+            let (recorded, outcome) = tokio::join!(
+                save(ctx, &api, &sandbox, Some(&current), &record),
+                act(&on, &desired, env.as_ref(), *step, &mut target, &mut next)
+            );
+            recorded.map_err(Error::from).and(outcome)
+        } else {
+            act(&on, &desired, env.as_ref(), *step, &mut target, &mut next).await
+        };
+        unrecorded = *step == Step::Create && outcome.is_ok();
+        if let Err(e) = outcome {
             if let Some(p) = pulling::in_progress(&e) {
                 return pulling::report(ctx, &api, &sandbox, &current, next, p).await;
             }
@@ -305,9 +319,22 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         }
     }
 
-    // Observe again after acting, for ports and times the provider assigned.
+    if unrecorded {
+        save(ctx, &api, &sandbox, Some(&current), &next).await?;
+    }
+
+    // Observe again after acting, for ports and times the provider assigned; the egress
+    // verdict of the sandbox acted on is asked at the same time.
+    let mut verdict = None;
     let observed = if acted {
-        match observe(&handle, target.as_deref(), &uid).await {
+        let (observed, egress_of_target) = match target.as_deref() {
+            Some(id) => tokio::join!(observe(&handle, Some(id), &uid), async {
+                Some((id.to_string(), egress(&handle, id).await))
+            }),
+            None => (observe(&handle, None, &uid).await, None),
+        };
+        verdict = egress_of_target;
+        match observed {
             Ok(o) => o,
             Err(e) => {
                 return provider_failure(&report, &current, next, e, false).await;
@@ -327,8 +354,10 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         .await;
     };
     record(&mut next, &descriptor, &sandbox);
-    if acted || next.egress.is_none() {
-        next.egress = egress(&handle, &descriptor.id).await;
+    match verdict {
+        Some((id, egress)) if id == descriptor.id => next.egress = egress,
+        _ if acted || next.egress.is_none() => next.egress = egress(&handle, &descriptor.id).await,
+        _ => {}
     }
 
     let (health, requeue) = health_of(&desired, &descriptor);
@@ -382,11 +411,9 @@ pub async fn observe(
         .await
 }
 
-/// What a step acts through: the object (for Events and the status write that records a
-/// create) and its provider.
+/// What a step acts through: the object (for Events) and its provider.
 struct Target<'a> {
     ctx: &'a Context,
-    api: &'a Api<Sandbox>,
     sandbox: &'a Sandbox,
     handle: &'a ProviderHandle,
 }
@@ -590,12 +617,11 @@ async fn act(
     Ok(())
 }
 
-/// Creates the sandbox and records the provider's id in status at once: a crash after this
-/// write is an adoption, never a second create. Returns the provider's id.
+/// Creates the sandbox and puts the provider's id into `next`, for the caller to write while
+/// the next step runs. Returns the provider's id.
 async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) -> Result<String> {
     let Target {
         ctx,
-        api,
         sandbox,
         handle,
     } = *on;
@@ -634,8 +660,6 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
                 .clone()
                 .filter(|_| d.template_ref.is_none());
             next.image_digest = d.image_digest.clone();
-            let before = sandbox.status.clone();
-            save(ctx, api, sandbox, before.as_ref(), next).await?;
             Ok(d.id)
         }
         // Someone (a previous incarnation of us) created it between our observe and this

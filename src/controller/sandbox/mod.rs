@@ -178,16 +178,16 @@ fn naming<K: ResourceExt>(
 }
 
 /// What in a Sandbox a reconcile acts on: the spec (its generation, which deletion also
-/// bumps), the deletion mark, the finalizers (kube-runtime's finalizer helper adds ours and
-/// waits for that change to come back) and [`RECONCILE_REQUESTED_AT`]. Status — which only
-/// this operator writes — is not: our own writes must not reconcile again, and a retry's
-/// status write must not bypass its backoff.
+/// bumps), the deletion mark and [`RECONCILE_REQUESTED_AT`]. Status — which only this
+/// operator writes — is not: our own writes must not reconcile again, and a retry's status
+/// write must not bypass its backoff. Nor are the finalizers: the pass that adds ours goes on
+/// to apply (see `scaffold`), so its coming back has nothing left to do; one removed by hand
+/// from a live object is put back at the next resync.
 pub fn changes_we_act_on(s: &Sandbox) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     s.metadata.generation.hash(&mut h);
     s.metadata.deletion_timestamp.is_some().hash(&mut h);
-    s.metadata.finalizers.hash(&mut h);
     s.annotations().get(RECONCILE_REQUESTED_AT).hash(&mut h);
     Some(h.finish())
 }
@@ -264,4 +264,48 @@ pub async fn run(
             }
         })
         .await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{SandboxSpec, SandboxStatus};
+
+    fn sandbox() -> Sandbox {
+        let mut s = Sandbox::new("s", SandboxSpec::default());
+        s.metadata.generation = Some(1);
+        s
+    }
+
+    #[test]
+    fn our_own_writes_do_not_reconcile_again() {
+        let before = changes_we_act_on(&sandbox());
+        let mut s = sandbox();
+        s.status = Some(SandboxStatus {
+            phase: Some("Running".into()),
+            ..SandboxStatus::default()
+        });
+        s.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()]);
+        s.annotations_mut().insert("team".into(), "a".into());
+        assert_eq!(changes_we_act_on(&s), before);
+    }
+
+    #[test]
+    fn spec_deletion_and_the_reconcile_request_do() {
+        let before = changes_we_act_on(&sandbox());
+        let mut spec = sandbox();
+        spec.metadata.generation = Some(2);
+        let mut deleting = sandbox();
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+            ));
+        let mut asked = sandbox();
+        asked
+            .annotations_mut()
+            .insert(RECONCILE_REQUESTED_AT.into(), "1".into());
+        for changed in [spec, deleting, asked] {
+            assert_ne!(changes_we_act_on(&changed), before);
+        }
+    }
 }
