@@ -229,17 +229,29 @@ fn sh(cmd: &str) {
     );
 }
 
-/// The default bridge's gateway: the host's own address as containers see it.
+/// The default bridge's gateway: the host's own address as containers see it. An engine
+/// started for the first time may record only the subnet (no `Gateway`); the gateway is then
+/// the subnet's first address, as Docker assigns it.
 fn docker0_gateway() -> IpAddr {
     let out = Command::new("docker")
         .args(["network", "inspect", "bridge", "--format"])
-        .arg("{{(index .IPAM.Config 0).Gateway}}")
+        .arg("{{(index .IPAM.Config 0).Gateway}} {{(index .IPAM.Config 0).Subnet}}")
         .output()
         .unwrap();
-    String::from_utf8_lossy(&out.stdout)
-        .trim()
-        .parse()
-        .expect("a gateway address")
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let fields: Vec<&str> = text.split_whitespace().collect();
+    match fields.as_slice() {
+        [gateway, _subnet] => gateway.parse().expect("a gateway address"),
+        [subnet] => {
+            let network: std::net::Ipv4Addr = subnet
+                .split('/')
+                .next()
+                .and_then(|a| a.parse().ok())
+                .expect("an IPv4 subnet");
+            IpAddr::V4((u32::from(network) + 1).into())
+        }
+        _ => panic!("the bridge network's IPAM config: {text:?}"),
+    }
 }
 
 /// A TCP listener on the host (kernel backlog accepts the handshake; nothing is read).
