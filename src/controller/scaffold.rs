@@ -7,6 +7,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::channel::oneshot;
+
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -28,7 +30,7 @@ pub fn key<K: ResourceExt>(kind: &str, object: &K) -> String {
 }
 
 /// One reconcile of a namespaced `object` of `kind`, in a span naming it: `apply` converges a
-/// live object, `cleanup` releases a deleted one's provider resources before the finalizer
+/// live object (waiting on [`FinalizerAdded`] before it touches a provider), `cleanup` releases a deleted one's provider resources before the finalizer
 /// goes.
 pub async fn reconcile<K, FA, FC, A, C>(
     kind: &'static str,
@@ -46,7 +48,7 @@ where
         + Send
         + Sync
         + 'static,
-    FA: FnOnce(Arc<K>) -> A,
+    FA: FnOnce(Arc<K>, FinalizerAdded) -> A,
     FC: FnOnce(Arc<K>) -> C,
     A: Future<Output = Result<Action>>,
     C: Future<Output = Result<Action>>,
@@ -57,16 +59,31 @@ where
     let span = tracing::info_span!("reconcile", kind, namespace = %ns, name = %object.name_any());
     let api: Api<K> = Api::namespaced(ctx.client.clone(), &ns);
     let result = async {
-        let object = with_finalizer(&api, object).await?;
-        super::finalizer_outcome(
-            finalizer(&api, FINALIZER, object, |event| async {
-                match event {
-                    Finalizer::Apply(o) => apply(o).await,
-                    Finalizer::Cleanup(o) => cleanup(o).await,
-                }
-            })
-            .await,
-        )
+        if !needs_finalizer(object.as_ref()) {
+            return super::finalizer_outcome(
+                finalizer(&api, FINALIZER, object, |event| async {
+                    match event {
+                        Finalizer::Apply(o) => apply(o, FinalizerAdded::already()).await,
+                        Finalizer::Cleanup(o) => cleanup(o).await,
+                    }
+                })
+                .await,
+            );
+        }
+        // A new object: its finalizer is added while the pass does its first API work; the
+        // pass waits for it before any provider call (see `FinalizerAdded`).
+        let (added_tx, added_rx) = oneshot::channel();
+        let add = async {
+            let added = add_finalizer(&api, object.as_ref()).await;
+            let _ = added_tx.send(added.is_ok());
+            added
+        };
+        let (added, applied) = tokio::join!(
+            add,
+            apply(Arc::clone(&object), FinalizerAdded(Some(added_rx)))
+        );
+        added?;
+        applied
     }
     .instrument(span)
     .await;
@@ -76,20 +93,48 @@ where
     result
 }
 
-/// The object with our finalizer on it: a live object without one gets it added here, and the
-/// object the API server returns goes on to `apply` in this same pass. kube-runtime's
-/// `finalizer()` would add it and end the pass, waiting for the watch to bring the change
-/// back: a second reconcile and a watch round trip on every create's path to Ready. The patch
-/// is the same guarded JSON patch (it fails, and the pass is retried, if someone else changed
-/// the finalizers meanwhile). Being deleted, or already carrying it: returned unchanged.
-async fn with_finalizer<K>(api: &Api<K>, object: Arc<K>) -> Result<Arc<K>>
+/// Resolves once our finalizer is on the object in the API server.
+///
+/// kube-runtime's `finalizer()` adds it and ends the pass, waiting for the watch to bring the
+/// change back: a second reconcile, and a patch plus a watch round trip, on every create's
+/// path to Ready. Here the pass goes on at once and adds it alongside its first API work; the
+/// one rule is that nothing is created at a provider before the finalizer is on (else a
+/// deletion could skip the cleanup), so `apply` waits on this before its first provider call.
+pub struct FinalizerAdded(Option<oneshot::Receiver<bool>>);
+
+impl FinalizerAdded {
+    /// The object already carries it.
+    pub fn already() -> Self {
+        Self(None)
+    }
+
+    /// Waits until it is on. An error when adding it failed: the pass ends and is retried
+    /// (the scaffold reports the API server's error).
+    pub async fn wait(self) -> Result<()> {
+        match self.0 {
+            None => Ok(()),
+            Some(added) => match added.await {
+                Ok(true) => Ok(()),
+                _ => Err(Error::Finalizer(format!(
+                    "adding {FINALIZER} failed; retrying"
+                ))),
+            },
+        }
+    }
+}
+
+/// Whether a live object lacks our finalizer (a deleted one never gets it again).
+fn needs_finalizer<K: Resource>(object: &K) -> bool {
+    object.meta().deletion_timestamp.is_none()
+        && !object.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// Adds our finalizer by the same guarded JSON patch kube-runtime uses: it fails, and the
+/// pass is retried, if someone else changed the finalizers meanwhile.
+async fn add_finalizer<K>(api: &Api<K>, object: &K) -> Result<()>
 where
     K: Resource + Clone + Debug + DeserializeOwned,
 {
-    let ours = object.finalizers().iter().any(|f| f == FINALIZER);
-    if ours || object.meta().deletion_timestamp.is_some() {
-        return Ok(object);
-    }
     let ops = if object.finalizers().is_empty() {
         serde_json::json!([
             {"op": "test", "path": "/metadata/finalizers", "value": null},
@@ -104,10 +149,9 @@ where
     let patch = Patch::<()>::Json(
         serde_json::from_value(ops).map_err(|e| Error::Finalizer(format!("patch: {e}")))?,
     );
-    let patched = api
-        .patch(&object.name_any(), &PatchParams::default(), &patch)
+    api.patch(&object.name_any(), &PatchParams::default(), &patch)
         .await?;
-    Ok(Arc::new(patched))
+    Ok(())
 }
 
 /// Counts the failure and retries with per-object exponential backoff, never sooner than the

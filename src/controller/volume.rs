@@ -35,7 +35,18 @@ pub fn reclaim(volume: &SandboxVolume) -> ReclaimPolicy {
 
 /// One reconcile of one SandboxVolume.
 pub async fn reconcile(volume: Arc<SandboxVolume>, ctx: Arc<Context>) -> Result<Action> {
-    scaffold::reconcile(KIND, volume, &ctx, |v| apply(v, &ctx), |v| cleanup(v, &ctx)).await
+    let ctx = &ctx;
+    scaffold::reconcile(
+        KIND,
+        volume,
+        ctx,
+        |v, added| async move {
+            added.wait().await?;
+            apply(v, ctx).await
+        },
+        |v| cleanup(v, ctx),
+    )
+    .await
 }
 
 /// Backoff and metrics for failed reconciles.

@@ -13,6 +13,7 @@ use crate::api::{
     PortStatus, ResourceChangeStatus, Sandbox, SandboxStatus,
 };
 use crate::controller::events::{normal, normal_detached, warning};
+use crate::controller::scaffold::FinalizerAdded;
 use crate::controller::status::{self, Health};
 use crate::controller::{Context, Error, Result};
 use crate::provider::labels::OWNER_UID;
@@ -32,7 +33,9 @@ use super::resolve::{self, Blocked, SELF_DELIVERED_ENV_PATH, SelfDeliveredEnv};
 const WAIT: Duration = Duration::from_secs(5);
 
 /// The Apply half of the finalizer: the reconcile pipeline for a live Sandbox.
-pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
+/// `added` says when our finalizer is on a new object: it is awaited (alongside the first
+/// status write) before the first provider call.
+pub async fn apply(cached: Arc<Sandbox>, ctx: &Context, added: FinalizerAdded) -> Result<Action> {
     let ns = cached.namespace().unwrap_or_default();
     let api: Api<Sandbox> = Api::namespaced(ctx.client.clone(), &ns);
     let name = cached.name_any();
@@ -102,7 +105,14 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         );
         next.conditions = conditions;
         next.observed_generation = generation;
-        save(ctx, &api, &sandbox, Some(&current), &next).await?;
+        let (saved, finalized) = tokio::join!(
+            save(ctx, &api, &sandbox, Some(&current), &next),
+            added.wait()
+        );
+        saved?;
+        finalized?;
+    } else {
+        added.wait().await?;
     }
     let current = next.clone();
 

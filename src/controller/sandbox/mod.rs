@@ -1,6 +1,6 @@
 //! The Sandbox controller.
 //!
-//! `reconcile` is thin: it times itself and hands off through kube-runtime's `finalizer()` to
+//! `reconcile` is thin: it times itself and hands off through the scaffold (our finalizer) to
 //! [`apply::apply`] (converge) or [`cleanup`] (destroy, confirm, release).
 
 pub mod apply;
@@ -36,7 +36,7 @@ pub async fn reconcile(sandbox: Arc<Sandbox>, ctx: Arc<Context>) -> Result<Actio
         KIND,
         sandbox,
         &ctx,
-        |s| apply::apply(s, &ctx),
+        |s, added| apply::apply(s, &ctx, added),
         |s| cleanup(s, &ctx),
     )
     .await

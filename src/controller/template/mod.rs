@@ -91,12 +91,16 @@ pub async fn reconcile(
     template: Arc<SandboxTemplate>,
     tctx: Arc<TemplateContext>,
 ) -> Result<Action> {
+    let tctx = &tctx;
     scaffold::reconcile(
         KIND,
         template,
         &tctx.ctx,
-        |t| apply::apply(t, &tctx),
-        |t| cleanup::cleanup(t, &tctx),
+        |t, added| async move {
+            added.wait().await?;
+            apply::apply(t, tctx).await
+        },
+        |t| cleanup::cleanup(t, tctx),
     )
     .await
 }
