@@ -574,6 +574,9 @@ def cmd_burst(a) -> None:
         res["not_ready_reasons"] = not_ready
         log(f"figure b: only {len(w.ready)}/{n} Ready within {a.timeout}s; not Ready by reason: {not_ready}")
 
+    # The figure is complete: keep it even if the clean-up below never finishes (dockerd 20.10
+    # has wedged removing ~1,000 running containers at once).
+    write_json(a.out, res)
     res["delete"] = delete_measured(kube, a, ns, "bench.sandboxes.dev/phase=b")
     write_json(a.out, res)
 
@@ -899,7 +902,10 @@ def cmd_report(a) -> None:
             L.append(f"- reconcile errors: {B['reconcile_errors']}")
         if B.get("not_ready_reasons"):
             L.append(f"- not Ready at the bound, by Ready reason: {B['not_ready_reasons']}")
-        L.append(delete_line(B["delete"]) + "\n")
+        if B.get("delete"):
+            L.append(delete_line(B["delete"]) + "\n")
+        else:
+            L.append("- clean-up: did not finish (the run was stopped during it).\n")
     for c in C:
         L.append(f"## c. idle with {c['n']} Sandboxes ({c['variant']})\n")
         L.append(f"Measured: {c['description']}. Created with parallel POSTs in {fmt_s(c['create_seconds'])}; "

@@ -1,6 +1,7 @@
-//! The reconcile scaffold every kind shares: time the reconcile, hand off through
-//! kube-runtime's `finalizer()` to the kind's apply or cleanup, reset the object's backoff on
-//! success, and on failure count the error and pick the retry delay.
+//! The reconcile scaffold every kind shares: time the reconcile, put our finalizer on a new
+//! object alongside its first pass (see [`FinalizerAdded`]) or hand off through kube-runtime's
+//! `finalizer()` to the kind's apply or cleanup, reset the object's backoff on success, and
+//! on failure count the error and pick the retry delay.
 
 use std::fmt::Debug;
 use std::future::Future;
@@ -8,7 +9,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::channel::oneshot;
-
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -30,8 +30,8 @@ pub fn key<K: ResourceExt>(kind: &str, object: &K) -> String {
 }
 
 /// One reconcile of a namespaced `object` of `kind`, in a span naming it: `apply` converges a
-/// live object (waiting on [`FinalizerAdded`] before it touches a provider), `cleanup` releases a deleted one's provider resources before the finalizer
-/// goes.
+/// live object (waiting on [`FinalizerAdded`] before it touches a provider), `cleanup`
+/// releases a deleted one's provider resources before the finalizer goes.
 pub async fn reconcile<K, FA, FC, A, C>(
     kind: &'static str,
     object: Arc<K>,

@@ -337,13 +337,8 @@ pub async fn apply(cached: Arc<Sandbox>, ctx: &Context, added: FinalizerAdded) -
     // verdict of the sandbox acted on is asked at the same time.
     let mut verdict = None;
     let observed = if acted {
-        let (observed, egress_of_target) = match target.as_deref() {
-            Some(id) => tokio::join!(observe(&handle, Some(id), &uid), async {
-                Some((id.to_string(), egress(&handle, id).await))
-            }),
-            None => (observe(&handle, None, &uid).await, None),
-        };
-        verdict = egress_of_target;
+        let (observed, of_target) = observe_with_verdict(&handle, target.as_deref(), &uid).await;
+        verdict = of_target;
         match observed {
             Ok(o) => o,
             Err(e) => {
@@ -419,6 +414,24 @@ pub async fn observe(
     handle
         .call("describe", handle.provider.describe(&first.id))
         .await
+}
+
+/// [`observe`], with the egress verdict of `target` asked at the same time (the verdict of
+/// the id it was asked for: the caller uses it only if the observed sandbox is that one).
+async fn observe_with_verdict(
+    handle: &ProviderHandle,
+    target: Option<&str>,
+    uid: &str,
+) -> (
+    Result<Option<SandboxDescriptor>, ProviderError>,
+    Option<(String, Option<EgressStatus>)>,
+) {
+    match target {
+        Some(id) => tokio::join!(observe(handle, Some(id), uid), async {
+            Some((id.to_string(), egress(handle, id).await))
+        }),
+        None => (observe(handle, None, uid).await, None),
+    }
 }
 
 /// What a step acts through: the object (for Events) and its provider.
