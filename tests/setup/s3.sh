@@ -42,7 +42,17 @@ exec 9>"$ROOT/s3.lock"
 flock 9
 pidfile="$ROOT/s3s-fs.pid"
 running() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+# s3s-fs resolves every object path against its working directory: a server started from a
+# checkout that was deleted since (an earlier CI clone) answers 500 to everything. It is
+# started from its own cache directory, and one left running from a deleted directory is
+# replaced.
+if running && [[ "$(readlink "/proc/$(cat "$pidfile")/cwd")" == *" (deleted)" ]]; then
+  echo "s3.sh: the running s3s-fs works from a deleted directory; restarting it" >&2
+  kill "$(cat "$pidfile")" 2>/dev/null || true
+  for _ in $(seq 50); do running || break; sleep 0.1; done
+fi
 if ! running; then
+  cd "$ROOT"
   setsid nohup "$BIN" --host "$HOST" --port "$PORT" --access-key "$ACCESS_KEY" --secret-key "$SECRET_KEY" \
     "$ROOT/data" > "$ROOT/s3s-fs.log" 2>&1 < /dev/null 9>&- &
   echo $! > "$pidfile"
