@@ -1558,15 +1558,26 @@ fn build_image(tag: &str) {
         .output()
         .expect("run strip");
     assert!(out.status.success(), "strip: {}", text(&out));
-    let out = Command::new("docker")
-        .args(["build", "--build-arg"])
-        .arg(format!("BASE_IMAGE={}", base_image()))
-        .args(["-t", tag, "-f"])
-        .arg(repo().join("Dockerfile"))
-        .arg(ctx.path())
-        .output()
-        .expect("run docker build");
-    assert!(out.status.success(), "docker build failed:\n{}", text(&out));
+    // The build stage first, under a tag of its own: the classic builder would leave it
+    // untagged (a few hundred MB per run); tagged, `Image` removes it. The full build then
+    // takes it from the cache.
+    for (target, tag) in [(Some("rootfs"), stage_tag(tag)), (None, tag.to_string())] {
+        let out = Command::new("docker")
+            .args(["build", "--build-arg"])
+            .arg(format!("BASE_IMAGE={}", base_image()))
+            .args(target.map(|t| ["--target", t]).iter().flatten())
+            .args(["-t", &tag, "-f"])
+            .arg(repo().join("Dockerfile"))
+            .arg(ctx.path())
+            .output()
+            .expect("run docker build");
+        assert!(out.status.success(), "docker build failed:\n{}", text(&out));
+    }
+}
+
+/// The tag of an image's build stage (see `build_image`).
+fn stage_tag(tag: &str) -> String {
+    format!("{tag}-rootfs")
 }
 
 struct Container(String);
@@ -1581,7 +1592,9 @@ struct Image(String);
 
 impl Drop for Image {
     fn drop(&mut self) {
-        let _ = Command::new("docker").args(["rmi", "-f", &self.0]).output();
+        let _ = Command::new("docker")
+            .args(["rmi", "-f", &self.0, &stage_tag(&self.0)])
+            .output();
     }
 }
 
