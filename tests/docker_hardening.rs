@@ -229,29 +229,30 @@ fn sh(cmd: &str) {
     );
 }
 
-/// The default bridge's gateway: the host's own address as containers see it. An engine
-/// started for the first time may record only the subnet (no `Gateway`); the gateway is then
-/// the subnet's first address, as Docker assigns it.
+/// The default bridge's gateway: the host's own address as containers see it. As in
+/// `tests/setup/s3.sh`: the engine's recorded `Gateway`, else docker0's own address (an engine
+/// started for the first time may record only the subnet).
 fn docker0_gateway() -> IpAddr {
-    let out = Command::new("docker")
-        .args(["network", "inspect", "bridge", "--format"])
-        .arg("{{(index .IPAM.Config 0).Gateway}} {{(index .IPAM.Config 0).Subnet}}")
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout).to_string();
-    let fields: Vec<&str> = text.split_whitespace().collect();
-    match fields.as_slice() {
-        [gateway, _subnet] => gateway.parse().expect("a gateway address"),
-        [subnet] => {
-            let network: std::net::Ipv4Addr = subnet
-                .split('/')
-                .next()
-                .and_then(|a| a.parse().ok())
-                .expect("an IPv4 subnet");
-            IpAddr::V4((u32::from(network) + 1).into())
-        }
-        _ => panic!("the bridge network's IPAM config: {text:?}"),
-    }
+    let stdout = |cmd: &mut Command| {
+        String::from_utf8_lossy(&cmd.output().expect("run a command").stdout).into_owned()
+    };
+    let recorded = stdout(
+        Command::new("docker")
+            .args(["network", "inspect", "bridge", "--format"])
+            .arg("{{(index .IPAM.Config 0).Gateway}}"),
+    );
+    let address = match recorded.trim() {
+        "" => stdout(Command::new("ip").args(["-4", "-o", "addr", "show", "docker0"]))
+            .split_whitespace()
+            .nth(3)
+            .and_then(|cidr| cidr.split('/').next())
+            .unwrap_or_default()
+            .to_string(),
+        gateway => gateway.to_string(),
+    };
+    address
+        .parse()
+        .unwrap_or_else(|_| panic!("a gateway address, not {address:?}"))
 }
 
 /// A TCP listener on the host (kernel backlog accepts the handshake; nothing is read).

@@ -180,7 +180,37 @@ pub fn retry_delay(backoff: Duration, err: &Error) -> Duration {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{Sandbox, SandboxSpec};
     use crate::provider::ProviderError;
+
+    #[tokio::test]
+    async fn apply_goes_on_only_once_the_finalizer_is_on() {
+        assert!(FinalizerAdded::already().wait().await.is_ok());
+        let (tx, rx) = oneshot::channel();
+        tx.send(true).unwrap();
+        assert!(FinalizerAdded(Some(rx)).wait().await.is_ok());
+        let (tx, rx) = oneshot::channel();
+        tx.send(false).unwrap();
+        assert!(FinalizerAdded(Some(rx)).wait().await.is_err());
+        let (tx, rx) = oneshot::channel::<bool>();
+        drop(tx);
+        assert!(FinalizerAdded(Some(rx)).wait().await.is_err());
+    }
+
+    #[test]
+    fn only_a_live_object_without_ours_needs_the_finalizer() {
+        let mut s = Sandbox::new("s", SandboxSpec::default());
+        assert!(needs_finalizer(&s));
+        s.metadata.finalizers = Some(vec!["someone.else/x".into()]);
+        assert!(needs_finalizer(&s));
+        s.metadata.finalizers = Some(vec!["someone.else/x".into(), FINALIZER.into()]);
+        assert!(!needs_finalizer(&s));
+        s.metadata.finalizers = None;
+        s.metadata.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+        ));
+        assert!(!needs_finalizer(&s));
+    }
 
     #[test]
     fn retry_after_raises_the_backoff_but_never_lowers_it() {
