@@ -26,7 +26,8 @@
 //! takes an expired Lease in two writes (force-release, then apply), counting a transition
 //! even when the Lease was released rather than taken; its release on shutdown has no
 //! bound; and its timings are whole seconds (renewal `grace` ≥ 1 s). `kube-leader-election`
-//! requires kube 4. So this is the ~300 lines it takes.
+//! requires kube 4. So it is written here: about 470 lines of code (with their doc comments,
+//! some 620 lines) and a table-test module of about 300 more.
 
 use std::future::Future;
 use std::time::{Duration, Instant};

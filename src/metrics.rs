@@ -85,18 +85,137 @@ struct VersionLabels {
 
 struct Inner {
     registry: Registry,
-    reconciles: Family<KindLabels, Counter>,
-    reconcile_errors: Family<KindCategoryLabels, Counter>,
-    reconcile_duration: HistogramFamily<KindLabels>,
-    provider_calls: Family<ProviderCallLabels, Counter>,
-    provider_call_duration: HistogramFamily<ProviderOpLabels>,
-    sweep_deletions: Family<CategoryOutcomeLabels, Counter>,
-    sweep_candidates: Family<CategoryLabels, Gauge>,
-    sweep_aborted: Family<ReasonLabels, Counter>,
-    sweep_passes: Counter,
-    sweep_last_success: Gauge<f64, AtomicU64>,
+    reconcile: ReconcileFamilies,
+    provider: ProviderFamilies,
+    sweep: SweepFamilies,
     leader: Gauge,
     kube_requests: Family<VerbResourceLabels, Counter>,
+}
+
+/// How reconciles end and how long they take, by object kind.
+struct ReconcileFamilies {
+    total: Family<KindLabels, Counter>,
+    errors: Family<KindCategoryLabels, Counter>,
+    duration: HistogramFamily<KindLabels>,
+}
+
+impl ReconcileFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        let total = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "reconciles",
+            "Reconciles finished, by object kind",
+            total.clone(),
+        );
+        let errors = Family::<KindCategoryLabels, Counter>::default();
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that failed, by object kind and error category",
+            errors.clone(),
+        );
+        let duration: HistogramFamily<KindLabels> = Family::new_with_constructor(duration_buckets);
+        registry.register(
+            "reconcile_duration_seconds",
+            "Wall time of one reconcile, by object kind",
+            duration.clone(),
+        );
+        ReconcileFamilies {
+            total,
+            errors,
+            duration,
+        }
+    }
+}
+
+/// Calls into the providers and how long they take.
+struct ProviderFamilies {
+    calls: Family<ProviderCallLabels, Counter>,
+    duration: HistogramFamily<ProviderOpLabels>,
+}
+
+impl ProviderFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        let calls = Family::<ProviderCallLabels, Counter>::default();
+        registry.register(
+            "provider_calls",
+            "Calls into a provider, by provider name, operation and outcome",
+            calls.clone(),
+        );
+        let duration: HistogramFamily<ProviderOpLabels> =
+            Family::new_with_constructor(duration_buckets);
+        registry.register(
+            "provider_call_duration_seconds",
+            "Wall time of one provider call, by provider name and operation",
+            duration.clone(),
+        );
+        ProviderFamilies { calls, duration }
+    }
+}
+
+/// What the sweeper found, deleted and gave up on, and when it last finished a pass.
+struct SweepFamilies {
+    deletions: Family<CategoryOutcomeLabels, Counter>,
+    candidates: Family<CategoryLabels, Gauge>,
+    aborted: Family<ReasonLabels, Counter>,
+    passes: Counter,
+    last_success: Gauge<f64, AtomicU64>,
+}
+
+impl SweepFamilies {
+    fn register(registry: &mut Registry) -> Self {
+        let deletions = Family::<CategoryOutcomeLabels, Counter>::default();
+        registry.register(
+            "sweep_deletions",
+            "Sweeper deletions, by resource category and outcome",
+            deletions.clone(),
+        );
+        let candidates = Family::<CategoryLabels, Gauge>::default();
+        registry.register(
+            "sweep_candidates",
+            "Resources the last completed sweep pass found eligible for deletion, by category",
+            candidates.clone(),
+        );
+        let aborted = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "sweep_aborted",
+            "Sweep passes aborted before deleting anything further, by reason",
+            aborted.clone(),
+        );
+        let passes = Counter::default();
+        registry.register(
+            "sweep_passes",
+            "Sweep passes that completed",
+            passes.clone(),
+        );
+        let last_success = Gauge::<f64, AtomicU64>::default();
+        registry.register(
+            "sweep_last_success_timestamp_seconds",
+            "Unix time of the last completed sweep pass",
+            last_success.clone(),
+        );
+        SweepFamilies {
+            deletions,
+            candidates,
+            aborted,
+            passes,
+            last_success,
+        }
+    }
+}
+
+/// Registers `build_info`: a constant 1 whose label names the running version.
+fn register_build_info(registry: &mut Registry) {
+    let build_info = Family::<VersionLabels, Gauge>::default();
+    build_info
+        .get_or_create(&VersionLabels {
+            version: env!("CARGO_PKG_VERSION").into(),
+        })
+        .set(1);
+    registry.register(
+        "build_info",
+        "Always 1; the version label says which build is running",
+        build_info,
+    );
 }
 
 /// The label values known in advance (see [`Metrics::initialise`]).
@@ -132,111 +251,32 @@ impl std::fmt::Debug for Metrics {
 }
 
 impl Metrics {
-    /// Create and register every metric (all start at zero / absent series).
+    /// Create and register every metric (all start at zero / absent series), in the order
+    /// they are exposed: build, reconciles, provider calls, sweeps, leadership, API requests.
     pub fn new() -> Self {
         let mut registry = Registry::with_prefix("sandbox_operator");
-
-        let build_info = Family::<VersionLabels, Gauge>::default();
-        build_info
-            .get_or_create(&VersionLabels {
-                version: env!("CARGO_PKG_VERSION").into(),
-            })
-            .set(1);
-        registry.register(
-            "build_info",
-            "Always 1; the version label says which build is running",
-            build_info,
-        );
-
-        let reconciles = Family::<KindLabels, Counter>::default();
-        registry.register(
-            "reconciles",
-            "Reconciles finished, by object kind",
-            reconciles.clone(),
-        );
-        let reconcile_errors = Family::<KindCategoryLabels, Counter>::default();
-        registry.register(
-            "reconcile_errors",
-            "Reconciles that failed, by object kind and error category",
-            reconcile_errors.clone(),
-        );
-        let reconcile_duration: HistogramFamily<KindLabels> =
-            Family::new_with_constructor(duration_buckets);
-        registry.register(
-            "reconcile_duration_seconds",
-            "Wall time of one reconcile, by object kind",
-            reconcile_duration.clone(),
-        );
-        let provider_calls = Family::<ProviderCallLabels, Counter>::default();
-        registry.register(
-            "provider_calls",
-            "Calls into a provider, by provider name, operation and outcome",
-            provider_calls.clone(),
-        );
-        let provider_call_duration: HistogramFamily<ProviderOpLabels> =
-            Family::new_with_constructor(duration_buckets);
-        registry.register(
-            "provider_call_duration_seconds",
-            "Wall time of one provider call, by provider name and operation",
-            provider_call_duration.clone(),
-        );
-        let sweep_deletions = Family::<CategoryOutcomeLabels, Counter>::default();
-        registry.register(
-            "sweep_deletions",
-            "Sweeper deletions, by resource category and outcome",
-            sweep_deletions.clone(),
-        );
-        let sweep_candidates = Family::<CategoryLabels, Gauge>::default();
-        registry.register(
-            "sweep_candidates",
-            "Resources the last completed sweep pass found eligible for deletion, by category",
-            sweep_candidates.clone(),
-        );
-        let sweep_aborted = Family::<ReasonLabels, Counter>::default();
-        registry.register(
-            "sweep_aborted",
-            "Sweep passes aborted before deleting anything further, by reason",
-            sweep_aborted.clone(),
-        );
-        let sweep_passes = Counter::default();
-        registry.register(
-            "sweep_passes",
-            "Sweep passes that completed",
-            sweep_passes.clone(),
-        );
-        let sweep_last_success = Gauge::<f64, AtomicU64>::default();
-        registry.register(
-            "sweep_last_success_timestamp_seconds",
-            "Unix time of the last completed sweep pass",
-            sweep_last_success.clone(),
-        );
+        register_build_info(&mut registry);
+        let reconcile = ReconcileFamilies::register(&mut registry);
+        let provider = ProviderFamilies::register(&mut registry);
+        let sweep = SweepFamilies::register(&mut registry);
         let leader = Gauge::default();
         registry.register(
             "leader",
             "1 while this replica holds the leader Lease, else 0",
             leader.clone(),
         );
-
         let kube_requests = Family::<VerbResourceLabels, Counter>::default();
         registry.register(
             "kube_requests",
             "Requests sent to the Kubernetes API server, by verb and resource[/subresource]",
             kube_requests.clone(),
         );
-
         Metrics {
             inner: Arc::new(Inner {
                 registry,
-                reconciles,
-                reconcile_errors,
-                reconcile_duration,
-                provider_calls,
-                provider_call_duration,
-                sweep_deletions,
-                sweep_candidates,
-                sweep_aborted,
-                sweep_passes,
-                sweep_last_success,
+                reconcile,
+                provider,
+                sweep,
                 leader,
                 kube_requests,
             }),
@@ -253,28 +293,28 @@ impl Metrics {
             let labels = KindLabels {
                 kind: (*kind).into(),
             };
-            drop(i.reconciles.get_or_create(&labels));
-            drop(i.reconcile_duration.get_or_create(&labels));
+            drop(i.reconcile.total.get_or_create(&labels));
+            drop(i.reconcile.duration.get_or_create(&labels));
             for category in known.error_categories {
-                drop(i.reconcile_errors.get_or_create(&KindCategoryLabels {
+                drop(i.reconcile.errors.get_or_create(&KindCategoryLabels {
                     kind: (*kind).into(),
                     category: (*category).into(),
                 }));
             }
         }
         for category in known.sweep_categories {
-            drop(i.sweep_candidates.get_or_create(&CategoryLabels {
+            drop(i.sweep.candidates.get_or_create(&CategoryLabels {
                 category: (*category).into(),
             }));
             for outcome in known.sweep_outcomes {
-                drop(i.sweep_deletions.get_or_create(&CategoryOutcomeLabels {
+                drop(i.sweep.deletions.get_or_create(&CategoryOutcomeLabels {
                     category: (*category).into(),
                     outcome: (*outcome).into(),
                 }));
             }
         }
         for reason in known.sweep_abort_reasons {
-            drop(i.sweep_aborted.get_or_create(&ReasonLabels {
+            drop(i.sweep.aborted.get_or_create(&ReasonLabels {
                 reason: (*reason).into(),
             }));
         }
@@ -295,7 +335,8 @@ impl Metrics {
     /// `InvalidSpec`, …).
     pub fn reconcile_error(&self, kind: &str, category: &str) {
         self.inner
-            .reconcile_errors
+            .reconcile
+            .errors
             .get_or_create(&KindCategoryLabels {
                 kind: kind.into(),
                 category: category.into(),
@@ -307,7 +348,8 @@ impl Metrics {
     /// `timeout`, …) and `secs` its wall time.
     pub fn provider_call(&self, provider: &str, operation: &str, outcome: &str, secs: f64) {
         self.inner
-            .provider_calls
+            .provider
+            .calls
             .get_or_create(&ProviderCallLabels {
                 provider: provider.into(),
                 operation: operation.into(),
@@ -315,7 +357,8 @@ impl Metrics {
             })
             .inc();
         self.inner
-            .provider_call_duration
+            .provider
+            .duration
             .get_or_create(&ProviderOpLabels {
                 provider: provider.into(),
                 operation: operation.into(),
@@ -326,7 +369,8 @@ impl Metrics {
     /// Record one sweeper deletion attempt; `outcome` e.g. `deleted`, `failed`, `dry_run`.
     pub fn sweep_deleted(&self, category: &str, outcome: &str) {
         self.inner
-            .sweep_deletions
+            .sweep
+            .deletions
             .get_or_create(&CategoryOutcomeLabels {
                 category: category.into(),
                 outcome: outcome.into(),
@@ -337,7 +381,8 @@ impl Metrics {
     /// Set how many `category` resources the current pass found eligible for deletion.
     pub fn sweep_candidates(&self, category: &str, count: usize) {
         self.inner
-            .sweep_candidates
+            .sweep
+            .candidates
             .get_or_create(&CategoryLabels {
                 category: category.into(),
             })
@@ -347,7 +392,8 @@ impl Metrics {
     /// Count a pass aborted for `reason` (e.g. `enumeration_failed`, `deletion_cap`).
     pub fn sweep_aborted(&self, reason: &str) {
         self.inner
-            .sweep_aborted
+            .sweep
+            .aborted
             .get_or_create(&ReasonLabels {
                 reason: reason.into(),
             })
@@ -356,11 +402,11 @@ impl Metrics {
 
     /// Count a pass that completed, and stamp its time (alert on staleness of this stamp).
     pub fn sweep_completed(&self) {
-        self.inner.sweep_passes.inc();
+        self.inner.sweep.passes.inc();
         let now = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .unwrap_or(Duration::ZERO);
-        self.inner.sweep_last_success.set(now.as_secs_f64());
+        self.inner.sweep.last_success.set(now.as_secs_f64());
     }
 
     /// Count one request to the Kubernetes API server (see [`crate::kube_client`]).
@@ -415,10 +461,11 @@ impl Drop for ReconcileTimer {
         };
         let inner = &self.metrics.inner;
         inner
-            .reconcile_duration
+            .reconcile
+            .duration
             .get_or_create(&labels)
             .observe(self.start.elapsed().as_secs_f64());
-        inner.reconciles.get_or_create(&labels).inc();
+        inner.reconcile.total.get_or_create(&labels).inc();
     }
 }
 

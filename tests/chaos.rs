@@ -17,7 +17,6 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bollard::models::ContainerSummary;
-use bollard::query_parameters::ListContainersOptions;
 use futures::{StreamExt, stream};
 use harness::cluster::*;
 use harness::docker::*;
@@ -26,6 +25,7 @@ use harness::{repo, wait_for};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use sandbox_operator::api::{Sandbox, condition};
+use sandbox_operator::provider::labels::MANAGED_BY;
 
 const CYCLES: usize = 50;
 
@@ -38,19 +38,7 @@ enum Fate {
 
 /// Every container labelled with `instance`, in every state.
 async fn containers(instance: &str) -> Vec<ContainerSummary> {
-    let filters = std::collections::HashMap::from([(
-        "label".to_string(),
-        vec![format!("sandboxes.dev/managed-by={instance}")],
-    )]);
-    engine()
-        .await
-        .list_containers(Some(ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        }))
-        .await
-        .expect("list containers")
+    containers_labelled(&engine().await, MANAGED_BY, instance).await
 }
 
 fn label<'a>(c: &'a ContainerSummary, key: &str) -> Option<&'a str> {

@@ -154,12 +154,7 @@ async fn every_dashboard_query_and_alert_uses_metrics_the_operator_exports() {
         "apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: probe\nspec:\n  image: {}\n",
         base_image()
     );
-    let out = apply_yaml(&manifest, &ns);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_yaml_ok(&manifest, &ns);
     let metrics = wait_for(
         "a provider call on /metrics",
         Duration::from_secs(90),

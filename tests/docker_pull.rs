@@ -8,7 +8,7 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use bollard::query_parameters::InspectContainerOptions;
-use harness::docker::{TestEnv, base_image, engine};
+use harness::docker::{Images, TestEnv, base_image, engine};
 use harness::registry::{Registry, push_fresh_image, registry};
 use harness::unique;
 use sandbox_operator::provider::image::PULLING_IMAGE;
@@ -18,19 +18,6 @@ use sandbox_operator::provider::{
 };
 
 const PULL_DEADLINE: Duration = Duration::from_secs(120);
-
-/// Removes the images a test pulled, also when it panics.
-struct Images(Vec<String>);
-
-impl Drop for Images {
-    fn drop(&mut self) {
-        for image in &self.0 {
-            let _ = std::process::Command::new("docker")
-                .args(["rmi", "-f", image])
-                .output();
-        }
-    }
-}
 
 fn credential(registry: &str, password: &str, source: &str, user: &str) -> RegistryCredential {
     RegistryCredential {

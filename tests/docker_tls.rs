@@ -139,7 +139,7 @@ impl TlsEngine {
     }
 
     /// A provider with the right client certificate, once the engine answers.
-    async fn wait_ready(&mut self) -> DockerProvider {
+    async fn wait_answering(&mut self) -> DockerProvider {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
             let last =
@@ -186,7 +186,7 @@ impl Drop for TlsEngine {
 #[tokio::test]
 async fn the_right_client_certificate_works_and_a_foreign_one_is_unauthorized() {
     let mut engine = TlsEngine::start();
-    let provider = engine.wait_ready().await;
+    let provider = engine.wait_answering().await;
     let found = provider
         .find(&SandboxQuery::default())
         .await

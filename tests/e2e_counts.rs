@@ -15,21 +15,13 @@ use std::time::Duration;
 use harness::cluster::*;
 use harness::docker::*;
 use harness::engine_proxy::EngineProxy;
+use harness::metrics::metric;
 use harness::operator::*;
 use harness::wait_for;
 use kube::Api;
 use sandbox_operator::api::{Sandbox, condition};
 
 const TIMEOUT: Duration = Duration::from_secs(180);
-
-/// Reads one sample from the operator's /metrics (0 when absent).
-fn metric(op: &Operator, sample: &str) -> f64 {
-    op.http_get("/metrics")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
 
 fn sandbox_yaml(name: &str, extra: &str) -> String {
     format!(
@@ -96,20 +88,10 @@ async fn create_and_settle(
         .iter()
         .map(|name| format!("---\n{}", sandbox_yaml(name, extra)))
         .collect();
-    let out = apply_yaml(&manifest, ns);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_yaml_ok(&manifest, ns);
     wait_all_ready(api, &names, op).await;
     let marker = vec!["marker".to_string()];
-    let out = apply_yaml(&sandbox_yaml("marker", extra), ns);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_yaml_ok(&sandbox_yaml("marker", extra), ns);
     wait_all_ready(api, &marker, op).await;
     n + 1
 }
@@ -201,20 +183,10 @@ async fn engine_list_calls_of_creates_from_one_template_are_linear() {
     let templates: Api<SandboxTemplate> = Api::namespaced(client, &ns);
     wait_started(&proxy, &op).await;
 
-    let out = apply_yaml(&sandbox_yaml("src", ""), &ns);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_yaml_ok(&sandbox_yaml("src", ""), &ns);
     wait_all_ready(&api, &["src".to_string()], &op).await;
     let template = "apiVersion: sandboxes.dev/v1alpha1\nkind: SandboxTemplate\nmetadata:\n  name: tpl\nspec:\n  sandboxRef:\n    name: src\n  capturePaths: [\"/tmp\"]\n";
-    let out = apply_yaml(template, &ns);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_yaml_ok(template, &ns);
     let in_use = |want: bool| {
         let templates = templates.clone();
         let what = format!(
@@ -267,12 +239,7 @@ async fn a_sandbox_waiting_for_its_volume_is_woken_by_the_volume_not_by_polling(
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
     wait_started(&proxy, &op).await;
     let mounts = "  volumes:\n    - volumeRef:\n        name: data\n      mountPath: /data\n";
-    let out = apply_yaml(&sandbox_yaml("waiter", mounts), &ns);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_yaml_ok(&sandbox_yaml("waiter", mounts), &ns);
     wait_for("waiter: VolumeNotFound", TIMEOUT, || async {
         let s = api.get("waiter").await.map_err(|e| e.to_string())?;
         let st = s.status.unwrap_or_default();
@@ -285,12 +252,7 @@ async fn a_sandbox_waiting_for_its_volume_is_woken_by_the_volume_not_by_polling(
     let sample = "sandbox_operator_reconciles_total{kind=\"Sandbox\"}";
     let waiting = metric(&op, sample);
     let volume = "apiVersion: sandboxes.dev/v1alpha1\nkind: SandboxVolume\nmetadata:\n  name: data\nspec:\n  reclaimPolicy: Delete\n";
-    let out = apply_yaml(volume, &ns);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_yaml_ok(volume, &ns);
     wait_all_ready(&api, &["waiter".to_string()], &op).await;
     let woken = metric(&op, sample) - waiting;
     eprintln!("reconciles from VolumeNotFound to Ready: {woken}");

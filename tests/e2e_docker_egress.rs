@@ -13,14 +13,13 @@ use std::time::Duration;
 use fakenet::{FakeNet, GatewayGuard, gateway_settings};
 use harness::cluster::*;
 use harness::docker::{TEST_LABEL, base_image};
+use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, wait_ready};
 use harness::operator::*;
 use harness::{unique, wait_for};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use sandbox_operator::api::{Sandbox, condition};
 use serde_json::json;
-
-const READY_TIMEOUT: Duration = Duration::from_secs(90);
 
 fn docker_exec(container: &str, script: &str) -> (i32, String) {
     let out = std::process::Command::new("docker")
@@ -63,31 +62,6 @@ fn sandbox_id(s: &Sandbox) -> String {
         .expect("status.sandboxId")
 }
 
-async fn wait_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
-    let what = format!("Sandbox {name} Ready (operator log: {})", op.log.display());
-    wait_for(&what, READY_TIMEOUT, || async {
-        let s = api.get(name).await.map_err(|e| e.to_string())?;
-        let status = s.status.as_ref().ok_or("no status")?;
-        let ready = condition(&status.conditions, "Ready").map(|c| c.status.clone());
-        let current = status.observed_generation == s.metadata.generation;
-        match ready {
-            Some(st) if st == "True" && current => Ok(s),
-            other => Err(format!("ready={other:?} current={current}")),
-        }
-    })
-    .await
-}
-
-async fn patch_spec(api: &Api<Sandbox>, name: &str, spec: serde_json::Value) {
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "spec": spec })),
-    )
-    .await
-    .expect("patch");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn an_allow_list_is_enforced_replaced_in_place_and_observed() {
     // Dropped in reverse: the sandboxes first, then the gateway, then the fake internet
@@ -123,12 +97,7 @@ async fn an_allow_list_is_enforced_replaced_in_place_and_observed() {
          spec:\n  provider: docker\n  image: {}\n  egress:\n    allowedDomains: [allowed.test]\n",
         base_image()
     );
-    let out = apply_yaml(&manifest, &ns);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_yaml_ok(&manifest, &ns);
     let s = wait_ready(&api, "walled", &op).await;
     let id = sandbox_id(&s);
     let engine_id = container_id(&id);
@@ -218,16 +187,6 @@ async fn an_allow_list_is_enforced_replaced_in_place_and_observed() {
     .await
     .unwrap();
 
-    api.delete("walled", &DeleteParams::default())
-        .await
-        .expect("delete");
-    wait_for("Sandbox gone", READY_TIMEOUT, || async {
-        match api.get_opt("walled").await {
-            Ok(None) => Ok(()),
-            Ok(Some(_)) => Err("still there".to_string()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await;
+    delete_and_wait_gone(&api, "walled").await;
     drop(op);
 }

@@ -11,41 +11,50 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use harness::cluster::*;
+use harness::objects::READY_TIMEOUT;
 use harness::operator::*;
 use harness::wait_for;
+use harness::world::{Backend, foreign_labels, token_file};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use sandbox_doubles::e2b::{self as double, E2bDouble, E2bDoubleOptions, Power};
 use sandbox_operator::api::{Sandbox, condition};
 use sandbox_operator::provider::labels::Owner;
-use serde_json::json;
+use serde_json::{Value, json};
 
-const READY_TIMEOUT: Duration = Duration::from_secs(90);
 /// The short E2B timeout of the keep-alive test, in seconds: several pass within a test.
 const E2B_TIMEOUT: u64 = 3;
 /// The E2B timeout of the other tests: still enforced by the double, but long enough that a
 /// loaded machine's slow pass never races it.
 const RELAXED_TIMEOUT: u64 = 30;
 
-/// One test's world: a namespace, a double, the key file, and the operator.
-struct World {
-    ns: String,
+/// The E2B side of a test's world: a double, the key file the operator reads, and the E2B
+/// timeout the provider asks for.
+struct E2b {
     double: E2bDouble,
-    key_file: KeyFile,
-    api: Api<Sandbox>,
+    key_file: tempfile::NamedTempFile,
     timeout: u64,
 }
 
-/// The file holding the double's API key for the operator; removed when the test ends,
-/// however it ends.
-struct KeyFile(std::path::PathBuf);
+impl Backend for E2b {
+    const NAME: &'static str = "e2b";
+    const TYPE: &'static str = "e2b";
 
-impl Drop for KeyFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
+    fn settings(&self) -> String {
+        format!(
+            "      apiUrl: {}\n      sandboxUrl: {}\n      apiKey: {{file: {}}}\n      \
+             timeoutSecs: {}\n      watchIntervalSecs: 1\n",
+            self.double.api_url(),
+            self.double.envd_url(),
+            self.key_file.path().display(),
+            self.timeout
+        )
     }
 }
+
+/// One test's world: a namespace (= operator instance) and an E2B double.
+type World = harness::world::World<E2b>;
 
 impl World {
     async fn new(prefix: &str) -> World {
@@ -57,86 +66,36 @@ impl World {
         let double = double::spawn(E2bDoubleOptions::default())
             .await
             .expect("the E2B double starts (is Docker running?)");
-        let key_file = harness::cache().join(format!("{ns}.e2b-key"));
-        std::fs::write(&key_file, double.api_key()).expect("key file");
-        let key_file = KeyFile(key_file);
-        let api = Api::namespaced(client().await, &ns);
-        World {
-            ns,
+        let e2b = E2b {
+            key_file: token_file(double.api_key()),
             double,
-            key_file,
-            api,
             timeout,
-        }
-    }
-
-    /// The operator configuration: one E2B provider at the double; `sweeper` is the YAML of
-    /// the sweeper block.
-    fn config(&self, sweeper: &str) -> String {
-        format!(
-            "providers:\n  - name: e2b\n    type: e2b\n    e2b:\n      apiUrl: {}\n      \
-             sandboxUrl: {}\n      apiKey: {{file: {}}}\n      timeoutSecs: {}\n      \
-             watchIntervalSecs: 1\nsweeper:\n{sweeper}",
-            self.double.api_url(),
-            self.double.envd_url(),
-            self.key_file.0.display(),
-            self.timeout
-        )
-    }
-
-    fn operator(&self, sweeper: &str, env: Vec<(String, String)>) -> Operator {
-        let options = OperatorOptions {
-            config_extra: self.config(sweeper),
-            env,
-            ..Default::default()
         };
-        Operator::start(&self.ns, &self.ns, &options)
-    }
-
-    fn apply(&self, name: &str, extra: &str) {
-        let manifest = format!(
-            "apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: {name}\n\
-             spec:\n  provider: e2b\n  image: base\n{extra}"
-        );
-        let out = apply_yaml(&manifest, &self.ns);
-        assert!(
-            out.status.success(),
-            "kubectl apply: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        World::around(ns, e2b).await
     }
 
     async fn get(&self, name: &str) -> Result<Sandbox, String> {
         self.api.get(name).await.map_err(|e| e.to_string())
     }
 
-    async fn wait_ready(&self, name: &str, op: &Operator) -> Sandbox {
-        let what = format!("Sandbox {name} Ready (operator log: {})", op.log.display());
-        wait_for(&what, READY_TIMEOUT, || async {
-            let s = self.get(name).await?;
-            let status = s.status.as_ref().ok_or("no status")?;
-            let ready = condition(&status.conditions, "Ready")
-                .map(|c| (c.status.clone(), c.reason.clone()));
-            let current = status.observed_generation == s.metadata.generation;
-            match ready {
-                Some((st, _)) if st == "True" && current => Ok(s),
-                other => Err(format!("ready={other:?} current={current}")),
-            }
-        })
-        .await
-    }
-
-    async fn patch_spec(&self, name: &str, spec: serde_json::Value) {
-        self.api
-            .patch(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({ "spec": spec })),
-            )
+    async fn shutdown(self) {
+        self.backend
+            .double
+            .shutdown()
             .await
-            .expect("patch");
+            .expect("double cleanup");
     }
+}
 
+/// A Sandbox on the `e2b` provider with E2B's `base` template, and `extra` (YAML lines
+/// indented by two spaces) added to its spec.
+fn e2b_spec(extra: &str) -> Value {
+    let doc = format!("spec:\n  provider: e2b\n  image: base\n{extra}");
+    let mut manifest: Value = serde_yaml::from_str(&doc).expect("a spec");
+    manifest["spec"].take()
+}
+
+impl E2b {
     /// The double's sandboxes carrying `uid` as their owner.
     async fn sandboxes_of(&self, uid: &str) -> Vec<double::Sandbox> {
         self.double
@@ -150,26 +109,6 @@ impl World {
                     == Some(uid)
             })
             .collect()
-    }
-
-    async fn delete_and_wait_gone(&self, name: &str, op: &Operator) {
-        self.api
-            .delete(name, &DeleteParams::default())
-            .await
-            .expect("delete");
-        let what = format!("Sandbox {name} gone (operator log: {})", op.log.display());
-        wait_for(&what, READY_TIMEOUT, || async {
-            match self.api.get_opt(name).await {
-                Ok(None) => Ok(()),
-                Ok(Some(_)) => Err("still there".to_string()),
-                Err(e) => Err(e.to_string()),
-            }
-        })
-        .await;
-    }
-
-    async fn shutdown(self) {
-        self.double.shutdown().await.expect("double cleanup");
     }
 }
 
@@ -189,8 +128,11 @@ fn uid(s: &Sandbox) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sandbox_becomes_ready_and_outlives_several_e2b_timeouts() {
     let w = World::with_timeout("e2e-e2b-ready", E2B_TIMEOUT).await;
-    let op = w.operator("  enabled: false\n", vec![]);
-    w.apply("kept", "  env:\n    - {name: GREETING, value: hello}\n");
+    let op = w.operator("sweeper:\n  enabled: false\n", vec![]);
+    w.apply(
+        "kept",
+        e2b_spec("  env:\n    - {name: GREETING, value: hello}\n"),
+    );
     let s = w.wait_ready("kept", &op).await;
     let id = sandbox_id(&s);
     let status = s.status.clone().expect("status");
@@ -236,7 +178,7 @@ async fn a_sandbox_becomes_ready_and_outlives_several_e2b_timeouts() {
     );
     let again = w.get("kept").await.expect("get");
     assert_eq!(sandbox_id(&again), id, "the same sandbox all along");
-    w.delete_and_wait_gone("kept", &op).await;
+    w.delete_and_wait_gone("kept").await;
     assert!(
         w.double.sandbox(&id).await.is_none(),
         "delete killed the E2B sandbox"
@@ -261,8 +203,11 @@ async fn sleeping_pauses_truthfully_and_self_delivered_env_stays_out_of_the_crea
         .create(&PostParams::default(), &secret)
         .await
         .expect("create secret");
-    let op = w.operator("  enabled: false\n", vec![]);
-    w.apply("sleepy", "  selfDeliveredEnv: {name: app-secrets}\n");
+    let op = w.operator("sweeper:\n  enabled: false\n", vec![]);
+    w.apply(
+        "sleepy",
+        e2b_spec("  selfDeliveredEnv: {name: app-secrets}\n"),
+    );
     let s = w.wait_ready("sleepy", &op).await;
     let id = sandbox_id(&s);
     let record = w.double.sandbox(&id).await.expect("sandbox");
@@ -332,7 +277,7 @@ async fn sleeping_pauses_truthfully_and_self_delivered_env_stays_out_of_the_crea
         id,
         "same sandbox"
     );
-    w.delete_and_wait_gone("sleepy", &op).await;
+    w.delete_and_wait_gone("sleepy").await;
     drop(op);
     w.shutdown().await;
 }
@@ -342,29 +287,17 @@ async fn sleeping_pauses_truthfully_and_self_delivered_env_stays_out_of_the_crea
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_between_create_and_status_write_adopts_instead_of_duplicating() {
     let w = World::new("e2e-e2b-crash").await;
-    let mut crashing = w.operator(
-        "  enabled: false\n",
-        vec![("SANDBOX_OPERATOR_FAILPOINT".into(), "after-create".into())],
-    );
-    w.apply("crashy", "");
-    let status = crashing.wait_exit(READY_TIMEOUT).await;
-    assert!(!status.success(), "the failpoint aborts the process");
-    let s = w.get("crashy").await.expect("get");
-    assert!(
-        s.status
-            .as_ref()
-            .and_then(|st| st.sandbox_id.clone())
-            .is_none(),
-        "not recorded"
-    );
+    let s = w
+        .crash_after_create("crashy", e2b_spec(""), "sweeper:\n  enabled: false\n")
+        .await;
     assert_eq!(w.sandboxes_of(&uid(&s)).await.len(), 1, "but created");
 
-    let op = w.operator("  enabled: false\n", vec![]);
+    let op = w.operator("sweeper:\n  enabled: false\n", vec![]);
     let s = w.wait_ready("crashy", &op).await;
     let ours = w.sandboxes_of(&uid(&s)).await;
     assert_eq!(ours.len(), 1, "exactly one sandbox after the restart");
     assert_eq!(ours[0].id, sandbox_id(&s), "the created one was adopted");
-    w.delete_and_wait_gone("crashy", &op).await;
+    w.delete_and_wait_gone("crashy").await;
     drop(op);
     w.shutdown().await;
 }
@@ -374,19 +307,10 @@ async fn a_crash_between_create_and_status_write_adopts_instead_of_duplicating()
 #[tokio::test(flavor = "multi_thread")]
 async fn the_sweeper_removes_planted_orphans_and_keeps_foreign_ones() {
     let w = World::new("e2e-e2b-sweep").await;
-    let ghost = Owner {
-        instance: w.ns.clone(),
-        kind: "Sandbox".into(),
-        namespace: w.ns.clone(),
-        name: "ghost".into(),
-        uid: "00000000-0000-4000-8000-000000000001".into(),
-    };
-    let mut foreign = ghost.clone();
-    foreign.instance = format!("{}-other", w.ns);
-    let orphan = plant(&w.double, json!(ghost.labels())).await;
-    let kept_foreign = plant(&w.double, json!(foreign.labels())).await;
+    let orphan = plant(&w.double, w.orphan_labels()).await;
+    let kept_foreign = plant(&w.double, foreign_labels()).await;
     let bare = plant(&w.double, json!({})).await;
-    let op = w.operator("  intervalSecs: 1\n  graceSecs: 0\n", vec![]);
+    let op = w.operator("sweeper:\n  intervalSecs: 1\n  graceSecs: 0\n", vec![]);
     wait_for(
         &format!("the orphan swept (operator log: {})", op.log.display()),
         READY_TIMEOUT,
@@ -420,9 +344,9 @@ async fn the_sweeper_removes_planted_orphans_and_keeps_foreign_ones() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_revoked_key_is_one_clear_condition_per_object_and_deletes_nothing() {
     let w = World::new("e2e-e2b-revoked").await;
-    let op = w.operator("  intervalSecs: 1\n  graceSecs: 0\n", vec![]);
-    w.apply("one", "");
-    w.apply("two", "");
+    let op = w.operator("sweeper:\n  intervalSecs: 1\n  graceSecs: 0\n", vec![]);
+    w.apply("one", e2b_spec(""));
+    w.apply("two", e2b_spec(""));
     let ids = [
         sandbox_id(&w.wait_ready("one", &op).await),
         sandbox_id(&w.wait_ready("two", &op).await),
@@ -532,8 +456,11 @@ fn docker_exec(container: &str, script: &str) -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_changed_allow_list_is_replaced_in_place_and_again_on_resume() {
     let w = World::new("e2e-e2b-egress").await;
-    let op = w.operator("  enabled: false\n", vec![]);
-    w.apply("walled", "  egress:\n    allowedDomains: [pypi.org]\n");
+    let op = w.operator("sweeper:\n  enabled: false\n", vec![]);
+    w.apply(
+        "walled",
+        e2b_spec("  egress:\n    allowedDomains: [pypi.org]\n"),
+    );
     let s = w.wait_ready("walled", &op).await;
     let id = sandbox_id(&s);
     let record = w.double.sandbox(&id).await.expect("held by the double");
@@ -604,7 +531,7 @@ async fn a_changed_allow_list_is_replaced_in_place_and_again_on_resume() {
     .await;
     let s = w.wait_ready("walled", &op).await;
     assert_eq!(sandbox_id(&s), id, "the same sandbox after the resume");
-    w.delete_and_wait_gone("walled", &op).await;
+    w.delete_and_wait_gone("walled").await;
     drop(op);
     w.shutdown().await;
 }

@@ -5,12 +5,14 @@
 mod harness;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::time::Duration;
 
 use harness::cluster::*;
+use harness::metrics::{Passes, sweep_passes, wait_sweep_passes};
+use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, wait_ready};
 use harness::operator::*;
 use harness::wait_for;
+use harness::world::{Backend, SWEEPER, foreign_labels, token_file};
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
@@ -19,43 +21,26 @@ use sandbox_doubles::fly::{FlyDouble, FlyDoubleOptions, Matcher, spawn};
 use sandbox_operator::api::{Sandbox, condition};
 use serde_json::{Value, json};
 
-const READY_TIMEOUT: Duration = Duration::from_secs(90);
-
 /// Serves the machine's id on 8080 (perl-base only).
 const SERVER: &str = "perl -MIO::Socket::INET -e '$s=IO::Socket::INET->new(LocalPort=>8080,Listen=>5,ReuseAddr=>1) or die; \
     while($c=$s->accept){<$c>; print $c \"HTTP/1.0 200 OK\\r\\n\\r\\n$ENV{FLY_MACHINE_ID}\"; close $c}'";
 
-/// One test's world: a namespace (= operator instance), a double, and the token file the
-/// operator reads.
-struct World {
-    ns: String,
+/// The Fly side of a test's world: a double, the token file the operator reads, and the
+/// public ports the provider may hand out.
+struct Fly {
     double: FlyDouble,
     token: tempfile::NamedTempFile,
     first_port: u16,
 }
 
-impl World {
-    async fn new(prefix: &str) -> World {
-        let double = spawn(FlyDoubleOptions::default())
-            .await
-            .expect("Fly double");
-        let mut token = tempfile::NamedTempFile::new().expect("token file");
-        writeln!(token, "{}", double.token()).expect("write token");
-        World {
-            ns: namespace(prefix).await,
-            double,
-            token,
-            first_port: 20_000 + fastrand::u16(0..30_000),
-        }
-    }
+impl Backend for Fly {
+    const NAME: &'static str = "fly";
+    const TYPE: &'static str = "fly";
 
-    /// The operator configuration: one Fly provider pointed at the double (with `inside`
-    /// added to its entry), then the top-level keys `after`.
-    fn config(&self, inside: &str, after: &str) -> String {
+    fn settings(&self) -> String {
         format!(
-            "providers:\n  - name: fly\n    type: fly\n{inside}    fly:\n      apiUrl: {}\n      \
-             app: {}\n      token: {{file: {}}}\n      publicHost: {}\n      firstPublicPort: {}\n      \
-             lastPublicPort: {}\n      driftIntervalSeconds: 2\n{after}",
+            "      apiUrl: {}\n      app: {}\n      token: {{file: {}}}\n      publicHost: {}\n      \
+             firstPublicPort: {}\n      lastPublicPort: {}\n      driftIntervalSeconds: 2\n",
             self.double.base_url(),
             self.double.app(),
             self.token.path().display(),
@@ -64,39 +49,26 @@ impl World {
             self.first_port + 300,
         )
     }
+}
 
-    fn operator(&self, extra: &str, env: Vec<(String, String)>) -> Operator {
-        self.operator_with("", extra, env)
-    }
+/// One test's world: a namespace (= operator instance) and a Fly double.
+type World = harness::world::World<Fly>;
 
-    fn operator_with(&self, inside: &str, extra: &str, env: Vec<(String, String)>) -> Operator {
-        let options = OperatorOptions {
-            env,
-            config_extra: self.config(inside, extra),
-            ..Default::default()
+impl World {
+    async fn new(prefix: &str) -> World {
+        let double = spawn(FlyDoubleOptions::default())
+            .await
+            .expect("Fly double");
+        let fly = Fly {
+            token: token_file(double.token()),
+            double,
+            first_port: 20_000 + fastrand::u16(0..30_000),
         };
-        Operator::start(&self.ns, &self.ns, &options)
+        World::around(namespace(prefix).await, fly).await
     }
+}
 
-    fn apply(&self, name: &str, spec: Value) {
-        let manifest = json!({
-            "apiVersion": "sandboxes.dev/v1alpha1",
-            "kind": "Sandbox",
-            "metadata": {"name": name},
-            "spec": spec,
-        });
-        let out = apply_yaml(&serde_yaml::to_string(&manifest).unwrap(), &self.ns);
-        assert!(
-            out.status.success(),
-            "apply: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    async fn api(&self) -> Api<Sandbox> {
-        Api::namespaced(client().await, &self.ns)
-    }
-
+impl Fly {
     /// Runs `script` in machine `id` straight through the exec API: (exit code, stdout).
     async fn sh(&self, id: &str, script: &str) -> (i64, String) {
         let url = format!(
@@ -178,44 +150,6 @@ fn ready(s: &Sandbox) -> Option<(String, String)> {
     condition(&st.conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()))
 }
 
-async fn wait_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
-    let what = format!("Sandbox {name} Ready (operator log: {})", op.log.display());
-    wait_for(&what, READY_TIMEOUT, || async {
-        let s = api.get(name).await.map_err(|e| e.to_string())?;
-        let gen_ok =
-            s.status.as_ref().and_then(|st| st.observed_generation) == s.metadata.generation;
-        match ready(&s) {
-            Some((st, _)) if st == "True" && gen_ok => Ok(s),
-            other => Err(format!("ready={other:?} generation observed={gen_ok}")),
-        }
-    })
-    .await
-}
-
-async fn delete_and_wait_gone(api: &Api<Sandbox>, name: &str) {
-    api.delete(name, &DeleteParams::default())
-        .await
-        .expect("delete");
-    wait_for(&format!("Sandbox {name} gone"), READY_TIMEOUT, || async {
-        match api.get_opt(name).await {
-            Ok(None) => Ok(()),
-            Ok(Some(_)) => Err("still there".to_string()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await;
-}
-
-async fn patch_spec(api: &Api<Sandbox>, name: &str, spec: Value) {
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": spec})),
-    )
-    .await
-    .expect("patch");
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fly_sandbox_becomes_ready_and_its_url_reaches_it_alone() {
     let w = World::new("e2e-fly-basic").await;
@@ -226,7 +160,7 @@ async fn a_fly_sandbox_becomes_ready_and_its_url_reaches_it_alone() {
     spec["resources"] = json!({"cpu": "1", "memory": "256Mi"});
     spec["env"] = json!([{"name": "GREETING", "value": "hello"}]);
     w.apply("web", spec);
-    let api = w.api().await;
+    let api = w.api.clone();
     let s = wait_ready(&api, "web", &op).await;
     let status = s.status.clone().expect("status");
     let id = status.sandbox_id.clone().expect("sandboxId");
@@ -275,7 +209,7 @@ async fn a_resize_says_in_status_that_it_restarted_the_machine() {
     let mut spec = sleeper();
     spec["resources"] = json!({"memory": "256Mi"});
     w.apply("grow", spec);
-    let api = w.api().await;
+    let api = w.api.clone();
     let s = wait_ready(&api, "grow", &op).await;
     let id = s.status.and_then(|st| st.sandbox_id).expect("sandboxId");
     let pid1 = "sed 's/.*) //' /proc/1/stat | cut -d' ' -f20";
@@ -326,7 +260,7 @@ async fn sleeping_reports_what_really_happened_to_the_processes() {
     let w = World::new("e2e-fly-sleep").await;
     let op = w.operator("", vec![]);
     w.apply("nap", sleeper());
-    let api = w.api().await;
+    let api = w.api.clone();
     let s = wait_ready(&api, "nap", &op).await;
     let id = s.status.and_then(|st| st.sandbox_id).expect("sandboxId");
 
@@ -357,20 +291,8 @@ async fn sleeping_reports_what_really_happened_to_the_processes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_between_create_and_status_write_leaves_exactly_one_machine() {
     let w = World::new("e2e-fly-crash").await;
-    let env = vec![("SANDBOX_OPERATOR_FAILPOINT".into(), "after-create".into())];
-    let mut op = w.operator("", env);
-    w.apply("crashy", sleeper());
-    let status = op.wait_exit(READY_TIMEOUT).await;
-    assert!(!status.success(), "the failpoint aborts the process");
-    let api = w.api().await;
-    let s = api.get("crashy").await.expect("get");
-    assert!(
-        s.status
-            .as_ref()
-            .and_then(|st| st.sandbox_id.clone())
-            .is_none(),
-        "the create was not recorded"
-    );
+    let s = w.crash_after_create("crashy", sleeper(), "").await;
+    let api = w.api.clone();
     assert_eq!(
         w.double.live_machines(w.double.app()).len(),
         1,
@@ -386,40 +308,13 @@ async fn a_crash_between_create_and_status_write_leaves_exactly_one_machine() {
     w.double.shutdown().await;
 }
 
-/// Reads a counter from the operator's /metrics, summed over all its series (0 when absent):
-/// series with known labels exist from the start at zero.
-fn metric(op: &Operator, name: &str) -> f64 {
-    op.http_get("/metrics")
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn the_sweeper_removes_orphans_and_keeps_foreign_machines() {
     let w = World::new("e2e-fly-sweep").await;
-    let gone_uid = "00000000-0000-4000-8000-000000000001";
-    let orphan = w
-        .plant(json!({
-            "sandboxes.dev/managed-by": w.ns,
-            "sandboxes.dev/owner-uid": gone_uid,
-            "sandboxes.dev/owner": format!("{}.deleted-long-ago", w.ns),
-            "sandboxes.dev/kind": "Sandbox",
-        }))
-        .await;
-    let foreign = w
-        .plant(json!({
-            "sandboxes.dev/managed-by": "another-operator",
-            "sandboxes.dev/owner-uid": gone_uid,
-            "sandboxes.dev/owner": "elsewhere.thing",
-            "sandboxes.dev/kind": "Sandbox",
-        }))
-        .await;
+    let orphan = w.plant(w.orphan_labels()).await;
+    let foreign = w.plant(foreign_labels()).await;
     let unlabelled = w.plant(json!({"team": "ops"})).await;
-    let sweeper = "sweeper:\n  enabled: true\n  intervalSecs: 2\n  graceSecs: 1\n";
-    let op = w.operator(sweeper, vec![]);
+    let op = w.operator(SWEEPER, vec![]);
     wait_for("the orphan swept", READY_TIMEOUT, || async {
         let live = w.double.live_machines(w.double.app());
         if live.contains(&orphan) {
@@ -429,13 +324,14 @@ async fn the_sweeper_removes_orphans_and_keeps_foreign_machines() {
         }
     })
     .await;
-    let passes = metric(&op, "sandbox_operator_sweep_passes_total");
-    wait_for("two more sweeper passes", READY_TIMEOUT, || async {
-        let now = metric(&op, "sandbox_operator_sweep_passes_total");
-        (now >= passes + 2.0)
-            .then_some(())
-            .ok_or_else(|| format!("{now} passes"))
-    })
+    let passes = sweep_passes(&op, Passes::Completed);
+    wait_sweep_passes(
+        &op,
+        Passes::Completed,
+        passes,
+        2.0,
+        "two more sweeper passes",
+    )
     .await;
     let live = w.double.live_machines(w.double.app());
     assert!(
@@ -461,9 +357,8 @@ async fn the_sweeper_removes_orphans_and_keeps_foreign_machines() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
     let w = World::new("e2e-fly-revoked").await;
-    let sweeper = "sweeper:\n  enabled: true\n  intervalSecs: 2\n  graceSecs: 1\n";
-    let op = w.operator(sweeper, vec![]);
-    let api = w.api().await;
+    let op = w.operator(SWEEPER, vec![]);
+    let api = w.api.clone();
     for name in ["one", "two"] {
         w.apply(name, sleeper());
     }
@@ -475,7 +370,7 @@ async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
 
     w.double.requests().clear();
     w.double.revoke_tokens();
-    let passes = metric(&op, "sandbox_operator_sweep_passes_total");
+    let passes = sweep_passes(&op, Passes::Ended);
     for name in ["one", "two"] {
         patch_spec(
             &api,
@@ -495,30 +390,11 @@ async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
         })
         .await;
     }
-    wait_for(
-        "two sweeper passes after the revocation",
-        READY_TIMEOUT,
-        || async {
-            let now = metric(&op, "sandbox_operator_sweep_passes_total")
-                + metric(&op, "sandbox_operator_sweep_aborted_total");
-            (now >= passes + 2.0)
-                .then_some(())
-                .ok_or_else(|| format!("{now}"))
-        },
-    )
-    .await;
+    let what = "two sweeper passes after the revocation";
+    wait_sweep_passes(&op, Passes::Ended, passes, 2.0, what).await;
 
-    let events: Api<Event> = Api::namespaced(client().await, &w.ns);
-    let listed = events.list(&ListParams::default()).await.expect("events");
-    let mut per_object: BTreeMap<String, usize> = BTreeMap::new();
-    for e in listed.items {
-        if e.reason.as_deref() == Some("ProviderUnauthorized") {
-            let name = e.regarding.and_then(|r| r.name).unwrap_or_default();
-            *per_object.entry(name).or_default() += 1;
-        }
-    }
     assert_eq!(
-        per_object,
+        events_per_object(&w.ns, "ProviderUnauthorized").await,
         BTreeMap::from([("one".to_string(), 1), ("two".to_string(), 1)]),
         "one Event per object"
     );
@@ -552,7 +428,7 @@ async fn a_429_storm_is_waited_out_as_retry_after_says() {
         .rate_limit(observe.clone(), STORM, RETRY_AFTER);
     let op = w.operator("", vec![]);
     w.apply("patient", sleeper());
-    let api = w.api().await;
+    let api = w.api.clone();
     wait_ready(&api, "patient", &op).await;
     let calls = w.double.requests().matching(&observe);
     assert!(calls.len() > STORM, "{} create calls", calls.len());
@@ -574,7 +450,7 @@ async fn a_template_captured_on_fly_boots_a_second_sandbox() {
     let _objects = harness::s3::PurgePrefix(prefix.clone());
     let (store, keys) = harness::s3::store_config(&prefix);
     let op = w.operator_with("    templateStore: s3\n", &store, keys);
-    let api = w.api().await;
+    let api = w.api.clone();
     let mut source = sleeper();
     source["command"] = json!([
         "sh",
@@ -600,12 +476,7 @@ async fn a_template_captured_on_fly_boots_a_second_sandbox() {
         "metadata": {"name": "tpl"},
         "spec": {"sandboxRef": {"name": "src"}, "capturePaths": ["/workspace/app"]},
     });
-    let out = apply_yaml(&serde_yaml::to_string(&template).unwrap(), &w.ns);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_yaml_ok(&serde_yaml::to_string(&template).unwrap(), &w.ns);
     let templates: Api<sandbox_operator::api::SandboxTemplate> =
         Api::namespaced(client().await, &w.ns);
     let st = wait_for("SandboxTemplate tpl Ready", READY_TIMEOUT, || async {

@@ -10,8 +10,10 @@ use std::time::Duration;
 
 use harness::cluster::*;
 use harness::kubernetes::{self, Cleanup};
+use harness::metrics::{Passes, sweep_passes, wait_sweep_passes};
 use harness::operator::*;
 use harness::wait_for;
+use harness::world::{Backend, SWEEPER, foreign_labels};
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::Api;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -20,74 +22,54 @@ use sandbox_operator::provider::kubernetes::pod::{CONTAINER, GATE, STOPPED};
 use sandbox_operator::provider::{ExecRequest, Files, Provider};
 use serde_json::{Value, json};
 
+/// Pods are scheduled, pulled and started by a real kubelet: longer than a container takes.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// Serves the Pod's hostname (= the Pod name) on 8080 (perl-base only).
 const SERVER: &str = "perl -MIO::Socket::INET -e '$s=IO::Socket::INET->new(LocalPort=>8080,Listen=>5,ReuseAddr=>1) or die; \
     while($c=$s->accept){<$c>; print $c \"HTTP/1.0 200 OK\\r\\n\\r\\n$ENV{HOSTNAME}\"; close $c}'";
 
-/// One test's world: the Sandbox namespace (also the operator instance), the provider's Pod
-/// namespace, and their cleanup.
-struct World {
-    ns: String,
+/// The Kubernetes side of a test's world: the provider's Pod namespace, and the cleanup of
+/// everything made there.
+struct Kubernetes {
     pods_ns: String,
     _cleanup: Cleanup,
 }
+
+impl Backend for Kubernetes {
+    const NAME: &'static str = "k8s";
+    const TYPE: &'static str = "kubernetes";
+    const TIMEOUT: Duration = READY_TIMEOUT;
+
+    fn settings(&self) -> String {
+        let s = kubernetes::settings(&self.pods_ns);
+        format!(
+            "      kubeconfig: {}\n      namespace: {}\n      runtimeClassName: runc\n      \
+             hostPathVolumes: {}\n",
+            s.kubeconfig.unwrap_or_default(),
+            self.pods_ns,
+            s.host_path_volumes.unwrap_or_default(),
+        )
+    }
+}
+
+/// One test's world: the Sandbox namespace (also the operator instance) and the provider's
+/// Pod namespace.
+type World = harness::world::World<Kubernetes>;
 
 impl World {
     async fn new(prefix: &str) -> World {
         kubernetes::node().await;
         let ns = namespace(prefix).await;
         let pods_ns = namespace(&format!("{prefix}-pods")).await;
-        World {
+        let backend = Kubernetes {
             _cleanup: Cleanup {
                 namespace: pods_ns.clone(),
                 instance: ns.clone(),
             },
-            ns,
             pods_ns,
-        }
-    }
-
-    /// The operator configuration: one Kubernetes provider on the test node, then `after`.
-    fn config(&self, after: &str) -> String {
-        let s = kubernetes::settings(&self.pods_ns);
-        format!(
-            "providers:\n  - name: k8s\n    type: kubernetes\n    kubernetes:\n      \
-             kubeconfig: {}\n      namespace: {}\n      runtimeClassName: runc\n      \
-             hostPathVolumes: {}\n{after}",
-            s.kubeconfig.unwrap_or_default(),
-            self.pods_ns,
-            s.host_path_volumes.unwrap_or_default(),
-        )
-    }
-
-    fn operator(&self, after: &str, env: Vec<(String, String)>) -> Operator {
-        let options = OperatorOptions {
-            env,
-            config_extra: self.config(after),
-            ..Default::default()
         };
-        Operator::start(&self.ns, &self.ns, &options)
-    }
-
-    fn apply(&self, name: &str, spec: Value) {
-        let manifest = json!({
-            "apiVersion": "sandboxes.dev/v1alpha1",
-            "kind": "Sandbox",
-            "metadata": {"name": name},
-            "spec": spec,
-        });
-        let out = apply_yaml(&serde_yaml::to_string(&manifest).unwrap(), &self.ns);
-        assert!(
-            out.status.success(),
-            "apply: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    async fn api(&self) -> Api<Sandbox> {
-        Api::namespaced(client().await, &self.ns)
+        World::around(ns, backend).await
     }
 
     async fn pods(&self) -> Api<Pod> {
@@ -143,44 +125,6 @@ fn ready(s: &Sandbox) -> Option<(String, String)> {
     condition(&st.conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()))
 }
 
-async fn wait_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
-    let what = format!("Sandbox {name} Ready (operator log: {})", op.log.display());
-    wait_for(&what, READY_TIMEOUT, || async {
-        let s = api.get(name).await.map_err(|e| e.to_string())?;
-        let gen_ok =
-            s.status.as_ref().and_then(|st| st.observed_generation) == s.metadata.generation;
-        match ready(&s) {
-            Some((st, _)) if st == "True" && gen_ok => Ok(s),
-            other => Err(format!("ready={other:?} generation observed={gen_ok}")),
-        }
-    })
-    .await
-}
-
-async fn delete_and_wait_gone(api: &Api<Sandbox>, name: &str) {
-    api.delete(name, &DeleteParams::default())
-        .await
-        .expect("delete");
-    wait_for(&format!("Sandbox {name} gone"), READY_TIMEOUT, || async {
-        match api.get_opt(name).await {
-            Ok(None) => Ok(()),
-            Ok(Some(_)) => Err("still there".to_string()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await;
-}
-
-async fn patch_spec(api: &Api<Sandbox>, name: &str, spec: Value) {
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": spec})),
-    )
-    .await
-    .expect("patch");
-}
-
 /// GETs `url` until it answers; returns the body.
 async fn fetch(url: &str) -> String {
     wait_for(
@@ -214,8 +158,8 @@ async fn a_sandbox_is_a_scheduled_pod_whose_url_exec_and_files_work_and_survive_
     spec["resources"] = json!({"cpu": "500m", "memory": "128Mi"});
     spec["env"] = json!([{"name": "GREETING", "value": "hello"}]);
     w.apply("web", spec);
-    let api = w.api().await;
-    let s = wait_ready(&api, "web", &op).await;
+    let api = w.api.clone();
+    let s = w.wait_ready("web", &op).await;
     let status = s.status.clone().expect("status");
     let uid = s.metadata.uid.clone().expect("uid");
     let id = status.sandbox_id.clone().expect("sandboxId");
@@ -290,8 +234,8 @@ async fn a_sandbox_is_a_scheduled_pod_whose_url_exec_and_files_work_and_survive_
     );
 
     // Stopped: the Pod goes (a gated stand-in keeps the identity), the Service stays.
-    patch_spec(&api, "web", json!({"state": "Stopped"})).await;
-    wait_ready(&api, "web", &op).await;
+    w.patch_spec("web", json!({"state": "Stopped"})).await;
+    w.wait_ready("web", &op).await;
     let stopped = w.pods().await.get(&id).await.expect("the stand-in Pod");
     let gates = stopped
         .spec
@@ -321,8 +265,8 @@ async fn a_sandbox_is_a_scheduled_pod_whose_url_exec_and_files_work_and_survive_
     );
 
     // Running again: a new Pod under the same name, the URL answers again.
-    patch_spec(&api, "web", json!({"state": "Running"})).await;
-    let s = wait_ready(&api, "web", &op).await;
+    w.patch_spec("web", json!({"state": "Running"})).await;
+    let s = w.wait_ready("web", &op).await;
     assert_eq!(
         s.status.as_ref().and_then(|st| st.sandbox_id.clone()),
         Some(id.clone())
@@ -334,7 +278,7 @@ async fn a_sandbox_is_a_scheduled_pod_whose_url_exec_and_files_work_and_survive_
     assert_eq!(fetch(&url).await, id);
     assert_eq!(w.our_pods().await.len(), 1, "one Pod, never two");
 
-    delete_and_wait_gone(&api, "web").await;
+    w.delete_and_wait_gone("web").await;
     assert!(w.our_pods().await.is_empty(), "the Pod is gone");
     let service = Api::<Service>::namespaced(client().await, &w.pods_ns)
         .get_opt(&id)
@@ -346,56 +290,28 @@ async fn a_sandbox_is_a_scheduled_pod_whose_url_exec_and_files_work_and_survive_
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_between_create_and_status_write_leaves_exactly_one_pod() {
     let w = World::new("e2e-k8s-crash").await;
-    let env = vec![("SANDBOX_OPERATOR_FAILPOINT".into(), "after-create".into())];
-    let mut op = w.operator("", env);
-    w.apply("crashy", sleeper());
-    let status = op.wait_exit(READY_TIMEOUT).await;
-    assert!(!status.success(), "the failpoint aborts the process");
-    let api = w.api().await;
-    let s = api.get("crashy").await.expect("get");
-    assert!(
-        s.status
-            .as_ref()
-            .and_then(|st| st.sandbox_id.clone())
-            .is_none(),
-        "the create was not recorded"
-    );
+    let s = w.crash_after_create("crashy", sleeper(), "").await;
+    let api = w.api.clone();
     assert_eq!(w.our_pods().await.len(), 1, "the create happened");
 
     let op = w.operator("", vec![]);
-    let s = wait_ready(&api, "crashy", &op).await;
+    let s = w.wait_ready("crashy", &op).await;
     let pods = w.our_pods().await;
     assert_eq!(pods.len(), 1, "adopted, not duplicated");
     assert_eq!(
         s.status.and_then(|st| st.sandbox_id),
         pods[0].metadata.name.clone()
     );
-    delete_and_wait_gone(&api, "crashy").await;
+    w.delete_and_wait_gone("crashy").await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_sweeper_removes_orphan_pods_and_keeps_foreign_ones() {
     let w = World::new("e2e-k8s-sweep").await;
-    let gone_uid = "00000000-0000-4000-8000-000000000001";
-    let orphan = w
-        .plant(json!({
-            "sandboxes.dev/managed-by": w.ns,
-            "sandboxes.dev/owner-uid": gone_uid,
-            "sandboxes.dev/owner": format!("{}.deleted-long-ago", w.ns),
-            "sandboxes.dev/kind": "Sandbox",
-        }))
-        .await;
-    let foreign = w
-        .plant(json!({
-            "sandboxes.dev/managed-by": "another-operator",
-            "sandboxes.dev/owner-uid": gone_uid,
-            "sandboxes.dev/owner": "elsewhere.thing",
-            "sandboxes.dev/kind": "Sandbox",
-        }))
-        .await;
+    let orphan = w.plant(w.orphan_labels()).await;
+    let foreign = w.plant(foreign_labels()).await;
     let unlabelled = w.plant(json!({"team": "ops"})).await;
-    let sweeper = "sweeper:\n  enabled: true\n  intervalSecs: 2\n  graceSecs: 1\n";
-    let op = w.operator(sweeper, vec![]);
+    let op = w.operator(SWEEPER, vec![]);
     let pods = w.pods().await;
     wait_for(
         &format!("the orphan Pod swept (log {})", op.log.display()),
@@ -409,13 +325,14 @@ async fn the_sweeper_removes_orphan_pods_and_keeps_foreign_ones() {
         },
     )
     .await;
-    let passes = metric(&op, "sandbox_operator_sweep_passes_total");
-    wait_for("two more sweeper passes", READY_TIMEOUT, || async {
-        let now = metric(&op, "sandbox_operator_sweep_passes_total");
-        (now >= passes + 2.0)
-            .then_some(())
-            .ok_or(format!("{now} passes"))
-    })
+    let passes = sweep_passes(&op, Passes::Completed);
+    wait_sweep_passes(
+        &op,
+        Passes::Completed,
+        passes,
+        2.0,
+        "two more sweeper passes",
+    )
     .await;
     for kept in [&foreign, &unlabelled] {
         assert!(
@@ -423,17 +340,6 @@ async fn the_sweeper_removes_orphan_pods_and_keeps_foreign_ones() {
             "{kept} is not ours and must be kept"
         );
     }
-}
-
-/// Reads a counter from the operator's /metrics (0 when absent).
-fn metric(op: &Operator, name: &str) -> f64 {
-    op.http_get("/metrics")
-        .unwrap_or_default()
-        .lines()
-        .find(|l| l.starts_with(name))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -467,8 +373,8 @@ async fn image_pull_secrets_reach_the_pod_and_the_kubelet_pulls_with_them() {
     spec["imagePullPolicy"] = json!("Always");
     spec["imagePullSecrets"] = json!([{"name": "regcred"}]);
     w.apply("private", spec);
-    let api = w.api().await;
-    let s = wait_ready(&api, "private", &op).await;
+    let api = w.api.clone();
+    let s = w.wait_ready("private", &op).await;
     let id = s.status.and_then(|st| st.sandbox_id).expect("sandboxId");
 
     let pod = w.pods().await.get(&id).await.expect("pod");
@@ -516,7 +422,7 @@ async fn image_pull_secrets_reach_the_pod_and_the_kubelet_pulls_with_them() {
         "the kubelet pulled from the registry (with auth)"
     );
 
-    delete_and_wait_gone(&api, "private").await;
+    w.delete_and_wait_gone("private").await;
     let left = Api::<Secret>::namespaced(client().await, &w.pods_ns)
         .get_opt(&pull_secret)
         .await
@@ -535,8 +441,7 @@ async fn never_started_pods_are_wreckage_and_swept_even_with_a_live_owner() {
     spec["provider"] = json!("nowhere");
     w.apply("keeper", spec);
     let uid = w
-        .api()
-        .await
+        .api
         .get("keeper")
         .await
         .expect("get")
@@ -608,8 +513,7 @@ async fn never_started_pods_are_wreckage_and_swept_even_with_a_live_owner() {
         "the unstartable Pod was scheduled, its container never ran"
     );
 
-    let sweeper = "sweeper:\n  enabled: true\n  intervalSecs: 2\n  graceSecs: 1\n";
-    let op = w.operator(sweeper, vec![]);
+    let op = w.operator(SWEEPER, vec![]);
     for gone in [&never, &missing] {
         wait_for(
             &format!("wreckage {gone} swept (log {})", op.log.display()),

@@ -8,7 +8,8 @@ mod harness;
 use std::time::Duration;
 
 use harness::cluster::*;
-use harness::docker::{Purge, base_image, engine};
+use harness::docker::{Images, Purge, base_image, engine};
+use harness::objects::{Reconciled, describe_conditions, wait_object, wait_ready_within};
 use harness::operator::*;
 use harness::registry::{OwnRegistry, Registry, push_fresh_image, registry};
 use harness::{repo, unique, wait_for};
@@ -18,21 +19,9 @@ use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use sandbox_operator::api::{Sandbox, condition};
 
+/// Pulls from the test registry come on top of a create.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
 const IDLE: &str = r#"["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]"#;
-
-/// Removes the images a test pulled, also when it panics.
-struct Images(Vec<String>);
-
-impl Drop for Images {
-    fn drop(&mut self) {
-        for image in &self.0 {
-            let _ = std::process::Command::new("docker")
-                .args(["rmi", "-f", image])
-                .output();
-        }
-    }
-}
 
 /// One test's namespace, its operator and its Sandbox API. Dropping it deletes the namespace
 /// while the operator still runs (so the Sandboxes' finalizers are honoured and their
@@ -150,28 +139,7 @@ fn sandbox_yaml(name: &str, image: &str, policy: &str, secret: Option<&str>) -> 
 
 fn apply(yaml: &str, ns: &str) {
     ensure_crd();
-    let out = apply_yaml(yaml, ns);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// `(type, status, reason, message)` of every condition.
-fn conditions(s: &Sandbox) -> Vec<(String, String, String, String)> {
-    s.status
-        .iter()
-        .flat_map(|st| st.conditions.iter())
-        .map(|c| {
-            (
-                c.type_.clone(),
-                c.status.clone(),
-                c.reason.clone(),
-                c.message.clone(),
-            )
-        })
-        .collect()
+    apply_yaml_ok(yaml, ns);
 }
 
 /// Waits until `name` has condition `kind` True with `reason`; returns the object.
@@ -182,53 +150,14 @@ async fn wait_condition(
     reason: &str,
     op: &Operator,
 ) -> Sandbox {
-    let what = format!(
-        "Sandbox {name} {kind}={reason} (operator log {})",
-        op.log.display()
-    );
-    wait_for(&what, READY_TIMEOUT, || async {
-        let s = api.get(name).await.map_err(|e| e.to_string())?;
-        let st = s.status.clone().unwrap_or_default();
-        match condition(&st.conditions, kind) {
-            Some(c) if c.reason == reason && c.status == "True" => Ok(s),
-            _ => Err(format!("{:?}", conditions(&s))),
+    let what = format!("{kind}={reason}");
+    wait_object(api, name, op, &what, READY_TIMEOUT, |s| {
+        match condition(s.conditions(), kind) {
+            Some(c) if c.reason == reason && c.status == "True" => Ok(()),
+            _ => Err(describe_conditions(s)),
         }
     })
     .await
-}
-
-/// Waits for Ready=True at the object's current generation.
-async fn wait_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
-    let what = format!("Sandbox {name} Ready (operator log {})", op.log.display());
-    wait_for(&what, READY_TIMEOUT, || async {
-        let s = api.get(name).await.map_err(|e| e.to_string())?;
-        let st = s.status.clone().unwrap_or_default();
-        let current = st.observed_generation == s.metadata.generation;
-        match condition(&st.conditions, "Ready") {
-            Some(c) if c.status == "True" && current => Ok(s),
-            _ => Err(format!("{:?}", conditions(&s))),
-        }
-    })
-    .await
-}
-
-/// events.k8s.io Events about `name`: (type, reason, note).
-async fn events_about(ns: &str, name: &str) -> Vec<(String, String, String)> {
-    let api: Api<Event> = Api::namespaced(client().await, ns);
-    api.list(&Default::default())
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| {
-            (
-                e.type_.unwrap_or_default(),
-                e.reason.unwrap_or_default(),
-                e.note.unwrap_or_default(),
-            )
-        })
-        .collect()
 }
 
 /// Asserts `secret` appears nowhere the operator writes: status, Events, its log, and the
@@ -297,7 +226,7 @@ async fn a_private_image_is_pulled_with_its_secret_and_its_digest_recorded() {
         &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
         ns,
     );
-    let s = wait_ready(api, "app", op).await;
+    let s = wait_ready_within(api, "app", op, READY_TIMEOUT).await;
     let status = s.status.clone().expect("status");
     assert_eq!(status.image.as_deref(), Some(image.as_str()));
     assert_eq!(status.image_digest.as_deref(), Some(digest.as_str()));
@@ -397,7 +326,7 @@ async fn a_stopped_registry_is_transient_and_the_sandbox_recovers_by_itself() {
     );
 
     own.resume();
-    let s = wait_ready(api, "app", op).await;
+    let s = wait_ready_within(api, "app", op, READY_TIMEOUT).await;
     assert_eq!(
         s.status.unwrap().image_digest.as_deref(),
         Some(digest.as_str())
@@ -424,8 +353,8 @@ async fn always_picks_up_a_new_digest_only_on_recreate_and_if_not_present_keeps_
         &sandbox_yaml("pinned", &image, "IfNotPresent", Some("regcred")),
         ns,
     );
-    let a = wait_ready(api, "always", op).await;
-    let b = wait_ready(api, "pinned", op).await;
+    let a = wait_ready_within(api, "always", op, READY_TIMEOUT).await;
+    let b = wait_ready_within(api, "pinned", op, READY_TIMEOUT).await;
     let digest = |s: &Sandbox| s.status.as_ref().and_then(|st| st.image_digest.clone());
     // The engine's container id: the provider id (the container name) survives a recreate.
     let id = |s: &Sandbox| {
@@ -453,14 +382,14 @@ async fn always_picks_up_a_new_digest_only_on_recreate_and_if_not_present_keeps_
         serde_json::json!({"resources": {"cpu": "500m"}}),
     )
     .await;
-    let a2 = wait_ready(api, "always", op).await;
+    let a2 = wait_ready_within(api, "always", op, READY_TIMEOUT).await;
     assert_eq!(id(&a2), first_container, "not recreated");
     assert_eq!(digest(&a2).as_deref(), Some(first.as_str()));
 
     // A recreate under Always resolves the tag again.
     let slower = |secs: u32| serde_json::json!({"command": ["sh", "-c", format!("trap 'exit 0' TERM; while :; do sleep {secs}; done")]});
     patch(api, "always", slower(2)).await;
-    let a3 = wait_ready(api, "always", op).await;
+    let a3 = wait_ready_within(api, "always", op, READY_TIMEOUT).await;
     assert_ne!(id(&a3), first_container, "recreated");
     assert_eq!(
         digest(&a3).as_deref(),
@@ -471,7 +400,7 @@ async fn always_picks_up_a_new_digest_only_on_recreate_and_if_not_present_keeps_
     // A recreate under IfNotPresent boots its recorded digest, although the engine's tag
     // now names the new one.
     patch(api, "pinned", slower(3)).await;
-    let b2 = wait_ready(api, "pinned", op).await;
+    let b2 = wait_ready_within(api, "pinned", op, READY_TIMEOUT).await;
     assert_eq!(digest(&b2).as_deref(), Some(first.as_str()), "pinned");
     let container = b2
         .status
@@ -503,7 +432,7 @@ async fn twenty_sandboxes_of_one_new_image_cause_one_pull() {
         .collect();
     apply(&manifests.join("---\n"), ns);
     for i in 0..20 {
-        let s = wait_ready(api, &format!("app-{i}"), op).await;
+        let s = wait_ready_within(api, &format!("app-{i}"), op, READY_TIMEOUT).await;
         assert_eq!(
             s.status.unwrap().image_digest.as_deref(),
             Some(digest.as_str())

@@ -17,6 +17,10 @@ use bollard::Docker;
 use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
 use harness::cluster::*;
 use harness::docker::*;
+use harness::metrics::{leader_gauge, sample};
+use harness::objects::{
+    READY_TIMEOUT, delete_and_wait_gone, is_ready, wait_gone, wait_object, wait_ready,
+};
 use harness::operator::*;
 use harness::{cache, repo, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
@@ -25,8 +29,8 @@ use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::{DeleteParams, PostParams};
 use sandbox_operator::api::{Condition, Sandbox, condition};
+use sandbox_operator::provider::labels::OWNER_UID;
 
-const READY_TIMEOUT: Duration = Duration::from_secs(90);
 /// Long enough for an event-driven reaction on a busy machine, far below the 600 s resync.
 const EVENT_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -41,75 +45,6 @@ fn ready_of(s: &Sandbox) -> Option<(String, String)> {
     cond(s, "Ready").map(|c| (c.status.clone(), c.reason.clone()))
 }
 
-/// Polls the Sandbox until `check` accepts it.
-async fn wait_sandbox<F>(
-    api: &Api<Sandbox>,
-    name: &str,
-    op: &Operator,
-    what: &str,
-    timeout: Duration,
-    check: F,
-) -> Sandbox
-where
-    F: Fn(&Sandbox) -> Result<(), String>,
-{
-    let desc = format!(
-        "Sandbox {name}: {what} (operator log: {})",
-        op.log.display()
-    );
-    wait_for(&desc, timeout, || async {
-        let s = api.get(name).await.map_err(|e| e.to_string())?;
-        check(&s).map(|()| s)
-    })
-    .await
-}
-
-/// Ready=True for the current generation.
-fn is_ready(s: &Sandbox) -> Result<(), String> {
-    let gen_ok = s.status.as_ref().and_then(|st| st.observed_generation) == s.metadata.generation;
-    match ready_of(s) {
-        Some((st, _)) if st == "True" && gen_ok => Ok(()),
-        other => Err(format!(
-            "ready={other:?} observedGeneration matches={gen_ok}"
-        )),
-    }
-}
-
-async fn wait_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
-    wait_sandbox(api, name, op, "Ready", READY_TIMEOUT, is_ready).await
-}
-
-async fn wait_gone(api: &Api<Sandbox>, name: &str, timeout: Duration) {
-    wait_for(&format!("Sandbox {name} to be gone"), timeout, || async {
-        match api.get_opt(name).await {
-            Ok(None) => Ok(()),
-            Ok(Some(s)) => Err(format!(
-                "still there, finalizers {:?}, ready {:?}",
-                s.metadata.finalizers,
-                ready_of(&s)
-            )),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await;
-}
-
-async fn delete_and_wait_gone(api: &Api<Sandbox>, name: &str) {
-    api.delete(name, &DeleteParams::default())
-        .await
-        .expect("delete");
-    wait_gone(api, name, READY_TIMEOUT).await;
-}
-
-fn apply(manifest: &str, ns: &str) {
-    let out = apply_yaml(manifest, ns);
-    assert!(
-        out.status.success(),
-        "kubectl apply failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// A Sandbox manifest running the base image with `extra` spec lines (indented two spaces).
 fn sandbox_yaml(name: &str, extra: &str) -> String {
     format!(
@@ -119,18 +54,7 @@ fn sandbox_yaml(name: &str, extra: &str) -> String {
 }
 
 async fn containers_on(docker: &Docker, uid: &str) -> Vec<bollard::models::ContainerSummary> {
-    let filters = HashMap::from([(
-        "label".to_string(),
-        vec![format!("sandboxes.dev/owner-uid={uid}")],
-    )]);
-    docker
-        .list_containers(Some(ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        }))
-        .await
-        .expect("list containers")
+    containers_labelled(docker, OWNER_UID, uid).await
 }
 
 async fn inspect_on(docker: &Docker, name: &str) -> bollard::models::ContainerInspectResponse {
@@ -151,25 +75,6 @@ fn external_of(s: &Sandbox) -> String {
         .expect("status.externalName")
 }
 
-/// events.k8s.io/v1 Events about object `name` in `ns`: (type, reason, note).
-async fn events_about(ns: &str, name: &str) -> Vec<(String, String, String)> {
-    let api: Api<Event> = Api::namespaced(client().await, ns);
-    api.list(&Default::default())
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| {
-            (
-                e.type_.unwrap_or_default(),
-                e.reason.unwrap_or_default(),
-                e.note.unwrap_or_default(),
-            )
-        })
-        .collect()
-}
-
 /// `docker [-H host] args…`, asserting success; stdout.
 fn docker_cli(host: Option<&str>, args: &[&str]) -> String {
     let mut cmd = Command::new("docker");
@@ -183,21 +88,6 @@ fn docker_cli(host: Option<&str>, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-/// The value of one Prometheus sample (`name{labels}` exactly as rendered), `None` when the
-/// series is absent or the server does not answer.
-fn sample(op: &Operator, series: &str) -> Option<f64> {
-    let body = op.http_get("/metrics")?;
-    body.lines().find_map(|l| {
-        l.strip_prefix(series)
-            .and_then(|rest| rest.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
-    })
-}
-
-fn leader_gauge(op: &Operator) -> Option<f64> {
-    sample(op, "sandbox_operator_leader")
 }
 
 fn sandbox_reconciles(op: &Operator) -> Option<f64> {
@@ -322,7 +212,7 @@ async fn engine_outage_reports_provider_unavailable_and_recovers_the_same_contai
     };
     let op = Operator::start(&ns, &ns, &opts);
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    apply(&sandbox_yaml("steady", "  restartPolicy: Always\n"), &ns);
+    apply_yaml_ok(&sandbox_yaml("steady", "  restartPolicy: Always\n"), &ns);
     let s = wait_ready(&api, "steady", &op).await;
     let uid = uid_of(&s);
     let external = external_of(&s);
@@ -345,7 +235,7 @@ async fn engine_outage_reports_provider_unavailable_and_recovers_the_same_contai
     // Engine gone: Ready=False with the provider's reason, nothing deleted.
     let stopped_at = Instant::now();
     engine.stop();
-    let s = wait_sandbox(
+    let s = wait_object(
         &api,
         "steady",
         &op,
@@ -415,7 +305,7 @@ async fn engine_outage_reports_provider_unavailable_and_recovers_the_same_contai
     // Engine back (live-restore: the container survived): Ready again on the same container.
     let restarted_at = Instant::now();
     engine.start();
-    wait_sandbox(
+    wait_object(
         &api,
         "steady",
         &op,
@@ -472,7 +362,7 @@ async fn engine_outage_reports_provider_unavailable_and_recovers_the_same_contai
         "event stream after the restart: recreated {} after docker rm -f",
         took(removed_at)
     );
-    wait_sandbox(
+    wait_object(
         &api,
         "steady",
         &op,
@@ -512,7 +402,7 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_within_the_lease()
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
 
     // Only the leader acts.
-    apply(&sandbox_yaml("first", ""), &ns);
+    apply_yaml_ok(&sandbox_yaml("first", ""), &ns);
     let first = wait_ready(&api, "first", &ops[leader]).await;
     assert!(
         sandbox_reconciles(&ops[leader]).unwrap_or(0.0) >= 1.0,
@@ -551,7 +441,7 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_within_the_lease()
     assert_ne!(new_holder, holder, "the Lease changed hands");
 
     // The new leader acts: a Sandbox applied after the kill becomes Ready, and deletes work.
-    apply(&sandbox_yaml("second", ""), &ns);
+    apply_yaml_ok(&sandbox_yaml("second", ""), &ns);
     let second = wait_ready(&api, "second", &ops[follower]).await;
     let docker = engine().await;
     assert_eq!(containers_on(&docker, &uid_of(&second)).await.len(), 1);
@@ -585,7 +475,7 @@ async fn sigterm_releases_the_lease_so_the_standby_takes_over_at_once() {
     let leader = wait_single_leader(&[&ops[0], &ops[1]], READY_TIMEOUT).await;
     let standby = 1 - leader;
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    apply(&sandbox_yaml("before", ""), &ns);
+    apply_yaml_ok(&sandbox_yaml("before", ""), &ns);
     let before = wait_ready(&api, "before", &ops[leader]).await;
     let holder = lease_holder(&ns, &ns).await.expect("a holder");
 
@@ -614,7 +504,7 @@ async fn sigterm_releases_the_lease_so_the_standby_takes_over_at_once() {
         took(term_at)
     );
 
-    apply(&sandbox_yaml("after", ""), &ns);
+    apply_yaml_ok(&sandbox_yaml("after", ""), &ns);
     let after = wait_ready(&api, "after", &ops[standby]).await;
     delete_and_wait_gone(&api, "before").await;
     delete_and_wait_gone(&api, "after").await;
@@ -634,8 +524,8 @@ async fn a_removed_container_is_recreated_or_reported_per_restart_policy() {
     let _purge = Purge(ns.clone());
     let op = Operator::start(&ns, &ns, &OperatorOptions::default());
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    apply(&sandbox_yaml("phoenix", "  restartPolicy: Always\n"), &ns);
-    apply(&sandbox_yaml("mortal", "  restartPolicy: Never\n"), &ns);
+    apply_yaml_ok(&sandbox_yaml("phoenix", "  restartPolicy: Always\n"), &ns);
+    apply_yaml_ok(&sandbox_yaml("mortal", "  restartPolicy: Never\n"), &ns);
     let phoenix = wait_ready(&api, "phoenix", &op).await;
     let mortal = wait_ready(&api, "mortal", &op).await;
     let docker = engine().await;
@@ -675,7 +565,7 @@ async fn a_removed_container_is_recreated_or_reported_per_restart_policy() {
         .as_ref()
         .and_then(|s| s.started_at.clone())
         .expect("startedAt");
-    let s = wait_sandbox(
+    let s = wait_object(
         &api,
         "phoenix",
         &op,
@@ -723,7 +613,7 @@ async fn a_removed_container_is_recreated_or_reported_per_restart_policy() {
     let mortal_name = external_of(&mortal);
     let removed_at = Instant::now();
     docker_cli(None, &["rm", "-f", &mortal_name]);
-    let s = wait_sandbox(
+    let s = wait_object(
         &api,
         "mortal",
         &op,
@@ -824,7 +714,7 @@ async fn env_from_reaches_the_container_and_self_delivered_env_leaks_nowhere() {
         .expect("create secret");
     let op = Operator::start(&ns, &ns, &OperatorOptions::default());
     let api: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
-    apply(
+    apply_yaml_ok(
         &sandbox_yaml(
             "plain",
             "  envFrom:\n    - secretRef: {name: app-secrets}\n",
@@ -832,7 +722,7 @@ async fn env_from_reaches_the_container_and_self_delivered_env_leaks_nowhere() {
         &ns,
     );
     // The main process records whether the env file was there when it started.
-    apply(
+    apply_yaml_ok(
         &sandbox_yaml(
             "private",
             "  selfDeliveredEnv: {name: app-secrets}\n  command: [\"sh\", \"-c\", \"test -f /run/sandboxes.dev/env && touch /tmp/env-was-there; exec sleep infinity\"]\n",
@@ -930,18 +820,18 @@ async fn lifetime_deletes_or_stops_when_the_ttl_runs_out() {
     let _purge = Purge(ns.clone());
     let op = Operator::start(&ns, &ns, &OperatorOptions::default());
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    apply(
+    apply_yaml_ok(
         &sandbox_yaml("ephemeral", "  lifetime: {ttlSeconds: 5, action: Delete}\n"),
         &ns,
     );
-    apply(
+    apply_yaml_ok(
         &sandbox_yaml("napper", "  lifetime: {ttlSeconds: 5}\n"),
         &ns,
     );
     let docker = engine().await;
 
     // Delete: the object goes away by itself, and its container with it.
-    let ephemeral = wait_sandbox(&api, "ephemeral", &op, "a container", READY_TIMEOUT, |s| {
+    let ephemeral = wait_object(&api, "ephemeral", &op, "a container", READY_TIMEOUT, |s| {
         s.status
             .as_ref()
             .and_then(|st| st.sandbox_id.clone())
@@ -963,7 +853,7 @@ async fn lifetime_deletes_or_stops_when_the_ttl_runs_out() {
     );
 
     // Stop (the default action): the object stays, Ready with reason Stopped, container stopped.
-    let s = wait_sandbox(
+    let s = wait_object(
         &api,
         "napper",
         &op,

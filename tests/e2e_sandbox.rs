@@ -8,53 +8,21 @@ use std::time::Duration;
 use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
 use harness::cluster::*;
 use harness::docker::*;
+use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, wait_gone, wait_ready};
 use harness::operator::*;
 use harness::{repo, wait_for};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use sandbox_operator::api::{Sandbox, SandboxVolume, condition};
-
-const READY_TIMEOUT: Duration = Duration::from_secs(90);
-
-async fn sandbox(api: &Api<Sandbox>, name: &str) -> Result<Sandbox, String> {
-    api.get(name).await.map_err(|e| e.to_string())
-}
+use sandbox_operator::provider::labels::OWNER_UID;
 
 fn ready(s: &Sandbox) -> Option<(String, String)> {
     let st = s.status.as_ref()?;
     condition(&st.conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()))
 }
 
-async fn wait_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
-    let what = format!("Sandbox {name} Ready (operator log: {})", op.log.display());
-    wait_for(&what, READY_TIMEOUT, || async {
-        let s = sandbox(api, name).await?;
-        let gen_ok =
-            s.status.as_ref().and_then(|st| st.observed_generation) == s.metadata.generation;
-        match ready(&s) {
-            Some((st, _)) if st == "True" && gen_ok => Ok(s),
-            other => Err(format!(
-                "ready={other:?} observedGeneration matches={gen_ok}"
-            )),
-        }
-    })
-    .await
-}
-
 async fn containers_of(uid: &str) -> Vec<bollard::models::ContainerSummary> {
-    let docker = engine().await;
-    let filters = std::collections::HashMap::from([(
-        "label".to_string(),
-        vec![format!("sandboxes.dev/owner-uid={uid}")],
-    )]);
-    docker
-        .list_containers(Some(ListContainersOptions {
-            all: true,
-            filters: Some(filters),
-            ..Default::default()
-        }))
-        .await
-        .expect("list containers")
+    containers_labelled(&engine().await, OWNER_UID, uid).await
 }
 
 async fn inspect(name: &str) -> bollard::models::ContainerInspectResponse {
@@ -63,27 +31,6 @@ async fn inspect(name: &str) -> bollard::models::ContainerInspectResponse {
         .inspect_container(name, None::<InspectContainerOptions>)
         .await
         .expect("inspect")
-}
-
-async fn delete_and_wait_gone(api: &Api<Sandbox>, name: &str) {
-    api.delete(name, &DeleteParams::default())
-        .await
-        .expect("delete");
-    wait_for(
-        &format!("Sandbox {name} to be gone"),
-        READY_TIMEOUT,
-        || async {
-            match api.get_opt(name).await {
-                Ok(None) => Ok(()),
-                Ok(Some(s)) => Err(format!(
-                    "still there, finalizers {:?}",
-                    s.metadata.finalizers
-                )),
-                Err(e) => Err(e.to_string()),
-            }
-        },
-    )
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -206,12 +153,7 @@ spec:
 "#,
         base_image()
     );
-    let out = apply_yaml(&manifest, &ns);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_yaml_ok(&manifest, &ns);
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
     let s = wait_ready(&api, "counter", &op).await;
     let name = s
@@ -222,14 +164,12 @@ spec:
     let first_id = inspect(&name).await.id;
 
     // Resources change in place (same container).
-    let patch = |v: serde_json::Value| Patch::Merge(v);
-    api.patch(
+    patch_spec(
+        &api,
         "counter",
-        &PatchParams::default(),
-        &patch(serde_json::json!({"spec": {"resources": {"memory": "192Mi", "cpu": "500m"}}})),
+        serde_json::json!({"resources": {"memory": "192Mi", "cpu": "500m"}}),
     )
-    .await
-    .expect("patch resources");
+    .await;
     wait_ready(&api, "counter", &op).await;
     let c = inspect(&name).await;
     assert_eq!(c.id, first_id, "resources must not recreate");
@@ -240,13 +180,7 @@ spec:
     );
 
     // Sleeping = paused, processes preserved.
-    api.patch(
-        "counter",
-        &PatchParams::default(),
-        &patch(serde_json::json!({"spec": {"state": "Sleeping"}})),
-    )
-    .await
-    .expect("patch");
+    patch_spec(&api, "counter", serde_json::json!({"state": "Sleeping"})).await;
     let s = wait_ready(&api, "counter", &op).await;
     let state = inspect(&name).await.state.expect("state");
     assert_eq!(state.paused, Some(true));
@@ -260,25 +194,13 @@ spec:
     );
 
     // Stopped = exited.
-    api.patch(
-        "counter",
-        &PatchParams::default(),
-        &patch(serde_json::json!({"spec": {"state": "Stopped"}})),
-    )
-    .await
-    .expect("patch");
+    patch_spec(&api, "counter", serde_json::json!({"state": "Stopped"})).await;
     wait_ready(&api, "counter", &op).await;
     let state = inspect(&name).await.state.expect("state");
     assert_eq!((state.running, state.paused), (Some(false), Some(false)));
 
     // Back to Running, same container.
-    api.patch(
-        "counter",
-        &PatchParams::default(),
-        &patch(serde_json::json!({"spec": {"state": "Running"}})),
-    )
-    .await
-    .expect("patch");
+    patch_spec(&api, "counter", serde_json::json!({"state": "Running"})).await;
     wait_ready(&api, "counter", &op).await;
     let c = inspect(&name).await;
     assert_eq!(c.state.and_then(|s| s.running), Some(true));
@@ -322,12 +244,7 @@ spec:
 "#,
         base_image()
     );
-    let out = apply_yaml(&manifest, &ns);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_yaml_ok(&manifest, &ns);
     let client = client().await;
     let api: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
     let vols: Api<SandboxVolume> = Api::namespaced(client, &ns);
@@ -400,27 +317,12 @@ spec:
     );
 
     delete_and_wait_gone(&api, "worker").await;
-    wait_for("scratch object gone", READY_TIMEOUT, || async {
-        match vols.get_opt("scratch").await {
-            Ok(None) => Ok(()),
-            other => Err(format!("{other:?}").chars().take(200).collect()),
-        }
-    })
-    .await;
+    wait_gone(&vols, "scratch", READY_TIMEOUT).await;
     assert!(
         docker.inspect_volume(&scratch).await.is_err(),
         "Delete volume must be removed"
     );
-    vols.delete("keep", &DeleteParams::default())
-        .await
-        .expect("delete keep");
-    wait_for("keep object gone", READY_TIMEOUT, || async {
-        match vols.get_opt("keep").await {
-            Ok(None) => Ok(()),
-            other => Err(format!("{other:?}").chars().take(200).collect()),
-        }
-    })
-    .await;
+    delete_and_wait_gone(&vols, "keep").await;
     assert!(
         docker.inspect_volume(&keep).await.is_ok(),
         "Retain volume must survive"
@@ -440,7 +342,7 @@ async fn missing_template_stalls_and_creates_nothing() {
     assert!(apply_yaml(&manifest, &ns).status.success());
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
     let s = wait_for("Stalled=True", READY_TIMEOUT, || async {
-        let s = sandbox(&api, "fromtpl").await?;
+        let s = api.get("fromtpl").await.map_err(|e| e.to_string())?;
         let st = s.status.clone().unwrap_or_default();
         match condition(&st.conditions, "Stalled") {
             Some(c) if c.status == "True" => Ok(s),
@@ -486,7 +388,7 @@ async fn crash_between_create_and_status_write_adopts_instead_of_duplicating() {
     let status = op.wait_exit(READY_TIMEOUT).await;
     assert!(!status.success(), "the failpoint aborts the process");
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    let s = sandbox(&api, "crashy").await.expect("get");
+    let s = api.get("crashy").await.expect("get");
     let uid = s.metadata.uid.clone().expect("uid");
     assert_eq!(containers_of(&uid).await.len(), 1, "the create happened");
     assert!(

@@ -5,12 +5,14 @@
 mod harness;
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::time::Duration;
 
 use harness::cluster::*;
+use harness::metrics::{Passes, sweep_passes, wait_sweep_passes};
+use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, wait_ready};
 use harness::operator::*;
 use harness::wait_for;
+use harness::world::{Backend, SWEEPER, foreign_labels, token_file};
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::Api;
@@ -21,72 +23,40 @@ use sandbox_operator::provider::sprites::SpritesProvider;
 use sandbox_operator::provider::{ExecRequest, Provider};
 use serde_json::{Value, json};
 
-const READY_TIMEOUT: Duration = Duration::from_secs(90);
-const SWEEPER: &str = "sweeper:\n  enabled: true\n  intervalSecs: 2\n  graceSecs: 1\n";
-
-/// One test's world: a namespace (= operator instance), a double, and the token file the
-/// operator reads.
-struct World {
-    ns: String,
+/// The Sprites side of a test's world: a double and the token file the operator reads.
+struct Sprites {
     double: SpritesDouble,
     token: tempfile::NamedTempFile,
 }
 
-impl World {
-    async fn new(prefix: &str) -> World {
-        let double = sprites::spawn(SpritesOptions::new(harness::docker::base_image())).await;
-        let mut token = tempfile::NamedTempFile::new().expect("token file");
-        writeln!(token, "{}", double.token).expect("write token");
-        World {
-            ns: namespace(prefix).await,
-            double,
-            token,
-        }
-    }
+impl Backend for Sprites {
+    const NAME: &'static str = "sprites";
+    const TYPE: &'static str = "sprites";
 
-    /// The operator configuration: one Sprites provider pointed at the double (with `inside`
-    /// added to its entry), then `after`.
-    fn config(&self, inside: &str, after: &str) -> String {
+    fn settings(&self) -> String {
         format!(
-            "providers:\n  - name: sprites\n    type: sprites\n{inside}    sprites:\n      apiUrl: {}\n      \
-             org: e2e\n      token: {{file: {}}}\n{after}",
+            "      apiUrl: {}\n      org: e2e\n      token: {{file: {}}}\n",
             self.double.base_url,
             self.token.path().display(),
         )
     }
+}
 
-    fn operator(&self, after: &str, env: Vec<(String, String)>) -> Operator {
-        self.operator_with("", after, env)
-    }
+/// One test's world: a namespace (= operator instance) and a Sprites double.
+type World = harness::world::World<Sprites>;
 
-    fn operator_with(&self, inside: &str, after: &str, env: Vec<(String, String)>) -> Operator {
-        let options = OperatorOptions {
-            env,
-            config_extra: self.config(inside, after),
-            ..Default::default()
+impl World {
+    async fn new(prefix: &str) -> World {
+        let double = sprites::spawn(SpritesOptions::new(harness::docker::base_image())).await;
+        let sprites = Sprites {
+            token: token_file(&double.token),
+            double,
         };
-        Operator::start(&self.ns, &self.ns, &options)
+        World::around(namespace(prefix).await, sprites).await
     }
+}
 
-    fn apply(&self, name: &str, spec: Value) {
-        let manifest = json!({
-            "apiVersion": "sandboxes.dev/v1alpha1",
-            "kind": "Sandbox",
-            "metadata": {"name": name},
-            "spec": spec,
-        });
-        let out = apply_yaml(&serde_yaml::to_string(&manifest).unwrap(), &self.ns);
-        assert!(
-            out.status.success(),
-            "apply: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    }
-
-    async fn api(&self) -> Api<Sandbox> {
-        Api::namespaced(client().await, &self.ns)
-    }
-
+impl Sprites {
     /// A provider at the double, as a user's own tooling would reach the sprite.
     fn provider(&self) -> SpritesProvider {
         SpritesProvider::new("e2e", &self.double.base_url, self.double.token.clone())
@@ -107,13 +77,16 @@ impl World {
     }
 
     /// Creates a sprite straight through the API (someone else's tooling, or a crashed
-    /// operator elsewhere) with `labels`.
-    async fn plant(&self, labels: &[(&str, &str)]) -> String {
+    /// operator elsewhere) with `labels` (a JSON object of strings).
+    async fn plant(&self, labels: Value) -> String {
         let name = format!("planted-{:012x}", fastrand::u64(..) >> 16);
-        let body = json!({
-            "name": name,
-            "labels": labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>(),
-        });
+        let labels: Vec<String> = labels
+            .as_object()
+            .expect("labels as an object")
+            .iter()
+            .map(|(k, v)| format!("{k}={}", v.as_str().expect("a string label value")))
+            .collect();
+        let body = json!({"name": name, "labels": labels});
         reqwest::Client::new()
             .post(format!("{}/v1/sprites", self.double.base_url))
             .bearer_auth(&self.double.token)
@@ -146,20 +119,6 @@ fn ready(s: &Sandbox) -> Option<(String, String, String)> {
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
 
-async fn wait_ready(api: &Api<Sandbox>, name: &str, op: &Operator) -> Sandbox {
-    let what = format!("Sandbox {name} Ready (operator log: {})", op.log.display());
-    wait_for(&what, READY_TIMEOUT, || async {
-        let s = api.get(name).await.map_err(|e| e.to_string())?;
-        let gen_ok =
-            s.status.as_ref().and_then(|st| st.observed_generation) == s.metadata.generation;
-        match ready(&s) {
-            Some((st, _, _)) if st == "True" && gen_ok => Ok(s),
-            other => Err(format!("ready={other:?} generation observed={gen_ok}")),
-        }
-    })
-    .await
-}
-
 /// Waits until Ready is False with `reason`, and returns its message.
 async fn wait_stalled(api: &Api<Sandbox>, name: &str, reason: &str) -> String {
     wait_for(
@@ -176,45 +135,11 @@ async fn wait_stalled(api: &Api<Sandbox>, name: &str, reason: &str) -> String {
     .await
 }
 
-async fn delete_and_wait_gone(api: &Api<Sandbox>, name: &str) {
-    api.delete(name, &DeleteParams::default())
-        .await
-        .expect("delete");
-    wait_for(&format!("Sandbox {name} gone"), READY_TIMEOUT, || async {
-        match api.get_opt(name).await {
-            Ok(None) => Ok(()),
-            Ok(Some(_)) => Err("still there".to_string()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await;
-}
-
-async fn patch_spec(api: &Api<Sandbox>, name: &str, spec: Value) {
-    api.patch(
-        name,
-        &PatchParams::default(),
-        &Patch::Merge(json!({"spec": spec})),
-    )
-    .await
-    .expect("patch");
-}
-
 fn sandbox_id(s: &Sandbox) -> String {
     s.status
         .as_ref()
         .and_then(|st| st.sandbox_id.clone())
         .expect("sandboxId")
-}
-
-/// Reads a counter from the operator's /metrics (0 when absent).
-fn metric(op: &Operator, name: &str) -> f64 {
-    op.http_get("/metrics")
-        .unwrap_or_default()
-        .lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// A sprite needs no image: the Sandbox becomes Ready, the operator delivers its secret env
@@ -238,7 +163,7 @@ async fn a_sprite_becomes_ready_without_an_image_takes_commands_and_files_and_is
     spec["env"] = json!([{"name": "GREETING", "value": "hello"}]);
     spec["selfDeliveredEnv"] = json!({"name": "app-secrets"});
     w.apply("basic", spec);
-    let api = w.api().await;
+    let api = w.api.clone();
     let s = wait_ready(&api, "basic", &op).await;
     let id = sandbox_id(&s);
     let uid = s.metadata.uid.clone().expect("uid");
@@ -314,7 +239,7 @@ async fn whether_an_image_is_needed_is_decided_by_the_providers_type() {
     let w = World::new("e2e-sprites-image").await;
     let docker = "  - name: docker\n    type: docker\n";
     let op = w.operator(docker, vec![]);
-    let api = w.api().await;
+    let api = w.api.clone();
     let mut with_image = sprite();
     with_image["image"] = json!(harness::docker::base_image());
     w.apply("imaged", with_image);
@@ -342,7 +267,7 @@ async fn a_changed_allow_list_is_replaced_in_place_and_observed() {
     let mut spec = sprite();
     spec["egress"] = json!({"allowedDomains": ["pypi.org"]});
     w.apply("walled", spec);
-    let api = w.api().await;
+    let api = w.api.clone();
     let s = wait_ready(&api, "walled", &op).await;
     let id = sandbox_id(&s);
     let policy_path = format!("/v1/sprites/{id}/policy/network");
@@ -404,20 +329,8 @@ async fn a_changed_allow_list_is_replaced_in_place_and_observed() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_between_create_and_status_write_leaves_exactly_one_sprite() {
     let w = World::new("e2e-sprites-crash").await;
-    let env = vec![("SANDBOX_OPERATOR_FAILPOINT".into(), "after-create".into())];
-    let mut op = w.operator("", env);
-    w.apply("crashy", sprite());
-    let status = op.wait_exit(READY_TIMEOUT).await;
-    assert!(!status.success(), "the failpoint aborts the process");
-    let api = w.api().await;
-    let s = api.get("crashy").await.expect("get");
-    assert!(
-        s.status
-            .as_ref()
-            .and_then(|st| st.sandbox_id.clone())
-            .is_none(),
-        "the create was not recorded"
-    );
+    let s = w.crash_after_create("crashy", sprite(), "").await;
+    let api = w.api.clone();
     assert_eq!(w.double.sprite_names().await.len(), 1, "it happened");
 
     let op = w.operator("", vec![]);
@@ -434,25 +347,9 @@ async fn a_crash_between_create_and_status_write_leaves_exactly_one_sprite() {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_sweeper_removes_orphans_and_keeps_foreign_sprites() {
     let w = World::new("e2e-sprites-sweep").await;
-    let gone_uid = "00000000-0000-4000-8000-000000000002";
-    let owner = format!("{}.deleted-long-ago", w.ns);
-    let orphan = w
-        .plant(&[
-            ("sandboxes.dev/managed-by", &w.ns),
-            ("sandboxes.dev/owner-uid", gone_uid),
-            ("sandboxes.dev/owner", &owner),
-            ("sandboxes.dev/kind", "Sandbox"),
-        ])
-        .await;
-    let foreign = w
-        .plant(&[
-            ("sandboxes.dev/managed-by", "another-operator"),
-            ("sandboxes.dev/owner-uid", gone_uid),
-            ("sandboxes.dev/owner", "elsewhere.thing"),
-            ("sandboxes.dev/kind", "Sandbox"),
-        ])
-        .await;
-    let unlabelled = w.plant(&[("team", "ops")]).await;
+    let orphan = w.plant(w.orphan_labels()).await;
+    let foreign = w.plant(foreign_labels()).await;
+    let unlabelled = w.plant(json!({"team": "ops"})).await;
     let op = w.operator(SWEEPER, vec![]);
     let what = format!("the orphan swept (operator log: {})", op.log.display());
     wait_for(&what, READY_TIMEOUT, || async {
@@ -464,13 +361,14 @@ async fn the_sweeper_removes_orphans_and_keeps_foreign_sprites() {
         }
     })
     .await;
-    let passes = metric(&op, "sandbox_operator_sweep_passes_total");
-    wait_for("two more sweeper passes", READY_TIMEOUT, || async {
-        let now = metric(&op, "sandbox_operator_sweep_passes_total");
-        (now >= passes + 2.0)
-            .then_some(())
-            .ok_or_else(|| format!("{now} passes"))
-    })
+    let passes = sweep_passes(&op, Passes::Completed);
+    wait_sweep_passes(
+        &op,
+        Passes::Completed,
+        passes,
+        2.0,
+        "two more sweeper passes",
+    )
     .await;
     let live = w.double.sprite_names().await;
     assert!(live.contains(&foreign), "another instance's sprite is kept");
@@ -488,7 +386,7 @@ async fn the_sweeper_removes_orphans_and_keeps_foreign_sprites() {
 async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
     let w = World::new("e2e-sprites-revoked").await;
     let op = w.operator(SWEEPER, vec![]);
-    let api = w.api().await;
+    let api = w.api.clone();
     for name in ["one", "two"] {
         w.apply(name, sprite());
     }
@@ -499,8 +397,7 @@ async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
     assert_eq!(sprites.len(), 2);
 
     w.double.rotate_token("a-token-the-operator-does-not-have");
-    let passes = metric(&op, "sandbox_operator_sweep_passes_total")
-        + metric(&op, "sandbox_operator_sweep_aborted_total");
+    let passes = sweep_passes(&op, Passes::Ended);
     for name in ["one", "two"] {
         patch_spec(
             &api,
@@ -512,30 +409,11 @@ async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
     for name in ["one", "two"] {
         wait_stalled(&api, name, "ProviderUnauthorized").await;
     }
-    wait_for(
-        "two sweeper passes after the revocation",
-        READY_TIMEOUT,
-        || async {
-            let now = metric(&op, "sandbox_operator_sweep_passes_total")
-                + metric(&op, "sandbox_operator_sweep_aborted_total");
-            (now >= passes + 2.0)
-                .then_some(())
-                .ok_or_else(|| format!("{now}"))
-        },
-    )
-    .await;
+    let what = "two sweeper passes after the revocation";
+    wait_sweep_passes(&op, Passes::Ended, passes, 2.0, what).await;
 
-    let events: Api<Event> = Api::namespaced(client().await, &w.ns);
-    let listed = events.list(&ListParams::default()).await.expect("events");
-    let mut per_object: BTreeMap<String, usize> = BTreeMap::new();
-    for e in listed.items {
-        if e.reason.as_deref() == Some("ProviderUnauthorized") {
-            let name = e.regarding.and_then(|r| r.name).unwrap_or_default();
-            *per_object.entry(name).or_default() += 1;
-        }
-    }
     assert_eq!(
-        per_object,
+        events_per_object(&w.ns, "ProviderUnauthorized").await,
         BTreeMap::from([("one".to_string(), 1), ("two".to_string(), 1)]),
         "one Event per object"
     );
@@ -561,7 +439,7 @@ async fn a_template_captured_on_a_sprite_boots_a_second_sprite() {
     let _objects = harness::s3::PurgePrefix(prefix.clone());
     let (store, keys) = harness::s3::store_config(&prefix);
     let op = w.operator_with("    templateStore: s3\n", &store, keys);
-    let api = w.api().await;
+    let api = w.api.clone();
     w.apply("src", sprite());
     let src = wait_ready(&api, "src", &op).await;
     let src_id = sandbox_id(&src);
@@ -579,12 +457,7 @@ async fn a_template_captured_on_a_sprite_boots_a_second_sprite() {
         "metadata": {"name": "tpl"},
         "spec": {"sandboxRef": {"name": "src"}, "capturePaths": ["/workspace/app"]},
     });
-    let out = apply_yaml(&serde_yaml::to_string(&template).unwrap(), &w.ns);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_yaml_ok(&serde_yaml::to_string(&template).unwrap(), &w.ns);
     let templates: Api<SandboxTemplate> = Api::namespaced(client().await, &w.ns);
     let what = format!(
         "SandboxTemplate tpl Ready (operator log: {})",

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use harness::cluster::*;
 use harness::docker::*;
+use harness::metrics::{leader_gauge, sample};
+use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, wait_ready};
 use harness::operator::*;
 use harness::{cache, wait_for};
 use kube::Api;
@@ -26,7 +28,6 @@ use sandbox_operator::api::{Sandbox, condition};
 const LEASE_SECS: u64 = 6;
 /// "A few seconds" on a busy two-core machine shared with other test runs.
 const MARGIN: Duration = Duration::from_secs(6);
-const READY_TIMEOUT: Duration = Duration::from_secs(90);
 
 /// The tests of this binary run one at a time: a freeze would disturb the other one.
 static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
@@ -46,20 +47,6 @@ fn opts(env: &[(&str, &str)]) -> OperatorOptions {
     }
 }
 
-/// One Prometheus sample (`name{labels}` as rendered); `None` when absent or not answering.
-fn sample(op: &Operator, series: &str) -> Option<f64> {
-    let body = op.http_get("/metrics")?;
-    body.lines().find_map(|l| {
-        l.strip_prefix(series)
-            .and_then(|rest| rest.strip_prefix(' '))
-            .and_then(|v| v.trim().parse().ok())
-    })
-}
-
-fn leader_gauge(op: &Operator) -> Option<f64> {
-    sample(op, "sandbox_operator_leader")
-}
-
 /// Waits until `op` reports `sandbox_operator_leader` = `want`.
 async fn wait_gauge(op: &Operator, want: f64, timeout: Duration, what: &str) {
     let desc = format!("{what} (log: {})", op.log.display());
@@ -77,47 +64,6 @@ fn sandbox_yaml(name: &str) -> String {
         "apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: {name}\nspec:\n  image: {}\n",
         base_image()
     )
-}
-
-fn apply(manifest: &str, ns: &str) {
-    let out = apply_yaml(manifest, ns);
-    assert!(
-        out.status.success(),
-        "kubectl apply failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Waits for Ready=True at the current generation.
-async fn wait_ready(api: &Api<Sandbox>, name: &str, op: &Operator, timeout: Duration) {
-    let desc = format!("Sandbox {name} Ready (log: {})", op.log.display());
-    wait_for(&desc, timeout, || async {
-        let s = api.get(name).await.map_err(|e| e.to_string())?;
-        let st = s.status.as_ref();
-        let ready = st.and_then(|st| condition(&st.conditions, "Ready"));
-        let current = st.and_then(|st| st.observed_generation) == s.metadata.generation;
-        match ready {
-            Some(c) if c.status == "True" && current => Ok(()),
-            other => Err(format!(
-                "ready {other:?}, observedGeneration current: {current}"
-            )),
-        }
-    })
-    .await;
-}
-
-async fn delete_and_wait_gone(api: &Api<Sandbox>, name: &str) {
-    api.delete(name, &DeleteParams::default())
-        .await
-        .expect("delete");
-    wait_for(&format!("Sandbox {name} gone"), READY_TIMEOUT, || async {
-        match api.get_opt(name).await {
-            Ok(None) => Ok(()),
-            Ok(Some(s)) => Err(format!("finalizers {:?}", s.metadata.finalizers)),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await;
 }
 
 fn log_of(op: &Operator) -> String {
@@ -154,7 +100,7 @@ async fn a_panicking_controller_makes_the_leader_exit_and_the_standby_reconcile(
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
 
     let applied = Instant::now();
-    apply(&sandbox_yaml("orphan"), &ns);
+    apply_yaml_ok(&sandbox_yaml("orphan"), &ns);
     let status = a.wait_exit(Duration::from_secs(30)).await;
     let exited = applied.elapsed();
     let log = log_of(&a);
@@ -177,7 +123,7 @@ async fn a_panicking_controller_makes_the_leader_exit_and_the_standby_reconcile(
     let exit_at = Instant::now();
     wait_gauge(&b, 1.0, lease() + MARGIN, "the standby to take over").await;
     let took_over = exit_at.elapsed();
-    wait_ready(&api, "orphan", &b, READY_TIMEOUT).await;
+    wait_ready(&api, "orphan", &b).await;
     assert!(
         sample(&b, "sandbox_operator_reconciles_total{kind=\"Sandbox\"}").unwrap_or(0.0) >= 1.0,
         "the new leader reconciled"
@@ -256,8 +202,8 @@ async fn an_api_server_stall_ends_leadership_in_bounded_time_and_the_standby_res
     let _purge = Purge(ns.clone());
     let (mut a, b) = leader_and_standby(&ns, &[]).await;
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    apply(&sandbox_yaml("before"), &ns);
-    wait_ready(&api, "before", &a, READY_TIMEOUT).await;
+    apply_yaml_ok(&sandbox_yaml("before"), &ns);
+    wait_ready(&api, "before", &a).await;
 
     // Freeze the API server until the leader has stepped down: past its renew deadline
     // (4 s), it must fail /healthz and stop leading, with nothing to talk to.
@@ -298,8 +244,8 @@ async fn an_api_server_stall_ends_leadership_in_bounded_time_and_the_standby_res
     assert_eq!(status.code(), Some(1), "log:\n{}", a.log_tail());
     wait_gauge(&b, 1.0, lease() + MARGIN, "the standby to take over").await;
     let took_over = resumed_at.elapsed();
-    apply(&sandbox_yaml("after"), &ns);
-    wait_ready(&api, "after", &b, READY_TIMEOUT).await;
+    apply_yaml_ok(&sandbox_yaml("after"), &ns);
+    wait_ready(&api, "after", &b).await;
     let after_ready = resumed_at.elapsed();
 
     // Restarted as a kubelet would, the old leader rejoins as a standby.

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use harness::cluster::*;
 use harness::docker::*;
+use harness::objects::wait_ready_within;
 use harness::operator::*;
 use harness::{unique, wait_for};
 use k8s_openapi::api::events::v1::Event;
@@ -26,29 +27,13 @@ use sandbox_operator::templates::service::TemplateService;
 use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
 use sandbox_operator::templates::transfer::{self, Limits};
 
-use harness::s3::s3_env;
+use harness::s3::{PurgePrefix, s3_env};
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 
 /// The store the operators of a test share, for looking at what they published.
 fn store(prefix: &str) -> Arc<TemplateStore> {
-    let env = s3_env();
-    let cfg: TemplateStoreConfig = serde_json::from_value(serde_json::json!({
-        "name": "s3", "bucket": env["SANDBOX_S3_BUCKET"], "endpoint": env["SANDBOX_S3_ENDPOINT"],
-        "pathStyle": true, "prefix": prefix,
-    }))
-    .expect("config");
-    let (access, secret) = (
-        env["SANDBOX_S3_ACCESS_KEY"].clone(),
-        env["SANDBOX_S3_SECRET_KEY"].clone(),
-    );
-    let settings = StoreSettings::resolve(&cfg, |k| match k {
-        "AWS_ACCESS_KEY_ID" => Some(access.clone()),
-        "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
-        _ => None,
-    })
-    .expect("settings");
-    Arc::new(TemplateStore::new(settings))
+    Arc::new(harness::s3::store(prefix, None))
 }
 
 /// An operator whose Docker provider has its own template repository and the shared store
@@ -153,81 +138,8 @@ fn docker_sh(container: &str, script: &str) -> Result<String, String> {
     }
 }
 
-/// Where an operator's log is, for a timeout message.
-trait Logged {
-    fn where_logged(&self) -> String;
-}
-
-impl Logged for Operator {
-    fn where_logged(&self) -> String {
-        format!("log {}", self.log.display())
-    }
-}
-
 fn ready(conditions: &[sandbox_operator::api::Condition]) -> Option<(String, String)> {
     condition(conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()))
-}
-
-async fn wait_sandbox_ready(api: &Api<Sandbox>, name: &str, op: &impl Logged) -> Sandbox {
-    wait_for(
-        &format!("Sandbox {name} Ready ({})", op.where_logged()),
-        TIMEOUT,
-        || async {
-            let s = api.get(name).await.map_err(|e| e.to_string())?;
-            let st = s.status.clone().unwrap_or_default();
-            match ready(&st.conditions) {
-                Some((r, _)) if r == "True" && st.observed_generation == s.metadata.generation => {
-                    Ok(s)
-                }
-                other => Err(format!("{other:?}")),
-            }
-        },
-    )
-    .await
-}
-
-async fn wait_template_ready(
-    api: &Api<SandboxTemplate>,
-    name: &str,
-    op: &impl Logged,
-) -> SandboxTemplate {
-    wait_for(
-        &format!("SandboxTemplate {name} Ready ({})", op.where_logged()),
-        TIMEOUT,
-        || async {
-            let t = api.get(name).await.map_err(|e| e.to_string())?;
-            let st = t.status.clone().unwrap_or_default();
-            match ready(&st.conditions) {
-                Some((r, _)) if r == "True" && st.observed_generation == t.metadata.generation => {
-                    Ok(t)
-                }
-                other => Err(format!(
-                    "{other:?} {:?}",
-                    st.conditions.iter().map(|c| &c.message).collect::<Vec<_>>()
-                )),
-            }
-        },
-    )
-    .await
-}
-
-/// events.k8s.io Events about `name`: (type, reason, note).
-async fn events_about(ns: &str, name: &str) -> Vec<(String, String, String)> {
-    let api: Api<Event> = Api::namespaced(client().await, ns);
-    api.list(&Default::default())
-        .await
-        .expect("list events")
-        .items
-        .into_iter()
-        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
-        .map(|e| {
-            (
-                e.type_.unwrap_or_default(),
-                e.reason.unwrap_or_default(),
-                e.note.unwrap_or_default(),
-            )
-        })
-        .collect()
 }
 
 fn containers_of(uid: &str) -> Vec<String> {
@@ -276,12 +188,7 @@ spec:
 }
 
 fn apply_ok(yaml: &str, ns: &str) {
-    let out = apply_yaml(yaml, ns);
-    assert!(
-        out.status.success(),
-        "kubectl apply failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    apply_yaml_ok(yaml, ns);
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -296,11 +203,11 @@ async fn capture_boot_recapture_and_refused_deletion_through_the_api_server() {
     let sandboxes: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
     let templates: Api<SandboxTemplate> = Api::namespaced(client.clone(), &ns);
     let store = store(&prefix);
-    let _objects = PurgePrefix(store.clone(), prefix.clone());
+    let _objects = PurgePrefix(prefix.clone());
 
     // The Sandbox to capture.
     apply_ok(&source_sandbox("src", "v1"), &ns);
-    let src = wait_sandbox_ready(&sandboxes, "src", &op).await;
+    let src = wait_ready_within(&sandboxes, "src", &op, TIMEOUT).await;
     let src_container = format!("sbx-{}", src.metadata.uid.clone().expect("uid"));
     wait_for("the source's files", TIMEOUT, || async {
         docker_sh(&src_container, "test -f /workspace/app/.ready")
@@ -324,7 +231,7 @@ spec:
         )
     };
     apply_ok(&template_yaml("v1"), &ns);
-    let t = wait_template_ready(&templates, "tpl", &op).await;
+    let t = wait_ready_within(&templates, "tpl", &op, TIMEOUT).await;
     let uid = t.metadata.uid.clone().expect("uid");
     let st = t.status.clone().expect("status");
     let id = format!("sbxt-{uid}");
@@ -381,7 +288,7 @@ spec:
     // A spec change captures again and replaces the template (and its published copy).
     docker_sh(&src_container, "printf v2 > /workspace/app/hello.txt").expect("write v2");
     apply_ok(&template_yaml("v2"), &ns);
-    let t = wait_template_ready(&templates, "tpl", &op).await;
+    let t = wait_ready_within(&templates, "tpl", &op, TIMEOUT).await;
     let st2 = t.status.clone().expect("status");
     assert_ne!(st2.ref_, first_ref, "a new capture");
     assert_ne!(st2.capture_hash, st.capture_hash);
@@ -398,7 +305,7 @@ spec:
 
     // A Sandbox boots from it, with the captured file and mode.
     apply_ok(&sandbox_from("user", "tpl"), &ns);
-    let user = wait_sandbox_ready(&sandboxes, "user", &op).await;
+    let user = wait_ready_within(&sandboxes, "user", &op, TIMEOUT).await;
     let user_container = format!("sbx-{}", user.metadata.uid.clone().expect("uid"));
     let seen = docker_sh(
         &user_container,
@@ -544,14 +451,14 @@ async fn a_template_published_by_one_operator_is_fetched_and_booted_by_another()
     let op_b = operator(&ns_b, &repo_b, &prefix);
     let client = client().await;
     let store = store(&prefix);
-    let _objects = PurgePrefix(store.clone(), prefix.clone());
+    let _objects = PurgePrefix(prefix.clone());
     let shared = harness::unique("shared");
 
     // Operator A captures and publishes under a stable id.
     let sandboxes_a: Api<Sandbox> = Api::namespaced(client.clone(), &ns_a);
     let templates_a: Api<SandboxTemplate> = Api::namespaced(client.clone(), &ns_a);
     apply_ok(&source_sandbox("src", "shared bytes"), &ns_a);
-    let src = wait_sandbox_ready(&sandboxes_a, "src", &op_a).await;
+    let src = wait_ready_within(&sandboxes_a, "src", &op_a, TIMEOUT).await;
     let src_container = format!("sbx-{}", src.metadata.uid.clone().expect("uid"));
     wait_for("the source's files", TIMEOUT, || async {
         docker_sh(&src_container, "test -f /workspace/app/.ready")
@@ -573,7 +480,7 @@ spec:
         ),
         &ns_a,
     );
-    wait_template_ready(&templates_a, "deps", &op_a).await;
+    wait_ready_within(&templates_a, "deps", &op_a, TIMEOUT).await;
 
     // Operator B (another "host": its own template repository) fetches it by id.
     let sandboxes_b: Api<Sandbox> = Api::namespaced(client.clone(), &ns_b);
@@ -599,7 +506,7 @@ spec:
         ),
         &ns_b,
     );
-    let fetched = wait_template_ready(&templates_b, "deps", &op_b).await;
+    let fetched = wait_ready_within(&templates_b, "deps", &op_b, TIMEOUT).await;
     let st = fetched.status.clone().expect("status");
     assert_eq!(st.template_id.as_deref(), Some(shared.as_str()));
     assert_eq!(st.published, Some(true));
@@ -630,7 +537,7 @@ spec:
     .await;
 
     apply_ok(&sandbox_from("user", "deps"), &ns_b);
-    let user = wait_sandbox_ready(&sandboxes_b, "user", &op_b).await;
+    let user = wait_ready_within(&sandboxes_b, "user", &op_b, TIMEOUT).await;
     let seen = docker_sh(
         &format!("sbx-{}", user.metadata.uid.clone().expect("uid")),
         "cat /workspace/app/hello.txt; echo; stat -c '%a %u' /workspace/app/hello.txt",
@@ -691,31 +598,6 @@ spec:
         .expect("delete");
 }
 
-/// Removes everything under a store prefix when dropped, so a failed test leaves no objects
-/// behind (a passing one has removed them through the operator already).
-struct PurgePrefix(Arc<TemplateStore>, String);
-
-impl Drop for PurgePrefix {
-    fn drop(&mut self) {
-        let (store, prefix) = (self.0.clone(), format!("{}/", self.1));
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                if let Ok(objects) = store.list(&prefix).await {
-                    let keys: Vec<String> = objects.into_iter().map(|o| o.key).collect();
-                    let _ = store.remove(&keys).await;
-                }
-            });
-        })
-        .join();
-    }
-}
-
 // ---- providers without native templates, and the sweeper, in the test process -----------
 
 /// The library's Sandbox and SandboxTemplate controllers running in this process against the
@@ -773,7 +655,7 @@ impl InProcess {
     }
 }
 
-impl Logged for InProcess {
+impl harness::objects::Logged for InProcess {
     fn where_logged(&self) -> String {
         "controllers in the test process".into()
     }
@@ -885,7 +767,7 @@ async fn without_native_templates_a_sandbox_boots_the_base_image_and_is_restored
     let _purge = Purge(ns.clone());
     let prefix = format!("e2e-exec-{ns}");
     let store = store(&prefix);
-    let _objects = PurgePrefix(store.clone(), prefix.clone());
+    let _objects = PurgePrefix(prefix.clone());
     let docker = sandbox_operator::provider::docker::DockerProvider::connect_negotiated(
         "nonative",
         sandbox_operator::provider::docker::DockerSettings {
@@ -903,7 +785,7 @@ async fn without_native_templates_a_sandbox_boots_the_base_image_and_is_restored
 
     // Capture: over exec into the store; the template is published by nature.
     apply_ok(&source_sandbox("src", "restored bytes"), &ns);
-    let src = wait_sandbox_ready(&sandboxes, "src", &op).await;
+    let src = wait_ready_within(&sandboxes, "src", &op, TIMEOUT).await;
     let src_id = src.status.clone().and_then(|s| s.sandbox_id).expect("id");
     wait_for("the source's files", TIMEOUT, || async {
         docker_sh(&src_id, "test -f /workspace/app/.ready")
@@ -921,7 +803,7 @@ spec:
 "#,
         &ns,
     );
-    let t = wait_template_ready(&templates, "deps", &op).await;
+    let t = wait_ready_within(&templates, "deps", &op, TIMEOUT).await;
     let st = t.status.clone().expect("status");
     let id = st.template_id.clone().expect("template id");
     assert_eq!(st.published, Some(true), "kept in the store: published");
@@ -941,7 +823,7 @@ spec:
 
     // Boot: the manifest's base image, the archive restored after start, then Ready.
     apply_ok(&sandbox_from("user", "deps"), &ns);
-    let user = wait_sandbox_ready(&sandboxes, "user", &op).await;
+    let user = wait_ready_within(&sandboxes, "user", &op, TIMEOUT).await;
     let ust = user.status.clone().expect("status");
     let user_id = ust.sandbox_id.clone().expect("id");
     assert_eq!(
@@ -984,7 +866,7 @@ spec:
         ),
         &ns,
     );
-    wait_template_ready(&templates, "hostile", &op).await;
+    wait_ready_within(&templates, "hostile", &op, TIMEOUT).await;
     apply_ok(&sandbox_from("victim", "hostile"), &ns);
     let victim = wait_for("victim: TemplateRestoreFailed", TIMEOUT, || async {
         let s = sandboxes.get("victim").await.map_err(|e| e.to_string())?;
@@ -1045,7 +927,7 @@ async fn a_fetched_template_is_swept_once_its_sandbox_template_is_gone() {
     );
     let prefix = format!("e2e-sweep-{ns}");
     let store = store(&prefix);
-    let _objects = PurgePrefix(store.clone(), prefix.clone());
+    let _objects = PurgePrefix(prefix.clone());
     let repo = format!("sandbox-operator/e2e-{ns}");
     let _images = Repository(repo.clone());
     let docker = DockerProvider::connect_negotiated(

@@ -37,17 +37,6 @@ fn condition<'a>(object: &'a Value, type_: &str) -> Option<&'a Value> {
         .find(|c| c["type"] == type_)
 }
 
-fn kubectl_ok(args: &[&str], stdin: Option<&str>) -> String {
-    let out = kubectl(args, stdin);
-    assert!(
-        out.status.success(),
-        "kubectl {} failed: {}",
-        args.join(" "),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 fn apply_json(object: &Value) {
     kubectl_ok(&["apply", "-f", "-"], Some(&object.to_string()));
 }

@@ -69,17 +69,6 @@ fn helm_ok(args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn kubectl_ok(args: &[&str], stdin: Option<&str>) -> String {
-    let out = kubectl(args, stdin);
-    assert!(
-        out.status.success(),
-        "kubectl {} failed:\n{}",
-        args.join(" "),
-        text(&out)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
 /// `helm template` of the chart; `extra` are further helm arguments.
 fn render(release: &str, namespace: &str, extra: &[&str]) -> String {
     let chart = chart_arg();

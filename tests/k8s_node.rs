@@ -73,15 +73,13 @@ fn web_pod(name: &str, group: &str) -> Pod {
     .expect("pod")
 }
 
-/// Removes the images a test made the engine and the nodes hold, also when it panics.
-struct Images(Vec<String>);
+/// Removes the images a test made the nodes hold (and, as [`harness::docker::Images`], the
+/// engine), also when it panics.
+struct NodeImages(harness::docker::Images);
 
-impl Drop for Images {
+impl Drop for NodeImages {
     fn drop(&mut self) {
-        for image in &self.0 {
-            let _ = std::process::Command::new("docker")
-                .args(["rmi", "-f", image])
-                .output();
+        for image in &self.0.0 {
             node::remove_image(image);
         }
     }
@@ -316,7 +314,7 @@ async fn nodes_pull_from_the_test_registry_with_a_pull_secret_and_only_with_it()
     )
     .await;
     let image = format!("{}/{repository}:1", r.addr);
-    let _images = Images(vec![image.clone(), digest]);
+    let _images = NodeImages(harness::docker::Images(vec![image.clone(), digest]));
 
     let client = cluster::client().await;
     let ns = Namespace(cluster::namespace("k8snode-pull").await);

@@ -29,6 +29,7 @@ use bollard::query_parameters::{
 use chrono::Utc;
 use harness::cluster::{client, kubeconfig, namespace};
 use harness::docker::base_image;
+use harness::metrics::has_line;
 use harness::{unique, wait_for};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::Api;
@@ -490,10 +491,6 @@ fn row<'a>(
         .unwrap_or_else(|| panic!("no row for {res:?} in\n{}", report.render_table()))
 }
 
-fn metric(metrics: &Metrics, needle: &str) -> bool {
-    metrics.render().lines().any(|l| l == needle)
-}
-
 /// A pass enumerates with one container list call (no inspect per container, however many
 /// there are), and still tells wreckage from what once ran: counted through a proxy in front
 /// of the engine.
@@ -689,7 +686,7 @@ async fn a_pass_reclaims_exactly_orphans_wreckage_unattached_volumes_and_unused_
         "sandbox_operator_sweep_passes_total 1",
     ] {
         assert!(
-            metric(&metrics, needle),
+            has_line(&metrics.render(), needle),
             "missing {needle} in\n{}",
             metrics.render()
         );
@@ -777,8 +774,8 @@ async fn dry_run_deletes_nothing_and_lists_exactly_what_a_real_pass_then_deletes
     w.assert_exactly(&everything, &[], "after the dry run")
         .await;
     assert!(
-        metric(
-            &metrics,
+        has_line(
+            &metrics.render(),
             "sandbox_operator_sweep_deletions_total{category=\"wreckage\",outcome=\"dry_run\"} 2"
         ),
         "{}",
@@ -859,15 +856,15 @@ async fn the_cap_stops_a_runaway_pass_and_reports_what_it_left() {
     )
     .await;
     assert!(
-        metric(
-            &metrics,
+        has_line(
+            &metrics.render(),
             "sandbox_operator_sweep_aborted_total{reason=\"deletion_cap\"} 1"
         ),
         "{}",
         metrics.render()
     );
-    assert!(metric(
-        &metrics,
+    assert!(has_line(
+        &metrics.render(),
         "sandbox_operator_sweep_deletions_total{category=\"wreckage\",outcome=\"deferred\"} 3"
     ));
 
@@ -1064,8 +1061,8 @@ async fn engine_failing_mid_pass_aborts_it_with_nothing_deleted() {
             .await;
     }
     assert!(
-        metric(
-            &metrics,
+        has_line(
+            &metrics.render(),
             "sandbox_operator_sweep_aborted_total{reason=\"enumeration_failed\"} 3"
         ),
         "{}",
@@ -1114,8 +1111,8 @@ async fn an_unreadable_api_server_aborts_the_pass_with_nothing_deleted() {
     };
     assert!(reason.contains("listing Sandbox objects"), "{reason}");
     assert!(
-        metric(
-            &metrics,
+        has_line(
+            &metrics.render(),
             "sandbox_operator_sweep_aborted_total{reason=\"owner_lookup_failed\"} 1"
         ),
         "{}",

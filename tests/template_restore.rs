@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use harness::docker::TestEnv;
 use harness::no_native_templates::NoNativeTemplates;
-use harness::s3::s3_env;
+use harness::s3::PurgePrefix;
 use harness::unique;
 use sandbox_operator::config::TemplateStoreConfig;
 use sandbox_operator::provider::ErrorKind;
@@ -39,26 +39,7 @@ const APP: &str = "/workspace/app";
 /// A store under a prefix of its own; `secret` overrides the secret key (a wrong one makes
 /// every request fail its signature check).
 fn store(prefix: &str, secret: Option<&str>) -> Arc<TemplateStore> {
-    let env = s3_env();
-    let cfg: TemplateStoreConfig = serde_json::from_value(serde_json::json!({
-        "name": "test",
-        "bucket": env["SANDBOX_S3_BUCKET"],
-        "endpoint": env["SANDBOX_S3_ENDPOINT"],
-        "pathStyle": true,
-        "prefix": prefix,
-    }))
-    .expect("config");
-    let access = env["SANDBOX_S3_ACCESS_KEY"].clone();
-    let secret = secret
-        .map(str::to_string)
-        .unwrap_or_else(|| env["SANDBOX_S3_SECRET_KEY"].clone());
-    let settings = StoreSettings::resolve(&cfg, |k| match k {
-        "AWS_ACCESS_KEY_ID" => Some(access.clone()),
-        "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
-        _ => None,
-    })
-    .expect("settings");
-    Arc::new(TemplateStore::new(settings))
+    Arc::new(harness::s3::store(prefix, secret))
 }
 
 fn limits() -> Limits {
@@ -317,7 +298,7 @@ async fn hostile_archives_are_refused_or_neutralised_and_nothing_lands_outside()
     let env = TestEnv::new("hostile").await;
     let prefix = unique("t-hostile");
     let store = store(&prefix, None);
-    let _objects = PurgePrefix(store.clone(), prefix.clone());
+    let _objects = PurgePrefix(prefix.clone());
     // Fingerprints of the fresh base image's account files, to compare against.
     let probe = started(&env, "probe").await;
     let passwd = env
@@ -498,7 +479,7 @@ async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
     let env = TestEnv::new("refusedfetch").await;
     let prefix = unique("t-refused");
     let store = store(&prefix, None);
-    let _objects = PurgePrefix(store.clone(), prefix.clone());
+    let _objects = PurgePrefix(prefix.clone());
     let (provider, service) = (&env.provider, service(Some(store.clone())));
     let owner = env.owner("SandboxTemplate", "refused");
     for members in [
@@ -611,7 +592,7 @@ async fn capture_publish_fetch_boot_round_trip_keeps_contents_and_modes() {
     let env = TestEnv::new("roundtrip").await;
     let prefix = unique("t-roundtrip");
     let store = store(&prefix, None);
-    let _objects = PurgePrefix(store.clone(), prefix.clone());
+    let _objects = PurgePrefix(prefix.clone());
     let (here, service) = (&env.provider, service(Some(store.clone())));
     let source = started(&env, "source").await;
     env.sh(&source, POPULATE).await;
@@ -713,7 +694,7 @@ async fn without_native_templates_capture_goes_over_exec_and_boot_restores_after
     let env = TestEnv::new("nonative").await;
     let prefix = format!("t-nonative-{:08x}", fastrand::u32(..));
     let store = store(&prefix, None);
-    let _objects = PurgePrefix(store.clone(), prefix.clone());
+    let _objects = PurgePrefix(prefix.clone());
     let service = service(Some(store.clone()));
     let fly = NoNativeTemplates(env.provider.clone());
     assert!(fly.templates().is_none());
@@ -826,7 +807,7 @@ async fn boot_from_template_versus_building_from_scratch() {
     let env = TestEnv::new("timing").await;
     let prefix = unique("t-timing");
     let store = store(&prefix, None);
-    let _objects = PurgePrefix(store.clone(), prefix.clone());
+    let _objects = PurgePrefix(prefix.clone());
     let (here, service) = (env.provider.clone(), service(Some(store.clone())));
     let check = "test -f /workspace/app/.installed && test \"$(ls /workspace/app/node_modules | wc -l)\" = 2000";
 
@@ -935,27 +916,4 @@ async fn boot_from_template_versus_building_from_scratch() {
         .expect("remove published");
 }
 
-/// Removes everything under a store prefix when dropped, so a failed test leaves no objects
-/// behind (a passing one has removed them through the operator already).
-struct PurgePrefix(Arc<TemplateStore>, String);
 
-impl Drop for PurgePrefix {
-    fn drop(&mut self) {
-        let (store, prefix) = (self.0.clone(), format!("{}/", self.1));
-        let _ = std::thread::spawn(move || {
-            let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-            else {
-                return;
-            };
-            rt.block_on(async {
-                if let Ok(objects) = store.list(&prefix).await {
-                    let keys: Vec<String> = objects.into_iter().map(|o| o.key).collect();
-                    let _ = store.remove(&keys).await;
-                }
-            });
-        })
-        .join();
-    }
-}

@@ -12,26 +12,7 @@ use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
 use sandbox_operator::templates::transfer::{self, Limits};
 
 fn store_with(prefix: &str, secret: Option<&str>) -> TemplateStore {
-    let env = s3_env();
-    let cfg: TemplateStoreConfig = serde_json::from_value(serde_json::json!({
-        "name": "test",
-        "bucket": env["SANDBOX_S3_BUCKET"],
-        "endpoint": env["SANDBOX_S3_ENDPOINT"],
-        "pathStyle": true,
-        "prefix": prefix,
-    }))
-    .expect("config");
-    let access = env["SANDBOX_S3_ACCESS_KEY"].clone();
-    let secret = secret
-        .map(str::to_string)
-        .unwrap_or_else(|| env["SANDBOX_S3_SECRET_KEY"].clone());
-    let settings = StoreSettings::resolve(&cfg, |k| match k {
-        "AWS_ACCESS_KEY_ID" => Some(access.clone()),
-        "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
-        _ => None,
-    })
-    .expect("settings");
-    TemplateStore::new(settings)
+    harness::s3::store(prefix, secret)
 }
 
 fn prefix(name: &str) -> String {

@@ -194,3 +194,65 @@ pub fn get_json(resource: &str, name: &str, namespace: &str) -> Result<String, S
         Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
 }
+
+/// Runs kubectl and returns its stdout; panics with the command and everything kubectl
+/// printed when it fails.
+pub fn kubectl_ok(args: &[&str], stdin: Option<&str>) -> String {
+    let out = kubectl(args, stdin);
+    assert!(
+        out.status.success(),
+        "kubectl {} failed:\n{}{}",
+        args.join(" "),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// [`apply_yaml`], panicking with kubectl's error when the apply fails.
+pub fn apply_yaml_ok(yaml: &str, namespace: &str) {
+    let out = apply_yaml(yaml, namespace);
+    assert!(
+        out.status.success(),
+        "kubectl apply failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// events.k8s.io Events in `namespace` about the object `name`: (type, reason, note).
+pub async fn events_about(namespace: &str, name: &str) -> Vec<(String, String, String)> {
+    use k8s_openapi::api::events::v1::Event;
+    let api: kube::Api<Event> = kube::Api::namespaced(client().await, namespace);
+    api.list(&Default::default())
+        .await
+        .expect("list events")
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| {
+            (
+                e.type_.unwrap_or_default(),
+                e.reason.unwrap_or_default(),
+                e.note.unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// How many events.k8s.io Events in `namespace` with `reason` each object has.
+pub async fn events_per_object(
+    namespace: &str,
+    reason: &str,
+) -> std::collections::BTreeMap<String, usize> {
+    use k8s_openapi::api::events::v1::Event;
+    let api: kube::Api<Event> = kube::Api::namespaced(client().await, namespace);
+    let listed = api.list(&Default::default()).await.expect("list events");
+    let mut per_object = std::collections::BTreeMap::new();
+    for e in listed.items {
+        if e.reason.as_deref() == Some(reason) {
+            let name = e.regarding.and_then(|r| r.name).unwrap_or_default();
+            *per_object.entry(name).or_default() += 1;
+        }
+    }
+    per_object
+}

@@ -54,6 +54,25 @@ pub async fn engine() -> bollard::Docker {
         .expect("the Docker engine answers (run tests/setup/docker.sh)")
 }
 
+/// Every container on `docker` labelled `key=value`, in every state.
+pub async fn containers_labelled(
+    docker: &bollard::Docker,
+    key: &str,
+    value: &str,
+) -> Vec<bollard::models::ContainerSummary> {
+    let filters =
+        std::collections::HashMap::from([("label".to_string(), vec![format!("{key}={value}")])]);
+    let options = bollard::query_parameters::ListContainersOptions {
+        all: true,
+        filters: Some(filters),
+        ..Default::default()
+    };
+    docker
+        .list_containers(Some(options))
+        .await
+        .expect("list containers")
+}
+
 /// A provider on the local engine (API version negotiated) with the base image as default.
 pub async fn provider(name: &str) -> DockerProvider {
     DockerProvider::connect_negotiated(
@@ -104,6 +123,19 @@ pub fn remove_labelled(key: &str, value: &str) {
         &["volume", "rm", "-f"],
         list(&["volume", "ls", "-q", "--filter", &filter]),
     );
+}
+
+/// Removes from the engine the images a test pulled or pushed, also when it panics.
+pub struct Images(pub Vec<String>);
+
+impl Drop for Images {
+    fn drop(&mut self) {
+        for image in &self.0 {
+            let _ = std::process::Command::new("docker")
+                .args(["rmi", "-f", image])
+                .output();
+        }
+    }
 }
 
 /// Removes everything of one instance when dropped: what carries it in

@@ -13,7 +13,11 @@
 //! - [`registry`]: the test image registry, images pushed to it, and its access log;
 //! - [`kubernetes`]: the Kubernetes provider on the real test node(s), a namespace per test;
 //! - [`node`]: real Kubernetes nodes (kubelet + containerd) for Pods (`tests/setup/node.sh`);
-//! - [`engine_proxy`]: a counting proxy in front of the Docker engine (requests by path).
+//! - [`engine_proxy`]: a counting proxy in front of the Docker engine (requests by path);
+//! - [`objects`]: waiting on the objects a test applied (Ready, gone) and patching their spec;
+//! - [`metrics`]: reading the operator's Prometheus metrics;
+//! - [`world`]: one end-to-end world (namespace, operator, configuration) around a provider's
+//!   far side, for the remote providers and Kubernetes.
 //!
 //! A test binary declares `mod harness;` and uses the modules it needs.
 
@@ -23,12 +27,15 @@ pub mod cluster;
 pub mod docker;
 pub mod engine_proxy;
 pub mod kubernetes;
+pub mod metrics;
 pub mod no_native_templates;
 pub mod node;
+pub mod objects;
 pub mod operator;
 pub mod registry;
 pub mod s3;
 pub mod tools;
+pub mod world;
 
 use std::future::Future;
 use std::path::PathBuf;

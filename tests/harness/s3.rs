@@ -6,6 +6,9 @@
 use std::collections::HashMap;
 use std::sync::OnceLock;
 
+use sandbox_operator::config::TemplateStoreConfig;
+use sandbox_operator::templates::store::{StoreError, StoreSettings, TemplateStore};
+
 /// `SANDBOX_S3_ENDPOINT`, `SANDBOX_S3_ACCESS_KEY`, `SANDBOX_S3_SECRET_KEY`, `SANDBOX_S3_BUCKET`.
 pub fn s3_env() -> HashMap<String, String> {
     static ENV: OnceLock<HashMap<String, String>> = OnceLock::new();
@@ -62,32 +65,46 @@ pub fn store_config(prefix: &str) -> (String, Vec<(String, String)>) {
     (config, keys)
 }
 
-/// Removes every store object under a prefix when dropped.
+/// Settings of the test store under `prefix`; `secret` overrides the secret key (a wrong one
+/// makes every request fail its signature check).
+pub fn store_settings(prefix: &str, secret: Option<&str>) -> Result<StoreSettings, StoreError> {
+    let env = s3_env();
+    let cfg: TemplateStoreConfig = serde_json::from_value(serde_json::json!({
+        "name": "test",
+        "bucket": env["SANDBOX_S3_BUCKET"],
+        "endpoint": env["SANDBOX_S3_ENDPOINT"],
+        "pathStyle": true,
+        "prefix": prefix,
+    }))
+    .expect("store config");
+    let access = env["SANDBOX_S3_ACCESS_KEY"].clone();
+    let secret = secret
+        .map(str::to_string)
+        .unwrap_or_else(|| env["SANDBOX_S3_SECRET_KEY"].clone());
+    StoreSettings::resolve(&cfg, |k| match k {
+        "AWS_ACCESS_KEY_ID" => Some(access.clone()),
+        "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
+        _ => None,
+    })
+}
+
+/// The test store under `prefix` (see [`store_settings`]).
+pub fn store(prefix: &str, secret: Option<&str>) -> TemplateStore {
+    TemplateStore::new(store_settings(prefix, secret).expect("test store settings"))
+}
+
+/// Removes every object of the test store under a prefix when dropped, so a failed test
+/// leaves none behind (a passing one has removed them through the operator already).
 pub struct PurgePrefix(pub String);
 
 impl Drop for PurgePrefix {
     fn drop(&mut self) {
-        use sandbox_operator::config::TemplateStoreConfig;
-        use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
-        use serde_json::json;
-        let env = s3_env();
-        let cfg: TemplateStoreConfig = serde_json::from_value(json!({
-            "name": "s3", "bucket": env["SANDBOX_S3_BUCKET"], "endpoint": env["SANDBOX_S3_ENDPOINT"],
-            "pathStyle": true, "prefix": self.0,
-        }))
-        .expect("store config");
-        let (access, secret) = (
-            env["SANDBOX_S3_ACCESS_KEY"].clone(),
-            env["SANDBOX_S3_SECRET_KEY"].clone(),
-        );
-        let Ok(settings) = StoreSettings::resolve(&cfg, |k| match k {
-            "AWS_ACCESS_KEY_ID" => Some(access.clone()),
-            "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
-            _ => None,
-        }) else {
+        let Ok(settings) = store_settings(&self.0, None) else {
             return;
         };
         let prefix = format!("{}/", self.0);
+        // Drop runs inside the test's runtime, which cannot be blocked on: a runtime of its
+        // own on a thread of its own.
         let _ = std::thread::spawn(move || {
             let Ok(rt) = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
