@@ -20,11 +20,12 @@ use bollard::models::ContainerSummary;
 use futures::{StreamExt, stream};
 use harness::cluster::*;
 use harness::docker::*;
+use harness::objects::is_ready;
 use harness::operator::*;
 use harness::{repo, wait_for};
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use sandbox_operator::api::{Sandbox, condition};
+use sandbox_operator::api::Sandbox;
 use sandbox_operator::provider::labels::MANAGED_BY;
 
 const CYCLES: usize = 50;
@@ -202,12 +203,8 @@ async fn sigkill_chaos_then_one_sweep_leaves_one_sandbox_per_live_object_and_not
             }
             let mut uids = BTreeMap::new();
             for s in &list.items {
-                let st = s.status.clone().unwrap_or_default();
-                let ready = condition(&st.conditions, "Ready").map(|c| c.status.clone());
-                if ready.as_deref() != Some("True")
-                    || st.observed_generation != s.metadata.generation
-                {
-                    return Err(format!("{:?} not Ready: {ready:?}", s.metadata.name));
+                if let Err(why) = is_ready(s) {
+                    return Err(format!("{:?} not Ready: {why}", s.metadata.name));
                 }
                 uids.insert(
                     s.metadata.uid.clone().unwrap_or_default(),

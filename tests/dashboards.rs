@@ -9,7 +9,7 @@ mod harness;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use harness::cluster::{apply_yaml, namespace};
+use harness::cluster::{apply_yaml_ok, namespace};
 use harness::docker::{Purge, base_image};
 use harness::operator::{Operator, OperatorOptions};
 use harness::tools::helm;

@@ -16,6 +16,7 @@ use harness::cluster::*;
 use harness::docker::*;
 use harness::engine_proxy::EngineProxy;
 use harness::metrics::metric;
+use harness::objects::is_ready;
 use harness::operator::*;
 use harness::wait_for;
 use kube::Api;
@@ -45,11 +46,7 @@ async fn wait_all_ready(api: &Api<Sandbox>, names: &[String], op: &Operator) {
             .items
             .iter()
             .filter(|s| names.contains(&s.metadata.name.clone().unwrap_or_default()))
-            .filter(|s| {
-                let st = s.status.clone().unwrap_or_default();
-                condition(&st.conditions, "Ready").is_some_and(|c| c.status == "True")
-                    && st.observed_generation == s.metadata.generation
-            })
+            .filter(|s| is_ready(*s).is_ok())
             .count();
         if ready == names.len() {
             Ok(())

@@ -8,8 +8,6 @@
 mod fakenet;
 mod harness;
 
-use std::time::Duration;
-
 use fakenet::{FakeNet, GatewayGuard, gateway_settings};
 use harness::cluster::*;
 use harness::docker::{TEST_LABEL, base_image};
@@ -17,8 +15,7 @@ use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, wait_rea
 use harness::operator::*;
 use harness::{unique, wait_for};
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams};
-use sandbox_operator::api::{Sandbox, condition};
+use sandbox_operator::api::Sandbox;
 use serde_json::json;
 
 fn docker_exec(container: &str, script: &str) -> (i32, String) {

@@ -12,15 +12,13 @@ use std::time::{Duration, Instant};
 
 use harness::cluster::*;
 use harness::objects::READY_TIMEOUT;
-use harness::operator::*;
 use harness::wait_for;
 use harness::world::{Backend, foreign_labels, token_file};
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams, PostParams};
 use sandbox_doubles::e2b::{self as double, E2bDouble, E2bDoubleOptions, Power};
 use sandbox_operator::api::{Sandbox, condition};
-use sandbox_operator::provider::labels::Owner;
 use serde_json::{Value, json};
 
 /// The short E2B timeout of the keep-alive test, in seconds: several pass within a test.

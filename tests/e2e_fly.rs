@@ -10,12 +10,9 @@ use std::time::Duration;
 use harness::cluster::*;
 use harness::metrics::{Passes, sweep_passes, wait_sweep_passes};
 use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, wait_ready};
-use harness::operator::*;
 use harness::wait_for;
 use harness::world::{Backend, SWEEPER, foreign_labels, token_file};
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 use reqwest::Method;
 use sandbox_doubles::fly::{FlyDouble, FlyDoubleOptions, Matcher, spawn};
 use sandbox_operator::api::{Sandbox, condition};
@@ -65,6 +62,10 @@ impl World {
             first_port: 20_000 + fastrand::u16(0..30_000),
         };
         World::around(namespace(prefix).await, fly).await
+    }
+
+    async fn shutdown(self) {
+        self.backend.double.shutdown().await;
     }
 }
 
@@ -197,7 +198,7 @@ async fn a_fly_sandbox_becomes_ready_and_its_url_reaches_it_alone() {
 
     delete_and_wait_gone(&api, "web").await;
     assert!(w.double.live_machines(w.double.app()).is_empty());
-    w.double.shutdown().await;
+    w.shutdown().await;
 }
 
 /// A resize is a machine update, which Fly applies by rebooting a running machine: status says
@@ -233,7 +234,7 @@ async fn a_resize_says_in_status_that_it_restarted_the_machine() {
     assert_eq!(code, 0);
     assert_ne!(before, after, "the main process started again");
     delete_and_wait_gone(&api, "grow").await;
-    w.double.shutdown().await;
+    w.shutdown().await;
 }
 
 async fn wait_hibernation(
@@ -285,13 +286,13 @@ async fn sleeping_reports_what_really_happened_to_the_processes() {
         "a cold boot is reported as such: {cold:?}"
     );
     delete_and_wait_gone(&api, "nap").await;
-    w.double.shutdown().await;
+    w.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_between_create_and_status_write_leaves_exactly_one_machine() {
     let w = World::new("e2e-fly-crash").await;
-    let s = w.crash_after_create("crashy", sleeper(), "").await;
+    w.crash_after_create("crashy", sleeper(), "").await;
     let api = w.api.clone();
     assert_eq!(
         w.double.live_machines(w.double.app()).len(),
@@ -305,7 +306,7 @@ async fn a_crash_between_create_and_status_write_leaves_exactly_one_machine() {
     assert_eq!(live.len(), 1, "adopted, not duplicated");
     assert_eq!(s.status.and_then(|st| st.sandbox_id), Some(live[0].clone()));
     delete_and_wait_gone(&api, "crashy").await;
-    w.double.shutdown().await;
+    w.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -351,7 +352,7 @@ async fn the_sweeper_removes_orphans_and_keeps_foreign_machines() {
         destroys.iter().all(|p| p.ends_with(&orphan)),
         "only the orphan was destroyed: {destroys:?}"
     );
-    w.double.shutdown().await;
+    w.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -411,7 +412,7 @@ async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
         "no destroy is even attempted on a refused token: {destroys:?}"
     );
     assert_eq!(w.double.live_machines(w.double.app()), machines);
-    w.double.shutdown().await;
+    w.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -440,7 +441,7 @@ async fn a_429_storm_is_waited_out_as_retry_after_says() {
         );
     }
     delete_and_wait_gone(&api, "patient").await;
-    w.double.shutdown().await;
+    w.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -479,15 +480,10 @@ async fn a_template_captured_on_fly_boots_a_second_sandbox() {
     apply_yaml_ok(&serde_yaml::to_string(&template).unwrap(), &w.ns);
     let templates: Api<sandbox_operator::api::SandboxTemplate> =
         Api::namespaced(client().await, &w.ns);
-    let st = wait_for("SandboxTemplate tpl Ready", READY_TIMEOUT, || async {
-        let t = templates.get("tpl").await.map_err(|e| e.to_string())?;
-        let st = t.status.clone().unwrap_or_default();
-        match condition(&st.conditions, "Ready") {
-            Some(c) if c.status == "True" => Ok(st),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    let st = wait_ready(&templates, "tpl", &op)
+        .await
+        .status
+        .expect("status");
     assert!(
         st.ref_.as_deref().is_some_and(|r| r.starts_with("s3://")),
         "captured into the store: {st:?}"
@@ -511,5 +507,5 @@ async fn a_template_captured_on_fly_boots_a_second_sandbox() {
     for name in ["user", "src"] {
         delete_and_wait_gone(&api, name).await;
     }
-    w.double.shutdown().await;
+    w.shutdown().await;
 }

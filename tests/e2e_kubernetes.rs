@@ -11,13 +11,11 @@ use std::time::Duration;
 use harness::cluster::*;
 use harness::kubernetes::{self, Cleanup};
 use harness::metrics::{Passes, sweep_passes, wait_sweep_passes};
-use harness::operator::*;
 use harness::wait_for;
 use harness::world::{Backend, SWEEPER, foreign_labels};
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use sandbox_operator::api::{Sandbox, condition};
+use kube::api::{ListParams, PostParams};
 use sandbox_operator::provider::kubernetes::pod::{CONTAINER, GATE, STOPPED};
 use sandbox_operator::provider::{ExecRequest, Files, Provider};
 use serde_json::{Value, json};
@@ -120,11 +118,6 @@ fn sleeper() -> Value {
     })
 }
 
-fn ready(s: &Sandbox) -> Option<(String, String)> {
-    let st = s.status.as_ref()?;
-    condition(&st.conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()))
-}
-
 /// GETs `url` until it answers; returns the body.
 async fn fetch(url: &str) -> String {
     wait_for(
@@ -158,7 +151,6 @@ async fn a_sandbox_is_a_scheduled_pod_whose_url_exec_and_files_work_and_survive_
     spec["resources"] = json!({"cpu": "500m", "memory": "128Mi"});
     spec["env"] = json!([{"name": "GREETING", "value": "hello"}]);
     w.apply("web", spec);
-    let api = w.api.clone();
     let s = w.wait_ready("web", &op).await;
     let status = s.status.clone().expect("status");
     let uid = s.metadata.uid.clone().expect("uid");
@@ -290,8 +282,7 @@ async fn a_sandbox_is_a_scheduled_pod_whose_url_exec_and_files_work_and_survive_
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_between_create_and_status_write_leaves_exactly_one_pod() {
     let w = World::new("e2e-k8s-crash").await;
-    let s = w.crash_after_create("crashy", sleeper(), "").await;
-    let api = w.api.clone();
+    w.crash_after_create("crashy", sleeper(), "").await;
     assert_eq!(w.our_pods().await.len(), 1, "the create happened");
 
     let op = w.operator("", vec![]);
@@ -373,7 +364,6 @@ async fn image_pull_secrets_reach_the_pod_and_the_kubelet_pulls_with_them() {
     spec["imagePullPolicy"] = json!("Always");
     spec["imagePullSecrets"] = json!([{"name": "regcred"}]);
     w.apply("private", spec);
-    let api = w.api.clone();
     let s = w.wait_ready("private", &op).await;
     let id = s.status.and_then(|st| st.sandbox_id).expect("sandboxId");
 

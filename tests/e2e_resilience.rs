@@ -9,12 +9,11 @@
 
 mod harness;
 
-use std::collections::HashMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use bollard::Docker;
-use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
+use bollard::query_parameters::InspectContainerOptions;
 use harness::cluster::*;
 use harness::docker::*;
 use harness::metrics::{leader_gauge, sample};
@@ -25,9 +24,8 @@ use harness::operator::*;
 use harness::{cache, repo, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::{DeleteParams, PostParams};
+use kube::api::PostParams;
 use sandbox_operator::api::{Condition, Sandbox, condition};
 use sandbox_operator::provider::labels::OWNER_UID;
 

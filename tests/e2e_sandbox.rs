@@ -5,21 +5,16 @@ mod harness;
 
 use std::time::Duration;
 
-use bollard::query_parameters::{InspectContainerOptions, ListContainersOptions};
+use bollard::query_parameters::InspectContainerOptions;
 use harness::cluster::*;
 use harness::docker::*;
 use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, wait_gone, wait_ready};
 use harness::operator::*;
 use harness::{repo, wait_for};
 use kube::Api;
-use kube::api::{DeleteParams, Patch, PatchParams};
+use kube::api::DeleteParams;
 use sandbox_operator::api::{Sandbox, SandboxVolume, condition};
 use sandbox_operator::provider::labels::OWNER_UID;
-
-fn ready(s: &Sandbox) -> Option<(String, String)> {
-    let st = s.status.as_ref()?;
-    condition(&st.conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()))
-}
 
 async fn containers_of(uid: &str) -> Vec<bollard::models::ContainerSummary> {
     containers_labelled(&engine().await, OWNER_UID, uid).await

@@ -10,13 +10,11 @@ use std::time::Duration;
 use harness::cluster::*;
 use harness::metrics::{Passes, sweep_passes, wait_sweep_passes};
 use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, wait_ready};
-use harness::operator::*;
 use harness::wait_for;
 use harness::world::{Backend, SWEEPER, foreign_labels, token_file};
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
-use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::PostParams;
 use sandbox_doubles::sprites::{self, SpritesDouble, SpritesOptions};
 use sandbox_operator::api::{Sandbox, condition};
 use sandbox_operator::provider::sprites::SpritesProvider;
@@ -53,6 +51,10 @@ impl World {
             double,
         };
         World::around(namespace(prefix).await, sprites).await
+    }
+
+    async fn shutdown(self) {
+        self.backend.double.shutdown().await;
     }
 }
 
@@ -228,7 +230,7 @@ async fn a_sprite_becomes_ready_without_an_image_takes_commands_and_files_and_is
     );
     assert_eq!(w.double.deletes(), 1);
     drop(op);
-    w.double.shutdown().await;
+    w.shutdown().await;
 }
 
 /// Whether a Sandbox needs `spec.image` is its provider's call, not admission's: a sprite
@@ -254,7 +256,7 @@ async fn whether_an_image_is_needed_is_decided_by_the_providers_type() {
         delete_and_wait_gone(&api, name).await;
     }
     drop(op);
-    w.double.shutdown().await;
+    w.shutdown().await;
 }
 
 /// A changed allow-list is one network-policy update of the same sprite; `status.egress` is
@@ -323,13 +325,13 @@ async fn a_changed_allow_list_is_replaced_in_place_and_observed() {
     assert_eq!(w.get(&policy_path).await["rules"], json!([]));
     delete_and_wait_gone(&api, "walled").await;
     drop(op);
-    w.double.shutdown().await;
+    w.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_crash_between_create_and_status_write_leaves_exactly_one_sprite() {
     let w = World::new("e2e-sprites-crash").await;
-    let s = w.crash_after_create("crashy", sprite(), "").await;
+    w.crash_after_create("crashy", sprite(), "").await;
     let api = w.api.clone();
     assert_eq!(w.double.sprite_names().await.len(), 1, "it happened");
 
@@ -341,7 +343,7 @@ async fn a_crash_between_create_and_status_write_leaves_exactly_one_sprite() {
     assert_eq!(sandbox_id(&s), live[0]);
     delete_and_wait_gone(&api, "crashy").await;
     drop(op);
-    w.double.shutdown().await;
+    w.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -379,7 +381,7 @@ async fn the_sweeper_removes_orphans_and_keeps_foreign_sprites() {
         "only the orphan was deleted"
     );
     drop(op);
-    w.double.shutdown().await;
+    w.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -425,7 +427,7 @@ async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
     assert_eq!(w.double.deletes(), 0);
     assert_eq!(w.double.sprite_names().await, sprites);
     drop(op);
-    w.double.shutdown().await;
+    w.shutdown().await;
 }
 
 /// A checkpoint restores only its own sprite, so templates go through the store: captured
@@ -459,19 +461,10 @@ async fn a_template_captured_on_a_sprite_boots_a_second_sprite() {
     });
     apply_yaml_ok(&serde_yaml::to_string(&template).unwrap(), &w.ns);
     let templates: Api<SandboxTemplate> = Api::namespaced(client().await, &w.ns);
-    let what = format!(
-        "SandboxTemplate tpl Ready (operator log: {})",
-        op.log.display()
-    );
-    let st = wait_for(&what, READY_TIMEOUT, || async {
-        let t = templates.get("tpl").await.map_err(|e| e.to_string())?;
-        let st = t.status.clone().unwrap_or_default();
-        match condition(&st.conditions, "Ready") {
-            Some(c) if c.status == "True" => Ok(st),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
+    let st = wait_ready(&templates, "tpl", &op)
+        .await
+        .status
+        .expect("status");
     assert!(
         st.ref_.as_deref().is_some_and(|r| r.starts_with("s3://")),
         "captured into the store: {st:?}"
@@ -507,5 +500,5 @@ async fn a_template_captured_on_a_sprite_boots_a_second_sprite() {
         delete_and_wait_gone(&api, name).await;
     }
     drop(op);
-    w.double.shutdown().await;
+    w.shutdown().await;
 }

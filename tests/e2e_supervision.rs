@@ -21,8 +21,7 @@ use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, wait_ready};
 use harness::operator::*;
 use harness::{cache, wait_for};
 use kube::Api;
-use kube::api::DeleteParams;
-use sandbox_operator::api::{Sandbox, condition};
+use sandbox_operator::api::Sandbox;
 
 /// A short lease, so a freeze longer than its renew deadline (2/3 of it) stays short.
 const LEASE_SECS: u64 = 6;

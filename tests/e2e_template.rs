@@ -17,14 +17,12 @@ use harness::docker::*;
 use harness::objects::wait_ready_within;
 use harness::operator::*;
 use harness::{unique, wait_for};
-use k8s_openapi::api::events::v1::Event;
 use kube::Api;
 use kube::api::DeleteParams;
 use sandbox_operator::api::{Sandbox, SandboxTemplate, condition};
-use sandbox_operator::config::TemplateStoreConfig;
 use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest};
 use sandbox_operator::templates::service::TemplateService;
-use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
+use sandbox_operator::templates::store::TemplateStore;
 use sandbox_operator::templates::transfer::{self, Limits};
 
 use harness::s3::{PurgePrefix, s3_env};

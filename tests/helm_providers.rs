@@ -16,11 +16,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::Duration;
 
 use harness::cluster::*;
+use harness::objects::{Logged, delete_and_wait_gone_within, wait_ready_within};
 use harness::tools::*;
 use harness::{repo, unique, wait_for};
 use kube::Api;
-use kube::api::DeleteParams;
-use sandbox_operator::api::{Sandbox, condition};
+use sandbox_operator::api::Sandbox;
 use serde_json::{Value, json};
 
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -187,6 +187,12 @@ fn install_and_run(
     }
 }
 
+impl Logged for Rendered {
+    fn where_logged(&self) -> String {
+        format!("operator log: {}", self.log.display())
+    }
+}
+
 /// Applies a Sandbox, waits for Ready, deletes it and waits until it is gone.
 async fn ready_then_deleted(namespace: &str, spec: Value, op: &Rendered) -> Sandbox {
     let manifest = json!({
@@ -198,27 +204,8 @@ async fn ready_then_deleted(namespace: &str, spec: Value, op: &Rendered) -> Sand
     let out = apply_yaml(&serde_yaml::to_string(&manifest).unwrap(), namespace);
     assert!(out.status.success(), "apply: {}", text(&out));
     let api: Api<Sandbox> = Api::namespaced(client().await, namespace);
-    let what = format!("Sandbox box Ready (operator log: {})", op.log.display());
-    let s = wait_for(&what, READY_TIMEOUT, || async {
-        let s = api.get("box").await.map_err(|e| e.to_string())?;
-        let st = s.status.clone().unwrap_or_default();
-        match condition(&st.conditions, "Ready") {
-            Some(c) if c.status == "True" => Ok(s),
-            other => Err(format!("{other:?}")),
-        }
-    })
-    .await;
-    api.delete("box", &DeleteParams::default())
-        .await
-        .expect("delete");
-    wait_for("Sandbox box gone", READY_TIMEOUT, || async {
-        match api.get_opt("box").await {
-            Ok(None) => Ok(()),
-            Ok(Some(_)) => Err("still there".to_string()),
-            Err(e) => Err(e.to_string()),
-        }
-    })
-    .await;
+    let s = wait_ready_within(&api, "box", op, READY_TIMEOUT).await;
+    delete_and_wait_gone_within(&api, "box", READY_TIMEOUT).await;
     s
 }
 

@@ -25,13 +25,12 @@ use harness::docker::TestEnv;
 use harness::no_native_templates::NoNativeTemplates;
 use harness::s3::PurgePrefix;
 use harness::unique;
-use sandbox_operator::config::TemplateStoreConfig;
 use sandbox_operator::provider::ErrorKind;
 use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::{CommitRequest, ExecRequest, Provider, Templates};
 use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest};
 use sandbox_operator::templates::service::{Boot, TemplateService};
-use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
+use sandbox_operator::templates::store::TemplateStore;
 use sandbox_operator::templates::transfer::{self, Limits};
 
 const APP: &str = "/workspace/app";
@@ -915,5 +914,3 @@ async fn boot_from_template_versus_building_from_scratch() {
         .await
         .expect("remove published");
 }
-
-

@@ -4,11 +4,9 @@ mod harness;
 
 use std::time::{Duration, Instant};
 
-use harness::s3::s3_env;
-use sandbox_operator::config::TemplateStoreConfig;
 use sandbox_operator::provider::ErrorKind;
 use sandbox_operator::templates::manifest::Keys;
-use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
+use sandbox_operator::templates::store::TemplateStore;
 use sandbox_operator::templates::transfer::{self, Limits};
 
 fn store_with(prefix: &str, secret: Option<&str>) -> TemplateStore {
