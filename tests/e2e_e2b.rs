@@ -14,9 +14,8 @@ use harness::cluster::*;
 use harness::objects::READY_TIMEOUT;
 use harness::wait_for;
 use harness::world::{Backend, foreign_labels, token_file};
-use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use sandbox_doubles::e2b::{self as double, E2bDouble, E2bDoubleOptions, Power};
 use sandbox_operator::api::{Sandbox, condition};
 use serde_json::{Value, json};
@@ -192,15 +191,7 @@ async fn a_sandbox_becomes_ready_and_outlives_several_e2b_timeouts() {
 async fn sleeping_pauses_truthfully_and_self_delivered_env_stays_out_of_the_create() {
     const VALUE: &str = "e2b-s3cr3t";
     let w = World::new("e2e-e2b-sleep").await;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "app-secrets"},
-        "stringData": {"DB_PASSWORD": VALUE},
-    }))
-    .expect("secret");
-    Api::<Secret>::namespaced(client().await, &w.ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create secret");
+    create_secret(&w.ns, "app-secrets", None, json!({"DB_PASSWORD": VALUE})).await;
     let op = w.operator("sweeper:\n  enabled: false\n", vec![]);
     w.apply(
         "sleepy",

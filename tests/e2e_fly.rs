@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use harness::cluster::*;
-use harness::metrics::{Passes, sweep_passes, wait_sweep_passes};
+use harness::metrics::{PassCount, Passes};
 use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, wait_ready};
 use harness::wait_for;
 use harness::world::{Backend, SWEEPER, foreign_labels, token_file};
@@ -325,15 +325,8 @@ async fn the_sweeper_removes_orphans_and_keeps_foreign_machines() {
         }
     })
     .await;
-    let passes = sweep_passes(&op, Passes::Completed);
-    wait_sweep_passes(
-        &op,
-        Passes::Completed,
-        passes,
-        2.0,
-        "two more sweeper passes",
-    )
-    .await;
+    let passes = PassCount::now(&op, Passes::Completed);
+    passes.wait_more(2.0, "two more sweeper passes").await;
     let live = w.double.live_machines(w.double.app());
     assert!(
         live.contains(&foreign),
@@ -371,7 +364,7 @@ async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
 
     w.double.requests().clear();
     w.double.revoke_tokens();
-    let passes = sweep_passes(&op, Passes::Ended);
+    let passes = PassCount::now(&op, Passes::Ended);
     for name in ["one", "two"] {
         patch_spec(
             &api,
@@ -392,7 +385,7 @@ async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
         .await;
     }
     let what = "two sweeper passes after the revocation";
-    wait_sweep_passes(&op, Passes::Ended, passes, 2.0, what).await;
+    passes.wait_more(2.0, what).await;
 
     assert_eq!(
         events_per_object(&w.ns, "ProviderUnauthorized").await,

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use harness::cluster::*;
 use harness::kubernetes::{self, Cleanup};
-use harness::metrics::{Passes, sweep_passes, wait_sweep_passes};
+use harness::metrics::{PassCount, Passes};
+use harness::registry::create_pull_secret;
 use harness::wait_for;
 use harness::world::{Backend, SWEEPER, foreign_labels};
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
@@ -316,15 +317,8 @@ async fn the_sweeper_removes_orphan_pods_and_keeps_foreign_ones() {
         },
     )
     .await;
-    let passes = sweep_passes(&op, Passes::Completed);
-    wait_sweep_passes(
-        &op,
-        Passes::Completed,
-        passes,
-        2.0,
-        "two more sweeper passes",
-    )
-    .await;
+    let passes = PassCount::now(&op, Passes::Completed);
+    passes.wait_more(2.0, "two more sweeper passes").await;
     for kept in [&foreign, &unlabelled] {
         assert!(
             pods.get_opt(kept).await.expect("get").is_some(),
@@ -348,16 +342,7 @@ async fn image_pull_secrets_reach_the_pod_and_the_kubelet_pulls_with_them() {
         "pulled-by-the-kubelet",
     )
     .await;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "regcred"},
-        "type": "kubernetes.io/dockerconfigjson",
-        "stringData": {".dockerconfigjson": registry.docker_config(&registry.password)},
-    }))
-    .expect("secret");
-    Api::<Secret>::namespaced(client().await, &w.ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create pull secret");
+    create_pull_secret(&w.ns, "regcred", &registry, &registry.password).await;
     let op = w.operator("", vec![]);
     let mut spec = sleeper();
     spec["image"] = json!(format!("{}/{repository}:v1", registry.addr));

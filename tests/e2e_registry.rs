@@ -11,11 +11,10 @@ use harness::cluster::*;
 use harness::docker::{Images, Purge, base_image, engine};
 use harness::objects::{Reconciled, describe_conditions, wait_object, wait_ready_within};
 use harness::operator::*;
-use harness::registry::{OwnRegistry, Registry, push_fresh_image, registry};
+use harness::registry::{OwnRegistry, Registry, create_pull_secret, push_fresh_image, registry};
 use harness::{repo, unique};
-use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::{Patch, PatchParams, PostParams};
+use kube::api::{Patch, PatchParams};
 use sandbox_operator::api::{Sandbox, condition};
 
 /// Pulls from the test registry come on top of a create.
@@ -109,20 +108,6 @@ async fn setup(prefix: &str) -> World {
         api,
         _purge,
     }
-}
-
-/// A `kubernetes.io/dockerconfigjson` Secret for `registry` with `password`.
-async fn pull_secret(ns: &str, name: &str, registry: &Registry, password: &str) {
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": name},
-        "type": "kubernetes.io/dockerconfigjson",
-        "stringData": {".dockerconfigjson": registry.docker_config(password)},
-    }))
-    .expect("secret");
-    Api::<Secret>::namespaced(client().await, ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create pull secret");
 }
 
 fn sandbox_yaml(name: &str, image: &str, policy: &str, secret: Option<&str>) -> String {
@@ -219,7 +204,7 @@ async fn a_private_image_is_pulled_with_its_secret_and_its_digest_recorded() {
     let _images = Images(vec![image.clone(), digest.clone()]);
     let w = setup("e2e-pull").await;
     let (ns, op, api) = (&w.ns, &w.op, &w.api);
-    pull_secret(ns, "regcred", &r, &r.password).await;
+    create_pull_secret(ns, "regcred", &r, &r.password).await;
 
     apply(
         &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
@@ -258,7 +243,7 @@ async fn a_wrong_password_stalls_naming_the_secret_and_creates_nothing() {
     let w = setup("e2e-pull-denied").await;
     let (ns, op, api) = (&w.ns, &w.op, &w.api);
     let wrong = "wrong-password-do-not-leak";
-    pull_secret(ns, "regcred", &r, wrong).await;
+    create_pull_secret(ns, "regcred", &r, wrong).await;
 
     apply(
         &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
@@ -281,7 +266,7 @@ async fn a_missing_tag_stalls_naming_the_reference() {
     let r = registry();
     let w = setup("e2e-pull-missing").await;
     let (ns, op, api) = (&w.ns, &w.op, &w.api);
-    pull_secret(ns, "regcred", &r, &r.password).await;
+    create_pull_secret(ns, "regcred", &r, &r.password).await;
     let image = format!("{}/{}:missing", r.addr, unique("e2e/missing"));
 
     apply(
@@ -306,7 +291,7 @@ async fn a_stopped_registry_is_transient_and_the_sandbox_recovers_by_itself() {
     let _images = Images(vec![image.clone(), digest.clone()]);
     let w = setup("e2e-pull-outage").await;
     let (ns, op, api) = (&w.ns, &w.op, &w.api);
-    pull_secret(ns, "regcred", &r, &r.password).await;
+    create_pull_secret(ns, "regcred", &r, &r.password).await;
 
     own.stop();
     apply(
@@ -342,7 +327,7 @@ async fn always_picks_up_a_new_digest_only_on_recreate_and_if_not_present_keeps_
     let mut images = Images(vec![image.clone(), first.clone()]);
     let w = setup("e2e-pull-always").await;
     let (ns, op, api) = (&w.ns, &w.op, &w.api);
-    pull_secret(ns, "regcred", &r, &r.password).await;
+    create_pull_secret(ns, "regcred", &r, &r.password).await;
 
     apply(
         &sandbox_yaml("always", &image, "Always", Some("regcred")),
@@ -424,7 +409,7 @@ async fn twenty_sandboxes_of_one_new_image_cause_one_pull() {
     assert!(r.blob_gets(&repo).is_empty());
     let w = setup("e2e-pull-many").await;
     let (ns, op, api) = (&w.ns, &w.op, &w.api);
-    pull_secret(ns, "regcred", &r, &r.password).await;
+    create_pull_secret(ns, "regcred", &r, &r.password).await;
 
     let manifests: Vec<String> = (0..20)
         .map(|i| sandbox_yaml(&format!("app-{i}"), &image, "IfNotPresent", Some("regcred")))

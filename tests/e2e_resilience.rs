@@ -25,7 +25,6 @@ use harness::{cache, repo, wait_for};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::PostParams;
 use sandbox_operator::api::{Condition, Sandbox, condition};
 use sandbox_operator::provider::labels::OWNER_UID;
 
@@ -701,15 +700,8 @@ async fn env_from_reaches_the_container_and_self_delivered_env_leaks_nowhere() {
     const VALUE: &str = "s3cr3t 'quoted'";
     let client = client().await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let secret: Secret = serde_json::from_value(serde_json::json!({
-        "metadata": {"name": "app-secrets"},
-        "stringData": {"DB_PASSWORD": VALUE},
-    }))
-    .expect("secret");
-    secrets
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create secret");
+    let secret = serde_json::json!({"DB_PASSWORD": VALUE});
+    create_secret(&ns, "app-secrets", None, secret).await;
     let op = Operator::start(&ns, &ns, &OperatorOptions::default());
     let api: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
     apply_yaml_ok(

@@ -8,13 +8,11 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use harness::cluster::*;
-use harness::metrics::{Passes, sweep_passes, wait_sweep_passes};
+use harness::metrics::{PassCount, Passes};
 use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, wait_ready};
 use harness::wait_for;
 use harness::world::{Backend, SWEEPER, foreign_labels, token_file};
-use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
-use kube::api::PostParams;
 use sandbox_doubles::sprites::{self, SpritesDouble, SpritesOptions};
 use sandbox_operator::api::{Sandbox, condition};
 use sandbox_operator::provider::sprites::SpritesProvider;
@@ -151,15 +149,7 @@ fn sandbox_id(s: &Sandbox) -> String {
 async fn a_sprite_becomes_ready_without_an_image_takes_commands_and_files_and_is_deleted() {
     const VALUE: &str = "sprites-s3cr3t";
     let w = World::new("e2e-sprites-basic").await;
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "app-secrets"},
-        "stringData": {"DB_PASSWORD": VALUE},
-    }))
-    .expect("secret");
-    Api::<Secret>::namespaced(client().await, &w.ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create secret");
+    create_secret(&w.ns, "app-secrets", None, json!({"DB_PASSWORD": VALUE})).await;
     let op = w.operator("", vec![]);
     let mut spec = sprite();
     spec["env"] = json!([{"name": "GREETING", "value": "hello"}]);
@@ -363,15 +353,8 @@ async fn the_sweeper_removes_orphans_and_keeps_foreign_sprites() {
         }
     })
     .await;
-    let passes = sweep_passes(&op, Passes::Completed);
-    wait_sweep_passes(
-        &op,
-        Passes::Completed,
-        passes,
-        2.0,
-        "two more sweeper passes",
-    )
-    .await;
+    let passes = PassCount::now(&op, Passes::Completed);
+    passes.wait_more(2.0, "two more sweeper passes").await;
     let live = w.double.sprite_names().await;
     assert!(live.contains(&foreign), "another instance's sprite is kept");
     assert!(live.contains(&unlabelled), "an unlabelled sprite is kept");
@@ -399,7 +382,7 @@ async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
     assert_eq!(sprites.len(), 2);
 
     w.double.rotate_token("a-token-the-operator-does-not-have");
-    let passes = sweep_passes(&op, Passes::Ended);
+    let passes = PassCount::now(&op, Passes::Ended);
     for name in ["one", "two"] {
         patch_spec(
             &api,
@@ -412,7 +395,7 @@ async fn a_revoked_token_stalls_each_object_once_and_deletes_nothing() {
         wait_stalled(&api, name, "ProviderUnauthorized").await;
     }
     let what = "two sweeper passes after the revocation";
-    wait_sweep_passes(&op, Passes::Ended, passes, 2.0, what).await;
+    passes.wait_more(2.0, what).await;
 
     assert_eq!(
         events_per_object(&w.ns, "ProviderUnauthorized").await,

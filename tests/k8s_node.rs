@@ -10,9 +10,9 @@ mod harness;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use harness::registry::{push_fresh_image, registry};
+use harness::registry::{create_pull_secret, push_fresh_image, registry};
 use harness::{cluster, docker, node, unique, wait_for};
-use k8s_openapi::api::core::v1::{Node, Pod, Secret, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use kube::Api;
 use kube::api::PostParams;
 use serde_json::json;
@@ -318,16 +318,7 @@ async fn nodes_pull_from_the_test_registry_with_a_pull_secret_and_only_with_it()
 
     let client = cluster::client().await;
     let ns = Namespace(cluster::namespace("k8snode-pull").await);
-    let secret: Secret = serde_json::from_value(json!({
-        "metadata": {"name": "regcred"},
-        "type": "kubernetes.io/dockerconfigjson",
-        "stringData": {".dockerconfigjson": r.docker_config(&r.password)}
-    }))
-    .expect("secret");
-    Api::<Secret>::namespaced(client.clone(), &ns.0)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("create secret");
+    create_pull_secret(&ns.0, "regcred", &r, &r.password).await;
     let pods: Api<Pod> = Api::namespaced(client, &ns.0);
 
     // without the Secret the registry refuses the pull

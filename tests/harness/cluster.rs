@@ -256,3 +256,24 @@ pub async fn events_per_object(
     }
     per_object
 }
+
+/// Creates the Secret `name` in `namespace`: `type_` (`None` for Opaque) and `string_data`,
+/// a JSON object of key → value.
+pub async fn create_secret(
+    namespace: &str,
+    name: &str,
+    type_: Option<&str>,
+    string_data: serde_json::Value,
+) {
+    use k8s_openapi::api::core::v1::Secret;
+    let mut secret: Secret = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name},
+        "stringData": string_data,
+    }))
+    .expect("a Secret");
+    secret.type_ = type_.map(str::to_string);
+    kube::Api::<Secret>::namespaced(client().await, namespace)
+        .create(&Default::default(), &secret)
+        .await
+        .unwrap_or_else(|e| panic!("creating Secret {namespace}/{name}: {e}"));
+}

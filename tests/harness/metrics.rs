@@ -47,23 +47,33 @@ pub enum Passes {
     Ended,
 }
 
-/// How many sweep passes of `which` kind `op` has made so far.
-pub fn sweep_passes(op: &Operator, which: Passes) -> f64 {
-    let completed = metric(op, "sandbox_operator_sweep_passes_total");
-    match which {
-        Passes::Completed => completed,
-        Passes::Ended => completed + metric(op, "sandbox_operator_sweep_aborted_total"),
-    }
+/// How many sweep passes of one kind an operator had made at one moment, to wait for more.
+pub struct PassCount<'a> {
+    op: &'a Operator,
+    which: Passes,
+    at: f64,
 }
 
-/// Waits until `op` has made `more` sweep passes of `which` kind beyond `since` (a count
-/// read with [`sweep_passes`] before whatever they must follow).
-pub async fn wait_sweep_passes(op: &Operator, which: Passes, since: f64, more: f64, what: &str) {
-    super::wait_for(what, super::objects::READY_TIMEOUT, || async {
-        let now = sweep_passes(op, which);
-        (now >= since + more)
-            .then_some(())
-            .ok_or_else(|| format!("{now} passes ({which:?}) of {}", since + more))
-    })
-    .await;
+impl<'a> PassCount<'a> {
+    /// The passes of `which` kind `op` has made so far.
+    pub fn now(op: &'a Operator, which: Passes) -> Self {
+        let completed = metric(op, "sandbox_operator_sweep_passes_total");
+        let at = match which {
+            Passes::Completed => completed,
+            Passes::Ended => completed + metric(op, "sandbox_operator_sweep_aborted_total"),
+        };
+        PassCount { op, which, at }
+    }
+
+    /// Waits until the operator has made `more` passes of the same kind since this count.
+    pub async fn wait_more(&self, more: f64, what: &str) {
+        let want = self.at + more;
+        super::wait_for(what, super::objects::READY_TIMEOUT, || async {
+            let now = PassCount::now(self.op, self.which).at;
+            (now >= want)
+                .then_some(())
+                .ok_or_else(|| format!("{now} passes ({:?}) of {want}", self.which))
+        })
+        .await;
+    }
 }

@@ -122,6 +122,18 @@ impl Registry {
             .count()
     }
 }
+/// Creates the `kubernetes.io/dockerconfigjson` Secret `name` in `namespace` for `registry`
+/// with `password` (the right one, or a wrong one to see a pull refused).
+pub async fn create_pull_secret(namespace: &str, name: &str, registry: &Registry, password: &str) {
+    let config = registry.docker_config(password);
+    super::cluster::create_secret(
+        namespace,
+        name,
+        Some("kubernetes.io/dockerconfigjson"),
+        serde_json::json!({".dockerconfigjson": config}),
+    )
+    .await;
+}
 
 /// Builds an image no registry or engine has seen — the base image plus one file holding
 /// `marker` — pushes it to `registry` as `repository:tag`, removes it from the engine (so
