@@ -11,7 +11,7 @@ mod harness;
 use fakenet::{FakeNet, GatewayGuard, gateway_settings};
 use harness::cluster::*;
 use harness::docker::{TEST_LABEL, base_image};
-use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, wait_ready};
+use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, sandbox_id, wait_ready};
 use harness::operator::*;
 use harness::{unique, wait_for};
 use kube::Api;
@@ -50,13 +50,6 @@ fn container_id(name: &str) -> String {
         .output()
         .expect("docker inspect");
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-fn sandbox_id(s: &Sandbox) -> String {
-    s.status
-        .as_ref()
-        .and_then(|st| st.sandbox_id.clone())
-        .expect("status.sandboxId")
 }
 
 #[tokio::test(flavor = "multi_thread")]

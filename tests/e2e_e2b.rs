@@ -11,10 +11,9 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use harness::cluster::*;
-use harness::objects::READY_TIMEOUT;
+use harness::objects::{READY_TIMEOUT, sandbox_id};
 use harness::wait_for;
 use harness::world::{Backend, foreign_labels, token_file};
-use kube::Api;
 use kube::api::{Patch, PatchParams};
 use sandbox_doubles::e2b::{self as double, E2bDouble, E2bDoubleOptions, Power};
 use sandbox_operator::api::{Sandbox, condition};
@@ -107,13 +106,6 @@ impl E2b {
             })
             .collect()
     }
-}
-
-fn sandbox_id(s: &Sandbox) -> String {
-    s.status
-        .as_ref()
-        .and_then(|st| st.sandbox_id.clone())
-        .expect("status.sandboxId")
 }
 
 fn uid(s: &Sandbox) -> String {

@@ -8,7 +8,7 @@ mod harness;
 use std::time::Duration;
 
 use harness::cluster::*;
-use harness::docker::{Images, Purge, base_image, engine};
+use harness::docker::{Images, Purge, base_image, container_ids_owned_by, engine};
 use harness::objects::{Reconciled, describe_conditions, wait_object, wait_ready_within};
 use harness::operator::*;
 use harness::registry::{OwnRegistry, Registry, create_pull_secret, push_fresh_image, registry};
@@ -179,21 +179,6 @@ async fn patch(api: &Api<Sandbox>, name: &str, spec: serde_json::Value) {
     .expect("patch");
 }
 
-async fn containers_of(uid: &str) -> usize {
-    let out = std::process::Command::new("docker")
-        .args([
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=sandboxes.dev/owner-uid={uid}"),
-        ])
-        .output()
-        .expect("docker ps");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .count()
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn a_private_image_is_pulled_with_its_secret_and_its_digest_recorded() {
     let r = registry();
@@ -257,7 +242,11 @@ async fn a_wrong_password_stalls_naming_the_secret_and_creates_nothing() {
         stalled.message
     );
     let uid = s.metadata.uid.clone().unwrap();
-    assert_eq!(containers_of(&uid).await, 0, "nothing created");
+    assert_eq!(
+        container_ids_owned_by(&uid),
+        Vec::<String>::new(),
+        "nothing created"
+    );
     assert_secret_nowhere(wrong, ns, &s, op).await;
 }
 
@@ -276,7 +265,10 @@ async fn a_missing_tag_stalls_naming_the_reference() {
     let s = wait_condition(api, "app", "Stalled", "ImageNotFound", op).await;
     let stalled = condition(&s.status.as_ref().unwrap().conditions, "Stalled").unwrap();
     assert!(stalled.message.contains(&image), "{}", stalled.message);
-    assert_eq!(containers_of(&s.metadata.uid.clone().unwrap()).await, 0);
+    assert_eq!(
+        container_ids_owned_by(&s.metadata.uid.clone().unwrap()),
+        Vec::<String>::new()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use harness::cluster::*;
 use harness::metrics::{PassCount, Passes};
-use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, wait_ready};
+use harness::objects::{READY_TIMEOUT, delete_and_wait_gone, patch_spec, sandbox_id, wait_ready};
 use harness::wait_for;
 use harness::world::{Backend, SWEEPER, foreign_labels, token_file};
 use kube::Api;
@@ -133,13 +133,6 @@ async fn wait_stalled(api: &Api<Sandbox>, name: &str, reason: &str) -> String {
         },
     )
     .await
-}
-
-fn sandbox_id(s: &Sandbox) -> String {
-    s.status
-        .as_ref()
-        .and_then(|st| st.sandbox_id.clone())
-        .expect("sandboxId")
 }
 
 /// A sprite needs no image: the Sandbox becomes Ready, the operator delivers its secret env

@@ -140,22 +140,6 @@ fn ready(conditions: &[sandbox_operator::api::Condition]) -> Option<(String, Str
     condition(conditions, "Ready").map(|c| (c.status.clone(), c.reason.clone()))
 }
 
-fn containers_of(uid: &str) -> Vec<String> {
-    let out = Command::new("docker")
-        .args([
-            "ps",
-            "-aq",
-            "--filter",
-            &format!("label=sandboxes.dev/owner-uid={uid}"),
-        ])
-        .output()
-        .expect("docker ps");
-    String::from_utf8_lossy(&out.stdout)
-        .split_whitespace()
-        .map(str::to_string)
-        .collect()
-}
-
 /// A sandbox whose main process writes `/workspace/app/hello.txt` (mode 0640) and idles.
 fn source_sandbox(name: &str, content: &str) -> String {
     format!(
@@ -377,7 +361,7 @@ spec:
     })
     .await;
     assert!(
-        containers_of(&late.metadata.uid.clone().expect("uid")).is_empty(),
+        container_ids_owned_by(&late.metadata.uid.clone().expect("uid")).is_empty(),
         "no container for a sandbox whose template is gone"
     );
     // A template that never reached the provider (its Sandbox never appeared) is deleted at
@@ -883,7 +867,7 @@ spec:
     assert_eq!(vst.sandbox_id, None, "{vst:?}");
     let victim_uid = victim.metadata.uid.clone().expect("uid");
     assert!(
-        containers_of(&victim_uid).is_empty(),
+        container_ids_owned_by(&victim_uid).is_empty(),
         "destroyed, not handed out"
     );
     let message = condition(&vst.conditions, "Ready").map(|c| c.message.clone());

@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
-use sandbox_operator::provider::labels::{MANAGED_BY, Owner};
+use sandbox_operator::provider::labels::{MANAGED_BY, OWNER_UID, Owner};
 use sandbox_operator::provider::{CreateRequest, ExecRequest, Provider, Resources, RestartPolicy};
 
 use super::unique;
@@ -71,6 +71,19 @@ pub async fn containers_labelled(
         .list_containers(Some(options))
         .await
         .expect("list containers")
+}
+
+/// Ids of every container labelled `sandboxes.dev/owner-uid=uid`, in every state, as
+/// `docker ps` lists them (no client needed, so callable anywhere).
+pub fn container_ids_owned_by(uid: &str) -> Vec<String> {
+    let out = Command::new("docker")
+        .args(["ps", "-aq", "--filter", &format!("label={OWNER_UID}={uid}")])
+        .output()
+        .expect("docker ps");
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .map(str::to_string)
+        .collect()
 }
 
 /// A provider on the local engine (API version negotiated) with the base image as default.

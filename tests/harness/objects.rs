@@ -57,6 +57,14 @@ impl Logged for Operator {
     }
 }
 
+/// The provider's id of the Sandbox `s` from its status; panics when none is recorded.
+pub fn sandbox_id(s: &Sandbox) -> String {
+    s.status
+        .as_ref()
+        .and_then(|st| st.sandbox_id.clone())
+        .unwrap_or_else(|| panic!("no status.sandboxId on Sandbox {:?}", s.metadata.name))
+}
+
 /// `[type=status reason: message, …]` of `object`'s conditions, for a message.
 pub fn describe_conditions<K: Reconciled>(object: &K) -> String {
     let each: Vec<String> = object

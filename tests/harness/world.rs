@@ -17,7 +17,7 @@ use sandbox_operator::api::Sandbox;
 use sandbox_operator::provider::labels::Owner;
 use serde_json::{Value, json};
 
-use super::cluster::{apply_yaml, client};
+use super::cluster::{apply_yaml_ok, client};
 use super::objects::{self, Logged, READY_TIMEOUT};
 use super::operator::{Operator, OperatorOptions};
 
@@ -98,12 +98,7 @@ impl<B: Backend> World<B> {
             "spec": spec,
         });
         let yaml = serde_yaml::to_string(&manifest).expect("a manifest as YAML");
-        let out = apply_yaml(&yaml, &self.ns);
-        assert!(
-            out.status.success(),
-            "kubectl apply of Sandbox {name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        apply_yaml_ok(&yaml, &self.ns);
     }
 
     /// Applies `name` under an operator that aborts right after the provider's create (the
