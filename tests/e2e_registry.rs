@@ -11,7 +11,7 @@ use harness::cluster::*;
 use harness::docker::{Images, Purge, base_image, container_ids_owned_by, engine};
 use harness::objects::{Reconciled, describe_conditions, wait_object, wait_ready_within};
 use harness::operator::*;
-use harness::registry::{OwnRegistry, Registry, create_pull_secret, push_fresh_image, registry};
+use harness::registry::{OwnRegistry, create_pull_secret, push_fresh_image, registry};
 use harness::{repo, unique};
 use kube::Api;
 use kube::api::{Patch, PatchParams};
