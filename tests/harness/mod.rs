@@ -4,10 +4,10 @@
 //! - [`docker`]: the local engine — the base image, a per-test [`docker::TestEnv`] with a
 //!   provider, and cleanup of everything labelled with a test's instance;
 //! - [`cluster`]: the test control plane (`tests/cluster/up.sh`), kubectl, a kube client,
-//!   namespaces and manifests;
+//!   namespaces, manifests, Secrets and Events;
 //! - [`operator`]: the operator binary run out of cluster against that control plane;
 //! - [`tools`]: helm, kstatus and the Argo CD health check;
-//! - [`s3`]: the test S3 server's settings;
+//! - [`s3`]: the test S3 server's settings, a template store on it and the cleanup of a prefix;
 //! - [`no_native_templates`]: Docker with its native templates hidden, the stand-in for a
 //!   provider without image commit (Fly Machines, E2B);
 //! - [`registry`]: the test image registry, images pushed to it, and its access log;
