@@ -10,6 +10,7 @@ pub mod echoes;
 pub mod error;
 pub mod events;
 pub mod freshness;
+pub mod outcome;
 pub mod recorder;
 pub mod sandbox;
 pub mod scaffold;
