@@ -26,9 +26,7 @@ use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
 
-use crate::api::{
-    Condition, SandboxStatus, SandboxTemplateStatus, SandboxVolumeStatus, condition,
-};
+use crate::api::{Condition, SandboxStatus, SandboxTemplateStatus, SandboxVolumeStatus, condition};
 use crate::provider::{ErrorKind, ProviderError};
 
 use super::backoff::CAP;
@@ -102,11 +100,15 @@ impl Outcome {
     }
 
     /// Waiting shorthand.
-    pub fn waiting(reason: &str, message: impl Into<String>, recheck: Option<Duration>) -> Self {
+    pub fn waiting(
+        reason: &str,
+        message: impl Into<String>,
+        recheck: impl Into<Option<Duration>>,
+    ) -> Self {
         Outcome::Waiting {
             reason: reason.into(),
             message: message.into(),
-            recheck,
+            recheck: recheck.into(),
         }
     }
 
@@ -424,7 +426,10 @@ where
             _ => {
                 let uid = self.object.uid().unwrap_or_default();
                 saved?;
-                Ok(Action::requeue(crate::jitter::by_key(self.ctx.resync, &uid)))
+                Ok(Action::requeue(crate::jitter::by_key(
+                    self.ctx.resync,
+                    &uid,
+                )))
             }
         }
     }
@@ -443,7 +448,9 @@ fn apply<S: Reported>(
     conditions.retain(|c| !HOLDS.contains(&c.type_.as_str()) || Some(c.type_.as_str()) == hold);
     if let Some(hold) = hold {
         let (reason, message) = (health.reason().to_string(), health.message().to_string());
-        status::upsert(conditions, hold, "True", &reason, &message, generation, &now);
+        status::upsert(
+            conditions, hold, "True", &reason, &message, generation, &now,
+        );
     }
     *next.observed_generation_mut() = generation;
     if matches!(health, Health::Stalled { .. }) {

@@ -21,7 +21,15 @@ fn every_outcome_decides_its_status_event_and_requeue() {
         Then,
     );
     let rows: Vec<Row> = vec![
-        (Outcome::ready("Running", "ok"), None, "Ready", true, None, None, Then::Resync),
+        (
+            Outcome::ready("Running", "ok"),
+            None,
+            "Ready",
+            true,
+            None,
+            None,
+            Then::Resync,
+        ),
         (
             Outcome::Ready {
                 reason: "Running".into(),
@@ -177,7 +185,15 @@ fn every_outcome_decides_its_status_event_and_requeue() {
             Some(CLEANUP_BLOCKED),
             Then::Retry,
         ),
-        (Outcome::ObjectGone, None, "Progressing", false, None, None, Then::AwaitChange),
+        (
+            Outcome::ObjectGone,
+            None,
+            "Progressing",
+            false,
+            None,
+            None,
+            Then::AwaitChange,
+        ),
     ];
     for (outcome, previous, state, finishes, event, hold, then) in rows {
         let d = decide(&outcome, previous);
@@ -217,7 +233,10 @@ fn a_step_failure_names_the_step_in_its_event_only() {
 fn cleanup_blocked_names_what_and_the_fix() {
     let rows = [
         (ProviderError::invalid("HTTP 405"), "endpoint or API"),
-        (ProviderError::unsupported("no listing"), "remove the finalizer"),
+        (
+            ProviderError::unsupported("no listing"),
+            "remove the finalizer",
+        ),
         (ProviderError::unauthorized("401"), "credentials"),
         (ProviderError::transient("500"), "retrying"),
     ];
@@ -229,7 +248,10 @@ fn cleanup_blocked_names_what_and_the_fix() {
             panic!("a held deletion");
         };
         assert_eq!(reason, CLEANUP_BLOCKED);
-        assert!(message.contains("list sprites labelled owner-uid=u"), "{message}");
+        assert!(
+            message.contains("list sprites labelled owner-uid=u"),
+            "{message}"
+        );
         assert!(message.contains(fix), "{message}");
     }
     let Outcome::Held { message, .. } =
@@ -279,5 +301,9 @@ fn only_a_stalled_sandbox_gets_the_stalled_phase() {
         ..SandboxStatus::default()
     };
     apply(&mut s, &d.health, d.hold, Some(1));
-    assert_eq!(s.phase.as_deref(), Some("Exited"), "a phase already set is kept");
+    assert_eq!(
+        s.phase.as_deref(),
+        Some("Exited"),
+        "a phase already set is kept"
+    );
 }
