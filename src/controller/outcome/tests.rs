@@ -6,196 +6,80 @@ fn provider(e: ProviderError) -> Error {
     Error::Provider(e)
 }
 
-/// `(outcome, Ready reason before) → (condition state, finishes, event, hold, then)`.
+fn in_progress(reason: &str) -> Outcome {
+    Outcome::InProgress {
+        reason: reason.into(),
+        message: "pulling".into(),
+        recheck: Duration::from_secs(2),
+        announce: "Pulling",
+    }
+}
+
+fn ready_until(after: u64) -> Outcome {
+    Outcome::Ready {
+        reason: "Running".into(),
+        message: "ok".into(),
+        recheck: Some(Duration::from_secs(after)),
+    }
+}
+
+fn blocked() -> Outcome {
+    Outcome::cleanup_blocked("list", provider(ProviderError::invalid("HTTP 405")))
+}
+
+/// One row: the outcome, the Ready reason written before, and what is decided — the
+/// conditions' state, whether the generation finishes, the Event, the hold, the requeue.
+type Row = (
+    Outcome,
+    Option<&'static str>,
+    (&'static str, bool),
+    Option<(EventType, &'static str)>,
+    Option<&'static str>,
+    Then,
+);
+
+#[rustfmt::skip]
+fn rows() -> Vec<Row> {
+    use EventType::{Normal, Warning};
+    use Then::{Requeue, Resync, Retry};
+    let secs = Duration::from_secs;
+    let transient = || provider(ProviderError::transient("500"));
+    let invalid = || provider(ProviderError::invalid("no"));
+    let refused = || provider(ProviderError::unauthorized("401"));
+    let kube = || Error::Kube(kube::Error::LinesCodecMaxLineLengthExceeded);
+    let progressing = ("Progressing", true);
+    let unfinished = ("Progressing", false);
+    let stalled = ("Stalled", true);
+    vec![
+        (Outcome::ready("Running", "ok"), None, ("Ready", true), None, None, Resync),
+        (ready_until(5), None, ("Ready", true), None, None, Requeue(secs(5))),
+        (Outcome::waiting("TemplateNotReady", "w", None), None, progressing, None, None, Resync),
+        (Outcome::waiting("SecretNotFound", "w", secs(5)), None, progressing, None, None, Requeue(secs(5))),
+        // A stall warns once per reason.
+        (Outcome::stalled("InvalidSpec", "x"), Some("Running"), stalled, Some((Warning, "InvalidSpec")), None, Resync),
+        (Outcome::stalled("InvalidSpec", "x"), Some("InvalidSpec"), stalled, None, None, Resync),
+        // A pull does not finish the generation, and is announced when it starts.
+        (in_progress("PullingImage"), Some("Creating"), unfinished, Some((Normal, "Pulling")), None, Requeue(secs(2))),
+        (in_progress("PullingImage"), Some("PullingImage"), unfinished, None, None, Requeue(secs(2))),
+        // Every retryable failure warns and backs off, the generation unfinished.
+        (Outcome::failed(transient()), Some("ProviderUnavailable"), unfinished, Some((Warning, "ProviderUnavailable")), None, Retry),
+        (Outcome::failed(kube()), None, unfinished, Some((Warning, "KubeApiError")), None, Retry),
+        // Anything else stalls, warning once per reason.
+        (Outcome::failed(invalid()), Some("Running"), stalled, Some((Warning, "ProviderRejected")), None, Resync),
+        (Outcome::failed(invalid()), Some("ProviderRejected"), stalled, None, None, Resync),
+        // Refused credentials: stalled, looked at again at the backoff ceiling — every kind.
+        (Outcome::failed(refused()), None, stalled, Some((Warning, "ProviderUnauthorized")), None, Requeue(CAP)),
+        (Outcome::failed(refused()), Some("ProviderUnauthorized"), stalled, None, None, Requeue(CAP)),
+        // A held deletion: its condition, one Warning per reason, the error's backoff.
+        (blocked(), Some("ProviderRejected"), progressing, Some((Warning, CLEANUP_BLOCKED)), Some(CLEANUP_BLOCKED), Retry),
+        (blocked(), Some(CLEANUP_BLOCKED), progressing, None, Some(CLEANUP_BLOCKED), Retry),
+        (Outcome::ObjectGone, None, unfinished, None, None, Then::AwaitChange),
+    ]
+}
+
 #[test]
 fn every_outcome_decides_its_status_event_and_requeue() {
-    use EventType::{Normal, Warning};
-    let wait = Some(Duration::from_secs(5));
-    type Row = (
-        Outcome,
-        Option<&'static str>,
-        &'static str,
-        bool,
-        Option<(EventType, &'static str)>,
-        Option<&'static str>,
-        Then,
-    );
-    let rows: Vec<Row> = vec![
-        (
-            Outcome::ready("Running", "ok"),
-            None,
-            "Ready",
-            true,
-            None,
-            None,
-            Then::Resync,
-        ),
-        (
-            Outcome::Ready {
-                reason: "Running".into(),
-                message: "ok".into(),
-                recheck: wait,
-            },
-            None,
-            "Ready",
-            true,
-            None,
-            None,
-            Then::Requeue(Duration::from_secs(5)),
-        ),
-        (
-            Outcome::waiting("TemplateNotReady", "w", None),
-            None,
-            "Progressing",
-            true,
-            None,
-            None,
-            Then::Resync,
-        ),
-        (
-            Outcome::waiting("SecretNotFound", "w", wait),
-            None,
-            "Progressing",
-            true,
-            None,
-            None,
-            Then::Requeue(Duration::from_secs(5)),
-        ),
-        // A stall warns once per reason.
-        (
-            Outcome::stalled("InvalidSpec", "bad"),
-            Some("Running"),
-            "Stalled",
-            true,
-            Some((Warning, "InvalidSpec")),
-            None,
-            Then::Resync,
-        ),
-        (
-            Outcome::stalled("InvalidSpec", "bad"),
-            Some("InvalidSpec"),
-            "Stalled",
-            true,
-            None,
-            None,
-            Then::Resync,
-        ),
-        // A pull does not finish the generation; announced when it starts.
-        (
-            Outcome::InProgress {
-                reason: "PullingImage".into(),
-                message: "pulling".into(),
-                recheck: Duration::from_secs(2),
-                announce: "Pulling",
-            },
-            Some("Creating"),
-            "Progressing",
-            false,
-            Some((Normal, "Pulling")),
-            None,
-            Then::Requeue(Duration::from_secs(2)),
-        ),
-        (
-            Outcome::InProgress {
-                reason: "PullingImage".into(),
-                message: "pulling".into(),
-                recheck: Duration::from_secs(2),
-                announce: "Pulling",
-            },
-            Some("PullingImage"),
-            "Progressing",
-            false,
-            None,
-            None,
-            Then::Requeue(Duration::from_secs(2)),
-        ),
-        // Every retryable failure warns and backs off, the generation unfinished.
-        (
-            Outcome::failed(provider(ProviderError::transient("500"))),
-            Some("ProviderUnavailable"),
-            "Progressing",
-            false,
-            Some((Warning, "ProviderUnavailable")),
-            None,
-            Then::Retry,
-        ),
-        (
-            Outcome::failed(Error::Kube(kube::Error::LinesCodecMaxLineLengthExceeded)),
-            None,
-            "Progressing",
-            false,
-            Some((Warning, "KubeApiError")),
-            None,
-            Then::Retry,
-        ),
-        // Anything else stalls, warning once per reason.
-        (
-            Outcome::failed(provider(ProviderError::invalid("no"))),
-            Some("Running"),
-            "Stalled",
-            true,
-            Some((Warning, "ProviderRejected")),
-            None,
-            Then::Resync,
-        ),
-        (
-            Outcome::failed(provider(ProviderError::invalid("no"))),
-            Some("ProviderRejected"),
-            "Stalled",
-            true,
-            None,
-            None,
-            Then::Resync,
-        ),
-        // Refused credentials: stalled, looked at again at the backoff ceiling, every kind.
-        (
-            Outcome::failed(provider(ProviderError::unauthorized("401"))),
-            None,
-            "Stalled",
-            true,
-            Some((Warning, "ProviderUnauthorized")),
-            None,
-            Then::Requeue(CAP),
-        ),
-        (
-            Outcome::failed(provider(ProviderError::unauthorized("401"))),
-            Some("ProviderUnauthorized"),
-            "Stalled",
-            true,
-            None,
-            None,
-            Then::Requeue(CAP),
-        ),
-        // A held deletion: its condition, one Warning per reason, the error's backoff.
-        (
-            Outcome::cleanup_blocked("list", provider(ProviderError::invalid("HTTP 405"))),
-            Some("ProviderRejected"),
-            "Progressing",
-            true,
-            Some((Warning, CLEANUP_BLOCKED)),
-            Some(CLEANUP_BLOCKED),
-            Then::Retry,
-        ),
-        (
-            Outcome::cleanup_blocked("list", provider(ProviderError::invalid("HTTP 405"))),
-            Some(CLEANUP_BLOCKED),
-            "Progressing",
-            true,
-            None,
-            Some(CLEANUP_BLOCKED),
-            Then::Retry,
-        ),
-        (
-            Outcome::ObjectGone,
-            None,
-            "Progressing",
-            false,
-            None,
-            None,
-            Then::AwaitChange,
-        ),
-    ];
-    for (outcome, previous, state, finishes, event, hold, then) in rows {
+    for (outcome, previous, (state, finishes), event, hold, then) in rows() {
         let d = decide(&outcome, previous);
         let got_state = match d.health {
             Health::Ready { .. } => "Ready",
@@ -204,12 +88,11 @@ fn every_outcome_decides_its_status_event_and_requeue() {
             Health::NotReady { .. } => "NotReady",
         };
         let got_event = d.event.as_ref().map(|(t, r, _)| (t.clone(), r.as_str()));
-        let want_event = event.map(|(t, r)| (t, r));
         assert_eq!(got_state, state, "{outcome:?}");
         assert_eq!(d.finishes_generation, finishes, "{outcome:?}");
         assert_eq!(
             format!("{got_event:?}"),
-            format!("{want_event:?}"),
+            format!("{event:?}"),
             "{outcome:?} after {previous:?}"
         );
         assert_eq!(d.hold, hold, "{outcome:?}");
@@ -224,9 +107,10 @@ fn a_step_failure_names_the_step_in_its_event_only() {
         during: Some("Start".into()),
     };
     let d = decide(&outcome, None);
-    assert_eq!(d.health.message(), "boom");
+    let message = provider(ProviderError::transient("boom")).to_string();
+    assert_eq!(d.health.message(), message);
     let (_, _, note) = d.event.expect("a failure is an Event");
-    assert_eq!(note, "Start failed: boom");
+    assert_eq!(note, format!("Start failed: {message}"));
 }
 
 #[test]
