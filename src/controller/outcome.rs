@@ -258,16 +258,8 @@ pub fn decide(outcome: &Outcome, previous: Option<&str>) -> Decision {
         }
         Outcome::Failed { error, during } => failed(error, during.as_deref(), previous),
         Outcome::Held {
-            reason,
-            message,
-            error: _,
-        } => Decision {
-            health: Health::progressing(reason, message),
-            finishes_generation: true,
-            event: new(reason).then(|| (EventType::Warning, reason.to_string(), message.clone())),
-            hold: Some(reason),
-            then: Then::Retry,
-        },
+            reason, message, ..
+        } => held(reason, message, new(reason)),
         Outcome::ObjectGone => Decision {
             health: Health::progressing("Deleting", ""),
             finishes_generation: false,
@@ -275,6 +267,18 @@ pub fn decide(outcome: &Outcome, previous: Option<&str>) -> Decision {
             hold: None,
             then: Then::AwaitChange,
         },
+    }
+}
+
+/// A held deletion: its condition beside `Reconciling`, a Warning when the reason is `new`,
+/// and the error's backoff.
+fn held(reason: &'static str, message: &str, new: bool) -> Decision {
+    Decision {
+        health: Health::progressing(reason, message),
+        finishes_generation: true,
+        event: new.then(|| (EventType::Warning, reason.to_string(), message.to_string())),
+        hold: Some(reason),
+        then: Then::Retry,
     }
 }
 

@@ -269,16 +269,16 @@ pub fn changes_we_act_on(s: &Sandbox) -> Option<u64> {
     Some(h.finish())
 }
 
-/// Runs the Sandbox controller until `shutdown` resolves. `triggers` are provider events
-/// already mapped to Sandbox references (drift noticed by events, not polling).
-pub async fn run(
-    ctx: Arc<Context>,
-    triggers: impl Stream<Item = ObjectRef<Sandbox>> + Send + 'static,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-    concurrency: u16,
-    namespace: Option<String>,
+/// The Sandbox watch, into the cache the controller works from, feeding the template-users
+/// index as its events pass; its stream carries only the changes a reconcile acts on.
+fn watch_sandboxes(
+    ctx: &Context,
+    namespace: &Option<String>,
+) -> (
+    reflector::Store<Sandbox>,
+    impl Stream<Item = std::result::Result<Sandbox, watcher::Error>> + Send + 'static,
 ) {
-    let api: Api<Sandbox> = match &namespace {
+    let api: Api<Sandbox> = match namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
@@ -300,6 +300,19 @@ pub async fn run(
         })
         .applied_objects()
         .predicate_filter(changes_we_act_on, Default::default());
+    (reader, objects)
+}
+
+/// Runs the Sandbox controller until `shutdown` resolves. `triggers` are provider events
+/// already mapped to Sandbox references (drift noticed by events, not polling).
+pub async fn run(
+    ctx: Arc<Context>,
+    triggers: impl Stream<Item = ObjectRef<Sandbox>> + Send + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    concurrency: u16,
+    namespace: Option<String>,
+) {
+    let (reader, objects) = watch_sandboxes(&ctx, &namespace);
     // The templates and volumes Sandboxes name: cached (see `caches`), and a change that can
     // unblock a Sandbox — readiness, the id or volume name it resolves to, its spec — wakes
     // the Sandboxes naming it.
