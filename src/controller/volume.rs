@@ -159,6 +159,8 @@ async fn cleanup(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
     let current = volume.status.clone().unwrap_or_default();
     match release(&r, &current).await {
         Ok(action) => Ok(action),
+        // A wait (a removal not shown yet): retried, nothing to report.
+        Err(Outcome::Failed { error, .. }) => Err(error),
         Err(held) => {
             let mut next = current.clone();
             if matches!(held, Outcome::Held { reason, .. } if reason == VOLUME_ATTACHED) {

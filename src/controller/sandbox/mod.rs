@@ -95,6 +95,8 @@ pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
     let status = sandbox.status.clone().unwrap_or_default();
     match release(&r).await {
         Ok(action) => Ok(action),
+        // A wait (the sandbox still shows after its destroy): retried, nothing to report.
+        Err(Outcome::Failed { error, .. }) => Err(error),
         Err(held) => r.conclude(&status, status.clone(), held).await,
     }
 }

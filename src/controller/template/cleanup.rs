@@ -23,6 +23,8 @@ pub async fn cleanup(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> 
     let p = Progress::new(template.status.clone().unwrap_or_default());
     match release(&r, tctx, &p).await {
         Ok(action) => Ok(action),
+        // A wait (a transfer finishing, a removal not shown yet): retried, nothing to report.
+        Err(Outcome::Failed { error, .. }) => Err(error),
         Err(held) => {
             let mut p = p;
             if matches!(held, Outcome::Held { reason, .. } if reason == TEMPLATE_IN_USE) {
