@@ -45,7 +45,11 @@ async fn a_deletion_whose_cleanup_cannot_list_says_cleanup_blocked_until_it_can(
         "spec": {"provider": "sprites"},
     });
     let out = apply_yaml(&serde_yaml::to_string(&manifest).unwrap(), &ns);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
     let what = format!("Sandbox held Ready (operator log: {})", op.log.display());
     wait_for(&what, TIMEOUT, || async {

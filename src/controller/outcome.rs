@@ -377,22 +377,36 @@ pub struct Report<'a, K> {
     /// The shared context (Events, resync).
     pub ctx: &'a Context,
     /// The object's namespaced API.
-    pub api: &'a Api<K>,
+    pub api: Api<K>,
     /// The object.
     pub object: &'a K,
     /// Our status writes the watch cache has not shown yet, when this kind tracks them.
     pub written: Option<&'a Written>,
 }
 
-impl<K> Report<'_, K>
+impl<'a, K> Report<'a, K>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+    K: kube::Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
 {
+    /// A reporter for `object`, in its namespace.
+    pub fn new(ctx: &'a Context, object: &'a K, written: Option<&'a Written>) -> Self {
+        let ns = object.namespace().unwrap_or_default();
+        Report {
+            ctx,
+            api: Api::namespaced(ctx.client.clone(), &ns),
+            object,
+            written,
+        }
+    }
+
     /// Writes `next` when it differs from `current`, remembering the resourceVersion
     /// written until the watch cache shows it (when tracked).
     pub async fn save<S: Reported>(&self, current: &S, next: &S) -> kube::Result<()> {
         let name = self.object.name_any();
-        let written = status::write_returning(self.api, &name, Some(current), next).await?;
+        let written = status::write_returning(&self.api, &name, Some(current), next).await?;
         if let (Some(w), Some(tracker)) = (written, self.written) {
             tracker.wrote(&w.uid().unwrap_or_default(), w.resource_version());
         }

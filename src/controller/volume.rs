@@ -58,14 +58,7 @@ pub fn error_policy(volume: Arc<SandboxVolume>, err: &Error, ctx: Arc<Context>) 
 /// The Apply half: resolve the provider, record the volume name before any provider call,
 /// make sure the volume exists, report.
 async fn apply(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
-    let api: Api<SandboxVolume> =
-        Api::namespaced(ctx.client.clone(), &volume.namespace().unwrap_or_default());
-    let r = Report {
-        ctx,
-        api: &api,
-        object: volume.as_ref(),
-        written: None,
-    };
+    let r = Report::new(ctx, volume.as_ref(), None);
     let status = volume.status.clone().unwrap_or_default();
     let (mut current, mut next) = (status.clone(), status);
     let outcome = converge(&r, &mut current, &mut next)
@@ -148,14 +141,7 @@ async fn create(
 /// that fails or cannot be confirmed says so (`CleanupBlocked`), and either is retried —
 /// the finalizer keeps the object until then.
 async fn cleanup(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
-    let api: Api<SandboxVolume> =
-        Api::namespaced(ctx.client.clone(), &volume.namespace().unwrap_or_default());
-    let r = Report {
-        ctx,
-        api: &api,
-        object: volume.as_ref(),
-        written: None,
-    };
+    let r = Report::new(ctx, volume.as_ref(), None);
     let current = volume.status.clone().unwrap_or_default();
     match release(&r, &current).await {
         Ok(action) => Ok(action),

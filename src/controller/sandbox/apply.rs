@@ -52,12 +52,7 @@ pub async fn apply(
     let Some(sandbox) = read(cached, sctx, &api).await? else {
         return Ok(Action::await_change());
     };
-    let r = Report {
-        ctx,
-        api: &api,
-        object: sandbox.as_ref(),
-        written: Some(&sctx.written),
-    };
+    let r = Report::new(ctx, sandbox.as_ref(), Some(&sctx.written));
     let status = sandbox.status.clone().unwrap_or_default();
     let mut pass = Pass {
         current: status.clone(),

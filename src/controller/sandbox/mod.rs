@@ -84,14 +84,7 @@ pub fn error_policy(sandbox: Arc<Sandbox>, err: &Error, sctx: Arc<SandboxContext
 /// they are gone, and only then let the finalizer go. While that cannot be done the object
 /// says why (`CleanupBlocked`).
 pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
-    let api: Api<Sandbox> =
-        Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
-    let r = Report {
-        ctx,
-        api: &api,
-        object: sandbox.as_ref(),
-        written: None,
-    };
+    let r = Report::new(ctx, sandbox.as_ref(), None);
     let status = sandbox.status.clone().unwrap_or_default();
     match release(&r).await {
         Ok(action) => Ok(action),

@@ -52,7 +52,7 @@ impl<'a> Report<'a> {
     fn outcome(&self) -> outcome::Report<'_, SandboxTemplate> {
         outcome::Report {
             ctx: self.ctx,
-            api: &self.api,
+            api: self.api.clone(),
             object: self.template,
             written: None,
         }
