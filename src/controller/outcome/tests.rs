@@ -87,7 +87,7 @@ fn every_outcome_decides_its_status_event_and_requeue() {
             Health::Stalled { .. } => "Stalled",
             Health::NotReady { .. } => "NotReady",
         };
-        let got_event = d.event.as_ref().map(|(t, r, _)| (t.clone(), r.as_str()));
+        let got_event = d.event.as_ref().map(|(t, r, _)| (*t, r.as_str()));
         assert_eq!(got_state, state, "{outcome:?}");
         assert_eq!(d.finishes_generation, finishes, "{outcome:?}");
         assert_eq!(

@@ -40,7 +40,7 @@ impl Target<'_> {
 /// What the act stage did.
 pub enum Acted {
     /// No step ran: the observation made before acting still stands.
-    Nothing(Option<SandboxDescriptor>),
+    Nothing(Option<Box<SandboxDescriptor>>),
     /// Steps ran, ending on the provider id `target`: what they changed must be observed.
     Steps { target: Option<String> },
 }
@@ -62,7 +62,7 @@ pub async fn act_all(
     pass: &mut Pass,
 ) -> Result<Acted, Outcome> {
     if plan.steps.is_empty() {
-        return Ok(Acted::Nothing(observed));
+        return Ok(Acted::Nothing(observed.map(Box::new)));
     }
     announce(
         on,

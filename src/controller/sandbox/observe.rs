@@ -70,7 +70,7 @@ pub async fn report(
     let (handle, sandbox) = (on.handle, on.r.object);
     let uid = sandbox.uid().unwrap_or_default();
     let (observed, verdict, acted) = match acted {
-        Acted::Nothing(observed) => (observed, None, false),
+        Acted::Nothing(observed) => (observed.map(|d| *d), None, false),
         Acted::Steps { target } => {
             let (observed, verdict) = observe_with_verdict(handle, target.as_deref(), &uid).await;
             (observed?, verdict, true)
