@@ -1,8 +1,14 @@
-//! Controllers: one per kind, sharing one [`Context`].
+//! Controllers: one per kind, sharing one [`Context`] (what every controller needs); each
+//! kind keeps its own state in its own context (`sandbox::SandboxContext`,
+//! `template::TemplateContext`).
 //!
 //! Each reconcile is a short pipeline — read → validate (pure) → observe the provider →
-//! decide (pure) → act → write status — and hands off through kube-runtime's `finalizer()`
-//! to an apply or a cleanup. Only this module talks to both Kubernetes and providers.
+//! decide (pure) → act → write status — run by the shared scaffold ([`scaffold`]): a new
+//! object gets our finalizer alongside its first pass, one that has it goes through
+//! kube-runtime's `finalizer()` to the kind's apply or cleanup. Every pass ends in one
+//! [`outcome::Outcome`], which [`outcome::Report::conclude`] turns into status, an Event and
+//! the requeue, the same way for every kind. Only this module talks to both Kubernetes and
+//! providers.
 
 pub mod backoff;
 pub mod caches;
@@ -10,12 +16,14 @@ pub mod echoes;
 pub mod error;
 pub mod events;
 pub mod freshness;
+pub mod outcome;
 pub mod recorder;
 pub mod sandbox;
 pub mod scaffold;
 pub mod status;
 pub mod sweeper;
 pub mod template;
+pub mod template_users;
 pub mod triggers;
 pub mod volume;
 
@@ -55,17 +63,12 @@ pub struct Context {
     pub resync: Duration,
     /// Per-object retry counters for exponential backoff.
     pub backoff: backoff::Backoff,
-    /// When each Sandbox's failed template restore may be attempted again.
-    pub restore_retries: sandbox::restore::Retries,
-    /// Provider events our own steps cause, so they do not reconcile again.
+    /// Provider events our own steps cause, so they do not reconcile again: the link between
+    /// the provider event streams ([`triggers`]) and the Sandbox controller's steps.
     pub echoes: Arc<echoes::Echoes>,
-    /// Which templates the Sandboxes name (fed by the Sandbox watch, read by the template
-    /// controller).
-    pub template_users: Arc<template::users::TemplateUsers>,
-    /// Watch caches of templates and volumes (set when the Sandbox controller starts).
-    pub caches: std::sync::OnceLock<caches::Caches>,
-    /// Our last status writes the watch cache has not shown yet.
-    pub written: freshness::Written,
+    /// Which templates the Sandboxes name: the link between the Sandbox controller's watch,
+    /// which feeds it, and the template controller, which reads it.
+    pub template_users: Arc<template_users::TemplateUsers>,
     /// Test-only crash points (`SANDBOX_OPERATOR_FAILPOINT`), see [`Context::failpoint`].
     pub failpoints: Vec<String>,
 }
@@ -122,11 +125,8 @@ impl Context {
             instance,
             resync,
             backoff: backoff::Backoff::default(),
-            restore_retries: sandbox::restore::Retries::default(),
             echoes: Arc::default(),
             template_users: Arc::default(),
-            caches: std::sync::OnceLock::new(),
-            written: freshness::Written::default(),
             failpoints,
         })
     }

@@ -5,13 +5,14 @@ use futures::channel::mpsc;
 use futures::{SinkExt, StreamExt};
 use kube::Client;
 use kube::runtime::reflector::ObjectRef;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::{Sandbox, SandboxVolume};
 use crate::controller;
 use crate::controller::echoes::Echoes;
 use crate::provider::ProviderEvent;
-use crate::registry::ProviderRegistry;
+use crate::registry::{ProviderHandle, ProviderRegistry};
 use crate::supervisor::TaskSet;
 
 /// Streams of objects to reconcile because their provider resources changed.
@@ -36,111 +37,136 @@ pub fn provider_triggers(
     instance: &str,
     client: &Client,
     namespace: Option<&str>,
-    echoes: std::sync::Arc<Echoes>,
+    echoes: Arc<Echoes>,
     stop: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> (
     mpsc::UnboundedReceiver<ObjectRef<Sandbox>>,
     mpsc::UnboundedReceiver<ObjectRef<SandboxVolume>>,
 ) {
-    let (sbx_tx, sbx_rx) = mpsc::unbounded();
-    let (vol_tx, vol_rx) = mpsc::unbounded();
+    let (sandboxes, sbx_rx) = mpsc::unbounded();
+    let (volumes, vol_rx) = mpsc::unbounded();
     let stop = futures::FutureExt::shared(Box::pin(stop));
     for handle in providers.iter().filter(|h| h.provider.events().is_some()) {
-        let handle = handle.clone();
-        let provider = handle.provider.clone();
-        let registry = providers.clone();
-        let client = client.clone();
-        let namespace = namespace.map(str::to_string);
-        let instance = instance.to_string();
-        let mut sbx_tx = sbx_tx.clone();
-        let mut vol_tx = vol_tx.clone();
+        let pump = Pump {
+            handle: handle.clone(),
+            registry: providers.clone(),
+            client: client.clone(),
+            namespace: namespace.map(str::to_string),
+            instance: instance.to_string(),
+            echoes: echoes.clone(),
+            sandboxes: sandboxes.clone(),
+            volumes: volumes.clone(),
+            attempt: 0,
+            // The controllers' initial listing reconciles everything once: start as
+            // reachable.
+            reachable: true,
+        };
         let stop = stop.clone();
-        let echoes = echoes.clone();
         tasks.spawn("provider event stream", async move {
-            let Some(events) = provider.events() else {
-                return;
-            };
-            let mut attempt = 0u32;
-            // The controllers' initial listing reconciles everything once: start as reachable.
-            let mut reachable = true;
-            let pump = async {
-                loop {
-                    let mut stream = events.subscribe(&instance);
-                    while let Some(item) = stream.next().await {
-                        match item {
-                            Ok(ProviderEvent { owner, action }) => {
-                                attempt = 0;
-                                tracing::debug!(kind = %owner.kind, namespace = %owner.namespace, name = %owner.name, %action, "provider event");
-                                match owner.kind.as_str() {
-                                    "Sandbox" if echoes.is_echo(&owner.uid, &action) => {}
-                                    "Sandbox" => {
-                                        let _ = sbx_tx
-                                            .send(
-                                                ObjectRef::new(&owner.name)
-                                                    .within(&owner.namespace),
-                                            )
-                                            .await;
-                                    }
-                                    "SandboxVolume" => {
-                                        let _ = vol_tx
-                                            .send(
-                                                ObjectRef::new(&owner.name)
-                                                    .within(&owner.namespace),
-                                            )
-                                            .await;
-                                    }
-                                    _ => {}
-                                }
-                            }
-                            Err(err) => {
-                                tracing::warn!(%err, provider = provider.name(), "provider event stream failed");
-                                break;
-                            }
-                        }
-                    }
-                    attempt = attempt.saturating_add(1);
-                    tokio::time::sleep(
-                        controller::backoff::delay_for(attempt).min(Duration::from_secs(30)),
-                    )
-                    .await;
-                    // Any answer, even "no such sandbox", means the provider is reachable.
-                    let up = handle
-                        .call("probe", provider.describe(REACHABILITY_PROBE))
-                        .await
-                        .is_ok();
-                    if up != reachable {
-                        reachable = up;
-                        if up {
-                            attempt = 0;
-                            tracing::info!(
-                                provider = provider.name(),
-                                "provider reachable again: reconciling its objects"
-                            );
-                        } else {
-                            tracing::warn!(
-                                provider = provider.name(),
-                                "provider unreachable: reconciling its objects so they report it"
-                            );
-                        }
-                        reconcile_objects_on(
-                            &client,
-                            namespace.as_deref(),
-                            &registry,
-                            provider.name(),
-                            &mut sbx_tx,
-                            &mut vol_tx,
-                        )
-                        .await;
-                    }
-                }
-            };
             tokio::select! {
                 () = stop => {}
-                () = pump => {}
+                () = pump.run() => {}
             }
         });
     }
     (sbx_rx, vol_rx)
+}
+
+/// One provider's event stream, pumped into the controllers' trigger channels.
+struct Pump {
+    handle: ProviderHandle,
+    registry: ProviderRegistry,
+    client: Client,
+    namespace: Option<String>,
+    instance: String,
+    echoes: Arc<Echoes>,
+    sandboxes: mpsc::UnboundedSender<ObjectRef<Sandbox>>,
+    volumes: mpsc::UnboundedSender<ObjectRef<SandboxVolume>>,
+    /// Consecutive subscriptions that ended without an event.
+    attempt: u32,
+    /// Whether the provider answered the last probe.
+    reachable: bool,
+}
+
+impl Pump {
+    /// Follows the stream, resubscribing with backoff, until stopped.
+    async fn run(mut self) {
+        let provider = self.handle.provider.clone();
+        let Some(events) = provider.events() else {
+            return;
+        };
+        loop {
+            let mut stream = events.subscribe(&self.instance);
+            while let Some(item) = stream.next().await {
+                match item {
+                    Ok(event) => {
+                        self.attempt = 0;
+                        self.forward(event).await;
+                    }
+                    Err(err) => {
+                        tracing::warn!(%err, provider = provider.name(), "provider event stream failed");
+                        break;
+                    }
+                }
+            }
+            self.attempt = self.attempt.saturating_add(1);
+            let delay = controller::backoff::delay_for(self.attempt).min(Duration::from_secs(30));
+            tokio::time::sleep(delay).await;
+            self.probe().await;
+        }
+    }
+
+    /// Sends the object an event concerns to its controller (a Sandbox's echo of our own
+    /// step is dropped).
+    async fn forward(&mut self, ProviderEvent { owner, action }: ProviderEvent) {
+        tracing::debug!(kind = %owner.kind, namespace = %owner.namespace, name = %owner.name, %action, "provider event");
+        let (name, ns) = (owner.name.as_str(), owner.namespace.as_str());
+        match owner.kind.as_str() {
+            "Sandbox" if self.echoes.is_echo(&owner.uid, &action) => {}
+            "Sandbox" => {
+                let _ = self.sandboxes.send(ObjectRef::new(name).within(ns)).await;
+            }
+            "SandboxVolume" => {
+                let _ = self.volumes.send(ObjectRef::new(name).within(ns)).await;
+            }
+            _ => {}
+        }
+    }
+
+    /// Probes the provider; when its reachability changed, reconciles every object on it.
+    /// Any answer, even "no such sandbox", means the provider is reachable.
+    async fn probe(&mut self) {
+        let (handle, provider) = (&self.handle, self.handle.provider.as_ref());
+        let up = handle
+            .call("probe", provider.describe(REACHABILITY_PROBE))
+            .await
+            .is_ok();
+        if up == self.reachable {
+            return;
+        }
+        self.reachable = up;
+        if up {
+            self.attempt = 0;
+            tracing::info!(
+                provider = provider.name(),
+                "provider reachable again: reconciling its objects"
+            );
+        } else {
+            tracing::warn!(
+                provider = provider.name(),
+                "provider unreachable: reconciling its objects so they report it"
+            );
+        }
+        reconcile_objects_on(
+            &self.client,
+            self.namespace.as_deref(),
+            &self.registry,
+            provider.name(),
+            &mut self.sandboxes,
+            &mut self.volumes,
+        )
+        .await;
+    }
 }
 
 /// A sandbox id no provider holds: describing it only tells whether the provider answers.

@@ -11,12 +11,13 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 
 use crate::api::{ReclaimPolicy, SandboxVolume, SandboxVolumeStatus};
-use crate::controller::events::{normal, warning};
-use crate::controller::status::{self, Health};
+use crate::controller::events::normal;
+use crate::controller::outcome::{Outcome, Report, VOLUME_ATTACHED};
 use crate::controller::{Context, Error, Result, scaffold};
 use crate::provider::labels::{Owner, RECLAIM_POLICY};
 use crate::provider::validate;
-use crate::provider::{ErrorKind, ProviderError};
+use crate::provider::{ErrorKind, ProviderError, VolumeInfo, Volumes};
+use crate::registry::ProviderHandle;
 
 const KIND: &str = "SandboxVolume";
 
@@ -54,145 +55,141 @@ pub fn error_policy(volume: Arc<SandboxVolume>, err: &Error, ctx: Arc<Context>) 
     scaffold::error_policy(KIND, volume.as_ref(), err, &ctx)
 }
 
+/// The Apply half: resolve the provider, record the volume name before any provider call,
+/// make sure the volume exists, report.
 async fn apply(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
-    let ns = volume.namespace().unwrap_or_default();
-    let api: Api<SandboxVolume> = Api::namespaced(ctx.client.clone(), &ns);
-    let name = volume.name_any();
-    let uid = volume.uid().unwrap_or_default();
-    let current = volume.status.clone().unwrap_or_default();
-    let mut next = current.clone();
-    let generation = volume.metadata.generation;
+    let r = Report::new(ctx, volume.as_ref(), None);
+    let status = volume.status.clone().unwrap_or_default();
+    let (mut current, mut next) = (status.clone(), status);
+    let outcome = converge(&r, &mut current, &mut next)
+        .await
+        .unwrap_or_else(|ended| ended);
+    r.conclude(&current, next, outcome).await
+}
 
-    let handle = match ctx.providers.resolve(volume.spec.provider.as_deref()) {
-        Ok(h) => h.clone(),
-        Err(msg) => {
-            return finish(
-                &api,
-                &name,
-                &current,
-                next,
-                Health::stalled("ProviderNotConfigured", msg),
-                generation,
-                ctx,
-            )
-            .await;
-        }
-    };
+/// The stages of [`apply`]; each returns the outcome that ends the pass early.
+async fn converge(
+    r: &Report<'_, SandboxVolume>,
+    current: &mut SandboxVolumeStatus,
+    next: &mut SandboxVolumeStatus,
+) -> Result<Outcome, Outcome> {
+    let (ctx, volume) = (r.ctx, r.object);
+    let handle = ctx
+        .providers
+        .resolve(volume.spec.provider.as_deref())
+        .map_err(|msg| Outcome::stalled("ProviderNotConfigured", msg))?
+        .clone();
     next.provider = Some(handle.name().to_string());
     let Some(volumes) = handle.provider.volumes() else {
         let msg = format!(
             "provider {:?} has no named volumes; use another provider",
             handle.name()
         );
-        return finish(
-            &api,
-            &name,
-            &current,
-            next,
-            Health::stalled("VolumesUnsupported", msg),
-            generation,
-            ctx,
-        )
-        .await;
+        return Err(Outcome::stalled("VolumesUnsupported", msg));
     };
-    let external = external_name(&uid);
-    if let Err(msg) = validate::resource_name("volume name", &external) {
-        return finish(
-            &api,
-            &name,
-            &current,
-            next,
-            Health::stalled("InvalidName", msg),
-            generation,
-            ctx,
-        )
-        .await;
-    }
+    let external = external_name(&volume.uid().unwrap_or_default());
+    validate::resource_name("volume name", &external)
+        .map_err(|msg| Outcome::stalled("InvalidName", msg))?;
     if current.volume_name.as_deref() != Some(external.as_str()) {
         next.volume_name = Some(external.clone());
-        status::write(&api, &name, Some(&current), &next).await?;
+        r.save(&*current, &*next).await?;
+        *current = next.clone();
     }
-    let current = next.clone();
-
     let info = match handle
         .call("get_volume", volumes.get_volume(&external))
-        .await
+        .await?
     {
-        Ok(Some(info)) => info,
-        Ok(None) => {
-            let owner = Owner {
-                instance: ctx.instance.clone(),
-                kind: KIND.into(),
-                namespace: ns.clone(),
-                name: name.clone(),
-                uid: uid.clone(),
-            };
-            let mut labels = owner.labels();
-            labels.insert(RECLAIM_POLICY.into(), format!("{:?}", reclaim(&volume)));
-            match handle
-                .call("create_volume", volumes.create_volume(&external, &labels))
-                .await
-            {
-                Ok(info) => {
-                    normal(
-                        ctx,
-                        volume.as_ref(),
-                        "Created",
-                        format!("created volume {external} on provider {}", handle.name()),
-                    )
-                    .await;
-                    info
-                }
-                Err(e) => return failure(ctx, &api, &volume, &current, next, e, generation).await,
-            }
-        }
-        Err(e) => return failure(ctx, &api, &volume, &current, next, e, generation).await,
+        Some(info) => info,
+        None => create(r, &handle, volumes, &external).await?,
     };
     next.attached = Some(info.attached);
     next.attached_to = info.attached_to.clone();
     next.size_bytes = info.size_bytes.and_then(|b| i64::try_from(b).ok());
     next.created_at = info.created_at.map(crate::api::rfc3339);
-    finish(
-        &api,
-        &name,
-        &current,
-        next,
-        Health::ready("VolumeReady", format!("volume {external} exists")),
-        generation,
-        ctx,
-    )
-    .await
+    Ok(Outcome::ready(
+        "VolumeReady",
+        format!("volume {external} exists"),
+    ))
 }
 
-/// Honour the reclaim policy; an attached volume is refused (condition + Event) and retried
-/// until free — the finalizer keeps the object until then.
+/// Creates the volume with the object's owner labels and its reclaim policy.
+async fn create(
+    r: &Report<'_, SandboxVolume>,
+    handle: &ProviderHandle,
+    volumes: &dyn Volumes,
+    external: &str,
+) -> Result<VolumeInfo, ProviderError> {
+    let (ctx, volume) = (r.ctx, r.object);
+    let owner = Owner {
+        instance: ctx.instance.clone(),
+        kind: KIND.into(),
+        namespace: volume.namespace().unwrap_or_default(),
+        name: volume.name_any(),
+        uid: volume.uid().unwrap_or_default(),
+    };
+    let mut labels = owner.labels();
+    labels.insert(RECLAIM_POLICY.into(), format!("{:?}", reclaim(volume)));
+    let info = handle
+        .call("create_volume", volumes.create_volume(external, &labels))
+        .await?;
+    let msg = format!("created volume {external} on provider {}", handle.name());
+    normal(ctx, volume, "Created", msg).await;
+    Ok(info)
+}
+
+/// Honour the reclaim policy; an attached volume is refused (`VolumeAttached`), a removal
+/// that fails or cannot be confirmed says so (`CleanupBlocked`), and either is retried —
+/// the finalizer keeps the object until then.
 async fn cleanup(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
-    let ns = volume.namespace().unwrap_or_default();
-    let api: Api<SandboxVolume> = Api::namespaced(ctx.client.clone(), &ns);
-    let uid = volume.uid().unwrap_or_default();
-    let external = external_name(&uid);
+    let r = Report::new(ctx, volume.as_ref(), None);
     let current = volume.status.clone().unwrap_or_default();
-    if reclaim(&volume) == ReclaimPolicy::Retain {
-        normal(
-            ctx,
-            volume.as_ref(),
-            "Retained",
-            format!("reclaimPolicy Retain: volume {external} is kept on the provider"),
-        )
-        .await;
+    match release(&r, &current).await {
+        Ok(action) => Ok(action),
+        // A wait (a removal not shown yet): retried, nothing to report.
+        Err(Outcome::Failed { error, .. }) => Err(error),
+        Err(held) => {
+            let mut next = current.clone();
+            if matches!(held, Outcome::Held { reason, .. } if reason == VOLUME_ATTACHED) {
+                next.attached = Some(true);
+            }
+            r.conclude(&current, next, held).await
+        }
+    }
+}
+
+/// Removes the volume (see [`cleanup`]); `Err` is why the finalizer stays.
+async fn release(
+    r: &Report<'_, SandboxVolume>,
+    current: &SandboxVolumeStatus,
+) -> Result<Action, Outcome> {
+    let (ctx, volume) = (r.ctx, r.object);
+    let external = external_name(&volume.uid().unwrap_or_default());
+    if reclaim(volume) == ReclaimPolicy::Retain {
+        let msg = format!("reclaimPolicy Retain: volume {external} is kept on the provider");
+        normal(ctx, volume, "Retained", msg).await;
         return Ok(Action::await_change());
     }
-    let provider_name = current
+    let provider = current
         .provider
         .clone()
         .or_else(|| volume.spec.provider.clone());
-    let handle = match ctx.providers.resolve(provider_name.as_deref()) {
+    let handle = match ctx.providers.resolve(provider.as_deref()) {
         Ok(h) => h.clone(),
         Err(_) if current.volume_name.is_none() => return Ok(Action::await_change()),
-        Err(msg) => return Err(Error::Dependency(format!("cannot remove volume: {msg}"))),
+        Err(msg) => {
+            let what = format!("reach provider {provider:?} to remove volume {external}");
+            return Err(Outcome::cleanup_blocked(&what, Error::Dependency(msg)));
+        }
     };
     let Some(volumes) = handle.provider.volumes() else {
         return Ok(Action::await_change());
+    };
+    let blocked = |e: ProviderError| {
+        let what = format!(
+            "remove volume {external} from provider {} and confirm it is gone",
+            handle.name()
+        );
+        Outcome::cleanup_blocked(&what, e)
     };
     match handle
         .call("remove_volume", volumes.remove_volume(&external))
@@ -200,102 +197,25 @@ async fn cleanup(volume: Arc<SandboxVolume>, ctx: &Context) -> Result<Action> {
     {
         Ok(()) => {}
         Err(e) if e.is(ErrorKind::Conflict) => {
-            let msg = e.message().to_string();
-            let mut next = current.clone();
-            let mut conditions = next.conditions.clone();
-            Health::progressing("VolumeAttached", format!("waiting to delete: {msg}")).apply(
-                &mut conditions,
-                volume.metadata.generation,
-                &status::now(),
-            );
-            next.conditions = conditions;
-            next.attached = Some(true);
-            status::write(&api, &volume.name_any(), Some(&current), &next).await?;
-            warning(
-                ctx,
-                volume.as_ref(),
-                "VolumeAttached",
-                format!("not removing volume {external} while it is attached: {msg}"),
-            )
-            .await;
-            return Err(Error::Provider(e));
+            return Err(Outcome::Held {
+                reason: VOLUME_ATTACHED,
+                message: format!("waiting to delete: {}", e.message()),
+                error: Error::Provider(e),
+            });
         }
-        Err(e) => return Err(e.into()),
+        Err(e) => return Err(blocked(e)),
     }
-    if handle
+    let left = handle
         .call("get_volume", volumes.get_volume(&external))
-        .await?
-        .is_some()
-    {
-        return Err(Error::Provider(ProviderError::transient(format!(
+        .await;
+    if left.map_err(blocked)?.is_some() {
+        return Err(Outcome::failed(ProviderError::transient(format!(
             "volume {external} still present after removal"
         ))));
     }
-    normal(
-        ctx,
-        volume.as_ref(),
-        "Deleted",
-        format!("removed volume {external} (reclaimPolicy Delete)"),
-    )
-    .await;
+    let msg = format!("removed volume {external} (reclaimPolicy Delete)");
+    normal(ctx, volume, "Deleted", msg).await;
     Ok(Action::await_change())
-}
-
-async fn failure(
-    ctx: &Context,
-    api: &Api<SandboxVolume>,
-    volume: &SandboxVolume,
-    current: &SandboxVolumeStatus,
-    next: SandboxVolumeStatus,
-    err: ProviderError,
-    generation: Option<i64>,
-) -> Result<Action> {
-    warning(
-        ctx,
-        volume,
-        Error::Provider(err.clone()).category(),
-        err.to_string(),
-    )
-    .await;
-    if err.is_retryable() {
-        let mut next = next;
-        let mut conditions = next.conditions.clone();
-        Health::progressing(Error::Provider(err.clone()).category(), err.to_string()).apply(
-            &mut conditions,
-            current.observed_generation,
-            &status::now(),
-        );
-        next.conditions = conditions;
-        let _ = status::write(api, &volume.name_any(), Some(current), &next).await;
-        return Err(err.into());
-    }
-    finish(
-        api,
-        &volume.name_any(),
-        current,
-        next,
-        Health::stalled(Error::Provider(err.clone()).category(), err.to_string()),
-        generation,
-        ctx,
-    )
-    .await
-}
-
-async fn finish(
-    api: &Api<SandboxVolume>,
-    name: &str,
-    current: &SandboxVolumeStatus,
-    mut next: SandboxVolumeStatus,
-    health: Health,
-    generation: Option<i64>,
-    ctx: &Context,
-) -> Result<Action> {
-    let mut conditions = next.conditions.clone();
-    health.apply(&mut conditions, generation, &status::now());
-    next.conditions = conditions;
-    next.observed_generation = generation;
-    status::write(api, name, Some(current), &next).await?;
-    Ok(Action::requeue(crate::jitter::by_key(ctx.resync, name)))
 }
 
 /// Runs the SandboxVolume controller until `shutdown` resolves.

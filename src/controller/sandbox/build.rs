@@ -83,26 +83,66 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
         name: meta.name.clone().unwrap_or_default(),
         uid: uid.clone(),
     };
+    let spec_hash = spec_hash(spec, resolved);
+    let mut labels = spec.labels.clone().unwrap_or_default();
+    labels.insert(SPEC_HASH.into(), spec_hash.clone());
+    if let Some(t) = &resolved.template_id {
+        labels.insert(TEMPLATE.into(), t.clone());
+    }
+    let (image, template, restore) = boot(spec, resolved, sandbox.status.as_ref());
+    Ok(Desired {
+        request: CreateRequest {
+            name: external_name(&uid),
+            owner,
+            image,
+            template,
+            command: spec.command.clone(),
+            restart_policy: restart_policy(spec.restart_policy),
+            env: env(spec, resolved)?,
+            labels,
+            resources: resources(spec)?,
+            ports: ports(spec)?,
+            volumes: volumes(spec, resolved)?,
+            allowed_domains: spec.egress.as_ref().and_then(|e| e.allowed_domains.clone()),
+            idle_action: spec.idle_action.as_ref().map(|a| match a {
+                IdleAction::Off => provider::IdleAction::Off,
+                IdleAction::Stop => provider::IdleAction::Stop,
+                IdleAction::Suspend => provider::IdleAction::Suspend,
+            }),
+            image_pull_policy: match spec.image_pull_policy.unwrap_or_default() {
+                ImagePullPolicy::Always => provider::ImagePullPolicy::Always,
+                ImagePullPolicy::IfNotPresent => provider::ImagePullPolicy::IfNotPresent,
+                ImagePullPolicy::Never => provider::ImagePullPolicy::Never,
+            },
+            registry_credentials: resolved.registry_credentials.clone(),
+        },
+        state: spec.state.unwrap_or(DesiredState::Running),
+        spec_hash,
+        restore,
+    })
+}
 
-    let resources = resources(spec)?;
-
-    // Plain env first, Secret env may not shadow it silently: a clash is an error.
+/// `spec.env` plus the `envFrom` Secrets' env. Secret env may not shadow plain env
+/// silently: a clash is an error.
+fn env(spec: &SandboxSpec, resolved: &Resolved) -> Result<BTreeMap<String, String>, String> {
     let mut env: BTreeMap<String, String> = BTreeMap::new();
     for var in spec.env.iter().flatten() {
         env.insert(var.name.clone(), var.value.clone());
     }
-    for key in resolved.secret_env.keys() {
+    for (key, value) in &resolved.secret_env {
         if env.contains_key(key) {
             return Err(format!(
                 "env var {key:?} is set both in spec.env and by spec.envFrom; remove one of them"
             ));
         }
+        env.insert(key.clone(), value.clone());
     }
-    let mut full_env = env.clone();
-    full_env.extend(resolved.secret_env.clone());
+    Ok(env)
+}
 
-    let ports: Vec<PortRequest> = spec
-        .ports
+/// `spec.ports`, each in 1-65535.
+fn ports(spec: &SandboxSpec) -> Result<Vec<PortRequest>, String> {
+    spec.ports
         .iter()
         .flatten()
         .map(|p| {
@@ -118,13 +158,16 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
                 },
             })
         })
-        .collect::<Result<_, String>>()?;
+        .collect()
+}
 
+/// `spec.volumes` with the provider volume names they resolved to.
+fn volumes(spec: &SandboxSpec, resolved: &Resolved) -> Result<Vec<VolumeMount>, String> {
     let mounts = spec.volumes.as_deref().unwrap_or_default();
     if mounts.len() != resolved.volume_names.len() {
         return Err("internal: volume references were not all resolved".into());
     }
-    let volumes: Vec<VolumeMount> = mounts
+    Ok(mounts
         .iter()
         .zip(&resolved.volume_names)
         .map(|(m, name)| VolumeMount {
@@ -132,56 +175,16 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
             mount_path: m.mount_path.clone(),
             read_only: m.read_only.unwrap_or(false),
         })
-        .collect();
+        .collect())
+}
 
-    let restart_policy = match spec.restart_policy {
+/// `spec.restartPolicy`: `Never` when omitted.
+fn restart_policy(policy: Option<RestartPolicy>) -> provider::RestartPolicy {
+    match policy {
         Some(RestartPolicy::OnFailure) => provider::RestartPolicy::OnFailure,
         Some(RestartPolicy::Always) => provider::RestartPolicy::Always,
         _ => provider::RestartPolicy::Never,
-    };
-    let idle_action = spec.idle_action.as_ref().map(|a| match a {
-        IdleAction::Off => provider::IdleAction::Off,
-        IdleAction::Stop => provider::IdleAction::Stop,
-        IdleAction::Suspend => provider::IdleAction::Suspend,
-    });
-    if spec.template_ref.is_none() && spec.image.is_none() {
-        // Allowed: the provider's default image. Nothing to check here.
     }
-
-    let spec_hash = spec_hash(spec, resolved);
-    let mut labels = spec.labels.clone().unwrap_or_default();
-    labels.insert(SPEC_HASH.into(), spec_hash.clone());
-    if let Some(t) = &resolved.template_id {
-        labels.insert(TEMPLATE.into(), t.clone());
-    }
-
-    let (image, template, restore) = boot(spec, resolved, sandbox.status.as_ref());
-    Ok(Desired {
-        request: CreateRequest {
-            name: external_name(&uid),
-            owner,
-            image,
-            template,
-            command: spec.command.clone(),
-            restart_policy,
-            env: full_env,
-            labels,
-            resources,
-            ports,
-            volumes,
-            allowed_domains: spec.egress.as_ref().and_then(|e| e.allowed_domains.clone()),
-            idle_action,
-            image_pull_policy: match spec.image_pull_policy.unwrap_or_default() {
-                ImagePullPolicy::Always => provider::ImagePullPolicy::Always,
-                ImagePullPolicy::IfNotPresent => provider::ImagePullPolicy::IfNotPresent,
-                ImagePullPolicy::Never => provider::ImagePullPolicy::Never,
-            },
-            registry_credentials: resolved.registry_credentials.clone(),
-        },
-        state: spec.state.unwrap_or(DesiredState::Running),
-        spec_hash,
-        restore,
-    })
 }
 
 /// The image a create boots: `spec.image`, except that under `IfNotPresent` and `Never` the
@@ -254,23 +257,53 @@ pub fn resources(spec: &SandboxSpec) -> Result<Resources, String> {
 
 /// Hash of the create-time configuration: every field that cannot change in place.
 ///
-/// Resources and state are left out (they converge in place); Secret VALUES are left out
-/// (envFrom is resolved at create, and a hash of a secret must not leave the operator) —
-/// only the references are hashed. 32 hex characters fit a label value.
+/// The spec is destructured without `..`, so a new field does not compile until it is
+/// decided here: hashed (a change recreates the sandbox) or bound to `_name` with the
+/// reason it is not. Secret VALUES are never hashed (envFrom is resolved at create, and a
+/// hash of a secret must not leave the operator) — only the references are. 32 hex
+/// characters fit a label value.
 pub fn spec_hash(spec: &SandboxSpec, resolved: &Resolved) -> String {
+    let SandboxSpec {
+        // Immutable (an admission rule): a live Sandbox never moves.
+        provider: _provider,
+        image,
+        // When to pull applies at the next create; a running sandbox keeps its bits.
+        image_pull_policy: _image_pull_policy,
+        // Credentials for a pull only, never part of what runs.
+        image_pull_secrets: _image_pull_secrets,
+        // Hashed as the template id it resolved to (`resolved.template_id`).
+        template_ref: _template_ref,
+        command,
+        restart_policy,
+        env,
+        env_from,
+        // Delivered into the running sandbox, and again when it changes.
+        self_delivered_env: _self_delivered_env,
+        volumes,
+        // Converge in place (`setResources`), or the provider refuses the change.
+        resources: _resources,
+        ports,
+        egress,
+        // The power state converges in place.
+        state: _state,
+        idle_action,
+        // Evaluated by every pass, never by the provider.
+        lifetime: _lifetime,
+        labels,
+    } = spec;
     let mut material = serde_json::json!({
-        "image": spec.image,
+        "image": image,
         "template": resolved.template_id,
-        "command": spec.command,
-        "restartPolicy": spec.restart_policy,
-        "env": spec.env,
-        "envFrom": spec.env_from,
-        "ports": spec.ports,
-        "volumes": spec.volumes,
+        "command": command,
+        "restartPolicy": restart_policy,
+        "env": env,
+        "envFrom": env_from,
+        "ports": ports,
+        "volumes": volumes,
         "volumeNames": resolved.volume_names,
-        "egress": if resolved.egress_in_place { None } else { spec.egress.as_ref() },
-        "labels": spec.labels,
-        "idleAction": spec.idle_action,
+        "egress": if resolved.egress_in_place { None } else { egress.as_ref() },
+        "labels": labels,
+        "idleAction": idle_action,
     });
     // Only when the provider has one, so no other provider's hashes change.
     if let (Some(placement), Some(map)) = (resolved.egress_placement, material.as_object_mut()) {

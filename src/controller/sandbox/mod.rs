@@ -1,17 +1,21 @@
 //! The Sandbox controller.
 //!
-//! `reconcile` is thin: it times itself and hands off through the scaffold (our finalizer) to
-//! [`apply::apply`] (converge) or [`cleanup`] (destroy, confirm, release).
+//! `reconcile` is thin: it hands off through the scaffold (our finalizer) to
+//! [`apply::apply`] (converge) or [`cleanup`] (destroy, confirm, release). Its own state —
+//! the watch caches, the record of status writes the cache has not shown yet, the failed
+//! restores' backoff — lives in [`SandboxContext`], beside the shared [`Context`].
 
+pub mod act;
 pub mod apply;
 pub mod build;
 pub mod decide;
 pub mod lifetime;
+pub mod observe;
 pub mod pulling;
 pub mod resolve;
 pub mod restore;
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use futures::{Stream, StreamExt, TryStreamExt};
 use kube::ResourceExt;
@@ -21,36 +25,78 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use crate::api::{Sandbox, SandboxTemplate, SandboxVolume};
+use crate::controller::caches::Caches;
 use crate::controller::events::normal;
+use crate::controller::freshness::Written;
+use crate::controller::outcome::{Outcome, Report};
 use crate::controller::{Context, Error, Result, scaffold};
-use crate::provider::SandboxQuery;
-use crate::provider::labels::OWNER_UID;
+use crate::provider::ProviderError;
+use crate::registry::ProviderHandle;
 
 /// Kind name for metrics and keys.
 const KIND: &str = "Sandbox";
 
+/// What the Sandbox reconciles share: the common context plus this controller's own state.
+pub struct SandboxContext {
+    /// The shared controller context.
+    pub ctx: Arc<Context>,
+    /// When each Sandbox's failed template restore may be attempted again.
+    pub restore_retries: restore::Retries,
+    /// Watch caches of templates and volumes (set when the controller starts its watches).
+    pub caches: OnceLock<Caches>,
+    /// Our last status writes the watch cache has not shown yet.
+    pub written: Written,
+}
+
+impl SandboxContext {
+    /// This controller's state, empty, over `ctx`.
+    pub fn new(ctx: Arc<Context>) -> Arc<Self> {
+        Arc::new(SandboxContext {
+            ctx,
+            restore_retries: restore::Retries::default(),
+            caches: OnceLock::new(),
+            written: Written::default(),
+        })
+    }
+}
+
 /// One reconcile of one Sandbox.
-pub async fn reconcile(sandbox: Arc<Sandbox>, ctx: Arc<Context>) -> Result<Action> {
+pub async fn reconcile(sandbox: Arc<Sandbox>, sctx: Arc<SandboxContext>) -> Result<Action> {
+    let ctx = sctx.ctx.as_ref();
     ctx.failpoint("sandbox-reconcile");
     scaffold::reconcile(
         KIND,
         sandbox,
-        &ctx,
-        |s, added| apply::apply(s, &ctx, added),
-        |s| cleanup(s, &ctx),
+        ctx,
+        |s, added| apply::apply(s, &sctx, added),
+        |s| cleanup(s, ctx),
     )
     .await
 }
 
 /// Retries with per-object exponential backoff and counts the error by category.
-pub fn error_policy(sandbox: Arc<Sandbox>, err: &Error, ctx: Arc<Context>) -> Action {
-    scaffold::error_policy(KIND, sandbox.as_ref(), err, &ctx)
+pub fn error_policy(sandbox: Arc<Sandbox>, err: &Error, sctx: Arc<SandboxContext>) -> Action {
+    scaffold::error_policy(KIND, sandbox.as_ref(), err, &sctx.ctx)
 }
 
 /// The Cleanup half of the finalizer: destroy every provider resource this Sandbox owns
 /// (by name and by owner-uid label, so an apply that crashed mid-way is covered), confirm
-/// they are gone, and only then let the finalizer go.
+/// they are gone, and only then let the finalizer go. While that cannot be done the object
+/// says why (`CleanupBlocked`).
 pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
+    let r = Report::new(ctx, sandbox.as_ref(), None);
+    let status = sandbox.status.clone().unwrap_or_default();
+    match release(&r).await {
+        Ok(action) => Ok(action),
+        // A wait (the sandbox still shows after its destroy): retried, nothing to report.
+        Err(Outcome::Failed { error, .. }) => Err(error),
+        Err(held) => r.conclude(&status, status.clone(), held).await,
+    }
+}
+
+/// Destroys and confirms (see [`cleanup`]); `Err` is why the finalizer stays.
+async fn release(r: &Report<'_, Sandbox>) -> Result<Action, Outcome> {
+    let (ctx, sandbox) = (r.ctx, r.object);
     let uid = sandbox.uid().unwrap_or_default();
     let status = sandbox.status.clone().unwrap_or_default();
     let provider_name = status
@@ -63,44 +109,70 @@ pub async fn cleanup(sandbox: Arc<Sandbox>, ctx: &Context) -> Result<Action> {
         Err(_) if status.sandbox_id.is_none() && status.external_name.is_none() => {
             return Ok(Action::await_change());
         }
-        Err(msg) => return Err(Error::Dependency(format!("cannot clean up: {msg}"))),
+        Err(msg) => {
+            let what = format!("reach provider {provider_name:?}");
+            return Err(Outcome::cleanup_blocked(&what, Error::Dependency(msg)));
+        }
     };
-    let query = SandboxQuery {
-        labels: [(OWNER_UID.to_string(), uid.clone())].into(),
-        ..SandboxQuery::default()
-    };
+    destroy_owned(ctx, &handle, &uid, status.sandbox_id.as_deref()).await?;
+    // Confirm: only a provider that no longer holds anything releases the finalizer.
+    let left = observe::observe(&handle, status.sandbox_id.as_deref(), &uid)
+        .await
+        .map_err(|e| {
+            let what = format!(
+                "confirm on provider {} that the sandbox is gone",
+                handle.name()
+            );
+            Outcome::cleanup_blocked(&what, e)
+        })?;
+    if let Some(d) = left {
+        return Err(Outcome::failed(ProviderError::transient(format!(
+            "sandbox {} is still present after destroy; retrying",
+            d.id
+        ))));
+    }
+    let msg = format!(
+        "destroyed sandbox {} on provider {}",
+        build::external_name(&uid),
+        handle.name()
+    );
+    normal(ctx, sandbox, "Destroyed", msg).await;
+    Ok(Action::await_change())
+}
+
+/// Destroys every sandbox labelled with the owner `uid`, and the one status names.
+async fn destroy_owned(
+    ctx: &Context,
+    handle: &ProviderHandle,
+    uid: &str,
+    known: Option<&str>,
+) -> Result<(), Outcome> {
+    let provider = handle.name();
     let mut ids: Vec<String> = handle
-        .call("find", handle.provider.find(&query))
-        .await?
+        .call("find", handle.provider.find(&observe::owned_by(uid)))
+        .await
+        .map_err(|e| {
+            let what =
+                format!("list the sandboxes labelled owner-uid={uid} on provider {provider}");
+            Outcome::cleanup_blocked(&what, e)
+        })?
         .into_iter()
         .map(|d| d.id)
         .collect();
-    ids.extend(status.sandbox_id.clone());
+    ids.extend(known.map(str::to_string));
     ids.sort();
     ids.dedup();
     for id in &ids {
-        ctx.echoes.expect(&uid, decide::Step::Destroy);
-        handle.call("destroy", handle.provider.destroy(id)).await?;
+        ctx.echoes.expect(uid, decide::Step::Destroy);
+        handle
+            .call("destroy", handle.provider.destroy(id))
+            .await
+            .map_err(|e| {
+                let what = format!("destroy sandbox {id} on provider {provider}");
+                Outcome::cleanup_blocked(&what, e)
+            })?;
     }
-    // Confirm: only a provider that no longer holds anything releases the finalizer.
-    let left = apply::observe(&handle, status.sandbox_id.as_deref(), &uid).await?;
-    if let Some(d) = left {
-        return Err(Error::Provider(crate::provider::ProviderError::transient(
-            format!("sandbox {} is still present after destroy; retrying", d.id),
-        )));
-    }
-    normal(
-        ctx,
-        sandbox.as_ref(),
-        "Destroyed",
-        format!(
-            "destroyed sandbox {} on provider {}",
-            build::external_name(&uid),
-            handle.name()
-        ),
-    )
-    .await;
-    Ok(Action::await_change())
+    Ok(())
 }
 
 /// The annotation that asks for a reconcile now (any new value), as Flux's
@@ -192,16 +264,16 @@ pub fn changes_we_act_on(s: &Sandbox) -> Option<u64> {
     Some(h.finish())
 }
 
-/// Runs the Sandbox controller until `shutdown` resolves. `triggers` are provider events
-/// already mapped to Sandbox references (drift noticed by events, not polling).
-pub async fn run(
-    ctx: Arc<Context>,
-    triggers: impl Stream<Item = ObjectRef<Sandbox>> + Send + 'static,
-    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-    concurrency: u16,
-    namespace: Option<String>,
+/// The Sandbox watch, into the cache the controller works from, feeding the template-users
+/// index as its events pass; its stream carries only the changes a reconcile acts on.
+fn watch_sandboxes(
+    ctx: &Context,
+    namespace: &Option<String>,
+) -> (
+    reflector::Store<Sandbox>,
+    impl Stream<Item = std::result::Result<Sandbox, watcher::Error>> + Send + 'static,
 ) {
-    let api: Api<Sandbox> = match &namespace {
+    let api: Api<Sandbox> = match namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
     };
@@ -223,6 +295,19 @@ pub async fn run(
         })
         .applied_objects()
         .predicate_filter(changes_we_act_on, Default::default());
+    (reader, objects)
+}
+
+/// Runs the Sandbox controller until `shutdown` resolves. `triggers` are provider events
+/// already mapped to Sandbox references (drift noticed by events, not polling).
+pub async fn run(
+    ctx: Arc<Context>,
+    triggers: impl Stream<Item = ObjectRef<Sandbox>> + Send + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    concurrency: u16,
+    namespace: Option<String>,
+) {
+    let (reader, objects) = watch_sandboxes(&ctx, &namespace);
     // The templates and volumes Sandboxes name: cached (see `caches`), and a change that can
     // unblock a Sandbox — readiness, the id or volume name it resolves to, its spec — wakes
     // the Sandboxes naming it.
@@ -234,9 +319,8 @@ pub async fn run(
         let st = v.status.clone().unwrap_or_default();
         (ready(&st.conditions), st.volume_name)
     });
-    let _ = ctx
-        .caches
-        .set(crate::controller::caches::Caches { templates, volumes });
+    let sctx = SandboxContext::new(ctx);
+    let _ = sctx.caches.set(Caches { templates, volumes });
     let by_template = reader.clone();
     let by_volume = reader.clone();
     Controller::for_stream(objects, reader)
@@ -257,7 +341,7 @@ pub async fn run(
         })
         .reconcile_on(triggers)
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
+        .run(reconcile, error_policy, sctx)
         .for_each(|res| async move {
             if let Err(err) = res {
                 tracing::debug!(%err, "sandbox reconcile loop");

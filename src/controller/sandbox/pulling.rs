@@ -7,13 +7,10 @@
 
 use std::time::Duration;
 
-use kube::api::Api;
-use kube::runtime::controller::Action;
-
-use crate::api::{Sandbox, SandboxStatus, condition};
+use crate::api::Sandbox;
 use crate::controller::events::normal;
-use crate::controller::status::{self, Health, READY};
-use crate::controller::{Context, Error, Result};
+use crate::controller::outcome::Outcome;
+use crate::controller::{Context, Error};
 use crate::provider::image::PULLING_IMAGE;
 use crate::provider::{ImagePull, ProviderError};
 
@@ -28,30 +25,15 @@ pub fn in_progress(err: &Error) -> Option<&ProviderError> {
     }
 }
 
-/// Reports a pull in progress: Reconciling/`PullingImage` (with the generation left
-/// unfinished), a `Pulling` Event when the pull starts, and a poll after [`POLL`].
-pub async fn report(
-    ctx: &Context,
-    api: &Api<Sandbox>,
-    sandbox: &Sandbox,
-    current: &SandboxStatus,
-    mut next: SandboxStatus,
-    pulling: &ProviderError,
-) -> Result<Action> {
-    next.observed_generation = current.observed_generation;
-    let mut conditions = next.conditions.clone();
-    Health::progressing(PULLING_IMAGE, pulling.message()).apply(
-        &mut conditions,
-        current.observed_generation,
-        &status::now(),
-    );
-    next.conditions = conditions;
-    let before = condition(&current.conditions, READY).map(|c| c.reason.as_str());
-    if before != Some(PULLING_IMAGE) {
-        normal(ctx, sandbox, "Pulling", pulling.message().to_string()).await;
+/// A pull in progress: Reconciling/`PullingImage` with the generation left unfinished, a
+/// `Pulling` Event when the pull starts, and a poll after [`POLL`].
+pub fn outcome(pulling: &ProviderError) -> Outcome {
+    Outcome::InProgress {
+        reason: PULLING_IMAGE.into(),
+        message: pulling.message().to_string(),
+        recheck: POLL,
+        announce: "Pulling",
     }
-    super::apply::save(ctx, api, sandbox, Some(current), &next).await?;
-    Ok(Action::requeue(POLL))
 }
 
 /// Publishes the `Pulled` Event of a create that used a pull.

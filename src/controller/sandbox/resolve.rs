@@ -8,13 +8,16 @@ use kube::ResourceExt;
 use kube::api::Api;
 
 use crate::api::{LocalObjectRef, Sandbox, SandboxTemplate, SandboxVolume, condition};
+use crate::controller::outcome::Outcome;
 use crate::controller::status::READY;
 use crate::controller::template::owner_of;
-use crate::controller::{Context, Error, caches};
+use crate::controller::{Context, caches};
 use crate::provider::RegistryCredential;
 use crate::registry::ProviderHandle;
 use crate::templates::service::Boot;
 
+use super::SandboxContext;
+use super::apply::WAIT;
 use super::build::Resolved;
 
 /// The Secret type of registry credentials, as Pods use them.
@@ -34,20 +37,17 @@ pub struct SelfDeliveredEnv {
     pub version: String,
 }
 
-/// Why references could not be resolved.
-pub enum Blocked {
-    /// Cannot proceed without a change: `(reason, message)` → `Stalled`.
-    Stall(&'static str, String),
-    /// Waiting for something that will come by itself: `(reason, message)` → requeue (or,
-    /// for a template or volume, the watch of that object wakes it: see [`watched`]).
-    Wait(&'static str, String),
-    /// A failed lookup (retry with backoff).
-    Failed(Error),
+/// Waiting for something that will come by itself: a SandboxTemplate or SandboxVolume
+/// wakes the Sandbox through its watch (the resync is the net, see [`watched`]); anything
+/// else is looked at again shortly.
+fn wait(reason: &'static str, message: String) -> Outcome {
+    let recheck = (!watched(reason)).then_some(WAIT);
+    Outcome::waiting(reason, message, recheck)
 }
 
-/// Whether a [`Blocked::Wait`] with `reason` ends with an object the Sandbox controller
-/// watches (a SandboxTemplate or SandboxVolume), so its event — not a poll — wakes the
-/// Sandbox. A missing Secret is not watched (see the chart README): it is polled.
+/// Whether a wait with `reason` ends with an object the Sandbox controller watches (a
+/// SandboxTemplate or SandboxVolume), so its event — not a poll — wakes the Sandbox. A
+/// missing Secret is not watched (see the chart README): it is polled.
 pub fn watched(reason: &str) -> bool {
     matches!(
         reason,
@@ -55,44 +55,57 @@ pub fn watched(reason: &str) -> bool {
     )
 }
 
-impl From<kube::Error> for Blocked {
-    fn from(e: kube::Error) -> Self {
-        Blocked::Failed(Error::Kube(e))
-    }
-}
-
 /// Resolves template, volumes, `envFrom` Secrets and, for an image boot, the pull Secrets.
 pub async fn references(
     sandbox: &Sandbox,
-    ctx: &Context,
+    sctx: &SandboxContext,
     handle: &ProviderHandle,
-) -> Result<Resolved, Blocked> {
+) -> Result<Resolved, Outcome> {
     let ns = sandbox.namespace().unwrap_or_default();
     let spec = &sandbox.spec;
+    let allowed = spec
+        .egress
+        .as_ref()
+        .and_then(|e| e.allowed_domains.as_deref());
     let mut resolved = Resolved {
         egress_in_place: handle.provider.egress_policy().is_some(),
-        egress_placement: handle.provider.egress_policy().and_then(|p| {
-            p.placement(
-                spec.egress
-                    .as_ref()
-                    .and_then(|e| e.allowed_domains.as_deref()),
-            )
-        }),
+        egress_placement: handle
+            .provider
+            .egress_policy()
+            .and_then(|p| p.placement(allowed)),
         ..Resolved::default()
     };
-
     if let Some(tref) = &spec.template_ref {
-        let (id, boot) = template(sandbox, ctx, handle, &tref.name).await?;
+        let (id, boot) = template(sandbox, sctx, handle, &tref.name).await?;
         resolved.template_id = Some(id);
         resolved.boot = Some(boot);
     }
+    resolved.volume_names = volumes(sandbox, sctx, handle).await?;
+    let secrets: Api<Secret> = Api::namespaced(sctx.ctx.client.clone(), &ns);
+    resolved.secret_env = secret_env(sandbox, &secrets).await?;
+    if spec.template_ref.is_none() {
+        let pull_secrets = spec.image_pull_secrets.as_deref().unwrap_or_default();
+        resolved.registry_credentials = pull_credentials(&secrets, pull_secrets).await?;
+    }
+    Ok(resolved)
+}
 
-    let volumes: Api<SandboxVolume> = Api::namespaced(ctx.client.clone(), &ns);
-    for (i, mount) in spec.volumes.iter().flatten().enumerate() {
+/// The provider volume names of `spec.volumes`, in order: each a Ready SandboxVolume on the
+/// Sandbox's own provider.
+async fn volumes(
+    sandbox: &Sandbox,
+    sctx: &SandboxContext,
+    handle: &ProviderHandle,
+) -> Result<Vec<String>, Outcome> {
+    let ns = sandbox.namespace().unwrap_or_default();
+    let ctx = &sctx.ctx;
+    let api: Api<SandboxVolume> = Api::namespaced(ctx.client.clone(), &ns);
+    let cache = sctx.caches.get().map(|c| &c.volumes);
+    let mut names = Vec::new();
+    for (i, mount) in sandbox.spec.volumes.iter().flatten().enumerate() {
         let name = &mount.volume_ref.name;
-        let cache = ctx.caches.get().map(|c| &c.volumes);
-        let Some(volume) = caches::lookup(cache, &volumes, &ns, name).await? else {
-            return Err(Blocked::Wait(
+        let Some(volume) = caches::lookup(cache, &api, &ns, name).await? else {
+            return Err(wait(
                 "VolumeNotFound",
                 format!(
                     "spec.volumes[{i}].volumeRef: SandboxVolume {name:?} does not exist in namespace {ns:?} yet"
@@ -100,13 +113,11 @@ pub async fn references(
             ));
         };
         let vprovider = volume.spec.provider.clone().or_else(|| {
-            ctx.providers
-                .resolve(None)
-                .ok()
-                .map(|h| h.name().to_string())
+            let default = ctx.providers.resolve(None).ok();
+            default.map(|h| h.name().to_string())
         });
         if vprovider.as_deref() != Some(handle.name()) {
-            return Err(Blocked::Stall(
+            return Err(Outcome::stalled(
                 "VolumeProviderMismatch",
                 format!(
                     "spec.volumes[{i}]: SandboxVolume {name:?} lives on provider {vprovider:?}, this Sandbox on {:?}; use a volume of the same provider",
@@ -116,30 +127,29 @@ pub async fn references(
         }
         let status = volume.status.clone().unwrap_or_default();
         let ready = condition(&status.conditions, READY).is_some_and(|c| c.status == "True");
-        match status.volume_name.filter(|_| ready) {
-            Some(vn) => resolved.volume_names.push(vn),
-            None => {
-                return Err(Blocked::Wait(
-                    "VolumeNotReady",
-                    format!("waiting for SandboxVolume {name:?} to become Ready"),
-                ));
-            }
-        }
+        let Some(vn) = status.volume_name.filter(|_| ready) else {
+            let msg = format!("waiting for SandboxVolume {name:?} to become Ready");
+            return Err(wait("VolumeNotReady", msg));
+        };
+        names.push(vn);
     }
+    Ok(names)
+}
 
-    let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
-    for (i, from) in spec.env_from.iter().flatten().enumerate() {
-        let data = secret_data(
-            &secrets,
-            &from.secret_ref.name,
-            &format!("spec.envFrom[{i}].secretRef"),
-        )
-        .await?;
+/// The env of `spec.envFrom` Secrets, prefixed; a key that is no variable name stalls.
+async fn secret_env(
+    sandbox: &Sandbox,
+    secrets: &Api<Secret>,
+) -> Result<BTreeMap<String, String>, Outcome> {
+    let mut env = BTreeMap::new();
+    for (i, from) in sandbox.spec.env_from.iter().flatten().enumerate() {
+        let field = format!("spec.envFrom[{i}].secretRef");
+        let data = secret_data(secrets, &from.secret_ref.name, &field).await?;
         let prefix = from.prefix.clone().unwrap_or_default();
         for (key, value) in data {
             let name = format!("{prefix}{key}");
             if !valid_env_name(&name) {
-                return Err(Blocked::Stall(
+                return Err(Outcome::stalled(
                     "InvalidSecretKey",
                     format!(
                         "spec.envFrom[{i}]: Secret {:?} key {key:?} is not a valid environment variable name",
@@ -147,14 +157,10 @@ pub async fn references(
                     ),
                 ));
             }
-            resolved.secret_env.insert(name, value);
+            env.insert(name, value);
         }
     }
-    if spec.template_ref.is_none() {
-        let pull_secrets = spec.image_pull_secrets.as_deref().unwrap_or_default();
-        resolved.registry_credentials = pull_credentials(&secrets, pull_secrets).await?;
-    }
-    Ok(resolved)
+    Ok(env)
 }
 
 /// Reads the registry credentials of `spec.imagePullSecrets`, in order. A Secret of another
@@ -163,19 +169,19 @@ pub async fn references(
 async fn pull_credentials(
     api: &Api<Secret>,
     refs: &[LocalObjectRef],
-) -> Result<Vec<RegistryCredential>, Blocked> {
+) -> Result<Vec<RegistryCredential>, Outcome> {
     let mut credentials = Vec::new();
     for (i, secret_ref) in refs.iter().enumerate() {
         let name = &secret_ref.name;
         let field = format!("spec.imagePullSecrets[{i}]");
         let Some(secret) = api.get_opt(name).await? else {
-            return Err(Blocked::Wait(
+            return Err(wait(
                 "SecretNotFound",
                 format!("{field}: Secret {name:?} does not exist yet"),
             ));
         };
         let invalid = |why: String| {
-            Blocked::Stall(
+            Outcome::stalled(
                 "InvalidPullSecret",
                 format!(
                     "{field}: Secret {name:?} {why}; create it with kubectl create secret docker-registry {name} --docker-server=... --docker-username=... --docker-password=..."
@@ -210,15 +216,16 @@ async fn pull_credentials(
 /// never booted from the plain image instead.
 async fn template(
     sandbox: &Sandbox,
-    ctx: &Context,
+    sctx: &SandboxContext,
     handle: &ProviderHandle,
     name: &str,
-) -> Result<(String, Boot), Blocked> {
+) -> Result<(String, Boot), Outcome> {
+    let ctx = &sctx.ctx;
     let ns = sandbox.namespace().unwrap_or_default();
     let api: Api<SandboxTemplate> = Api::namespaced(ctx.client.clone(), &ns);
-    let cache = ctx.caches.get().map(|c| &c.templates);
+    let cache = sctx.caches.get().map(|c| &c.templates);
     let Some(template) = caches::lookup(cache, &api, &ns, name).await? else {
-        return Err(Blocked::Stall(
+        return Err(Outcome::stalled(
             "TemplateNotFound",
             format!(
                 "spec.templateRef: SandboxTemplate {name:?} does not exist in namespace {ns:?}; create it or \
@@ -230,7 +237,7 @@ async fn template(
     let ready = condition(&status.conditions, READY).is_some_and(|c| c.status == "True");
     let Some(id) = status.template_id.filter(|_| ready) else {
         let msg = format!("waiting for SandboxTemplate {name:?} to become Ready");
-        return Err(Blocked::Wait("TemplateNotReady", msg));
+        return Err(wait("TemplateNotReady", msg));
     };
     let provider = handle.provider.as_ref();
     if let Err(e) = ctx.templates.home(provider) {
@@ -238,7 +245,7 @@ async fn template(
             "spec.templateRef: {}; remove templateRef or use another provider",
             e.message()
         );
-        return Err(Blocked::Stall("TemplatesUnsupported", msg));
+        return Err(Outcome::stalled("TemplatesUnsupported", msg));
     }
     let owner = owner_of(&template, &ctx.instance);
     match handle
@@ -246,7 +253,7 @@ async fn template(
         .await
     {
         Ok(Some(boot)) => Ok((id, boot)),
-        Ok(None) => Err(Blocked::Stall(
+        Ok(None) => Err(Outcome::stalled(
             "TemplateNotFound",
             format!(
                 "spec.templateRef: SandboxTemplate {name:?} is not present at provider {:?} nor in its \
@@ -255,7 +262,7 @@ async fn template(
                 handle.name()
             ),
         )),
-        Err(e) => Err(Blocked::Failed(e.into())),
+        Err(e) => Err(Outcome::failed(e)),
     }
 }
 
@@ -263,14 +270,14 @@ async fn template(
 pub async fn self_delivered_env(
     sandbox: &Sandbox,
     ctx: &Context,
-) -> Result<Option<SelfDeliveredEnv>, Blocked> {
+) -> Result<Option<SelfDeliveredEnv>, Outcome> {
     let Some(sref) = &sandbox.spec.self_delivered_env else {
         return Ok(None);
     };
     let ns = sandbox.namespace().unwrap_or_default();
     let secrets: Api<Secret> = Api::namespaced(ctx.client.clone(), &ns);
     let Some(secret) = secrets.get_opt(&sref.name).await? else {
-        return Err(Blocked::Wait(
+        return Err(wait(
             "SecretNotFound",
             format!(
                 "spec.selfDeliveredEnv: Secret {:?} does not exist in namespace {ns:?} yet",
@@ -281,7 +288,7 @@ pub async fn self_delivered_env(
     let data = decode(&secret, "spec.selfDeliveredEnv")?;
     for key in data.keys() {
         if !valid_env_name(key) {
-            return Err(Blocked::Stall(
+            return Err(Outcome::stalled(
                 "InvalidSecretKey",
                 format!(
                     "spec.selfDeliveredEnv: Secret {:?} key {key:?} is not a valid environment variable name",
@@ -300,9 +307,9 @@ async fn secret_data(
     api: &Api<Secret>,
     name: &str,
     field: &str,
-) -> Result<BTreeMap<String, String>, Blocked> {
+) -> Result<BTreeMap<String, String>, Outcome> {
     let Some(secret) = api.get_opt(name).await? else {
-        return Err(Blocked::Wait(
+        return Err(wait(
             "SecretNotFound",
             format!("{field}: Secret {name:?} does not exist yet"),
         ));
@@ -310,11 +317,11 @@ async fn secret_data(
     decode(&secret, field)
 }
 
-fn decode(secret: &Secret, field: &str) -> Result<BTreeMap<String, String>, Blocked> {
+fn decode(secret: &Secret, field: &str) -> Result<BTreeMap<String, String>, Outcome> {
     let mut out = BTreeMap::new();
     for (key, value) in secret.data.iter().flatten() {
         let text = String::from_utf8(value.0.clone()).map_err(|_| {
-            Blocked::Stall(
+            Outcome::stalled(
                 "InvalidSecretValue",
                 format!("{field}: Secret key {key:?} is not UTF-8 text"),
             )

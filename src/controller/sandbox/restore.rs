@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use crate::api::{Sandbox, SandboxStatus};
 use crate::controller::backoff::delay_for;
 use crate::controller::events::normal;
+use crate::controller::outcome::Outcome;
 use crate::controller::status::Health;
 use crate::controller::{Context, Error};
 use crate::provider::SandboxDescriptor;
@@ -65,6 +66,75 @@ impl Retries {
         );
     }
 
+    /// A plan that would restore while the last restore of this Sandbox is still backing
+    /// off: report what was reported, and look again when the wait is over.
+    pub fn hold(&self, desired: &Desired, plan: &Plan) -> Option<Outcome> {
+        if desired.restore.is_none() || !plan.steps.contains(&Step::Restore) {
+            return None;
+        }
+        let (health, left) = self.waiting(&desired.request.owner.uid)?;
+        let (reason, message) = (health.reason().to_string(), health.message().to_string());
+        Some(match health {
+            Health::Stalled { .. } => Outcome::Stalled {
+                reason,
+                message,
+                recheck: Some(left),
+            },
+            _ => Outcome::Waiting {
+                reason,
+                message,
+                recheck: Some(left),
+            },
+        })
+    }
+
+    /// Restores `desired.restore` into the started sandbox `id` (see the module docs).
+    pub async fn restore(
+        &self,
+        ctx: &Context,
+        sandbox: &Sandbox,
+        handle: &ProviderHandle,
+        desired: &Desired,
+        id: &str,
+        next: &mut SandboxStatus,
+    ) -> Result<(), Error> {
+        let Some(template) = desired.restore.as_deref() else {
+            return Ok(());
+        };
+        let provider = handle.provider.as_ref();
+        let uid = &desired.request.owner.uid;
+        match ctx.templates.restore(provider, id, template).await {
+            Ok(m) => {
+                self.succeeded(uid);
+                next.template_restored_into = Some(id.to_string());
+                let msg = format!(
+                    "restored template {template} ({:?}) into sandbox {id}",
+                    m.capture_paths
+                );
+                normal(ctx, sandbox, "TemplateRestored", msg).await;
+                Ok(())
+            }
+            Err(e) => {
+                handle.call("destroy", provider.destroy(id)).await?;
+                next.sandbox_id = None;
+                next.template_restored_into = None;
+                let err = Error::from(e.with_reason(RESTORE_FAILED).context(format!(
+                    "restoring template {template} into sandbox {id} failed, so the sandbox was \
+                     destroyed instead of handed out"
+                )));
+                // Reported as the failure itself is (retryable: Reconciling, else Stalled).
+                let health = match &err {
+                    Error::Provider(p) if p.is_retryable() => {
+                        Health::progressing(err.category(), err.to_string())
+                    }
+                    _ => Health::stalled(err.category(), err.to_string()),
+                };
+                self.failed(uid, health);
+                Err(err)
+            }
+        }
+    }
+
     fn succeeded(&self, uid: &str) {
         self.lock().remove(uid);
     }
@@ -78,65 +148,10 @@ impl Retries {
     }
 }
 
-/// A plan that would restore while the last restore of this Sandbox is still backing off:
-/// report what was reported, and look again when the wait is over.
-pub fn hold(ctx: &Context, desired: &Desired, plan: &Plan) -> Option<(Health, Duration)> {
-    if desired.restore.is_none() || !plan.steps.contains(&Step::Restore) {
-        return None;
-    }
-    ctx.restore_retries.waiting(&desired.request.owner.uid)
-}
-
 /// Whether the sandbox observed now is the one the template was restored into. (Status
 /// clears the record on every create and destroy, because a provider may reuse an id.)
 pub fn restored(status: &SandboxStatus, observed: Option<&SandboxDescriptor>) -> bool {
     observed.is_some_and(|d| status.template_restored_into.as_deref() == Some(d.id.as_str()))
-}
-
-/// Restores `desired.restore` into the started sandbox `id` (see the module docs).
-pub async fn restore(
-    ctx: &Context,
-    sandbox: &Sandbox,
-    handle: &ProviderHandle,
-    desired: &Desired,
-    id: &str,
-    next: &mut SandboxStatus,
-) -> Result<(), Error> {
-    let Some(template) = desired.restore.as_deref() else {
-        return Ok(());
-    };
-    let provider = handle.provider.as_ref();
-    let uid = &desired.request.owner.uid;
-    match ctx.templates.restore(provider, id, template).await {
-        Ok(m) => {
-            ctx.restore_retries.succeeded(uid);
-            next.template_restored_into = Some(id.to_string());
-            let msg = format!(
-                "restored template {template} ({:?}) into sandbox {id}",
-                m.capture_paths
-            );
-            normal(ctx, sandbox, "TemplateRestored", msg).await;
-            Ok(())
-        }
-        Err(e) => {
-            handle.call("destroy", provider.destroy(id)).await?;
-            next.sandbox_id = None;
-            next.template_restored_into = None;
-            let err = Error::from(e.with_reason(RESTORE_FAILED).context(format!(
-                "restoring template {template} into sandbox {id} failed, so the sandbox was \
-                 destroyed instead of handed out"
-            )));
-            // Reported as the failure itself is (retryable: Reconciling, else Stalled).
-            let health = match &err {
-                Error::Provider(p) if p.is_retryable() => {
-                    Health::progressing(err.category(), err.to_string())
-                }
-                _ => Health::stalled(err.category(), err.to_string()),
-            };
-            ctx.restore_retries.failed(uid, health);
-            Err(err)
-        }
-    }
 }
 
 #[cfg(test)]

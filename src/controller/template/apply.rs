@@ -9,23 +9,23 @@ use kube::runtime::controller::Action;
 
 use crate::api::{Sandbox, SandboxTemplate, SandboxTemplateStatus, TemplateSource};
 use crate::controller::Result;
-use crate::controller::events::{normal, warning};
-use crate::controller::status::Health;
+use crate::controller::events::normal;
+use crate::controller::outcome::Outcome;
 use crate::provider::{Template, validate};
 use crate::registry::ProviderHandle;
 
 use super::decide::{self, Decision, Desired, Observed, Step, capture_hash, template_id};
-use super::report::{Blocked, Progress, Report};
+use super::report::{Progress, Report};
 use super::{TemplateContext, WAIT, destroy_leftover_helpers, foreign_owner, steps};
 
 /// The Apply half of the finalizer: the reconcile pipeline for a live SandboxTemplate.
 pub async fn apply(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> Result<Action> {
     let r = Report::new(&tctx.ctx, &template);
     let mut p = Progress::new(template.status.clone().unwrap_or_default());
-    match converge(&r, tctx, &mut p).await {
-        Ok(health) => r.finish(p, health, None).await,
-        Err(blocked) => r.blocked(p, blocked).await,
-    }
+    let outcome = converge(&r, tctx, &mut p)
+        .await
+        .unwrap_or_else(|ended| ended);
+    r.conclude(p, outcome).await
 }
 
 /// What the steps of one reconcile act on.
@@ -42,7 +42,7 @@ async fn converge(
     r: &Report<'_>,
     tctx: &TemplateContext,
     p: &mut Progress,
-) -> Result<Health, Blocked> {
+) -> Result<Outcome, Outcome> {
     let template = r.template;
     let handle = provider(r, p).await?;
     let id = identify(r, &handle, p).await?;
@@ -66,7 +66,7 @@ async fn converge(
         .await?
     else {
         let msg = format!("template {id} is not at provider {} yet", handle.name());
-        return Err(Blocked::Wait("Capturing", msg, WAIT));
+        return Err(Outcome::waiting("Capturing", msg, WAIT));
     };
     record(&mut p.next, &t);
     let ns = template.namespace().unwrap_or_default();
@@ -81,12 +81,12 @@ async fn converge(
         (TemplateSource::Capture, true) => format!("template {id} is captured and published"),
         (TemplateSource::Capture, false) => format!("template {id} is captured"),
     };
-    Ok(Health::ready("TemplateReady", what))
+    Ok(Outcome::ready("TemplateReady", what))
 }
 
 /// Which provider: `spec.provider`, what status recorded, the captured Sandbox's, the
 /// default. Records it in `p.next`; a provider that cannot hold templates at all stalls.
-async fn provider(r: &Report<'_>, p: &mut Progress) -> Result<ProviderHandle, Blocked> {
+async fn provider(r: &Report<'_>, p: &mut Progress) -> Result<ProviderHandle, Outcome> {
     let template = r.template;
     let mut name = template
         .spec
@@ -104,7 +104,7 @@ async fn provider(r: &Report<'_>, p: &mut Progress) -> Result<ProviderHandle, Bl
                 "spec.sandboxRef: Sandbox {:?} does not exist in namespace {ns:?} yet",
                 sref.name
             );
-            return Err(Blocked::Wait("SandboxNotFound", msg, WAIT));
+            return Err(Outcome::waiting("SandboxNotFound", msg, WAIT));
         };
         name = s
             .status
@@ -114,11 +114,11 @@ async fn provider(r: &Report<'_>, p: &mut Progress) -> Result<ProviderHandle, Bl
     }
     let handle = match r.ctx.providers.resolve(name.as_deref()) {
         Ok(h) => h.clone(),
-        Err(msg) => return Err(Blocked::Stall("ProviderNotConfigured", msg)),
+        Err(msg) => return Err(Outcome::stalled("ProviderNotConfigured", msg)),
     };
     p.next.provider = Some(handle.name().to_string());
     if let Err(e) = r.ctx.templates.home(handle.provider.as_ref()) {
-        return Err(Blocked::Stall(
+        return Err(Outcome::stalled(
             "TemplatesUnsupported",
             e.message().to_string(),
         ));
@@ -132,10 +132,10 @@ async fn identify(
     r: &Report<'_>,
     handle: &ProviderHandle,
     p: &mut Progress,
-) -> Result<String, Blocked> {
+) -> Result<String, Outcome> {
     let id = template_id(r.template);
     if let Err(msg) = validate::resource_name("spec.templateId", &id) {
-        return Err(Blocked::Stall("InvalidTemplateId", msg));
+        return Err(Outcome::stalled("InvalidTemplateId", msg));
     }
     if p.written.template_id.as_deref() != Some(id.as_str())
         || p.written.provider.as_deref() != Some(handle.name())
@@ -166,7 +166,7 @@ fn plan(
     on: &Subject<'_>,
     observed: Option<&Template>,
     p: &mut Progress,
-) -> Result<Vec<Step>, Blocked> {
+) -> Result<Vec<Step>, Outcome> {
     let template = r.template;
     let source = template.spec.source();
     let provider = on.handle.provider.as_ref();
@@ -195,7 +195,7 @@ fn plan(
             if let Some(t) = observed {
                 record(&mut p.next, t);
             }
-            Err(Blocked::Stall(reason, msg))
+            Err(Outcome::stalled(reason, msg))
         }
     }
 }
@@ -207,7 +207,7 @@ async fn act_all(
     on: &Subject<'_>,
     plan: Vec<Step>,
     p: &mut Progress,
-) -> Result<(), Blocked> {
+) -> Result<(), Outcome> {
     let uid = r.template.uid().unwrap_or_default();
     // Helpers of this object are leftovers unless a transfer of ours is running.
     if !plan.is_empty() && !tctx.transfers.running(&uid) {
@@ -216,10 +216,9 @@ async fn act_all(
     for step in plan {
         match steps::act(r, tctx, on, step, &mut p.next).await {
             Ok(()) => r.save(p).await?,
-            Err(Blocked::Failed(e)) => {
-                let msg = format!("{step:?} failed: {e}");
-                warning(r.ctx, r.template, e.category(), msg).await;
-                return Err(Blocked::Failed(e));
+            Err(Outcome::Failed { error, .. }) => {
+                let during = Some(format!("{step:?}"));
+                return Err(Outcome::Failed { error, during });
             }
             Err(other) => return Err(other),
         }
@@ -228,7 +227,7 @@ async fn act_all(
 }
 
 /// Fills the observed fields of status from the template. `inUse` is not the provider's
-/// answer: it comes from the Sandboxes naming the template (see [`super::users`]), so no
+/// answer: it comes from the Sandboxes naming the template (see [`crate::controller::template_users`]), so no
 /// reconcile lists the provider's sandboxes; deletion checks with the provider.
 pub fn record(next: &mut SandboxTemplateStatus, t: &Template) {
     next.ref_ = Some(t.reference.clone());

@@ -8,6 +8,7 @@ use kube::runtime::controller::Action;
 
 use crate::api::{SandboxTemplate, TemplateSource};
 use crate::controller::events::{normal, warning};
+use crate::controller::outcome::{Outcome, TEMPLATE_IN_USE};
 use crate::controller::{Error, Result};
 use crate::provider::{ErrorKind, ProviderError, validate};
 use crate::registry::ProviderHandle;
@@ -15,14 +16,33 @@ use crate::registry::ProviderHandle;
 use super::report::{Progress, Report};
 use super::{TemplateContext, destroy_leftover_helpers, foreign_owner, template_id};
 
-/// The Cleanup half of the finalizer.
+/// The Cleanup half of the finalizer: what holds the deletion back is said on the object
+/// (`TemplateInUse`, `CleanupBlocked`).
 pub async fn cleanup(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> Result<Action> {
     let r = Report::new(&tctx.ctx, &template);
-    let status = template.status.clone().unwrap_or_default();
+    let p = Progress::new(template.status.clone().unwrap_or_default());
+    match release(&r, tctx, &p).await {
+        Ok(action) => Ok(action),
+        // A wait (a transfer finishing, a removal not shown yet): retried, nothing to report.
+        Err(Outcome::Failed { error, .. }) => Err(error),
+        Err(held) => {
+            let mut p = p;
+            if matches!(held, Outcome::Held { reason, .. } if reason == TEMPLATE_IN_USE) {
+                p.next.in_use = Some(true);
+            }
+            r.conclude(p, held).await
+        }
+    }
+}
+
+/// Removes the template (see [`cleanup`]); `Err` is why the finalizer stays.
+async fn release(r: &Report<'_>, tctx: &TemplateContext, p: &Progress) -> Result<Action, Outcome> {
+    let template = r.template;
+    let status = &p.written;
     let id = status
         .template_id
         .clone()
-        .unwrap_or_else(|| template_id(&template));
+        .unwrap_or_else(|| template_id(template));
     let provider = status
         .provider
         .clone()
@@ -32,9 +52,8 @@ pub async fn cleanup(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> 
         // Never made anywhere: nothing to clean up.
         Err(_) if status.template_id.is_none() => return Ok(Action::await_change()),
         Err(msg) => {
-            return Err(Error::Dependency(format!(
-                "cannot remove template {id}: {msg}"
-            )));
+            let what = format!("reach provider {provider:?} to remove template {id}");
+            return Err(Outcome::cleanup_blocked(&what, Error::Dependency(msg)));
         }
     };
     // A provider that cannot hold templates, or an id that was never valid: nothing was made.
@@ -46,19 +65,42 @@ pub async fn cleanup(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> 
     // A transfer in flight finishes first: it may still commit a template.
     let uid = template.uid().unwrap_or_default();
     if tctx.transfers.running(&uid) {
-        return Err(Error::Provider(ProviderError::transient(format!(
+        return Err(Outcome::failed(ProviderError::transient(format!(
             "a publish or fetch of template {id} is in progress; deleting it once that has finished"
         ))));
     }
     tctx.transfers.forget(&uid);
-    destroy_leftover_helpers(&handle, &uid).await?;
-    let p = Progress::new(status);
-    if let Removal::InUse(msg) = remove(&r, &handle, &id, &p).await? {
-        return r.in_use(p, msg).await;
+    let on = handle.name();
+    destroy_leftover_helpers(&handle, &uid).await.map_err(|e| {
+        let what = format!("destroy this template's transfer helpers on provider {on}");
+        Outcome::cleanup_blocked(&what, e)
+    })?;
+    match remove(r, &handle, &id, p).await {
+        Ok(Removal::Done) => {}
+        Ok(Removal::InUse(msg)) => return Err(in_use(msg)),
+        Ok(Removal::StillPresent) => {
+            return Err(Outcome::failed(ProviderError::transient(format!(
+                "template {id} is still present after removal; retrying"
+            ))));
+        }
+        Err(e) => {
+            let what = format!("remove template {id} from provider {on} and confirm it is gone");
+            return Err(Outcome::cleanup_blocked(&what, e));
+        }
     }
     let msg = format!("removed template {id} from provider {}", handle.name());
     normal(r.ctx, r.template, "Deleted", msg).await;
     Ok(Action::await_change())
+}
+
+/// A deletion that waits: the template still backs a sandbox (or a restore reads its
+/// published copy). Retried with backoff, and at once when a Sandbox that named it goes.
+fn in_use(msg: String) -> Outcome {
+    Outcome::Held {
+        reason: TEMPLATE_IN_USE,
+        message: format!("not deleted while in use: {msg}"),
+        error: Error::Provider(ProviderError::conflict(msg)),
+    }
 }
 
 /// How a removal ended.
@@ -67,6 +109,8 @@ enum Removal {
     Done,
     /// Refused because something still uses it: why.
     InUse(String),
+    /// Removed, but the provider still shows it (yet).
+    StillPresent,
 }
 
 /// Removes the template and its published copy, and confirms.
@@ -118,9 +162,7 @@ async fn remove(
             .await?
             .is_some()
     {
-        return Err(Error::Provider(ProviderError::transient(format!(
-            "template {id} is still present after removal; retrying"
-        ))));
+        return Ok(Removal::StillPresent);
     }
     Ok(Removal::Done)
 }

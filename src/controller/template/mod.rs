@@ -26,6 +26,7 @@
 //!   condition and a Warning Event say why, and the removal is retried with backoff (and at
 //!   once when a Sandbox that named it goes away). The published copy goes too (a restore in
 //!   flight holds it back the same way). Removing a template that is already gone succeeds.
+//!   A removal that fails, or cannot be confirmed, says so in `CleanupBlocked`.
 //!
 //! Template ids are per provider (per store, for a provider without image commit): a
 //! `spec.templateId` whose template another SandboxTemplate owns is refused
@@ -43,7 +44,6 @@ pub mod decide;
 pub mod report;
 pub mod steps;
 pub mod transfers;
-pub mod users;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -75,7 +75,7 @@ const STORE_WAIT: Duration = Duration::from_secs(30);
 
 /// Condition type (and reason) saying a deletion waits because the template still backs a
 /// sandbox, or a restore of its published copy is in flight.
-pub const TEMPLATE_IN_USE: &str = "TemplateInUse";
+pub use crate::controller::outcome::TEMPLATE_IN_USE;
 
 /// What the template reconciles share: the common context (with the templates service) plus
 /// the transfers in flight.
@@ -161,7 +161,7 @@ async fn destroy_leftover_helpers(handle: &ProviderHandle, uid: &str) -> Result<
 
 /// Runs the SandboxTemplate controller until `shutdown` resolves. A template is also
 /// reconciled when the set of Sandboxes naming it (in `templateRef`) changes — told by the
-/// Sandbox controller's watch through [`users::TemplateUsers`] — so `inUse` and a waiting
+/// Sandbox controller's watch through [`crate::controller::template_users::TemplateUsers`] — so `inUse` and a waiting
 /// deletion follow promptly, while Sandbox status writes wake nothing here.
 pub async fn run(
     ctx: Arc<Context>,

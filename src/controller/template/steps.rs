@@ -12,9 +12,10 @@ use crate::provider::{CommitRequest, ErrorKind, ProviderError};
 
 use super::apply::{Subject, record};
 use super::decide::{Step, capture_hash};
-use super::report::{Blocked, Report};
+use super::report::Report;
 use super::transfers::{Poll, TRANSFER_POLL, bounded};
 use super::{STORE_WAIT, TemplateContext, WAIT, owner_of};
+use crate::controller::outcome::Outcome;
 
 /// Runs one step, recording what it changed in `next`.
 pub async fn act(
@@ -23,7 +24,7 @@ pub async fn act(
     on: &Subject<'_>,
     step: Step,
     next: &mut SandboxTemplateStatus,
-) -> Result<(), Blocked> {
+) -> Result<(), Outcome> {
     match step {
         Step::Capture => capture(r, on, next).await,
         Step::Publish => publish(r, tctx, on, next).await,
@@ -37,7 +38,7 @@ async fn capture(
     r: &Report<'_>,
     on: &Subject<'_>,
     next: &mut SandboxTemplateStatus,
-) -> Result<(), Blocked> {
+) -> Result<(), Outcome> {
     let template = r.template;
     let sandbox_id = capture_source(r.ctx, template, on.handle.name()).await?;
     let request = CommitRequest {
@@ -74,7 +75,7 @@ async fn publish(
     tctx: &TemplateContext,
     on: &Subject<'_>,
     next: &mut SandboxTemplateStatus,
-) -> Result<(), Blocked> {
+) -> Result<(), Outcome> {
     let ctx = tctx.ctx.clone();
     let (provider, id) = (on.handle.provider.clone(), on.id.to_string());
     let uid = r.template.uid().unwrap_or_default();
@@ -96,11 +97,11 @@ async fn publish(
     match poll {
         Poll::Running => {
             let msg = format!("publishing template {} to the shared template store", on.id);
-            return Err(Blocked::Wait("Publishing", msg, TRANSFER_POLL));
+            return Err(Outcome::waiting("Publishing", msg, TRANSFER_POLL));
         }
         Poll::Done(Err(e)) if e.is(ErrorKind::Unsupported) => {
             let msg = format!("spec.publish: {}", e.message());
-            return Err(Blocked::Stall("PublishUnsupported", msg));
+            return Err(Outcome::stalled("PublishUnsupported", msg));
         }
         Poll::Done(Err(e)) => return Err(e.into()),
         Poll::Done(Ok(_)) => {}
@@ -116,7 +117,7 @@ async fn unpublish(
     r: &Report<'_>,
     on: &Subject<'_>,
     next: &mut SandboxTemplateStatus,
-) -> Result<(), Blocked> {
+) -> Result<(), Outcome> {
     let provider = on.handle.provider.as_ref();
     match on
         .handle
@@ -131,7 +132,7 @@ async fn unpublish(
                 on.id,
                 e.message()
             );
-            return Err(Blocked::Stall("StoreNotConfigured", msg));
+            return Err(Outcome::stalled("StoreNotConfigured", msg));
         }
         Err(e) => return Err(e.into()),
     }
@@ -151,7 +152,7 @@ async fn fetch(
     tctx: &TemplateContext,
     on: &Subject<'_>,
     next: &mut SandboxTemplateStatus,
-) -> Result<(), Blocked> {
+) -> Result<(), Outcome> {
     let ctx = tctx.ctx.clone();
     let (provider, id) = (on.handle.provider.clone(), on.id.to_string());
     let owner = owner_of(r.template, &ctx.instance);
@@ -168,7 +169,7 @@ async fn fetch(
     let fetched = match poll {
         Poll::Running => {
             let msg = format!("fetching template {} from the shared template store", on.id);
-            return Err(Blocked::Wait("Fetching", msg, TRANSFER_POLL));
+            return Err(Outcome::waiting("Fetching", msg, TRANSFER_POLL));
         }
         Poll::Done(result) => result,
     };
@@ -184,9 +185,9 @@ async fn fetch(
     Ok(())
 }
 
-fn fetch_failed(e: ProviderError) -> Blocked {
+fn fetch_failed(e: ProviderError) -> Outcome {
     if e.is(ErrorKind::Unsupported) {
-        Blocked::Stall("FetchUnsupported", e.message().to_string())
+        Outcome::stalled("FetchUnsupported", e.message().to_string())
     } else {
         e.into()
     }
@@ -194,10 +195,10 @@ fn fetch_failed(e: ProviderError) -> Blocked {
 
 /// The store does not have the template: a Store SandboxTemplate waits for someone to
 /// publish it; a captured one whose every copy is gone stalls.
-fn not_in_store(template: &SandboxTemplate, on: &Subject<'_>) -> Blocked {
+fn not_in_store(template: &SandboxTemplate, on: &Subject<'_>) -> Outcome {
     let id = on.id;
     if template.spec.source() == TemplateSource::Store {
-        return Blocked::Wait(
+        return Outcome::waiting(
             "TemplateNotInStore",
             format!(
                 "the shared template store of provider {:?} has no template {id} (yet); publish it \
@@ -207,7 +208,7 @@ fn not_in_store(template: &SandboxTemplate, on: &Subject<'_>) -> Blocked {
             STORE_WAIT,
         );
     }
-    Blocked::Stall(
+    Outcome::stalled(
         "TemplateGone",
         format!(
             "the provider no longer holds template {id} and the shared store does not have it \
@@ -222,17 +223,17 @@ async fn capture_source(
     ctx: &Context,
     template: &SandboxTemplate,
     provider: &str,
-) -> Result<String, Blocked> {
+) -> Result<String, Outcome> {
     let ns = template.namespace().unwrap_or_default();
     let Some(sref) = &template.spec.sandbox_ref else {
-        return Err(Blocked::Stall(
+        return Err(Outcome::stalled(
             "InvalidSpec",
-            "spec.sandboxRef is required when spec.source is Capture".into(),
+            "spec.sandboxRef is required when spec.source is Capture",
         ));
     };
     let sandboxes: Api<Sandbox> = Api::namespaced(ctx.client.clone(), &ns);
     let Some(sandbox) = sandboxes.get_opt(&sref.name).await? else {
-        return Err(Blocked::Wait(
+        return Err(Outcome::waiting(
             "SandboxNotFound",
             format!(
                 "spec.sandboxRef: Sandbox {:?} does not exist in namespace {ns:?} yet",
@@ -245,7 +246,7 @@ async fn capture_source(
     if let Some(p) = st.provider.as_deref().or(sandbox.spec.provider.as_deref())
         && p != provider
     {
-        return Err(Blocked::Stall(
+        return Err(Outcome::stalled(
             "ProviderMismatch",
             format!(
                 "spec.sandboxRef: Sandbox {:?} runs on provider {p:?}, this SandboxTemplate is on {provider:?}; \
@@ -257,7 +258,7 @@ async fn capture_source(
     let ready = condition(&st.conditions, READY).is_some_and(|c| c.status == "True");
     match st.sandbox_id.filter(|_| ready) {
         Some(id) => Ok(id),
-        None => Err(Blocked::Wait(
+        None => Err(Outcome::waiting(
             "SandboxNotReady",
             format!(
                 "waiting for Sandbox {:?} to become Ready before capturing it",
