@@ -18,6 +18,7 @@ pub mod fly;
 pub mod image;
 pub mod kubernetes;
 pub mod labels;
+pub mod shellfs;
 pub mod sprites;
 pub mod tarsafe;
 pub mod types;
@@ -28,7 +29,9 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-pub use error::{ErrorKind, ProviderError, ProviderResult, parse_retry_after};
+pub use error::{
+    ErrorKind, ProviderError, ProviderResult, from_status, parse_retry_after, status_kind,
+};
 pub use factory::{ProviderSettings, build};
 pub use types::*;
 
