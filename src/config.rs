@@ -14,18 +14,12 @@
 //! falling back to a default.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::provider::ProviderSettings;
-use crate::provider::docker::DockerSettings;
-use crate::provider::e2b::E2bSettings;
-use crate::provider::fly::FlySettings;
-use crate::provider::kubernetes::KubernetesSettings;
-use crate::provider::sprites::SpritesSettings;
+pub use crate::provider::{ProviderConfig, ProviderType};
 pub use crate::secret::{SecretError, SecretSource};
 use crate::validation::{Issue, Issues, check_dns_label, check_url, format_issues, list_or_none};
 
@@ -107,106 +101,6 @@ impl Default for OperatorConfig {
             provider_concurrency: 16,
             provider_timeout_secs: 120,
             instance_from_env: false,
-        }
-    }
-}
-
-/// Kind of provider behind a [`ProviderConfig`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ProviderType {
-    /// A Docker engine (bollard).
-    Docker,
-    /// Fly Machines (REST).
-    Fly,
-    /// E2B (REST).
-    E2b,
-    /// Fly Sprites (REST and WebSocket).
-    Sprites,
-    /// Pods on a Kubernetes cluster (kube).
-    Kubernetes,
-}
-
-impl ProviderType {
-    /// The name used in the YAML (`docker`, `fly`, `e2b`), also the settings block's key.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ProviderType::Docker => "docker",
-            ProviderType::Fly => "fly",
-            ProviderType::E2b => "e2b",
-            ProviderType::Sprites => "sprites",
-            ProviderType::Kubernetes => "kubernetes",
-        }
-    }
-}
-
-impl fmt::Display for ProviderType {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// One named provider. Exactly the settings block matching `type` may be present; `docker`
-/// may be omitted (all its settings have defaults), `fly` and `e2b` are required for their
-/// types because they carry credentials.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct ProviderConfig {
-    /// Name Sandboxes use in `spec.provider` (DNS-1123 label).
-    pub name: String,
-    /// Which provider implementation.
-    #[serde(rename = "type")]
-    pub type_: ProviderType,
-    /// Settings for `type: docker`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub docker: Option<DockerSettings>,
-    /// Settings for `type: fly`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub fly: Option<FlySettings>,
-    /// Settings for `type: e2b`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub e2b: Option<E2bSettings>,
-    /// Settings for `type: sprites`.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub sprites: Option<SpritesSettings>,
-    /// Settings for `type: kubernetes` (all have defaults; the block may be omitted).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kubernetes: Option<KubernetesSettings>,
-    /// Name of an entry in `templateStores` used for this provider's templates (required in
-    /// practice for providers that cannot commit images, such as Fly).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub template_store: Option<String>,
-}
-
-impl ProviderConfig {
-    /// A Docker provider with default settings, as used when no configuration file is given.
-    pub fn docker_default(name: impl Into<String>) -> Self {
-        ProviderConfig {
-            name: name.into(),
-            type_: ProviderType::Docker,
-            docker: None,
-            fly: None,
-            e2b: None,
-            sprites: None,
-            kubernetes: None,
-            template_store: None,
-        }
-    }
-
-    /// The settings block matching `type` (Docker's defaults when its block is absent);
-    /// `None` when a type that needs its block has none, which [`OperatorConfig::validate`]
-    /// reports.
-    pub fn settings(&self) -> Option<ProviderSettings> {
-        match self.type_ {
-            ProviderType::Docker => Some(ProviderSettings::Docker(Box::new(
-                self.docker.clone().unwrap_or_default(),
-            ))),
-            ProviderType::Fly => self.fly.clone().map(ProviderSettings::Fly),
-            ProviderType::E2b => self.e2b.clone().map(ProviderSettings::E2b),
-            ProviderType::Sprites => self.sprites.clone().map(ProviderSettings::Sprites),
-            ProviderType::Kubernetes => Some(ProviderSettings::Kubernetes(
-                self.kubernetes.clone().unwrap_or_default(),
-            )),
         }
     }
 }
@@ -346,7 +240,28 @@ impl OperatorConfig {
     /// path and a fix.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut issues = Issues::default();
+        self.check_instance(&mut issues);
+        self.check_providers(&mut issues);
+        self.check_default_provider(&mut issues);
+        for (i, store) in self.template_stores.iter().enumerate() {
+            check_template_store(store, &format!("templateStores[{i}]"), &mut issues);
+        }
+        check_unique(
+            self.template_stores.iter().map(|s| s.name.as_str()),
+            "templateStores",
+            "template store",
+            &mut issues,
+        );
+        self.check_timing(&mut issues);
+        if issues.is_empty() {
+            Ok(())
+        } else {
+            Err(ConfigError::Invalid(issues.into_vec()))
+        }
+    }
 
+    /// `instance` is a DNS label (it names the managed-by label value and the Lease).
+    fn check_instance(&self, issues: &mut Issues) {
         let instance_path = if self.instance_from_env {
             format!("instance (from {ENV_INSTANCE})")
         } else {
@@ -361,7 +276,11 @@ impl OperatorConfig {
                 ),
             );
         }
+    }
 
+    /// At least one provider; each named by a unique DNS label, with the settings block of
+    /// its type (checked by the provider's own rules) and a known template store.
+    fn check_providers(&self, issues: &mut Issues) {
         if self.providers.is_empty() {
             issues.push(
                 "providers",
@@ -369,13 +288,11 @@ impl OperatorConfig {
                  `providers: [{name: docker, type: docker}]`",
             );
         }
-
         let store_names: BTreeSet<&str> = self
             .template_stores
             .iter()
             .map(|s| s.name.as_str())
             .collect();
-        let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
         for (i, p) in self.providers.iter().enumerate() {
             let at = format!("providers[{i}]");
             if let Err(why) = check_dns_label(&p.name) {
@@ -384,17 +301,7 @@ impl OperatorConfig {
                     format!("{why}; Sandboxes refer to providers by this name"),
                 );
             }
-            if let Some(first) = seen.insert(p.name.as_str(), i) {
-                issues.push(
-                    format!("{at}.name"),
-                    format!(
-                        "duplicate provider name `{}` (also providers[{first}]); give each \
-                         provider a unique name",
-                        p.name
-                    ),
-                );
-            }
-            validate_provider_blocks(p, &at, &mut issues);
+            p.check(&at, issues);
             if let Some(store) = &p.template_store
                 && !store_names.contains(store.as_str())
             {
@@ -408,7 +315,16 @@ impl OperatorConfig {
                 );
             }
         }
+        check_unique(
+            self.providers.iter().map(|p| p.name.as_str()),
+            "providers",
+            "provider",
+            issues,
+        );
+    }
 
+    /// `defaultProvider`, when set, names a configured provider.
+    fn check_default_provider(&self, issues: &mut Issues) {
         if let Some(default) = &self.default_provider
             && !self.providers.iter().any(|p| &p.name == default)
         {
@@ -421,62 +337,10 @@ impl OperatorConfig {
                 ),
             );
         }
+    }
 
-        let mut seen_stores: BTreeMap<&str, usize> = BTreeMap::new();
-        for (i, s) in self.template_stores.iter().enumerate() {
-            let at = format!("templateStores[{i}]");
-            if let Err(why) = check_dns_label(&s.name) {
-                issues.push(
-                    format!("{at}.name"),
-                    format!("{why}; providers refer to stores by this name"),
-                );
-            }
-            if let Some(first) = seen_stores.insert(s.name.as_str(), i) {
-                issues.push(
-                    format!("{at}.name"),
-                    format!(
-                        "duplicate template store name `{}` (also templateStores[{first}]); give \
-                         each store a unique name",
-                        s.name
-                    ),
-                );
-            }
-            if s.bucket.trim().is_empty() {
-                issues.push(format!("{at}.bucket"), "is empty; set the bucket name");
-            }
-            if let Some(endpoint) = &s.endpoint {
-                check_url(endpoint, &format!("{at}.endpoint"), &mut issues);
-            }
-            match (&s.access_key_id, &s.secret_access_key) {
-                (Some(_), None) => issues.push(
-                    format!("{at}.secretAccessKey"),
-                    "missing while `accessKeyId` is set; set both or neither (neither = the SDK's \
-                     default credential chain)",
-                ),
-                (None, Some(_)) => issues.push(
-                    format!("{at}.accessKeyId"),
-                    "missing while `secretAccessKey` is set; set both or neither",
-                ),
-                _ => {}
-            }
-            if s.session_token.is_some() && s.access_key_id.is_none() {
-                issues.push(
-                    format!("{at}.sessionToken"),
-                    "only makes sense with `accessKeyId` and `secretAccessKey`; add them or \
-                     remove it",
-                );
-            }
-            for (key, src) in [
-                ("accessKeyId", &s.access_key_id),
-                ("secretAccessKey", &s.secret_access_key),
-                ("sessionToken", &s.session_token),
-            ] {
-                if let Some(src) = src {
-                    src.validate(&format!("{at}.{key}"), &mut issues);
-                }
-            }
-        }
-
+    /// Periods, bounds and the sweeper's policy are positive.
+    fn check_timing(&self, issues: &mut Issues) {
         if self.resync_secs == 0 {
             issues.push(
                 "resyncSecs",
@@ -496,27 +360,22 @@ impl OperatorConfig {
             );
         }
         let sw = &self.sweeper;
-        if sw.enabled {
-            if sw.interval_secs == 0 {
-                issues.push(
-                    "sweeper.intervalSecs",
-                    "must be greater than 0 (the default is 300); to turn the sweeper off set \
-                     `sweeper.enabled: false`",
-                );
-            }
-            if sw.max_deletions_per_pass == 0 {
-                issues.push(
-                    "sweeper.maxDeletionsPerPass",
-                    "must be greater than 0 (the default is 50); to only report set \
-                     `sweeper.dryRun: true`, to turn the sweeper off set `sweeper.enabled: false`",
-                );
-            }
+        if !sw.enabled {
+            return;
         }
-
-        if issues.is_empty() {
-            Ok(())
-        } else {
-            Err(ConfigError::Invalid(issues.into_vec()))
+        if sw.interval_secs == 0 {
+            issues.push(
+                "sweeper.intervalSecs",
+                "must be greater than 0 (the default is 300); to turn the sweeper off set \
+                 `sweeper.enabled: false`",
+            );
+        }
+        if sw.max_deletions_per_pass == 0 {
+            issues.push(
+                "sweeper.maxDeletionsPerPass",
+                "must be greater than 0 (the default is 50); to only report set \
+                 `sweeper.dryRun: true`, to turn the sweeper off set `sweeper.enabled: false`",
+            );
         }
     }
 
@@ -566,14 +425,11 @@ impl OperatorConfig {
             }
         };
         for (i, p) in self.providers.iter().enumerate() {
-            if let Some(fly) = &p.fly {
-                check(&fly.token, format!("providers[{i}].fly.token"));
-            }
-            if let Some(e2b) = &p.e2b {
-                check(&e2b.api_key, format!("providers[{i}].e2b.apiKey"));
-            }
-            if let Some(sprites) = &p.sprites {
-                check(&sprites.token, format!("providers[{i}].sprites.token"));
+            let Ok(settings) = p.settings() else {
+                continue; // a missing block is a validation issue, not a secret's
+            };
+            for (key, src) in settings.kind().secrets() {
+                check(src, format!("providers[{i}].{}.{key}", p.type_));
             }
         }
         for (i, s) in self.template_stores.iter().enumerate() {
@@ -595,51 +451,68 @@ impl OperatorConfig {
     }
 }
 
-fn validate_provider_blocks(p: &ProviderConfig, at: &str, issues: &mut Issues) {
-    let blocks = [
-        (ProviderType::Docker, p.docker.is_some()),
-        (ProviderType::Fly, p.fly.is_some()),
-        (ProviderType::E2b, p.e2b.is_some()),
-        (ProviderType::Sprites, p.sprites.is_some()),
-        (ProviderType::Kubernetes, p.kubernetes.is_some()),
-    ];
-    for (kind, present) in blocks {
-        if present && kind != p.type_ {
+/// Names are unique within `list`: each repeat is reported at its own index.
+fn check_unique<'a>(
+    names: impl Iterator<Item = &'a str>,
+    list: &str,
+    what: &str,
+    issues: &mut Issues,
+) {
+    let mut seen: BTreeMap<&str, usize> = BTreeMap::new();
+    for (i, name) in names.enumerate() {
+        if let Some(first) = seen.insert(name, i) {
             issues.push(
-                format!("{at}.{kind}"),
+                format!("{list}[{i}].name"),
                 format!(
-                    "settings for `{kind}` on a provider of type `{}`; remove this block or set \
-                     `type: {kind}`",
-                    p.type_
+                    "duplicate {what} name `{name}` (also {list}[{first}]); give each {what} a \
+                     unique name"
                 ),
             );
         }
     }
-    match (p.type_, p.settings()) {
-        (_, Some(ProviderSettings::Docker(d))) => d.validate(&format!("{at}.docker"), issues),
-        (_, Some(ProviderSettings::Fly(f))) => f.validate(&format!("{at}.fly"), issues),
-        (_, Some(ProviderSettings::E2b(e))) => e.validate(&format!("{at}.e2b"), issues),
-        (_, Some(ProviderSettings::Sprites(s))) => s.validate(&format!("{at}.sprites"), issues),
-        (_, Some(ProviderSettings::Kubernetes(k))) => {
-            k.validate(&format!("{at}.kubernetes"), issues)
+}
+
+/// One template store: a DNS-label name, a bucket, a URL endpoint, and credentials given
+/// whole (both keys or neither; a session token only with them).
+fn check_template_store(s: &TemplateStoreConfig, at: &str, issues: &mut Issues) {
+    if let Err(why) = check_dns_label(&s.name) {
+        issues.push(
+            format!("{at}.name"),
+            format!("{why}; providers refer to stores by this name"),
+        );
+    }
+    if s.bucket.trim().is_empty() {
+        issues.push(format!("{at}.bucket"), "is empty; set the bucket name");
+    }
+    if let Some(endpoint) = &s.endpoint {
+        check_url(endpoint, &format!("{at}.endpoint"), issues);
+    }
+    match (&s.access_key_id, &s.secret_access_key) {
+        (Some(_), None) => issues.push(
+            format!("{at}.secretAccessKey"),
+            "missing while `accessKeyId` is set; set both or neither (neither = the SDK's \
+             default credential chain)",
+        ),
+        (None, Some(_)) => issues.push(
+            format!("{at}.accessKeyId"),
+            "missing while `secretAccessKey` is set; set both or neither",
+        ),
+        _ => {}
+    }
+    if s.session_token.is_some() && s.access_key_id.is_none() {
+        issues.push(
+            format!("{at}.sessionToken"),
+            "only makes sense with `accessKeyId` and `secretAccessKey`; add them or remove it",
+        );
+    }
+    for (key, src) in [
+        ("accessKeyId", &s.access_key_id),
+        ("secretAccessKey", &s.secret_access_key),
+        ("sessionToken", &s.session_token),
+    ] {
+        if let Some(src) = src {
+            src.validate(&format!("{at}.{key}"), issues);
         }
-        (ProviderType::Fly, None) => issues.push(
-            format!("{at}.fly"),
-            "missing: a provider of type `fly` needs a `fly:` block with at least `app` (the Fly \
-             app of its sandboxes); the token is read from FLY_API_TOKEN unless `token` says \
-             otherwise",
-        ),
-        (ProviderType::E2b, None) => issues.push(
-            format!("{at}.e2b"),
-            "missing: a provider of type `e2b` needs an `e2b:` block with `apiKey` (e.g. \
-             `apiKey: {env: E2B_API_KEY}`)",
-        ),
-        (ProviderType::Sprites, None) => issues.push(
-            format!("{at}.sprites"),
-            "missing: a provider of type `sprites` needs a `sprites:` block with `org` and \
-             `token` (e.g. `token: {env: SPRITES_TOKEN}`)",
-        ),
-        (ProviderType::Docker | ProviderType::Kubernetes, None) => {}
     }
 }
 
@@ -653,7 +526,9 @@ mod tests {
             serde_yaml::from_str("providers:\n  - name: pods\n    type: kubernetes\n").unwrap();
         assert!(ok.validate().is_ok());
         match ok.providers[0].settings() {
-            Some(ProviderSettings::Kubernetes(k)) => assert_eq!(k.namespace, "sandboxes"),
+            Ok(crate::provider::ProviderSettings::Kubernetes(k)) => {
+                assert_eq!(k.namespace, "sandboxes")
+            }
             other => panic!("{other:?}"),
         }
         let bad: OperatorConfig = serde_yaml::from_str(

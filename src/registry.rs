@@ -115,12 +115,7 @@ impl ProviderRegistry {
                 name: p.name.clone(),
                 message,
             };
-            let settings = p.settings().ok_or_else(|| {
-                failed(format!(
-                    "a provider of type {} needs its `{}:` block",
-                    p.type_, p.type_
-                ))
-            })?;
+            let settings = p.settings().map_err(|needs| failed(needs.to_string()))?;
             let provider = crate::provider::build(&p.name, &settings)
                 .await
                 .map_err(|e| failed(e.to_string()))?;

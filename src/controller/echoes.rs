@@ -1,7 +1,8 @@
 //! Provider events the controller caused itself, so they do not trigger another reconcile.
 //!
 //! Every step that changes a sandbox at the provider (create, start, stop, …) makes the
-//! provider emit events for it (Docker: `create`, `start`, `kill`/`die`/`stop`, …). The
+//! provider emit events for it (Docker: `create`, `start`, `kill`/`die`/`stop`, …; each
+//! provider names its own words). The
 //! reconcile that acted already observes the result after acting, so reconciling again for
 //! those events only repeats work: before a step runs, its owner's UID is recorded here with
 //! the event words the step produces, and the trigger stream drops an event that matches one
@@ -19,6 +20,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::sandbox::decide::Step;
+use crate::provider::Change;
+use crate::provider::factory::echo_words;
 
 /// How long an expected event stays expected.
 pub const TTL: Duration = Duration::from_secs(30);
@@ -29,19 +32,21 @@ pub struct Echoes {
     expected: Mutex<HashMap<String, Vec<(&'static str, Instant)>>>,
 }
 
-/// The event words a step makes the providers with event streams emit: Docker's actions,
-/// and the machine states Fly's drift scan reports (matched on the word before any `:`).
-pub fn words(step: Step) -> &'static [&'static str] {
-    match step {
-        Step::Create => &["create", "appeared"],
-        Step::Start => &["start", "started"],
-        Step::Stop => &["kill", "die", "stop", "stopped"],
-        Step::Destroy => &["kill", "die", "destroy", "destroyed"],
-        Step::Hibernate => &["pause", "kill", "die", "stop", "stopped", "suspended"],
-        Step::Resume => &["unpause", "start", "started"],
-        Step::SetResources => &["update", "updated"],
-        Step::DeliverEnv | Step::SetEgress | Step::Restore => &[],
-    }
+/// The event words a step makes the providers with event streams emit. Each provider names
+/// its own ([`ProviderKind::echo_words`](crate::provider::ProviderKind::echo_words)); this
+/// only says which provider-side change a step is.
+pub fn words(step: Step) -> Vec<&'static str> {
+    let change = match step {
+        Step::Create => Change::Create,
+        Step::Start => Change::Start,
+        Step::Stop => Change::Stop,
+        Step::Destroy => Change::Destroy,
+        Step::Hibernate => Change::Hibernate,
+        Step::Resume => Change::Resume,
+        Step::SetResources => Change::SetResources,
+        Step::DeliverEnv | Step::SetEgress | Step::Restore => return Vec::new(),
+    };
+    echo_words(change)
 }
 
 impl Echoes {

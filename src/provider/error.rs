@@ -219,6 +219,53 @@ pub fn parse_retry_after(value: &str) -> Option<Duration> {
     Some(delta.to_std().unwrap_or(Duration::ZERO))
 }
 
+/// The seam's kind for an HTTP error status from a provider's REST API — the one table Fly
+/// Machines, E2B and Sprites all answer by:
+///
+/// | status | kind |
+/// |---|---|
+/// | 400, 422 and every other 4xx not below | `Invalid` |
+/// | 401, 403 | `Unauthorized` |
+/// | 404, 410 | `NotFound` |
+/// | 409, 412 | `Conflict` |
+/// | 408, 425, 429 | `Transient` |
+/// | 5xx, and anything that is not a 4xx | `Transient` |
+///
+/// "Other 4xx" is `Invalid`, not `Transient`: a 4xx is the API saying the request itself is
+/// wrong (a method, a media type, a body too large), and the same request sent again gets the
+/// same answer. As `Transient` it would be retried with backoff forever, and the object would
+/// say "retrying" while the fix waits on a person; as `Invalid` it stalls with the API's own
+/// words until the spec or the settings change. The 4xx that do pass by waiting are named: a
+/// request timeout (408), too early (425), a rate limit (429). 410 is the API saying the
+/// resource is gone for good, which is what `NotFound` means; 412 is a state that forbids the
+/// operation now (Fly answers it for a machine in the wrong state), which is `Conflict`. Every
+/// status that is not a 4xx — a 5xx, or a 1xx/3xx the client did not follow — is the service
+/// failing, not the request, and may pass.
+pub fn status_kind(status: u16) -> ErrorKind {
+    match status {
+        401 | 403 => ErrorKind::Unauthorized,
+        404 | 410 => ErrorKind::NotFound,
+        409 | 412 => ErrorKind::Conflict,
+        408 | 425 | 429 => ErrorKind::Transient,
+        400..=499 => ErrorKind::Invalid,
+        _ => ErrorKind::Transient,
+    }
+}
+
+/// An error of [`status_kind`]'s kind for `status` with `message`. A retryable one carries the
+/// wait the API asked for; a 429 has the reason `RateLimited`. Providers add their own finer
+/// reasons (capacity, a held lease) and hints (which setting holds the token) on top.
+pub fn from_status(status: u16, message: String, retry_after: Option<Duration>) -> ProviderError {
+    let err = ProviderError::new(status_kind(status), message);
+    match err.kind {
+        ErrorKind::Transient | ErrorKind::Conflict if status == 429 => {
+            err.with_reason("RateLimited").with_retry_after(retry_after)
+        }
+        ErrorKind::Transient | ErrorKind::Conflict => err.with_retry_after(retry_after),
+        _ => err,
+    }
+}
+
 /// Result alias for provider calls.
 pub type ProviderResult<T> = Result<T, ProviderError>;
 
@@ -281,5 +328,50 @@ mod tests {
         assert!(parsed <= Duration::from_secs(30) && parsed >= Duration::from_secs(28));
         assert_eq!(parse_retry_after("soon"), None);
         assert_eq!(parse_retry_after("-1"), None);
+    }
+
+    #[test]
+    fn http_statuses_map_by_one_table() {
+        let cases = [
+            (400, ErrorKind::Invalid),
+            (422, ErrorKind::Invalid),
+            (405, ErrorKind::Invalid),
+            (413, ErrorKind::Invalid),
+            (415, ErrorKind::Invalid),
+            (401, ErrorKind::Unauthorized),
+            (403, ErrorKind::Unauthorized),
+            (404, ErrorKind::NotFound),
+            (410, ErrorKind::NotFound),
+            (409, ErrorKind::Conflict),
+            (412, ErrorKind::Conflict),
+            (408, ErrorKind::Transient),
+            (425, ErrorKind::Transient),
+            (429, ErrorKind::Transient),
+            (500, ErrorKind::Transient),
+            (502, ErrorKind::Transient),
+            (503, ErrorKind::Transient),
+            (504, ErrorKind::Transient),
+            (302, ErrorKind::Transient),
+        ];
+        for (status, kind) in cases {
+            assert_eq!(status_kind(status), kind, "{status}");
+            assert_eq!(
+                from_status(status, "m".into(), None).kind(),
+                kind,
+                "{status}"
+            );
+        }
+    }
+
+    #[test]
+    fn http_errors_keep_the_wait_only_where_waiting_helps() {
+        let wait = Some(Duration::from_secs(4));
+        let limited = from_status(429, "slow down".into(), wait);
+        assert_eq!(limited.reason(), "RateLimited");
+        assert_eq!(limited.retry_after(), wait);
+        assert_eq!(limited.message(), "slow down");
+        assert_eq!(from_status(503, "m".into(), wait).retry_after(), wait);
+        assert_eq!(from_status(503, "m".into(), wait).reason(), "Transient");
+        assert_eq!(from_status(400, "m".into(), wait).retry_after(), None);
     }
 }

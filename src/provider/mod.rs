@@ -18,6 +18,7 @@ pub mod fly;
 pub mod image;
 pub mod kubernetes;
 pub mod labels;
+pub mod shellfs;
 pub mod sprites;
 pub mod tarsafe;
 pub mod types;
@@ -28,8 +29,10 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 
-pub use error::{ErrorKind, ProviderError, ProviderResult, parse_retry_after};
-pub use factory::{ProviderSettings, build};
+pub use error::{
+    ErrorKind, ProviderError, ProviderResult, from_status, parse_retry_after, status_kind,
+};
+pub use factory::{ProviderConfig, ProviderKind, ProviderSettings, ProviderType, build};
 pub use types::*;
 
 /// Core lifecycle every provider offers.
@@ -38,7 +41,8 @@ pub trait Provider: Send + Sync {
     /// The configured name of this provider instance (as `Sandbox.spec.provider` names it).
     fn name(&self) -> &str;
 
-    /// The provider type (`docker`, `fly`, `e2b`), for status and metrics.
+    /// The provider type as the configuration spells it (`docker`, `fly`, `e2b`, `sprites`,
+    /// `kubernetes`), for status and metrics.
     fn kind(&self) -> &'static str;
 
     /// Creates a sandbox WITHOUT starting it, under the request's deterministic name.
@@ -351,6 +355,26 @@ pub trait EgressPolicy: Send + Sync {
     fn placement(&self, _allowed: Option<&[String]>) -> Option<&'static str> {
         None
     }
+}
+
+/// A change the operator itself makes to a sandbox, for which a provider with an event stream
+/// reports events of its own (see [`factory::ProviderKind::echo_words`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Change {
+    /// Created (not started).
+    Create,
+    /// Started.
+    Start,
+    /// Stopped.
+    Stop,
+    /// Destroyed.
+    Destroy,
+    /// Hibernated.
+    Hibernate,
+    /// Resumed.
+    Resume,
+    /// Resource ceilings changed in place.
+    SetResources,
 }
 
 /// A stream of changes to the resources this operator instance manages.

@@ -12,22 +12,20 @@ use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt, stream};
 use kube::api::{Api, ListParams};
-use kube::core::NamespaceResourceScope;
+use kube::core::{NamespaceResourceScope, PartialObjectMeta};
 use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::SweepError;
 use super::decide::{Candidate, Observation, OwnerFact, OwnerFacts, OwnerKey, OwnerKind};
 use crate::api::{Sandbox, SandboxTemplate, SandboxVolume};
+use crate::kube_client::paging::each_page;
 use crate::provider::labels::MANAGED_BY;
 use crate::registry::ProviderHandle;
 
 /// Bound on one Kubernetes read, so an API server that stops answering fails the pass
 /// instead of hanging it.
 pub const KUBE_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Page size of the owner listings.
-const PAGE: u32 = 500;
 
 /// How many owner listings run at once.
 const LIST_CONCURRENCY: usize = 8;
@@ -154,27 +152,28 @@ where
 {
     let api: Api<K> = Api::namespaced(client.clone(), namespace);
     let mut out = BTreeMap::new();
-    let mut params = ListParams::default().limit(PAGE);
-    loop {
-        let page = tokio::time::timeout(KUBE_TIMEOUT, api.list_metadata(&params))
-            .await
-            .map_err(|_| {
-                format!(
-                    "the API server did not answer within {}s",
-                    KUBE_TIMEOUT.as_secs()
-                )
-            })?
-            .map_err(|e| e.to_string())?;
-        for item in page.items {
+    let fetch = |params: ListParams| {
+        let api = &api;
+        async move {
+            tokio::time::timeout(KUBE_TIMEOUT, api.list_metadata(&params))
+                .await
+                .map_err(|_| {
+                    format!(
+                        "the API server did not answer within {}s",
+                        KUBE_TIMEOUT.as_secs()
+                    )
+                })?
+                .map_err(|e| e.to_string())
+        }
+    };
+    let visit = |items: Vec<PartialObjectMeta<K>>| {
+        for item in items {
             if let (Some(name), Some(uid)) = (item.metadata.name, item.metadata.uid) {
                 out.insert(name, uid);
             }
         }
-        match page.metadata.continue_ {
-            Some(token) if !token.is_empty() => params = params.continue_token(&token),
-            _ => break,
-        }
-    }
+    };
+    each_page(&ListParams::default(), fetch, visit).await?;
     Ok(out)
 }
 

@@ -19,7 +19,7 @@ use futures::stream::BoxStream;
 use super::DockerProvider;
 use super::files::is_symlink;
 use super::map_err;
-use crate::provider::tarsafe;
+use crate::provider::shellfs;
 use crate::provider::validate;
 use crate::provider::{BulkFiles, ProviderError, ProviderResult};
 
@@ -41,7 +41,7 @@ impl BulkFiles for DockerProvider {
             )));
         }
         if self.is_gvisor() {
-            return self.exec_export(id, &path).await;
+            return shellfs::export(self, id, &path).await;
         }
         // Probe first: the download stream would only report a 404 as its first item, after
         // the caller has started consuming it.
@@ -73,18 +73,11 @@ impl BulkFiles for DockerProvider {
     async fn import(&self, id: &str, path: &str, archive: Vec<u8>) -> ProviderResult<()> {
         let path = validate::sandbox_path("import path", path)?;
         if self.is_gvisor() {
-            return self.exec_import(id, &path, archive).await;
+            return shellfs::import(self, id, &path, archive).await;
         }
         let (anchor, missing) = self.existing_anchor(id, &path, &path).await?;
         let prefix = missing.join("/");
-        let sanitised = tokio::task::spawn_blocking(move || tarsafe::sanitise(&archive, &prefix))
-            .await
-            .map_err(|e| ProviderError::transient(format!("sanitising the archive failed: {e}")))?
-            .map_err(|e| {
-                ProviderError::invalid(format!(
-                    "refusing to import into {path} in sandbox {id}: {e}"
-                ))
-            })?;
+        let sanitised = shellfs::sanitise(archive, prefix, id, &path).await?;
         let report = &sanitised.report;
         if !report.dropped.is_empty() || report.special_bits_cleared > 0 {
             tracing::info!(

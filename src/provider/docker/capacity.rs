@@ -83,95 +83,122 @@ impl CapacityProbe for DockerProvider {
             .info()
             .await
             .map_err(|e| map_err("reading the Docker engine's info for capacity", e))?;
-
         let mut capacity = Capacity::default();
-        let mut measured: Vec<String> = Vec::new();
-        let mut missing: Vec<String> = Vec::new();
-
+        let mut found = Findings::default();
         if !self.engine_is_local() {
-            missing.push(
+            found.missing.push(
                 "disk, inodes and memory: the engine is remote, and its API reports no free space \
                  or available memory"
                     .into(),
             );
         } else {
             match info.docker_root_dir.as_deref().filter(|r| !r.is_empty()) {
-                None => missing
+                None => found
+                    .missing
                     .push("disk and inodes: the engine did not report its root directory".into()),
-                Some(root) => {
-                    let root_path = Path::new(root).to_path_buf();
-                    let probe = root_path.clone();
-                    let stat = tokio::task::spawn_blocking(move || {
-                        if !looks_like_engine_root(&probe) {
-                            return Err(format!(
-                                "{} is not visible here (mount the engine's data directory into \
-                                 the operator to measure it)",
-                                probe.display()
-                            ));
-                        }
-                        nix::sys::statvfs::statvfs(probe.as_path())
-                            .map_err(|e| format!("statvfs({}) failed: {e}", probe.display()))
-                    })
-                    .await
-                    .map_err(|e| format!("statvfs task failed: {e}"))
-                    .and_then(|r| r);
-                    match stat {
-                        Ok(s) => {
-                            #[allow(clippy::useless_conversion)]
-                            let fs = fs_headroom(
-                                u64::from(s.blocks()),
-                                u64::from(s.blocks_available()),
-                                u64::from(s.fragment_size()),
-                                u64::from(s.files()),
-                                u64::from(s.files_available()),
-                            );
-                            capacity.disk_bytes = fs.disk_bytes;
-                            capacity.inodes = fs.inodes;
-                            match fs.disk_bytes {
-                                Some(b) => measured.push(format!("{b} bytes free on {root}")),
-                                None => missing.push(format!(
-                                    "disk: the filesystem of {root} reports no block count"
-                                )),
-                            }
-                            match fs.inodes {
-                                Some(i) => measured.push(format!("{i} inodes free on {root}")),
-                                None => missing.push(format!(
-                                    "inodes: the filesystem of {root} has no fixed inode table"
-                                )),
-                            }
-                        }
-                        Err(why) => missing.push(format!("disk and inodes: {why}")),
-                    }
-                }
+                Some(root) => measure_disk(root, &mut capacity, &mut found).await,
             }
-            match tokio::fs::read_to_string("/proc/meminfo").await {
-                Ok(text) => match mem_available(&text) {
-                    Some(bytes) => {
-                        capacity.memory_bytes = Some(bytes);
-                        measured.push(format!("{bytes} bytes of memory available (MemAvailable)"));
-                    }
-                    None => missing.push("memory: /proc/meminfo has no MemAvailable line".into()),
-                },
-                Err(e) => missing.push(format!("memory: cannot read /proc/meminfo: {e}")),
-            }
+            measure_memory(&mut capacity, &mut found).await;
         }
+        capacity.detail = found.detail();
+        capacity.admits = None;
+        Ok(capacity)
+    }
+}
 
+/// What a probe measured and what it could not, each with its reason (rule 8: a headroom that
+/// could not be measured is absent, and the detail says why).
+#[derive(Default)]
+struct Findings {
+    measured: Vec<String>,
+    missing: Vec<String>,
+}
+
+impl Findings {
+    fn detail(&self) -> String {
         let mut detail = String::new();
-        if !measured.is_empty() {
+        if !self.measured.is_empty() {
             detail.push_str(&format!(
                 "measured on the engine host: {}",
-                measured.join(", ")
+                self.measured.join(", ")
             ));
         }
-        if !missing.is_empty() {
+        if !self.missing.is_empty() {
             if !detail.is_empty() {
                 detail.push_str("; ");
             }
-            detail.push_str(&format!("not measured: {}", missing.join("; ")));
+            detail.push_str(&format!("not measured: {}", self.missing.join("; ")));
         }
-        capacity.detail = detail;
-        capacity.admits = None;
-        Ok(capacity)
+        detail
+    }
+}
+
+/// `statvfs` of the engine's root directory, when this process can see it.
+async fn statvfs_of(root: &str) -> Result<nix::sys::statvfs::Statvfs, String> {
+    let probe = Path::new(root).to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        if !looks_like_engine_root(&probe) {
+            return Err(format!(
+                "{} is not visible here (mount the engine's data directory into the operator to \
+                 measure it)",
+                probe.display()
+            ));
+        }
+        nix::sys::statvfs::statvfs(probe.as_path())
+            .map_err(|e| format!("statvfs({}) failed: {e}", probe.display()))
+    })
+    .await
+    .map_err(|e| format!("statvfs task failed: {e}"))
+    .and_then(|r| r)
+}
+
+/// Free disk bytes and inodes on the filesystem of the engine's root directory.
+async fn measure_disk(root: &str, capacity: &mut Capacity, found: &mut Findings) {
+    let s = match statvfs_of(root).await {
+        Ok(s) => s,
+        Err(why) => return found.missing.push(format!("disk and inodes: {why}")),
+    };
+    #[allow(clippy::useless_conversion)]
+    let fs = fs_headroom(
+        u64::from(s.blocks()),
+        u64::from(s.blocks_available()),
+        u64::from(s.fragment_size()),
+        u64::from(s.files()),
+        u64::from(s.files_available()),
+    );
+    capacity.disk_bytes = fs.disk_bytes;
+    capacity.inodes = fs.inodes;
+    match fs.disk_bytes {
+        Some(b) => found.measured.push(format!("{b} bytes free on {root}")),
+        None => found.missing.push(format!(
+            "disk: the filesystem of {root} reports no block count"
+        )),
+    }
+    match fs.inodes {
+        Some(i) => found.measured.push(format!("{i} inodes free on {root}")),
+        None => found.missing.push(format!(
+            "inodes: the filesystem of {root} has no fixed inode table"
+        )),
+    }
+}
+
+/// Available memory of the engine host (`MemAvailable`).
+async fn measure_memory(capacity: &mut Capacity, found: &mut Findings) {
+    match tokio::fs::read_to_string("/proc/meminfo").await {
+        Ok(text) => match mem_available(&text) {
+            Some(bytes) => {
+                capacity.memory_bytes = Some(bytes);
+                found
+                    .measured
+                    .push(format!("{bytes} bytes of memory available (MemAvailable)"));
+            }
+            None => found
+                .missing
+                .push("memory: /proc/meminfo has no MemAvailable line".into()),
+        },
+        Err(e) => found
+            .missing
+            .push(format!("memory: cannot read /proc/meminfo: {e}")),
     }
 }
 

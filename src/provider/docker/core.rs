@@ -37,6 +37,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use async_trait::async_trait;
+use bollard::Docker;
 use bollard::models::{
     ContainerCreateBody, ContainerInspectResponse, ContainerStateStatusEnum, ContainerSummary,
     ContainerSummaryStateEnum, HostConfig, Mount, MountType, PortBinding, PortMap,
@@ -53,9 +54,9 @@ use crate::provider::labels::{self, TEMPLATE};
 use crate::provider::validate;
 use crate::provider::{
     AppliedResources, BulkFiles, CapacityProbe, CreateRequest, Egress, EgressPolicy, ExecOutput,
-    ExecRequest, Files, Hibernation, IdleAction, Inventory, PortMapping, Provider, ProviderError,
-    ProviderEvents, ProviderResult, RestartPolicy, SandboxDescriptor, SandboxQuery, SandboxState,
-    SetResources, Templates, VolumeQuery, Volumes,
+    ExecRequest, Files, Hibernation, IdleAction, ImagePull, Inventory, PortMapping, PortRequest,
+    Provider, ProviderError, ProviderEvents, ProviderResult, RestartPolicy, SandboxDescriptor,
+    SandboxQuery, SandboxState, SetResources, Templates, VolumeMount, VolumeQuery, Volumes,
 };
 
 /// Seconds a stop waits for the main process to exit after SIGTERM before SIGKILL
@@ -86,86 +87,9 @@ impl Provider for DockerProvider {
                 .await?;
         }
         let docker = self.engine().await?;
-
-        let mut pulled = None;
-        let image = match (
-            &request.template,
-            &request.image,
-            &self.settings.default_image,
-        ) {
-            (Some(template), _, _) => {
-                validate::resource_name("template", template).map_err(ProviderError::invalid)?;
-                let image = self.template_image(template);
-                match docker.inspect_image(&image).await {
-                    Ok(_) => image,
-                    Err(e) if is_not_found(&e) => {
-                        return Err(ProviderError::not_found(format!(
-                            "template {template:?} (image {image}) does not exist on Docker provider {:?}; \
-                             a sandbox is never booted from the base image instead: commit or fetch the \
-                             template first, or fix spec.templateRef",
-                            self.name
-                        )));
-                    }
-                    Err(e) => return Err(map_err(&format!("looking up template {template:?}"), e)),
-                }
-            }
-            (None, Some(image), _) | (None, None, Some(image)) => {
-                let boot = self
-                    .image_for_create(
-                        &request.name,
-                        image,
-                        request.image_pull_policy,
-                        &request.registry_credentials,
-                    )
-                    .await?;
-                if let (Some(labels), Some(digest)) = (body.labels.as_mut(), &boot.digest) {
-                    labels.insert(IMAGE_DIGEST_LABEL.to_string(), digest.clone());
-                }
-                pulled = boot.pull;
-                boot.reference
-            }
-            (None, None, None) => {
-                return Err(ProviderError::invalid(format!(
-                    "spec.image is not set and Docker provider {:?} has no default image; set spec.image \
-                     or spec.templateRef",
-                    self.name
-                )));
-            }
-        };
-        body.image = Some(image);
-
-        for mount in &request.volumes {
-            match docker.inspect_volume(&mount.volume_name).await {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {
-                    return Err(ProviderError::not_found(format!(
-                        "volume {:?} (for {}) does not exist; create its SandboxVolume first",
-                        mount.volume_name, mount.mount_path
-                    )));
-                }
-                Err(e) => {
-                    return Err(map_err(
-                        &format!("looking up volume {:?}", mount.volume_name),
-                        e,
-                    ));
-                }
-            }
-        }
-
-        let options = CreateContainerOptionsBuilder::default()
-            .name(&request.name)
-            .build();
-        match docker.create_container(Some(options), body).await {
-            Ok(_) => {}
-            Err(e) if super::status_of(&e) == Some(409) => {
-                return Err(ProviderError::conflict(format!(
-                    "a container named {:?} already exists on Docker provider {:?}; find it by its \
-                     owner-uid label and adopt it instead of creating another",
-                    request.name, self.name
-                )));
-            }
-            Err(e) => return Err(map_err(&format!("creating sandbox {:?}", request.name), e)),
-        }
+        let pulled = self.resolve_image(docker, request, &mut body).await?;
+        require_volumes(docker, request).await?;
+        self.create_container(docker, request, body).await?;
         let mut created = self.describe(&request.name).await?.ok_or_else(|| {
             ProviderError::transient(format!(
                 "sandbox {:?} was created but disappeared before it could be described",
@@ -397,6 +321,113 @@ impl Provider for DockerProvider {
     }
 }
 
+/// The stages of [`Provider::create`] that talk to the engine.
+impl DockerProvider {
+    /// Sets the body's image: the template's (never pulled, never replaced by the base image)
+    /// or the request's / the default image under its pull policy. Returns the pull that ran.
+    async fn resolve_image(
+        &self,
+        docker: &Docker,
+        request: &CreateRequest,
+        body: &mut ContainerCreateBody,
+    ) -> ProviderResult<Option<ImagePull>> {
+        let fallback = self.settings.default_image.as_ref();
+        let image = match (&request.template, request.image.as_ref().or(fallback)) {
+            (Some(template), _) => return self.template_boot(docker, template, body).await,
+            (None, Some(image)) => image,
+            (None, None) => {
+                return Err(ProviderError::invalid(format!(
+                    "spec.image is not set and Docker provider {:?} has no default image; set spec.image \
+                     or spec.templateRef",
+                    self.name
+                )));
+            }
+        };
+        let boot = self
+            .image_for_create(
+                &request.name,
+                image,
+                request.image_pull_policy,
+                &request.registry_credentials,
+            )
+            .await?;
+        if let (Some(labels), Some(digest)) = (body.labels.as_mut(), &boot.digest) {
+            labels.insert(IMAGE_DIGEST_LABEL.to_string(), digest.clone());
+        }
+        body.image = Some(boot.reference);
+        Ok(boot.pull)
+    }
+
+    /// Sets the body's image to the template's, which must exist: a missing template is
+    /// `NotFound`, never a boot from the base image.
+    async fn template_boot(
+        &self,
+        docker: &Docker,
+        template: &str,
+        body: &mut ContainerCreateBody,
+    ) -> ProviderResult<Option<ImagePull>> {
+        validate::resource_name("template", template).map_err(ProviderError::invalid)?;
+        let image = self.template_image(template);
+        match docker.inspect_image(&image).await {
+            Ok(_) => {
+                body.image = Some(image);
+                Ok(None)
+            }
+            Err(e) if is_not_found(&e) => Err(ProviderError::not_found(format!(
+                "template {template:?} (image {image}) does not exist on Docker provider {:?}; \
+                 a sandbox is never booted from the base image instead: commit or fetch the \
+                 template first, or fix spec.templateRef",
+                self.name
+            ))),
+            Err(e) => Err(map_err(&format!("looking up template {template:?}"), e)),
+        }
+    }
+
+    /// Creates the container under the request's name; a name taken is `Conflict` (adopt).
+    async fn create_container(
+        &self,
+        docker: &Docker,
+        request: &CreateRequest,
+        body: ContainerCreateBody,
+    ) -> ProviderResult<()> {
+        let options = CreateContainerOptionsBuilder::default()
+            .name(&request.name)
+            .build();
+        match docker.create_container(Some(options), body).await {
+            Ok(_) => Ok(()),
+            Err(e) if super::status_of(&e) == Some(409) => Err(ProviderError::conflict(format!(
+                "a container named {:?} already exists on Docker provider {:?}; find it by its \
+                 owner-uid label and adopt it instead of creating another",
+                request.name, self.name
+            ))),
+            Err(e) => Err(map_err(&format!("creating sandbox {:?}", request.name), e)),
+        }
+    }
+}
+
+/// Every volume the request mounts exists: Docker would silently create an unlabelled volume
+/// for a missing name, which nothing would ever reclaim.
+async fn require_volumes(docker: &Docker, request: &CreateRequest) -> ProviderResult<()> {
+    for mount in &request.volumes {
+        match docker.inspect_volume(&mount.volume_name).await {
+            Ok(_) => {}
+            Err(e) if is_not_found(&e) => {
+                return Err(ProviderError::not_found(format!(
+                    "volume {:?} (for {}) does not exist; create its SandboxVolume first",
+                    mount.volume_name, mount.mount_path
+                )));
+            }
+            Err(e) => {
+                return Err(map_err(
+                    &format!("looking up volume {:?}", mount.volume_name),
+                    e,
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 impl DockerProvider {
     /// Inspects a container by name (or full id); `None` when the engine has no such
     /// container. A partial-id match of Docker's is not accepted: ids here are names.
@@ -555,29 +586,77 @@ fn validate_container_name(name: &str) -> Result<(), String> {
 
 /// The container body for a request, minus the image (resolved against the engine).
 /// Pure, so every refusal and mapping is unit-tested without an engine.
+///
+/// The request is destructured without `..`: a field added to [`CreateRequest`] does not
+/// compile here until Docker decides whether it can enforce it (rule 10).
 pub(crate) fn create_body(
     request: &CreateRequest,
     publish_host: &str,
 ) -> ProviderResult<ContainerCreateBody> {
-    validate_container_name(&request.name).map_err(ProviderError::invalid)?;
-
-    match request.idle_action {
-        None | Some(IdleAction::Off) => {}
-        Some(action) => {
-            return Err(ProviderError::unsupported(format!(
-                "Docker has no proxy in front of its sandboxes, so nothing would ever park one on idle \
-                 ({action:?}); remove spec.idleAction or set it to Off"
-            )));
-        }
-    }
-    let no_network = matches!(&request.allowed_domains, Some(d) if d.is_empty());
-    if no_network && !request.ports.is_empty() {
+    let CreateRequest {
+        name,
+        command,
+        restart_policy,
+        env,
+        resources,
+        ports,
+        volumes,
+        allowed_domains,
+        idle_action,
+        // Labels, see `container_labels`.
+        owner: _,
+        labels: _,
+        // Resolved against the engine by `create`: the template's image, or the image pulled
+        // by the pull policy with the matching credentials (the template is also a label).
+        template: _,
+        image: _,
+        image_pull_policy: _,
+        registry_credentials: _,
+    } = request;
+    validate_container_name(name).map_err(ProviderError::invalid)?;
+    refuse_idle_action(*idle_action)?;
+    let no_network = matches!(allowed_domains, Some(d) if d.is_empty());
+    if no_network && !ports.is_empty() {
         return Err(ProviderError::invalid(
             "spec.ports cannot be published from a sandbox without network \
              (spec.egress.allowedDomains: []); remove one of them",
         ));
     }
+    let labels = container_labels(request)?;
+    let env = env_list(env)?;
+    let (entrypoint, cmd) = entrypoint_and_cmd(command.as_deref())?;
+    let (exposed, bindings) = published_ports(ports, publish_host)?;
+    let mounts = volume_mounts(volumes)?;
+    let (memory, nano_cpus) = super::resources::engine_limits(resources)?;
+    let host_config = HostConfig {
+        memory,
+        // Swap ceiling = memory ceiling: no swap beyond the limit, identical to set_resources.
+        memory_swap: memory,
+        nano_cpus,
+        pids_limit: resources.pids,
+        restart_policy: Some(bollard::models::RestartPolicy {
+            name: Some(restart_policy_name(*restart_policy)),
+            maximum_retry_count: None,
+        }),
+        network_mode: no_network.then(|| "none".to_string()),
+        port_bindings: (!bindings.is_empty()).then_some(bindings),
+        mounts: (!mounts.is_empty()).then_some(mounts),
+        ..Default::default()
+    };
+    Ok(ContainerCreateBody {
+        env: (!env.is_empty()).then_some(env),
+        cmd,
+        entrypoint,
+        labels: Some(labels.into_iter().collect()),
+        exposed_ports: (!exposed.is_empty()).then_some(exposed),
+        host_config: Some(host_config),
+        ..Default::default()
+    })
+}
 
+/// The owner labels and the request's own, the template booted and the advisory disk
+/// ceiling (recorded, never enforced: see the module docs).
+fn container_labels(request: &CreateRequest) -> ProviderResult<BTreeMap<String, String>> {
     let mut labels =
         labels::merge_labels(&request.owner, &request.labels).map_err(ProviderError::invalid)?;
     if let Some(template) = &request.template {
@@ -586,32 +665,57 @@ pub(crate) fn create_body(
     if let Some(disk) = request.resources.disk_bytes {
         labels.insert(DISK_ADVISORY_LABEL.to_string(), disk.to_string());
     }
+    Ok(labels)
+}
 
-    let mut env = Vec::with_capacity(request.env.len());
-    for (key, value) in &request.env {
+/// Docker has no proxy in front of its sandboxes: only `Off` (or nothing) can be honoured.
+fn refuse_idle_action(idle_action: Option<IdleAction>) -> ProviderResult<()> {
+    match idle_action {
+        None | Some(IdleAction::Off) => Ok(()),
+        Some(action) => Err(ProviderError::unsupported(format!(
+            "Docker has no proxy in front of its sandboxes, so nothing would ever park one on idle \
+             ({action:?}); remove spec.idleAction or set it to Off"
+        ))),
+    }
+}
+
+/// `KEY=value` entries; a name that is empty or holds `=` or NUL is refused.
+fn env_list(env: &BTreeMap<String, String>) -> ProviderResult<Vec<String>> {
+    let mut list = Vec::with_capacity(env.len());
+    for (key, value) in env {
         if key.is_empty() || key.contains('=') || key.contains('\0') || value.contains('\0') {
             return Err(ProviderError::invalid(format!(
                 "environment variable {key:?} is not a valid name (non-empty, no '=' or NUL); fix spec.env"
             )));
         }
-        env.push(format!("{key}={value}"));
+        list.push(format!("{key}={value}"));
     }
+    Ok(list)
+}
 
-    let (entrypoint, cmd) = match &request.command {
-        None => (None, None),
-        Some(argv) if argv.is_empty() || argv[0].is_empty() => {
-            return Err(ProviderError::invalid(
-                "spec.command must name a program (its first element is empty); remove it to keep the \
-                 image's own command",
-            ));
-        }
-        // [""] resets the image's entrypoint, so the argv is the whole main process.
-        Some(argv) => (Some(vec![String::new()]), Some(argv.clone())),
-    };
+/// The command replaces the image's entrypoint and command: `[""]` resets the entrypoint, so
+/// the argv is the whole main process.
+type EntrypointAndCmd = (Option<Vec<String>>, Option<Vec<String>>);
 
+fn entrypoint_and_cmd(command: Option<&[String]>) -> ProviderResult<EntrypointAndCmd> {
+    match command {
+        None => Ok((None, None)),
+        Some(argv) if argv.is_empty() || argv[0].is_empty() => Err(ProviderError::invalid(
+            "spec.command must name a program (its first element is empty); remove it to keep the \
+             image's own command",
+        )),
+        Some(argv) => Ok((Some(vec![String::new()]), Some(argv.to_vec()))),
+    }
+}
+
+/// Exposed ports and their bindings on `publish_host`, each on a port the engine picks.
+fn published_ports(
+    ports: &[PortRequest],
+    publish_host: &str,
+) -> ProviderResult<(Vec<String>, PortMap)> {
     let mut exposed = Vec::new();
     let mut bindings: PortMap = HashMap::new();
-    for port in &request.ports {
+    for port in ports {
         let protocol = port.protocol.to_ascii_lowercase();
         if !matches!(protocol.as_str(), "tcp" | "udp" | "sctp") || port.sandbox_port == 0 {
             return Err(ProviderError::invalid(format!(
@@ -631,9 +735,13 @@ pub(crate) fn create_body(
             }]),
         );
     }
+    Ok((exposed, bindings))
+}
 
-    let mut mounts = Vec::with_capacity(request.volumes.len());
-    for volume in &request.volumes {
+/// Named-volume mounts at absolute paths below `/`.
+fn volume_mounts(volumes: &[VolumeMount]) -> ProviderResult<Vec<Mount>> {
+    let mut mounts = Vec::with_capacity(volumes.len());
+    for volume in volumes {
         if !volume.mount_path.starts_with('/') || volume.mount_path == "/" {
             return Err(ProviderError::invalid(format!(
                 "mount path {:?} of volume {:?} must be an absolute path below /; fix spec.volumes",
@@ -649,35 +757,7 @@ pub(crate) fn create_body(
             ..Default::default()
         });
     }
-
-    let res = &request.resources;
-    let (memory, nano_cpus) = super::resources::engine_limits(res)?;
-
-    let host_config = HostConfig {
-        memory,
-        // Swap ceiling = memory ceiling: no swap beyond the limit, identical to set_resources.
-        memory_swap: memory,
-        nano_cpus,
-        pids_limit: res.pids,
-        restart_policy: Some(bollard::models::RestartPolicy {
-            name: Some(restart_policy_name(request.restart_policy)),
-            maximum_retry_count: None,
-        }),
-        network_mode: no_network.then(|| "none".to_string()),
-        port_bindings: (!bindings.is_empty()).then_some(bindings),
-        mounts: (!mounts.is_empty()).then_some(mounts),
-        ..Default::default()
-    };
-
-    Ok(ContainerCreateBody {
-        env: (!env.is_empty()).then_some(env),
-        cmd,
-        entrypoint,
-        labels: Some(labels.into_iter().collect()),
-        exposed_ports: (!exposed.is_empty()).then_some(exposed),
-        host_config: Some(host_config),
-        ..Default::default()
-    })
+    Ok(mounts)
 }
 
 /// The restart-policy name Docker uses for ours.

@@ -33,7 +33,7 @@ use futures::{StreamExt, future};
 
 use super::{DockerProvider, is_not_found, map_err};
 use crate::provider::labels::{MANAGED_BY, Owner};
-use crate::provider::{ProviderError, ProviderEvent, ProviderEvents, ProviderResult};
+use crate::provider::{Change, ProviderError, ProviderEvent, ProviderEvents, ProviderResult};
 
 /// Container actions that may mean drift. Anything else (exec_*, health_status, attach,
 /// resize, top, archive-path, …) is noise — or, for exec, our own doing.
@@ -41,6 +41,21 @@ pub(crate) const CONTAINER_ACTIONS: &[&str] = &[
     "create", "start", "restart", "die", "stop", "kill", "oom", "pause", "unpause", "destroy",
     "update", "rename",
 ];
+/// The actions the engine reports when the operator itself makes `change` (see
+/// [`ProviderKind::echo_words`](crate::provider::ProviderKind::echo_words)). A hibernation
+/// that cannot pause falls back to a stop, hence its `kill`/`die`/`stop`.
+pub(crate) fn echo_words(change: Change) -> &'static [&'static str] {
+    match change {
+        Change::Create => &["create"],
+        Change::Start => &["start"],
+        Change::Stop => &["kill", "die", "stop"],
+        Change::Destroy => &["kill", "die", "destroy"],
+        Change::Hibernate => &["pause", "kill", "die", "stop"],
+        Change::Resume => &["unpause", "start"],
+        Change::SetResources => &["update"],
+    }
+}
+
 /// Volume actions that may mean drift.
 pub(crate) const VOLUME_ACTIONS: &[&str] = &["create", "destroy"];
 

@@ -25,10 +25,10 @@ use std::time::Duration;
 use tar::{Archive, EntryType, Header};
 
 use super::{DockerProvider, is_not_found, map_err};
-use crate::provider::validate;
 use crate::provider::{
     DirEntry, EntryKind, ErrorKind, ExecRequest, Files, ProviderError, ProviderResult,
 };
+use crate::provider::{shellfs, validate};
 
 /// Go's `os.FileMode` bits, as the archive stat header reports them (not Unix `st_mode`).
 mod go_mode {
@@ -307,7 +307,7 @@ impl DockerProvider {
                 "-maxdepth",
                 "1",
                 "-printf",
-                r"%y\0%s\0%l\0%f\0",
+                shellfs::scripts::LISTING_FORMAT,
             ]
             .map(String::from)
             .to_vec(),
@@ -325,35 +325,8 @@ impl DockerProvider {
             // answers authoritatively either way.
             return Ok(None);
         }
-        let fields: Vec<&[u8]> = output.stdout.split(|b| *b == 0).collect();
-        // A trailing NUL leaves one empty field at the end.
-        let Some((_, fields)) = fields.split_last() else {
-            return Ok(Some(Vec::new()));
-        };
-        if fields.len() % 4 != 0 {
-            return Ok(None);
-        }
-        let entries = fields
-            .chunks(4)
-            .map(|f| {
-                let kind = match f[0] {
-                    b"f" => EntryKind::File,
-                    b"d" => EntryKind::Directory,
-                    b"l" => EntryKind::Symlink,
-                    _ => EntryKind::Other,
-                };
-                DirEntry {
-                    name: String::from_utf8_lossy(f[3]).into_owned(),
-                    kind,
-                    size: (kind == EntryKind::File)
-                        .then(|| std::str::from_utf8(f[1]).ok()?.parse().ok())
-                        .flatten(),
-                    symlink_target: (kind == EntryKind::Symlink)
-                        .then(|| String::from_utf8_lossy(f[2]).into_owned()),
-                }
-            })
-            .collect();
-        Ok(Some(entries))
+        // A malformed listing also falls back to the archive.
+        Ok(shellfs::entries(&output.stdout))
     }
 
     /// Lists one level by streaming the directory's archive and keeping the top-level
@@ -460,7 +433,7 @@ impl Files for DockerProvider {
     async fn read_file(&self, id: &str, path: &str) -> ProviderResult<Vec<u8>> {
         let path = validate::sandbox_path("file path", path)?;
         if self.is_gvisor() {
-            return self.exec_read_file(id, &path).await;
+            return shellfs::read_file(self, id, &path).await;
         }
         let Some((resolved, stat)) = self.resolve_path(id, &path).await? else {
             return Err(ProviderError::not_found(format!(
@@ -518,7 +491,7 @@ impl Files for DockerProvider {
             return Err(ProviderError::invalid("cannot write a file at \"/\""));
         }
         if self.is_gvisor() {
-            return self.exec_write_file(id, &path, data, mode).await;
+            return shellfs::write_file(self, id, &path, data, mode).await;
         }
         let (parent, name) = validate::split_parent(&path);
 
@@ -533,7 +506,7 @@ impl Files for DockerProvider {
     async fn list_dir(&self, id: &str, path: &str) -> ProviderResult<Vec<DirEntry>> {
         let path = validate::sandbox_path("directory path", path)?;
         if self.is_gvisor() {
-            return self.exec_list_dir(id, &path).await;
+            return shellfs::list_dir(self, id, &path).await;
         }
         let Some((resolved, stat)) = self.resolve_path(id, &path).await? else {
             return Err(ProviderError::not_found(format!(

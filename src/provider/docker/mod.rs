@@ -1,8 +1,7 @@
 //! The Docker provider (bollard): the embedded default.
 //!
-//! Everything Docker can honestly do is offered; what it cannot (domain egress filtering,
-//! an enforced disk ceiling on most storage drivers, an idle policy) is reported as such,
-//! never faked:
+//! Everything Docker can honestly do is offered; what it cannot (an enforced disk ceiling on
+//! most storage drivers, an idle policy) is reported as such, never faked:
 //!
 //! - a sandbox is a container named after the request's deterministic name, carrying the
 //!   owner labels; `command` replaces the image's entrypoint and command (it is the whole
@@ -15,7 +14,10 @@
 //! - images follow Kubernetes' `imagePullPolicy`, pulled with the request's matching registry
 //!   credentials, one background pull per image (see `pull`);
 //! - volumes are named local volumes; `set_resources` is `docker update`;
-//! - exec, exact file I/O and bulk tar transfer go through the exec and archive APIs;
+//! - exec, exact file I/O and bulk tar transfer go through the exec and archive APIs (under
+//!   gVisor, through exec only: see `execfiles`);
+//! - domain egress allow-lists are enforced by an egress gateway of our own, when the settings
+//!   configure one (see `egress`; without it only "unrestricted" and "none" can be honoured);
 //!   capacity, egress observation and the event stream have their own modules.
 //!
 //! # API version
@@ -53,7 +55,6 @@ use bollard::Docker;
 use tokio::sync::OnceCell;
 
 pub use egress::{COMPONENT, COMPONENT_LABEL, EgressGatewaySettings};
-/// Path normalisation shared with the other providers' file capabilities (one rule).
 pub use settings::DockerSettings;
 
 use super::{ProviderError, ProviderResult};

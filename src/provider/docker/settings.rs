@@ -2,9 +2,11 @@
 //! configuration. Defaults live here and nowhere else.
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 use super::hardening::HardeningSettings;
 use super::tls::EngineTls;
+use crate::provider::{Change, Provider, ProviderKind, ProviderResult};
 use crate::validation::Issues;
 
 /// Address published ports bind to unless configured: loopback, so a sandbox is not exposed
@@ -129,6 +131,28 @@ impl DockerSettings {
                 ),
             );
         }
+    }
+}
+
+/// Registered in [`factory`](crate::provider::factory).
+#[async_trait::async_trait]
+impl ProviderKind for DockerSettings {
+    fn without_block() -> Result<Self, &'static str> {
+        Ok(Self::default())
+    }
+
+    fn check(&self, at: &str, issues: &mut Issues) {
+        self.validate(at, issues);
+    }
+
+    fn echo_words(change: Change) -> &'static [&'static str] {
+        super::events::echo_words(change)
+    }
+
+    async fn build(&self, name: &str) -> ProviderResult<Arc<dyn Provider>> {
+        Ok(Arc::new(
+            super::DockerProvider::connect_negotiated(name, self.clone()).await?,
+        ))
     }
 }
 

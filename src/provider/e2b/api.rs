@@ -1,15 +1,10 @@
 //! The E2B control-plane API client (`X-API-Key`): wire types, calls, and the mapping of its
 //! `{code, message}` error bodies onto the seam's error kinds.
 //!
-//! | status | kind |
-//! |---|---|
-//! | 400 | `Invalid` |
-//! | 401, 403 | `Unauthorized` (the key is missing, wrong, revoked or lacks a permission) |
-//! | 404 | `NotFound` |
-//! | 409 | `Conflict` |
-//! | 429 | `Transient`, reason `RateLimited`, with `Retry-After` |
-//! | `error_code` `sandbox_capacity_unavailable` / `sandbox_no_compatible_node` / `sandbox_placement_timeout` | `Transient`, reason `InsufficientCapacity` |
-//! | 5xx, a dropped or timed-out connection, an unreadable body | `Transient` |
+//! Statuses map by the seam's one table ([`status_kind`]); on top of it, an `error_code` of
+//! `sandbox_capacity_unavailable` / `sandbox_no_compatible_node` / `sandbox_placement_timeout`
+//! is `Transient` with the reason `InsufficientCapacity`, a 401/403 names the `apiKey` setting
+//! to fix, and a dropped or timed-out connection or an unreadable body is `Transient`.
 //!
 //! The key travels in a header and is never part of an error: errors are built from the
 //! status and the response body only.
@@ -24,7 +19,9 @@ use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::provider::{ProviderError, ProviderResult, parse_retry_after};
+use crate::provider::{
+    ErrorKind, ProviderError, ProviderResult, from_status, parse_retry_after, status_kind,
+};
 
 /// Bound on one API call.
 const API_TIMEOUT: Duration = Duration::from_secs(30);
@@ -160,21 +157,17 @@ pub fn map_status(
                 | "sandbox_placement_timeout"
         )
     );
-    match status.as_u16() {
-        _ if capacity => ProviderError::transient(msg)
+    if capacity {
+        return ProviderError::transient(msg)
             .with_reason("InsufficientCapacity")
-            .with_retry_after(retry_after),
-        400 | 422 => ProviderError::invalid(msg),
-        401 | 403 => ProviderError::unauthorized(format!(
+            .with_retry_after(retry_after);
+    }
+    match status_kind(status.as_u16()) {
+        ErrorKind::Unauthorized => ProviderError::unauthorized(format!(
             "{msg}; check the API key this provider's `apiKey` names (it is missing, wrong, \
              revoked or lacks a permission)"
         )),
-        404 => ProviderError::not_found(msg),
-        409 => ProviderError::conflict(msg),
-        429 => ProviderError::transient(msg)
-            .with_reason("RateLimited")
-            .with_retry_after(retry_after),
-        _ => ProviderError::transient(msg).with_retry_after(retry_after),
+        _ => from_status(status.as_u16(), msg, retry_after),
     }
 }
 
@@ -394,7 +387,6 @@ impl Api {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::ErrorKind;
 
     #[test]
     fn metadata_filters_encode_keys_and_values() {

@@ -14,7 +14,7 @@ use super::settings::{E2bSettings, OnTimeout};
 use crate::provider::labels::{TEMPLATE, merge_labels};
 use crate::provider::{
     AppliedResources, CreateRequest, IdleAction, ImagePullPolicy, PortMapping, ProviderError,
-    ProviderResult, RestartPolicy, SandboxDescriptor, SandboxState,
+    ProviderResult, Resources, RestartPolicy, SandboxDescriptor, SandboxState,
 };
 
 /// Metadata key: the request's deterministic external name.
@@ -31,6 +31,27 @@ const INTERNAL: [&str; 3] = [NAME_KEY, RESTART_KEY, PORTS_KEY];
 
 /// Refuses what E2B cannot enforce (rule 10), naming the field and the fix.
 pub fn check_enforceable(request: &CreateRequest) -> ProviderResult<()> {
+    // Rule 10 by the compiler: every field of the request is decided here or named where it
+    // is honoured, so a new field does not compile until this provider decides about it.
+    let CreateRequest {
+        // Checked below.
+        command: _,
+        resources: _,
+        volumes: _,
+        template: _,
+        registry_credentials: _,
+        image_pull_policy: _,
+        ports: _,
+        idle_action: _,
+        // Honoured by `create_body` (template = image, metadata, env, network, restart).
+        name: _,
+        owner: _,
+        image: _,
+        restart_policy: _,
+        env: _,
+        labels: _,
+        allowed_domains: _,
+    } = request;
     let refuse = |msg: String| Err(ProviderError::unsupported(msg));
     if request.command.is_some() {
         return refuse(
@@ -39,24 +60,7 @@ pub fn check_enforceable(request: &CreateRequest) -> ProviderResult<()> {
                 .into(),
         );
     }
-    let r = &request.resources;
-    let asked: Vec<&str> = [
-        (r.cpu_millis.is_some(), "spec.resources.cpu"),
-        (r.memory_bytes.is_some(), "spec.resources.memory"),
-        (r.disk_bytes.is_some(), "spec.resources.disk"),
-        (r.pids.is_some(), "spec.resources.pids"),
-    ]
-    .into_iter()
-    .filter_map(|(set, field)| set.then_some(field))
-    .collect();
-    if !asked.is_empty() {
-        return refuse(format!(
-            "{} cannot be enforced on E2B: CPU, memory and disk are properties of the E2B \
-             template and there is no process ceiling; remove them and choose (or build) a \
-             template of the size you need",
-            asked.join(", ")
-        ));
-    }
+    refuse_resources(&request.resources)?;
     if !request.volumes.is_empty() {
         return refuse(
             "spec.volumes are not supported on E2B (its volumes carry no labels, so this \
@@ -100,6 +104,29 @@ pub fn check_enforceable(request: &CreateRequest) -> ProviderResult<()> {
              remove spec.idleAction or set it to off"
                 .into(),
         );
+    }
+    Ok(())
+}
+
+/// E2B has no per-sandbox ceilings: CPU, memory and disk come with the template.
+fn refuse_resources(r: &Resources) -> ProviderResult<()> {
+    let refuse = |msg: String| Err(ProviderError::unsupported(msg));
+    let asked: Vec<&str> = [
+        (r.cpu_millis.is_some(), "spec.resources.cpu"),
+        (r.memory_bytes.is_some(), "spec.resources.memory"),
+        (r.disk_bytes.is_some(), "spec.resources.disk"),
+        (r.pids.is_some(), "spec.resources.pids"),
+    ]
+    .into_iter()
+    .filter_map(|(set, field)| set.then_some(field))
+    .collect();
+    if !asked.is_empty() {
+        return refuse(format!(
+            "{} cannot be enforced on E2B: CPU, memory and disk are properties of the E2B \
+             template and there is no process ceiling; remove them and choose (or build) a \
+             template of the size you need",
+            asked.join(", ")
+        ));
     }
     Ok(())
 }

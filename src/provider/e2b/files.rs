@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 
 use super::E2bProvider;
 use super::envd::{self, Event};
-use crate::provider::tarsafe;
+use crate::provider::shellfs;
 use crate::provider::validate;
 use crate::provider::{
     BulkFiles, DirEntry, EntryKind, ErrorKind, ExecRequest, Files, ProviderError, ProviderResult,
@@ -251,14 +251,7 @@ impl BulkFiles for E2bProvider {
     /// `path` (created if missing) without restoring ownership, and removes the file.
     async fn import(&self, id: &str, path: &str, archive: Vec<u8>) -> ProviderResult<()> {
         let path = validate::sandbox_path("import path", path)?;
-        let sanitised = tokio::task::spawn_blocking(move || tarsafe::sanitise(&archive, ""))
-            .await
-            .map_err(|e| ProviderError::transient(format!("sanitising the archive failed: {e}")))?
-            .map_err(|e| {
-                ProviderError::invalid(format!(
-                    "refusing to import into {path} in E2B sandbox {id}: {e}"
-                ))
-            })?;
+        let sanitised = shellfs::sanitise(archive, String::new(), id, &path).await?;
         let staged = format!(
             "/tmp/.sandbox-operator-import-{:016x}.tar",
             fastrand::u64(..)

@@ -1,10 +1,12 @@
 //! Settings of one E2B provider: the `e2b:` block of a provider in the operator
 //! configuration. Defaults live here and nowhere else.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use crate::provider::{Provider, ProviderKind, ProviderResult};
 use crate::secret::SecretSource;
 use crate::validation::{Issues, check_url};
 
@@ -176,6 +178,29 @@ impl E2bSettings {
     /// The watch interval as a duration.
     pub fn watch_interval(&self) -> Duration {
         Duration::from_secs(self.watch_interval_secs.max(1))
+    }
+}
+
+/// Registered in [`factory`](crate::provider::factory).
+#[async_trait::async_trait]
+impl ProviderKind for E2bSettings {
+    fn without_block() -> Result<Self, &'static str> {
+        Err(
+            "missing: a provider of type `e2b` needs an `e2b:` block with `apiKey` (e.g. \
+             `apiKey: {env: E2B_API_KEY}`)",
+        )
+    }
+
+    fn check(&self, at: &str, issues: &mut Issues) {
+        self.validate(at, issues);
+    }
+
+    fn secrets(&self) -> Vec<(&'static str, &SecretSource)> {
+        vec![("apiKey", &self.api_key)]
+    }
+
+    async fn build(&self, name: &str) -> ProviderResult<Arc<dyn Provider>> {
+        Ok(Arc::new(super::E2bProvider::new(name, self.clone())?))
     }
 }
 

@@ -3,15 +3,14 @@
 //!
 //! Error mapping (the body is `{"error": "...", "status": "..."}`):
 //!
+//! Statuses map by the seam's one table ([`status_kind`]: 412 is `Conflict` because Fly answers
+//! it for a machine whose state forbids the operation right now). On top of it:
+//!
 //! | answer | kind | why |
 //! |---|---|---|
 //! | `status: insufficient_capacity` (any code) | `Transient`, reason `InsufficientCapacity` | Fly may have room later or elsewhere |
-//! | 401, 403 | `Unauthorized` | the token is missing, wrong, revoked or lacks a permission |
-//! | 404 | `NotFound` | the dead-machine signal |
-//! | 409 | `Conflict` (reason `LeaseHeld` for a lease) | another client holds the machine, or a name is taken |
-//! | 412 | `Conflict` | the machine's state forbids the operation right now |
-//! | 400, 422 | `Invalid` | retrying the same request fails the same way |
-//! | 408, 429, 5xx | `Transient` (with `Retry-After` when sent) | |
+//! | 401, 403 | `Unauthorized`, naming the `token` setting | the token is missing, wrong, revoked or lacks a permission |
+//! | 409 about a lease | `Conflict`, reason `LeaseHeld` | another client holds the machine |
 //! | no answer, a timeout, a cut-off body | `Transient` | |
 //!
 //! Messages carry the method, the path and the API's own message, never the token (errors are
@@ -34,7 +33,9 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use super::wire::ErrorBody;
-use crate::provider::{ProviderError, ProviderResult, parse_retry_after};
+use crate::provider::{
+    ErrorKind, ProviderError, ProviderResult, from_status, parse_retry_after, status_kind,
+};
 
 /// The lease nonce header.
 pub const NONCE_HEADER: &str = "fly-machine-lease-nonce";
@@ -243,19 +244,18 @@ pub fn error_of(
         .with_retry_after(retry_after);
     }
     match status.as_u16() {
-        401 | 403 => ProviderError::unauthorized(format!(
-            "{message}: the Fly API refused the token; put a valid token where the provider's \
-             `token` setting points (FLY_API_TOKEN by default)"
-        )),
-        404 => ProviderError::not_found(message),
+        code if status_kind(code) == ErrorKind::Unauthorized => {
+            ProviderError::unauthorized(format!(
+                "{message}: the Fly API refused the token; put a valid token where the \
+                 provider's `token` setting points (FLY_API_TOKEN by default)"
+            ))
+        }
         409 if said.contains("lease") => ProviderError::conflict(format!(
             "{message}: another client (a second operator replica or a person with flyctl) \
              holds this machine's lease; retried once it is released or expires"
         ))
         .with_reason("LeaseHeld"),
-        409 | 412 => ProviderError::conflict(message),
-        400 | 422 => ProviderError::invalid(message),
-        _ => ProviderError::transient(message).with_retry_after(retry_after),
+        code => from_status(code, message, retry_after),
     }
 }
 
@@ -275,7 +275,6 @@ fn quote(body: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::ErrorKind;
 
     fn err(code: u16, body: &str) -> ProviderError {
         error_of(

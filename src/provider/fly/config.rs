@@ -41,6 +41,27 @@ const DEFAULT_MEMORY_MB: u64 = 256;
 
 /// Refuses what Fly cannot do for this request (rule 10), naming the field to change.
 pub(crate) fn refuse_unsupported(request: &CreateRequest) -> ProviderResult<()> {
+    // Rule 10 by the compiler: every field of the request is decided here or named where it
+    // is honoured, so a new field does not compile until this provider decides about it.
+    let CreateRequest {
+        // Checked below.
+        allowed_domains: _,
+        ports: _,
+        volumes: _,
+        registry_credentials: _,
+        image_pull_policy: _,
+        template: _,
+        resources: _,
+        // Honoured by `machine_config` (the machine's config: image, command, env, labels, restart, idle).
+        name: _,
+        owner: _,
+        image: _,
+        command: _,
+        restart_policy: _,
+        env: _,
+        labels: _,
+        idle_action: _,
+    } = request;
     if let Some(domains) = &request.allowed_domains {
         let what = if domains.is_empty() {
             "cut a machine off the network"

@@ -27,7 +27,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use super::FlyProvider;
 use super::wire::Machine;
 use crate::provider::labels::{MANAGED_BY, Owner};
-use crate::provider::{ProviderEvent, ProviderEvents, ProviderResult};
+use crate::provider::{Change, ProviderEvent, ProviderEvents, ProviderResult};
 
 /// What a scan remembers of one machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -53,6 +53,21 @@ fn seen(machine: &Machine) -> Seen {
                 .unwrap_or(0),
         ),
         owner: Owner::from_labels(&machine.read().metadata),
+    }
+}
+
+/// The words the scan reports (before any `:`) when the operator itself makes `change` (see
+/// [`ProviderKind::echo_words`](crate::provider::ProviderKind::echo_words)): a new machine
+/// `appeared`, a changed one by its new state, a replaced one `updated`, a gone one
+/// `destroyed`.
+pub(crate) fn echo_words(change: Change) -> &'static [&'static str] {
+    match change {
+        Change::Create => &["appeared"],
+        Change::Start | Change::Resume => &["started"],
+        Change::Stop => &["stopped"],
+        Change::Destroy => &["destroyed"],
+        Change::Hibernate => &["stopped", "suspended"],
+        Change::SetResources => &["updated"],
     }
 }
 

@@ -2,7 +2,9 @@
 //! configuration. Defaults live here and nowhere else.
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
+use crate::provider::{Change, Provider, ProviderKind, ProviderResult};
 use crate::secret::SecretSource;
 use crate::validation::{Issues, check_dns_label, check_url};
 
@@ -142,6 +144,36 @@ impl FlySettings {
             );
         }
         self.token.validate(&format!("{at}.token"), issues);
+    }
+}
+
+/// Registered in [`factory`](crate::provider::factory).
+#[async_trait::async_trait]
+impl ProviderKind for FlySettings {
+    fn without_block() -> Result<Self, &'static str> {
+        Err(
+            "missing: a provider of type `fly` needs a `fly:` block with at least `app` (the Fly \
+             app of its sandboxes); the token is read from FLY_API_TOKEN unless `token` says \
+             otherwise",
+        )
+    }
+
+    fn check(&self, at: &str, issues: &mut Issues) {
+        self.validate(at, issues);
+    }
+
+    fn secrets(&self) -> Vec<(&'static str, &SecretSource)> {
+        vec![("token", &self.token)]
+    }
+
+    fn echo_words(change: Change) -> &'static [&'static str] {
+        super::drift::echo_words(change)
+    }
+
+    async fn build(&self, name: &str) -> ProviderResult<Arc<dyn Provider>> {
+        Ok(Arc::new(
+            super::FlyProvider::connect(name, self.clone()).await?,
+        ))
     }
 }
 

@@ -2,8 +2,8 @@
 //! stdin, stdout and stderr are binary channels, so bytes cross unchanged; the exit code
 //! comes from the status channel.
 //!
-//! The exec API has no working directory or environment: the argv is wrapped in
-//! `sh -c 'cd -- "$0" && exec env "$@"'` (or just `env`) to apply them.
+//! The exec API has no working directory or environment: the argv is wrapped
+//! ([`shellfs::wrap`](crate::provider::shellfs::wrap)) to apply them.
 
 use std::time::Duration;
 
@@ -14,6 +14,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use super::KubernetesProvider;
 use super::errors::from_kube;
 use super::pod::{self, CONTAINER};
+use crate::provider::shellfs::wrap;
 use crate::provider::{ExecOutput, ExecRequest, ProviderError, ProviderResult, SandboxState};
 
 impl KubernetesProvider {
@@ -147,31 +148,6 @@ fn exit_code(status: Option<&Status>) -> Result<i64, String> {
     Err(format!("the command could not run: {message}"))
 }
 
-/// The argv with `cwd` and `env` applied.
-fn wrap(request: &ExecRequest) -> Vec<String> {
-    let env = request.env.iter().map(|(k, v)| format!("{k}={v}"));
-    match &request.cwd {
-        Some(cwd) => {
-            let mut argv = vec![
-                "sh".to_string(),
-                "-c".into(),
-                r#"cd -- "$0" && exec env "$@""#.into(),
-                cwd.clone(),
-            ];
-            argv.extend(env);
-            argv.extend(request.argv.iter().cloned());
-            argv
-        }
-        None if request.env.is_empty() => request.argv.clone(),
-        None => {
-            let mut argv = vec!["env".to_string()];
-            argv.extend(env);
-            argv.extend(request.argv.iter().cloned());
-            argv
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -205,18 +181,5 @@ mod tests {
         };
         assert_eq!(exit_code(Some(&missing)), Ok(127));
         assert!(exit_code(None).is_err());
-    }
-
-    #[test]
-    fn cwd_and_env_wrap_the_argv_without_reparsing_it() {
-        let mut request = ExecRequest::shell("echo $A", Duration::from_secs(1));
-        assert_eq!(wrap(&request), ["sh", "-c", "echo $A"]);
-        request.env = std::collections::BTreeMap::from([("A".into(), "x y".into())]);
-        assert_eq!(wrap(&request), ["env", "A=x y", "sh", "-c", "echo $A"]);
-        request.cwd = Some("/tmp/a b".into());
-        assert_eq!(
-            &wrap(&request)[3..],
-            ["/tmp/a b", "A=x y", "sh", "-c", "echo $A"]
-        );
     }
 }

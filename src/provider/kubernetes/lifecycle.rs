@@ -10,14 +10,13 @@ use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams, Precon
 use super::KubernetesProvider;
 use super::errors::{absent_ok, from_kube};
 use super::pod::{self, STOPPED};
+use crate::kube_client::paging::list_all;
 use crate::provider::labels::OWNER;
 use crate::provider::{
     CreateRequest, ErrorKind, ProviderError, ProviderResult, SandboxDescriptor, SandboxQuery,
     SandboxState,
 };
 
-/// Pods asked for per page of a list.
-const PAGE: u32 = 500;
 /// How long a replaced Pod may take to leave the API server.
 const GONE_WITHIN: Duration = Duration::from_secs(60);
 /// How long a start waits for the container to run (scheduling and an image pull included).
@@ -136,29 +135,22 @@ impl KubernetesProvider {
             .map(|(k, v)| format!("{k}={v}"))
             .collect::<Vec<_>>()
             .join(",");
+        let pods = self.pods();
+        let fetch = |params: ListParams| {
+            let pods = &pods;
+            async move { pods.list(&params).await }
+        };
+        let listed = list_all(&ListParams::default().labels(&selector), fetch)
+            .await
+            .map_err(|e| from_kube(e, &format!("listing Pods by {selector:?}")))?;
         let mut found = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let mut params = ListParams::default().labels(&selector).limit(PAGE);
-            if let Some(t) = &token {
-                params = params.continue_token(t);
-            }
-            let page = self
-                .pods()
-                .list(&params)
-                .await
-                .map_err(|e| from_kube(e, &format!("listing Pods by {selector:?}")))?;
-            for pod in &page.items {
-                let state = pod::state(pod);
-                if query.states.as_ref().is_none_or(|s| s.contains(&state)) {
-                    found.push(self.describe_pod(pod).await?);
-                }
-            }
-            token = page.metadata.continue_.filter(|t| !t.is_empty());
-            if token.is_none() {
-                return Ok(found);
+        for pod in &listed {
+            let state = pod::state(pod);
+            if query.states.as_ref().is_none_or(|s| s.contains(&state)) {
+                found.push(self.describe_pod(pod).await?);
             }
         }
+        Ok(found)
     }
 
     /// Start: a gated Pod loses its gate (the scheduler places it); an exited Pod is

@@ -92,6 +92,27 @@ pub fn build(
 
 /// Rule 10: what a Pod cannot enforce is refused, naming the field.
 fn refuse_unenforceable(request: &CreateRequest) -> ProviderResult<()> {
+    // Rule 10 by the compiler: every field of the request is decided here or named where it
+    // is honoured, so a new field does not compile until this provider decides about it.
+    let CreateRequest {
+        // Checked below.
+        template: _,
+        resources: _,
+        allowed_domains: _,
+        // Honoured by `build` (the Pod: name, labels, image and pull policy, command, env, ports, volumes, restart, pull Secret).
+        name: _,
+        owner: _,
+        image: _,
+        command: _,
+        restart_policy: _,
+        env: _,
+        labels: _,
+        ports: _,
+        volumes: _,
+        idle_action: _,
+        image_pull_policy: _,
+        registry_credentials: _,
+    } = request;
     if request.template.is_some() {
         return Err(ProviderError::unsupported(
             "the kubernetes provider has no native templates: the operator's templates service \

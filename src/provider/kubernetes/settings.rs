@@ -2,8 +2,10 @@
 //! operator configuration. Defaults live here and nowhere else.
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 use crate::api::quantity::Quantity;
+use crate::provider::{Provider, ProviderKind, ProviderResult};
 use crate::validation::{Issues, check_dns_label};
 
 /// The namespace sandbox Pods live in when none is configured.
@@ -128,6 +130,24 @@ impl KubernetesSettings {
                 format!("{dir:?} is not an absolute path; give a directory on the node"),
             );
         }
+    }
+}
+
+/// Registered in [`factory`](crate::provider::factory).
+#[async_trait::async_trait]
+impl ProviderKind for KubernetesSettings {
+    fn without_block() -> Result<Self, &'static str> {
+        Ok(Self::default())
+    }
+
+    fn check(&self, at: &str, issues: &mut Issues) {
+        self.validate(at, issues);
+    }
+
+    async fn build(&self, name: &str) -> ProviderResult<Arc<dyn Provider>> {
+        Ok(Arc::new(
+            super::KubernetesProvider::connect(name, self.clone()).await?,
+        ))
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use k8s_openapi::api::core::v1::{
     HostPathVolumeSource, ObjectReference, PersistentVolume, PersistentVolumeClaim,
-    PersistentVolumeClaimSpec, PersistentVolumeSpec, VolumeResourceRequirements,
+    PersistentVolumeClaimSpec, PersistentVolumeSpec, Pod, VolumeResourceRequirements,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -22,11 +22,11 @@ use kube::api::{DeleteParams, ListParams, PostParams};
 
 use super::KubernetesProvider;
 use super::errors::{absent_ok, from_kube};
+use crate::kube_client::paging::{each_page, list_all};
 use crate::provider::labels::OWNER_UID;
 use crate::provider::validate;
 use crate::provider::{ProviderError, ProviderResult, VolumeInfo, VolumeQuery, Volumes};
 
-const PAGE: u32 = 500;
 /// How long a deleted claim may take to go (its protection finalizer).
 const GONE_WITHIN: Duration = Duration::from_secs(60);
 const POLL: Duration = Duration::from_millis(200);
@@ -65,18 +65,9 @@ impl KubernetesProvider {
     /// Claim name → the Pods that mount it, over every Pod of the namespace (every page).
     async fn claim_holders(&self) -> ProviderResult<HashMap<String, Vec<String>>> {
         let mut holders: HashMap<String, Vec<String>> = HashMap::new();
-        let mut token: Option<String> = None;
-        loop {
-            let mut params = ListParams::default().limit(PAGE);
-            if let Some(t) = &token {
-                params = params.continue_token(t);
-            }
-            let page = self
-                .pods()
-                .list(&params)
-                .await
-                .map_err(|e| from_kube(e, "listing Pods to see which mount volumes"))?;
-            for pod in page.items {
+        let pods = self.pods();
+        let visit = |page: Vec<Pod>| {
+            for pod in page {
                 let pod_name = pod.metadata.name.clone().unwrap_or_default();
                 let claims = pod
                     .spec
@@ -88,11 +79,15 @@ impl KubernetesProvider {
                     holders.entry(claim).or_default().push(pod_name.clone());
                 }
             }
-            token = page.metadata.continue_.filter(|t| !t.is_empty());
-            if token.is_none() {
-                return Ok(holders);
-            }
-        }
+        };
+        let fetch = |params: ListParams| {
+            let pods = &pods;
+            async move { pods.list(&params).await }
+        };
+        each_page(&ListParams::default(), fetch, visit)
+            .await
+            .map_err(|e| from_kube(e, "listing Pods to see which mount volumes"))?;
+        Ok(holders)
     }
 
     fn claim(&self, name: &str, labels: &BTreeMap<String, String>) -> PersistentVolumeClaim {
@@ -281,36 +276,29 @@ impl Volumes for KubernetesProvider {
             .collect::<Vec<_>>()
             .join(",");
         let mut holders = self.claim_holders().await?;
+        let claims = self.claims();
+        let fetch = |params: ListParams| {
+            let claims = &claims;
+            async move { claims.list(&params).await }
+        };
+        let listed = list_all(&ListParams::default().labels(&selector), fetch)
+            .await
+            .map_err(|e| from_kube(e, "listing PersistentVolumeClaims"))?;
         let mut found = Vec::new();
-        let mut token: Option<String> = None;
-        loop {
-            let mut params = ListParams::default().labels(&selector).limit(PAGE);
-            if let Some(t) = &token {
-                params = params.continue_token(t);
+        for claim in listed {
+            let name = claim.metadata.name.clone().unwrap_or_default();
+            if query
+                .name_prefix
+                .as_ref()
+                .is_some_and(|p| !name.starts_with(p))
+            {
+                continue;
             }
-            let page = self
-                .claims()
-                .list(&params)
-                .await
-                .map_err(|e| from_kube(e, "listing PersistentVolumeClaims"))?;
-            for claim in page.items {
-                let name = claim.metadata.name.clone().unwrap_or_default();
-                if query
-                    .name_prefix
-                    .as_ref()
-                    .is_some_and(|p| !name.starts_with(p))
-                {
-                    continue;
-                }
-                let v = info(claim, holders.remove(&name).unwrap_or_default());
-                if query.attached.is_none_or(|a| a == v.attached) {
-                    found.push(v);
-                }
-            }
-            token = page.metadata.continue_.filter(|t| !t.is_empty());
-            if token.is_none() {
-                return Ok(found);
+            let v = info(claim, holders.remove(&name).unwrap_or_default());
+            if query.attached.is_none_or(|a| a == v.attached) {
+                found.push(v);
             }
         }
+        Ok(found)
     }
 }

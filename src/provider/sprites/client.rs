@@ -9,7 +9,9 @@ use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde::de::DeserializeOwned;
 
 use super::wire::ApiError;
-use crate::provider::{ProviderError, ProviderResult, parse_retry_after};
+use crate::provider::{
+    ErrorKind, ProviderError, ProviderResult, from_status, parse_retry_after, status_kind,
+};
 
 /// Bound on one REST call (a create included).
 const CALL_TIMEOUT: Duration = Duration::from_secs(60);
@@ -98,10 +100,9 @@ fn transport(what: &str, err: reqwest::Error) -> ProviderError {
     ProviderError::transient(format!("{what}: {why}")).with_source(err.without_url())
 }
 
-/// Maps a failed answer (status, headers, error body) onto the seam's error kinds: 401/403 →
-/// `Unauthorized`, 404 → `NotFound`, 409 → `Conflict`, other 4xx → `Invalid`, 429 and 5xx →
-/// `Transient` carrying the wait the API asked for (`retry_after_seconds`, else the
-/// `Retry-After` header).
+/// Maps a failed answer (status, headers, error body) onto the seam's error kinds by the one
+/// table ([`status_kind`]); a retryable one carries the wait the API asked for
+/// (`retry_after_seconds`, else the `Retry-After` header).
 pub fn api_error(
     status: StatusCode,
     headers: &HeaderMap,
@@ -124,25 +125,18 @@ pub fn api_error(
                 .and_then(|v| v.to_str().ok())
                 .and_then(parse_retry_after)
         });
-    match status {
-        StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => ProviderError::unauthorized(format!(
+    match status_kind(status.as_u16()) {
+        ErrorKind::Unauthorized => ProviderError::unauthorized(format!(
             "{message}; the Sprites API refused the token: set a valid one in the provider's \
              sprites.token"
         )),
-        StatusCode::NOT_FOUND => ProviderError::not_found(message),
-        StatusCode::CONFLICT => ProviderError::conflict(message),
-        StatusCode::TOO_MANY_REQUESTS => ProviderError::transient(message)
-            .with_reason("RateLimited")
-            .with_retry_after(retry_after),
-        s if s.is_server_error() => ProviderError::transient(message).with_retry_after(retry_after),
-        _ => ProviderError::invalid(message),
+        _ => from_status(status.as_u16(), message, retry_after),
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::ErrorKind;
 
     #[test]
     fn the_error_body_decides_kind_and_wait() {

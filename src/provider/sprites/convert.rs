@@ -25,6 +25,27 @@ const GIB: u64 = 1 << 30;
 /// Refuses every field of `request` a sprite cannot honour, naming the field (rule 10), and
 /// returns the VM size to ask for.
 pub fn check_request(request: &CreateRequest) -> ProviderResult<Option<SpriteConfig>> {
+    // Rule 10 by the compiler: every field of the request is decided here or named where it
+    // is honoured, so a new field does not compile until this provider decides about it.
+    let CreateRequest {
+        // Checked below.
+        image: _,
+        template: _,
+        command: _,
+        resources: _,
+        volumes: _,
+        ports: _,
+        idle_action: _,
+        // Honoured by the create call (name, labels, env, egress policy); no pull on Sprites.
+        name: _,
+        owner: _,
+        restart_policy: _,
+        env: _,
+        labels: _,
+        allowed_domains: _,
+        image_pull_policy: _,
+        registry_credentials: _,
+    } = request;
     let refuse = |field: &str, why: &str| {
         Err(ProviderError::unsupported(format!(
             "sandbox {}: {field} cannot be honoured by Fly Sprites: {why}",

@@ -2,7 +2,9 @@
 //! configuration.
 
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
+use crate::provider::{Provider, ProviderKind, ProviderResult};
 use crate::secret::SecretSource;
 use crate::validation::{Issues, check_url};
 
@@ -37,5 +39,28 @@ impl SpritesSettings {
             );
         }
         self.token.validate(&format!("{at}.token"), issues);
+    }
+}
+
+/// Registered in [`factory`](crate::provider::factory).
+#[async_trait::async_trait]
+impl ProviderKind for SpritesSettings {
+    fn without_block() -> Result<Self, &'static str> {
+        Err(
+            "missing: a provider of type `sprites` needs a `sprites:` block with `org` and \
+             `token` (e.g. `token: {env: SPRITES_TOKEN}`)",
+        )
+    }
+
+    fn check(&self, at: &str, issues: &mut Issues) {
+        self.validate(at, issues);
+    }
+
+    fn secrets(&self) -> Vec<(&'static str, &SecretSource)> {
+        vec![("token", &self.token)]
+    }
+
+    async fn build(&self, name: &str) -> ProviderResult<Arc<dyn Provider>> {
+        Ok(Arc::new(super::SpritesProvider::from_settings(name, self)?))
     }
 }

@@ -7,6 +7,11 @@
 //! are derived from the request line only — method, path shape and `watch=true` — so they are
 //! bounded: a verb from a fixed set and a resource plural (with its subresource), never a
 //! namespace or an object name.
+//!
+//! [`paging`] is the one way a list is read in pages, for the providers and the controllers
+//! alike.
+
+pub mod paging;
 
 use http::{Method, Request, Uri};
 use kube::client::ClientBuilder;

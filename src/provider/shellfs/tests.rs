@@ -1,0 +1,193 @@
+//! The protocol run for real: the scripts execute in a local `sh` over a temporary directory,
+//! through both transports, so the exit codes, the base64 wrapper and the error kinds are
+//! checked together.
+
+use std::io::Write as _;
+use std::process::Stdio;
+
+use tokio::io::AsyncWriteExt;
+
+use super::*;
+use crate::provider::{EntryKind, ErrorKind};
+
+struct LocalShell(Transport);
+
+#[async_trait]
+impl Shell for LocalShell {
+    fn transport(&self) -> Transport {
+        self.0
+    }
+
+    async fn shell_exec(
+        &self,
+        _id: &str,
+        argv: Vec<String>,
+        stdin: Option<&[u8]>,
+        timeout: Duration,
+    ) -> ProviderResult<ExecOutput> {
+        let mut child = tokio::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .map_err(|e| ProviderError::transient(e.to_string()))?;
+        let mut input = child
+            .stdin
+            .take()
+            .ok_or_else(|| ProviderError::transient("stdin"))?;
+        input
+            .write_all(stdin.unwrap_or_default())
+            .await
+            .map_err(|e| ProviderError::transient(e.to_string()))?;
+        drop(input);
+        let out = tokio::time::timeout(timeout, child.wait_with_output())
+            .await
+            .map_err(|_| ProviderError::transient("timed out"))?
+            .map_err(|e| ProviderError::transient(e.to_string()))?;
+        Ok(ExecOutput {
+            stdout: out.stdout,
+            stderr: out.stderr,
+            exit_code: i64::from(out.status.code().unwrap_or(-1)),
+        })
+    }
+}
+
+fn kind<T>(result: ProviderResult<T>) -> ErrorKind {
+    match result {
+        Ok(_) => panic!("expected an error"),
+        Err(e) => e.kind(),
+    }
+}
+
+async fn files_round_trip(shell: &LocalShell) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_string();
+    let file = format!("{root}/a/b/data.bin");
+    let every_byte: Vec<u8> = (0..=255u8).collect();
+
+    write_file(shell, "s", &file, &every_byte, 0o6755)
+        .await
+        .unwrap();
+    assert_eq!(read_file(shell, "s", &file).await.unwrap(), every_byte);
+    let mode = std::fs::metadata(&file).unwrap();
+    assert_eq!(
+        std::os::unix::fs::PermissionsExt::mode(&mode.permissions()) & 0o7777,
+        0o755
+    );
+
+    assert_eq!(
+        kind(read_file(shell, "s", &format!("{root}/none")).await),
+        ErrorKind::NotFound
+    );
+    assert_eq!(
+        kind(read_file(shell, "s", &format!("{root}/a")).await),
+        ErrorKind::Invalid
+    );
+    assert_eq!(kind(list_dir(shell, "s", &file).await), ErrorKind::Invalid);
+    let under = format!("{file}/x");
+    assert_eq!(
+        kind(write_file(shell, "s", &under, b"x", 0o644).await),
+        ErrorKind::Invalid
+    );
+    assert_eq!(
+        kind(write_file(shell, "s", "/", b"x", 0o644).await),
+        ErrorKind::Invalid
+    );
+
+    let listed = list_dir(shell, "s", &format!("{root}/a/b")).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        (listed[0].name.as_str(), listed[0].kind),
+        ("data.bin", EntryKind::File)
+    );
+    assert_eq!(listed[0].size, Some(256));
+
+    delete_path(shell, "s", &format!("{root}/a")).await.unwrap();
+    delete_path(shell, "s", &format!("{root}/a")).await.unwrap();
+    assert_eq!(
+        kind(list_dir(shell, "s", &format!("{root}/a")).await),
+        ErrorKind::NotFound
+    );
+}
+
+async fn trees_round_trip(shell: &LocalShell) {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap().to_string();
+    std::fs::create_dir(format!("{root}/src")).unwrap();
+    let mut f = std::fs::File::create(format!("{root}/src/f")).unwrap();
+    f.write_all(b"tree").unwrap();
+    std::os::unix::fs::symlink("src", format!("{root}/link")).unwrap();
+
+    let chunks: Vec<_> = export(shell, "s", &format!("{root}/src"))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    let archive: Vec<u8> = chunks
+        .into_iter()
+        .flat_map(|c| c.unwrap().to_vec())
+        .collect();
+    import(shell, "s", &format!("{root}/copy"), archive)
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read(format!("{root}/copy/src/f")).unwrap(),
+        b"tree"
+    );
+
+    let link = export(shell, "s", &format!("{root}/link"))
+        .await
+        .map(|_| ());
+    let err = link.unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::Invalid);
+    assert!(
+        err.message().contains("symbolic link to src"),
+        "{}",
+        err.message()
+    );
+    assert_eq!(
+        kind(export(shell, "s", &format!("{root}/none")).await),
+        ErrorKind::NotFound
+    );
+    let hostile = b"not a tar archive at all".repeat(40);
+    assert_eq!(
+        kind(import(shell, "s", &root, hostile).await),
+        ErrorKind::Invalid
+    );
+}
+
+#[tokio::test]
+async fn the_protocol_holds_over_a_binary_transport() {
+    files_round_trip(&LocalShell(Transport::Binary)).await;
+    trees_round_trip(&LocalShell(Transport::Binary)).await;
+}
+
+#[tokio::test]
+async fn the_protocol_holds_over_a_base64_transport() {
+    files_round_trip(&LocalShell(Transport::Base64)).await;
+    trees_round_trip(&LocalShell(Transport::Base64)).await;
+}
+
+#[test]
+fn exit_codes_map_to_error_kinds() {
+    let out = |exit_code| ExecOutput {
+        stdout: b"target".to_vec(),
+        stderr: b"why".to_vec(),
+        exit_code,
+    };
+    assert_eq!(verdict("s", "/p", out(0)).unwrap(), b"target");
+    let kinds = [
+        (scripts::ABSENT, ErrorKind::NotFound),
+        (scripts::IS_DIR, ErrorKind::Invalid),
+        (scripts::NOT_REGULAR, ErrorKind::Invalid),
+        (scripts::NOT_DIR, ErrorKind::Invalid),
+        (scripts::SYMLINK, ErrorKind::Invalid),
+        (scripts::UNDER_A_FILE, ErrorKind::Invalid),
+        (127, ErrorKind::Unsupported),
+        (1, ErrorKind::Transient),
+    ];
+    for (code, expected) in kinds {
+        assert_eq!(kind(verdict("s", "/p", out(code))), expected, "exit {code}");
+    }
+}
