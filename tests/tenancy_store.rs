@@ -96,6 +96,39 @@ async fn put_template_of(store: &TemplateStore, id: &str, a: &Owner) {
         .expect("manifest");
 }
 
+/// Two namespaces, a store of the test's own, and `a`'s template in it.
+struct World {
+    env: TestEnv,
+    store: Arc<TemplateStore>,
+    service: TemplateService,
+    fly: NoNativeTemplates,
+    a: Owner,
+    b: Owner,
+    id: String,
+    _objects: PurgePrefix,
+}
+
+impl World {
+    async fn new(test: &str) -> World {
+        let env = TestEnv::new(test).await;
+        let prefix = unique(&format!("t-{test}"));
+        let store = store(&prefix);
+        let (a, b) = (owner(&env, "team-a"), owner(&env, "team-b"));
+        let id = unique("tpl-a");
+        put_template_of(&store, &id, &a).await;
+        World {
+            service: service(store.clone()),
+            fly: NoNativeTemplates(env.provider.clone()),
+            env,
+            store,
+            a,
+            b,
+            id,
+            _objects: PurgePrefix(prefix),
+        }
+    }
+}
+
 fn assert_refused<T: std::fmt::Debug>(result: Result<T, ProviderError>, reason: &str, what: &str) {
     let err = result.expect_err(what);
     assert!(err.is(ErrorKind::Invalid), "{what}: {err:?}");
@@ -104,15 +137,16 @@ fn assert_refused<T: std::fmt::Debug>(result: Result<T, ProviderError>, reason: 
 
 #[tokio::test(flavor = "multi_thread")]
 async fn another_namespace_cannot_fetch_or_boot_an_unshared_template() {
-    let env = TestEnv::new("tenancy-read").await;
-    let prefix = unique("t-tenancy-read");
-    let _objects = PurgePrefix(prefix.clone());
-    let store = store(&prefix);
-    let service = service(store.clone());
-    let fly = NoNativeTemplates(env.provider.clone());
-    let (a, b) = (owner(&env, "team-a"), owner(&env, "team-b"));
-    let id = unique("tpl-a");
-    put_template_of(&store, &id, &a).await;
+    let World {
+        env,
+        store: _,
+        service,
+        fly,
+        a,
+        b,
+        id,
+        _objects,
+    } = World::new("tenancy-read").await;
 
     // The owner's namespace reads it.
     assert!(
@@ -166,15 +200,17 @@ async fn another_namespace_cannot_fetch_or_boot_an_unshared_template() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_capture_never_overwrites_another_namespaces_template() {
-    let env = TestEnv::new("tenancy-write").await;
-    let prefix = unique("t-tenancy-write");
-    let _objects = PurgePrefix(prefix.clone());
-    let store = store(&prefix);
-    let service = service(store.clone());
-    let fly = NoNativeTemplates(env.provider.clone());
-    let (a, b) = (owner(&env, "team-a"), owner(&env, "team-b"));
-    let id = unique("tpl-a");
-    put_template_of(&store, &id, &a).await;
+    let World {
+        env,
+        store,
+        service,
+        fly,
+        a: _,
+        b,
+        id,
+        _objects,
+    } = World::new("tenancy-write").await;
+    let prefix = store.settings().prefix.clone();
     let keys = Keys::new(&prefix, &id);
     let manifest_before = store.get_text(&keys.manifest()).await.expect("manifest");
 

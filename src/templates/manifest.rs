@@ -508,18 +508,7 @@ mod tests {
 
     #[test]
     fn manifests_are_revalidated() {
-        let mut m = Manifest {
-            schema: 1,
-            id: "t1".into(),
-            capture_paths: vec!["/w".into()],
-            created_at: "x".into(),
-            size_bytes: 1,
-            label: None,
-            base_image: None,
-            labels: BTreeMap::new(),
-            owner: None,
-            shared_with: Vec::new(),
-        };
+        let mut m = owned(None, None, &[]);
         assert!(m.validate().is_ok());
         m.capture_paths.push("/w/../etc".into());
         assert!(m.validate().is_err());
