@@ -65,13 +65,15 @@ async fn an_allow_list_is_enforced_replaced_in_place_and_observed() {
     let config = format!(
         "providers:\n  - name: docker\n    type: docker\n    docker:\n      defaultImage: {}\n      \
          egress:\n        image: {}\n        hostBinary: {}\n        name: {}\n        network: {}\n        \
-         upstreamDns: \"{}\"\n        checkIntervalSeconds: 3\nsweeper:\n  enabled: false\n",
+         upstreamDns: \"{}\"\n        checkIntervalSeconds: 3\n        \
+         allowPrivateCidrs: [\"{}/32\"]\nsweeper:\n  enabled: false\n",
         base_image(),
         g.image,
         g.host_binary.as_deref().unwrap(),
         gw,
         net.network,
         net.dns,
+        net.host,
     );
     let op = Operator::start(
         &ns,

@@ -20,7 +20,7 @@ use harness::{unique, wait_for};
 use kube::Api;
 use kube::api::DeleteParams;
 use sandbox_operator::api::{Sandbox, SandboxTemplate, condition};
-use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest};
+use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest, ManifestOwner};
 use sandbox_operator::templates::service::TemplateService;
 use sandbox_operator::templates::store::TemplateStore;
 use sandbox_operator::templates::transfer::{self, Limits};
@@ -661,7 +661,7 @@ fn limits() -> Limits {
 
 /// Puts a template into the store whose archive the restore must refuse (a symlink to /etc,
 /// then a file through it), with a control-plane manifest naming /workspace/app.
-async fn upload_hostile(store: &TemplateStore, id: &str) {
+async fn upload_hostile(store: &TemplateStore, id: &str, ns: &str) {
     let mut raw = tar::Builder::new(Vec::new());
     let mut h = tar::Header::new_gnu();
     h.set_entry_type(tar::EntryType::Symlink);
@@ -708,6 +708,12 @@ async fn upload_hostile(store: &TemplateStore, id: &str) {
         label: None,
         base_image: Some(base_image()),
         labels: Default::default(),
+        // Owned by the namespace that fetches it: what is refused is the archive.
+        owner: Some(ManifestOwner {
+            namespace: ns.to_string(),
+            uid: "uploader".into(),
+        }),
+        shared_with: Vec::new(),
     };
     let body = serde_json::to_string(&m).expect("json");
     store
@@ -834,7 +840,7 @@ spec:
     // A template whose archive the restore refuses: the sandbox is destroyed, never handed
     // out, and the Sandbox says why.
     let hostile = format!("hostile-{:08x}", fastrand::u32(..));
-    upload_hostile(&store, &hostile).await;
+    upload_hostile(&store, &hostile, &ns).await;
     apply_ok(
         &format!(
             r#"apiVersion: sandboxes.dev/v1alpha1
@@ -969,8 +975,11 @@ async fn a_fetched_template_is_swept_once_its_sandbox_template_is_gone() {
         label: None,
         owner: publisher.clone(),
     };
-    service.commit(&docker, &commit).await.expect("capture");
-    service.publish(&docker, &id).await.expect("publish");
+    service
+        .commit(&docker, &commit, &[])
+        .await
+        .expect("capture");
+    service.publish(&docker, &id, &[]).await.expect("publish");
     docker.destroy(&created.id).await.expect("destroy source");
     docker
         .remove_template(&id)

@@ -28,7 +28,7 @@ use harness::unique;
 use sandbox_operator::provider::ErrorKind;
 use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::{CommitRequest, ExecRequest, Provider, Templates};
-use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest};
+use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest, ManifestOwner};
 use sandbox_operator::templates::service::{Boot, TemplateService};
 use sandbox_operator::templates::store::TemplateStore;
 use sandbox_operator::templates::transfer::{self, Limits};
@@ -259,6 +259,12 @@ async fn upload(store: &TemplateStore, id: &str, archive: &[u8]) {
         label: None,
         base_image: None,
         labels: Default::default(),
+        // Owned by the namespace of the test's owners: what is judged is the archive.
+        owner: Some(ManifestOwner {
+            namespace: "test".into(),
+            uid: "uploader".into(),
+        }),
+        shared_with: Vec::new(),
     };
     store
         .put_text(
@@ -544,7 +550,7 @@ async fn fetch_is_none_when_absent_and_an_error_when_the_store_cannot_be_read() 
         .expect_err("a failed lookup is never read as absent");
     assert!(err.is(ErrorKind::Transient), "{err:?}");
     let err = bad
-        .publish(&env.provider, &id)
+        .publish(&env.provider, &id, &[])
         .await
         .expect_err("nothing to publish");
     assert!(err.is(ErrorKind::NotFound), "{err:?}");
@@ -554,7 +560,7 @@ async fn fetch_is_none_when_absent_and_an_error_when_the_store_cannot_be_read() 
         none.fetch(&env.provider, &id, &owner)
             .await
             .expect_err("no store"),
-        none.publish(&env.provider, &id)
+        none.publish(&env.provider, &id, &[])
             .await
             .expect_err("no store"),
     ] {
@@ -608,7 +614,7 @@ async fn capture_publish_fetch_boot_round_trip_keeps_contents_and_modes() {
     })
     .await
     .expect("commit");
-    service.publish(here, &id).await.expect("publish");
+    service.publish(here, &id, &[]).await.expect("publish");
     assert!(
         containers_named(&format!("publish-{id}")).is_empty(),
         "publish helper destroyed"
@@ -715,6 +721,7 @@ async fn without_native_templates_capture_goes_over_exec_and_boot_restores_after
                 label: Some("over exec".into()),
                 owner: owner.clone(),
             },
+            &[],
         )
         .await
         .expect("capture over exec");
@@ -846,7 +853,7 @@ async fn boot_from_template_versus_building_from_scratch() {
     let from_template = boot(here.clone(), env.name("warm"), id.clone()).await;
 
     // Another host: fetch from the store (restore through the boundary), then boot.
-    service.publish(&here, &id).await.expect("publish");
+    service.publish(&here, &id, &[]).await.expect("publish");
     let there = other_host().await;
     let _images = Images(vec![format!(
         "{}:{id}",
@@ -874,7 +881,7 @@ async fn boot_from_template_versus_building_from_scratch() {
         owner: env.owner("SandboxTemplate", "timing-exec"),
     };
     service
-        .commit(&fly, &capture)
+        .commit(&fly, &capture, &[])
         .await
         .expect("capture over exec");
     let t2 = Instant::now();

@@ -81,6 +81,7 @@ const CAPTURE: &str = "(!has(self.source) || self.source == 'Capture')";
 #[x_kube(validation = Rule::new(format!("!{CAPTURE} || has(self.capturePaths)")).message("spec.capturePaths is required when spec.source is Capture (the default): list the directories to capture").field_path(".capturePaths").reason(Reason::FieldValueRequired))]
 #[x_kube(validation = Rule::new(format!("{CAPTURE} || has(self.templateId)")).message("spec.templateId is required when spec.source is Store: give the id the template was published under").field_path(".templateId").reason(Reason::FieldValueRequired))]
 #[x_kube(validation = Rule::new(format!("{CAPTURE} || (!has(self.sandboxRef) && !has(self.capturePaths))")).message("spec.sandboxRef and spec.capturePaths apply to spec.source Capture only: remove them (a Store template is fetched as it was published)").field_path(".source").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new(format!("{CAPTURE} || !has(self.sharedWith)")).message("spec.sharedWith applies to spec.source Capture only: a Store template is shared by the SandboxTemplate that published it; remove it").field_path(".sharedWith").reason(Reason::FieldValueForbidden))]
 #[x_kube(validation = Rule::new("!has(self.templateId) || !self.templateId.contains('..')").message("spec.templateId must not contain '..'").field_path(".templateId"))]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxTemplateSpec {
@@ -132,6 +133,16 @@ pub struct SandboxTemplateSpec {
     /// sandboxes on other hosts can boot from it. `false` when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub publish: Option<bool>,
+
+    /// Other namespaces that may use this template from the shared template store: their
+    /// SandboxTemplates with `source: Store` may fetch it by `templateId`, and their Sandboxes
+    /// boot from those. Without it only this namespace may (the tenant is the namespace).
+    /// Sharing grants reading only: no other namespace can publish over or replace the
+    /// template. Recorded in the store with the template when it is captured or published;
+    /// `source: Capture` only. Up to 64 namespace names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "shared_with_schema")]
+    pub shared_with: Option<Vec<String>>,
 }
 
 /// Where a SandboxTemplate's filesystem comes from.
@@ -150,6 +161,26 @@ impl SandboxTemplateSpec {
     pub fn source(&self) -> TemplateSource {
         self.source.unwrap_or_default()
     }
+
+    /// The namespaces the template is shared with (none when omitted).
+    pub fn shared_with(&self) -> &[String] {
+        self.shared_with.as_deref().unwrap_or_default()
+    }
+}
+
+/// Schema of `spec.sharedWith`: distinct namespace names.
+fn shared_with_schema(_: &mut SchemaGenerator) -> Schema {
+    json_schema!({
+        "type": "array",
+        "maxItems": 64,
+        "x-kubernetes-list-type": "set",
+        "items": {
+            "type": "string",
+            "minLength": 1,
+            "maxLength": 63,
+            "pattern": "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+        }
+    })
 }
 
 /// Schema of `spec.capturePaths`: the list bounds, the character pattern and CEL rules

@@ -2,7 +2,10 @@
 //!
 //! - A query for a name on the sandbox's list, type A: the upstream is asked (the name
 //!   leaves the gateway only then) and, when the name exists, the answer is the GATEWAY's own
-//!   address, so every connection to a listed name comes to the gateway's proxy.
+//!   address, so every connection to a listed name comes to the gateway's proxy. That holds
+//!   for a name that resolves to a private or metadata address too: the sandbox never learns
+//!   the upstream's addresses, and the proxy refuses to dial such an address when the
+//!   connection comes (see [`super::destination`]), where an HTTP client is told why.
 //! - Any other type for a listed name (AAAA included: the gateway proxies IPv4 only) is
 //!   answered locally with no data.
 //! - A name that is not listed, or a query from an address with no policy, is answered

@@ -5,7 +5,9 @@
 //! gateway; its resolver is the gateway's DNS server ([`dns`]), which resolves only the names
 //! on that sandbox's list and answers them with the gateway's own address, so every
 //! connection to a listed name arrives at the gateway's proxy ([`proxy`]), which forwards it
-//! by TLS SNI or HTTP Host ([`sniff`]) after checking the name again. Policies arrive as
+//! by TLS SNI or HTTP Host ([`sniff`]) after checking the name again, and only to the
+//! addresses [`destination`] permits: never loopback, private, link-local, CGNAT or
+//! metadata addresses unless the provider allows a CIDR explicitly. Policies arrive as
 //! files written by the operator ([`policy`]); names leave only through [`upstream`].
 //!
 //! The gateway needs no capability: it binds its ports on its internal address (the
@@ -13,6 +15,7 @@
 //! When it is down, a sandbox behind it has no resolver and no route: egress fails closed.
 
 pub mod allow;
+pub mod destination;
 pub mod dns;
 pub mod policy;
 pub mod proxy;
@@ -66,6 +69,10 @@ pub struct ServeArgs {
     /// How often the policy files and the sandboxes' addresses are re-read, in milliseconds.
     #[arg(long, default_value_t = 1000)]
     refresh_ms: u64,
+    /// Private CIDRs a listed name may resolve to and still be dialled (comma-separated;
+    /// the provider's `egress.allowPrivateCidrs`). Metadata endpoints stay refused.
+    #[arg(long, value_delimiter = ',', value_parser = destination::Cidr::parse)]
+    allow_private_cidrs: Vec<destination::Cidr>,
 }
 
 /// Runs a gateway command to completion.
@@ -113,7 +120,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
         let listener = tokio::net::TcpListener::bind((args.listen, *port))
             .await
             .map_err(|e| format!("binding the proxy on {}:{port}: {e}", args.listen))?;
-        tasks.spawn(proxy::serve(listener, policies.clone(), upstream.clone()));
+        let dial = proxy::Dial {
+            upstream: upstream.clone(),
+            policy: destination::DialPolicy::new(args.allow_private_cidrs.clone()),
+        };
+        tasks.spawn(proxy::serve(listener, policies.clone(), dial));
     }
     let refresher = policies.clone();
     let every = Duration::from_millis(args.refresh_ms.max(100));
@@ -123,7 +134,12 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
             refresher.refresh().await;
         }
     });
-    tracing::info!(listen = %args.listen, ports = ?args.ports, upstream = %upstream.server(), sandboxes = policies.len(), "egress gateway serving");
+    let allowed: Vec<String> = args
+        .allow_private_cidrs
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    tracing::info!(listen = %args.listen, ports = ?args.ports, upstream = %upstream.server(), sandboxes = policies.len(), allowed_private = ?allowed, "egress gateway serving");
 
     let mut terminate = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .map_err(|e| e.to_string())?;

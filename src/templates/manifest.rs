@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::provider::labels::Owner;
 use crate::provider::validate;
 
 /// Version of the manifest record.
@@ -73,6 +74,35 @@ pub struct Manifest {
     /// id over unnoticed.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// The tenant the template belongs to: only its namespace may overwrite it, and only it
+    /// and [`Manifest::shared_with`] may fetch it. Absent in manifests written before it was
+    /// recorded (see [`Manifest::owning_namespace`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<ManifestOwner>,
+    /// Other namespaces the owner shares the template with (its SandboxTemplate's
+    /// `spec.sharedWith` when the manifest was written): they may fetch and boot from it,
+    /// never overwrite it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shared_with: Vec<String>,
+}
+
+/// The SandboxTemplate a stored template belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ManifestOwner {
+    /// Its namespace: the tenant.
+    pub namespace: String,
+    /// Its UID.
+    pub uid: String,
+}
+
+/// What a namespace wants to do with a stored template.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    /// Fetch it, or boot a sandbox from it.
+    Read,
+    /// Capture or publish over it.
+    Write,
 }
 
 impl Manifest {
@@ -93,6 +123,48 @@ impl Manifest {
             validate::capture_path(p)?;
         }
         Ok(())
+    }
+
+    /// The namespace the template belongs to: the owner record, else (manifests written
+    /// before it existed) the namespace of the owner labels every such manifest carries.
+    /// `None`: written by no SandboxTemplate this operator knows of, so owned by no tenant.
+    pub fn owning_namespace(&self) -> Option<String> {
+        match &self.owner {
+            Some(o) => Some(o.namespace.clone()),
+            None => Owner::from_labels(&self.labels).map(|o| o.namespace),
+        }
+    }
+
+    /// Whether `namespace` may `access` the template: its owner may do anything, a namespace
+    /// in `shared_with` may read it, nobody else may do either. A manifest with no owner is
+    /// refused to every namespace: who could read it cannot be told, and overwriting it
+    /// would take over what someone may be using. The error names the field and the fix.
+    pub fn check_access(&self, namespace: &str, access: Access) -> Result<(), String> {
+        let id = &self.id;
+        let Some(owner) = self.owning_namespace() else {
+            return Err(format!(
+                "template {id:?} in the template store records no owning namespace (it was not \
+                 written by a SandboxTemplate), so no namespace may use or replace it; publish it \
+                 again from its SandboxTemplate, or choose another spec.templateId"
+            ));
+        };
+        if owner == namespace {
+            return Ok(());
+        }
+        match access {
+            Access::Read if self.shared_with.iter().any(|n| n == namespace) => Ok(()),
+            Access::Read => Err(format!(
+                "template {id:?} in the template store belongs to namespace {owner:?} and is not \
+                 shared with namespace {namespace:?}; its owner can add {namespace:?} to the \
+                 SandboxTemplate's spec.sharedWith (it takes effect when the template is next \
+                 captured or published), or publish your own under another spec.templateId"
+            )),
+            Access::Write => Err(format!(
+                "template id {id:?} in the template store belongs to namespace {owner:?}; a \
+                 namespace never overwrites another's template (spec.sharedWith shares reading \
+                 only): choose another spec.templateId"
+            )),
+        }
     }
 }
 
@@ -369,9 +441,18 @@ mod tests {
         }
     }
 
-    #[test]
-    fn manifests_are_revalidated() {
-        let mut m = Manifest {
+    fn owned(owner: Option<&str>, labels: Option<&str>, shared: &[&str]) -> Manifest {
+        let labels = labels.map_or_else(BTreeMap::new, |ns| {
+            Owner {
+                instance: "op".into(),
+                kind: "SandboxTemplate".into(),
+                namespace: ns.into(),
+                name: "t".into(),
+                uid: "u-1".into(),
+            }
+            .labels()
+        });
+        Manifest {
             schema: 1,
             id: "t1".into(),
             capture_paths: vec!["/w".into()],
@@ -379,8 +460,55 @@ mod tests {
             size_bytes: 1,
             label: None,
             base_image: None,
-            labels: BTreeMap::new(),
-        };
+            labels,
+            owner: owner.map(|ns| ManifestOwner {
+                namespace: ns.into(),
+                uid: "u-1".into(),
+            }),
+            shared_with: shared.iter().map(|s| s.to_string()).collect(),
+        }
+    }
+
+    #[test]
+    fn only_the_owner_writes_and_only_owner_and_shared_read() {
+        use Access::{Read, Write};
+        let table: &[(Manifest, &str, Access, bool)] = &[
+            (owned(Some("a"), None, &[]), "a", Read, true),
+            (owned(Some("a"), None, &[]), "a", Write, true),
+            (owned(Some("a"), None, &[]), "b", Read, false),
+            (owned(Some("a"), None, &[]), "b", Write, false),
+            (owned(Some("a"), None, &["b"]), "b", Read, true),
+            (owned(Some("a"), None, &["b"]), "b", Write, false),
+            (owned(Some("a"), None, &["b"]), "c", Read, false),
+            // The record wins over labels; labels stand in for manifests without it.
+            (owned(Some("a"), Some("b"), &[]), "b", Write, false),
+            (owned(None, Some("a"), &[]), "a", Write, true),
+            (owned(None, Some("a"), &[]), "b", Read, false),
+            // Owned by no tenant: refused to everyone.
+            (owned(None, None, &[]), "a", Read, false),
+            (owned(None, None, &["a"]), "a", Read, false),
+            (owned(None, None, &[]), "a", Write, false),
+        ];
+        for (m, ns, access, ok) in table {
+            let got = m.check_access(ns, *access);
+            assert_eq!(got.is_ok(), *ok, "{ns} {access:?} {m:?}: {got:?}");
+        }
+        let read = owned(Some("a"), None, &[])
+            .check_access("b", Read)
+            .unwrap_err();
+        assert!(
+            read.contains("spec.sharedWith") && read.contains("\"a\""),
+            "{read}"
+        );
+        let write = owned(Some("a"), None, &["b"])
+            .check_access("b", Write)
+            .unwrap_err();
+        assert!(write.contains("spec.templateId"), "{write}");
+    }
+
+    #[test]
+    fn manifests_are_revalidated() {
+        let mut m = owned(None, None, &[]);
         assert!(m.validate().is_ok());
         m.capture_paths.push("/w/../etc".into());
         assert!(m.validate().is_err());

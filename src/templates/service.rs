@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use chrono::{DateTime, Utc};
 
-use super::manifest::{self, Keys, Manifest};
+use super::manifest::{self, Access, Keys, Manifest};
 use super::store::TemplateStore;
 use super::transfer::{self, Limits};
 use crate::provider::labels::Owner;
@@ -114,11 +114,14 @@ impl TemplateService {
     }
 
     /// Captures `request.capture_paths` of a running sandbox as template `request.template_id`
-    /// (replacing an earlier capture), labelled with `request.owner`.
+    /// (replacing an earlier capture), labelled with `request.owner`. In a store, the capture
+    /// belongs to the owner's namespace, is shared with `shared_with`, and never replaces a
+    /// template of another namespace.
     pub async fn commit(
         &self,
         provider: &dyn Provider,
         request: &CommitRequest,
+        shared_with: &[String],
     ) -> ProviderResult<Template> {
         match self.home(provider)? {
             Home::Native { templates, .. } => templates.commit(request).await,
@@ -132,8 +135,9 @@ impl TemplateService {
                             request.sandbox_id, request.template_id
                         ))
                     })?;
+                let (image, limits) = (source.image, self.limits);
                 let m =
-                    transfer::capture(provider, store, request, source.image, self.limits).await?;
+                    transfer::capture(provider, store, request, image, shared_with, limits).await?;
                 Ok(from_manifest(store, m, false))
             }
         }
@@ -190,9 +194,16 @@ impl TemplateService {
         matches!(self.home(provider), Ok(Home::Store(_)))
     }
 
-    /// Copies a native template into the provider's shared store (see the module docs). A
-    /// store template is there already. `Unsupported` when the provider names no store.
-    pub async fn publish(&self, provider: &dyn Provider, template_id: &str) -> ProviderResult<()> {
+    /// Copies a native template into the provider's shared store (see the module docs), owned
+    /// by the namespace of the template's owner labels and shared with `shared_with`; a copy
+    /// another namespace owns is never replaced. A store template is there already.
+    /// `Unsupported` when the provider names no store.
+    pub async fn publish(
+        &self,
+        provider: &dyn Provider,
+        template_id: &str,
+        shared_with: &[String],
+    ) -> ProviderResult<()> {
         let (templates, store) = match self.home(provider)? {
             Home::Store(_) => return Ok(()),
             Home::Native { templates, store } => (templates, self.shared(provider, store)?),
@@ -205,7 +216,7 @@ impl TemplateService {
                 provider.name()
             ))
         })?;
-        transfer::publish_template(provider, store, &template, self.limits)
+        transfer::publish_template(provider, store, &template, shared_with, self.limits)
             .await
             .map(|_| ())
     }
@@ -232,7 +243,8 @@ impl TemplateService {
 
     /// Brings a template from the shared store onto the provider, labelled with `owner`:
     /// restored into a fresh helper and committed (native), or simply looked up (store).
-    /// `Ok(None)` when the store does not have it.
+    /// `Ok(None)` when the store does not have it; `Invalid` ([`transfer::NOT_SHARED`]) when
+    /// another namespace owns it and does not share it with `owner`'s.
     pub async fn fetch(
         &self,
         provider: &dyn Provider,
@@ -240,7 +252,13 @@ impl TemplateService {
         owner: &Owner,
     ) -> ProviderResult<Option<Template>> {
         match self.home(provider)? {
-            Home::Store(_) => self.get(provider, template_id).await,
+            Home::Store(store) => {
+                let namespace = &owner.namespace;
+                match transfer::manifest_for(store, template_id, namespace, Access::Read).await? {
+                    Some(_) => self.get(provider, template_id).await,
+                    None => Ok(None),
+                }
+            }
             Home::Native { store, .. } => {
                 let store = self.shared(provider, store)?;
                 transfer::fetch_into(provider, store, template_id, owner, None, self.limits).await
@@ -250,7 +268,8 @@ impl TemplateService {
 
     /// How a sandbox on `provider` boots from `template_id`, bringing a native template that
     /// is not on the provider from the shared store first (owned by `owner`, the template's
-    /// object). `Ok(None)` when it is nowhere — never a plain-image boot.
+    /// object). `Ok(None)` when it is nowhere — never a plain-image boot. A store template
+    /// of another namespace that is not shared with `owner`'s is refused, as in `fetch`.
     pub async fn boot(
         &self,
         provider: &dyn Provider,
@@ -271,11 +290,11 @@ impl TemplateService {
                 Ok(fetched.map(|_| Boot::Native))
             }
             Home::Store(store) => {
-                Ok(transfer::manifest(store, template_id)
-                    .await?
-                    .map(|m| Boot::Restore {
-                        image: m.base_image,
-                    }))
+                let namespace = &owner.namespace;
+                let m = transfer::manifest_for(store, template_id, namespace, Access::Read).await?;
+                Ok(m.map(|m| Boot::Restore {
+                    image: m.base_image,
+                }))
             }
         }
     }
@@ -304,6 +323,23 @@ impl TemplateService {
                     provider.name()
                 ))
             })
+    }
+
+    /// Rewrites who a stored template is shared with, in place (no recapture), when `owner`'s
+    /// namespace owns it. `Ok(false)` when the store does not have it. This is how a change of
+    /// `spec.sharedWith` (including a revocation) reaches the store without a new capture.
+    pub async fn share(
+        &self,
+        provider: &dyn Provider,
+        template_id: &str,
+        owner: &Owner,
+        shared_with: &[String],
+    ) -> ProviderResult<bool> {
+        let store = match self.home(provider)? {
+            Home::Store(store) => store,
+            Home::Native { store, .. } => self.shared(provider, store)?,
+        };
+        transfer::share(store, template_id, &owner.namespace, shared_with).await
     }
 
     /// The shared store of a native provider, or `Unsupported` naming the setting.

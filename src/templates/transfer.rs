@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 
-use super::manifest::{self, Keys, MANIFEST_SCHEMA, Manifest};
+use super::manifest::{self, Access, Keys, MANIFEST_SCHEMA, Manifest, ManifestOwner};
 use super::store::TemplateStore;
 use crate::provider::labels::{KIND, Owner};
 use crate::provider::{
@@ -70,15 +70,44 @@ fn redact(text: &str) -> String {
         .join(" ")
 }
 
+/// Reason of an error refusing a namespace a template another namespace owns.
+pub const NOT_SHARED: &str = "TemplateNotShared";
+/// Reason of an error refusing to overwrite another namespace's template.
+pub const OWNED_ELSEWHERE: &str = "TemplateOwnedElsewhere";
+
+/// A template's manifest when `namespace` may `access` it; `Ok(None)` when absent. The
+/// refusal is `Invalid` (a spec change fixes it: `spec.sharedWith` of the owner, or another
+/// `spec.templateId`).
+pub async fn manifest_for(
+    store: &TemplateStore,
+    template_id: &str,
+    namespace: &str,
+    access: Access,
+) -> ProviderResult<Option<Manifest>> {
+    let Some(m) = manifest(store, template_id).await? else {
+        return Ok(None);
+    };
+    m.check_access(namespace, access).map_err(|e| {
+        let reason = match access {
+            Access::Read => NOT_SHARED,
+            Access::Write => OWNED_ELSEWHERE,
+        };
+        ProviderError::invalid(e).with_reason(reason)
+    })?;
+    Ok(Some(m))
+}
+
 /// Captures `request.capture_paths` of the running sandbox `request.sandbox_id` into the
-/// store as `request.template_id`, replacing an earlier capture; the manifest records the
-/// request's owner labels and `base_image`. The manifest is written last: until it exists,
-/// the template does not.
+/// store as `request.template_id`, replacing an earlier capture of the SAME namespace only
+/// (checked before anything is uploaded); the manifest records the request's owner (labels,
+/// namespace and UID), `shared_with` and `base_image`. The manifest is written last: until
+/// it exists, the template does not.
 pub async fn capture(
     provider: &dyn Provider,
     store: &TemplateStore,
     request: &CommitRequest,
     base_image: Option<String>,
+    shared_with: &[String],
     limits: Limits,
 ) -> ProviderResult<Manifest> {
     let (sandbox_id, template_id) = (&request.sandbox_id, &request.template_id);
@@ -89,6 +118,7 @@ pub async fn capture(
             "capturePaths is empty: name the directories to capture",
         ));
     }
+    manifest_for(store, template_id, &request.owner.namespace, Access::Write).await?;
     let keys = Keys::new(&store.settings().prefix, template_id);
     let url = store.presign_put(&keys.archive(), limits.presign).await?;
     let script = manifest::capture_script(paths, &url, limits.max_archive_bytes)
@@ -106,13 +136,23 @@ pub async fn capture(
         label: request.label.clone(),
         base_image,
         labels: request.owner.labels(),
+        owner: Some(ManifestOwner {
+            namespace: request.owner.namespace.clone(),
+            uid: request.owner.uid.clone(),
+        }),
+        shared_with: shared_with.to_vec(),
     };
-    let body = serde_json::to_string_pretty(&m)
+    write_manifest(store, &keys, &m).await?;
+    Ok(m)
+}
+
+/// Writes a template's manifest (the object whose existence defines the template).
+async fn write_manifest(store: &TemplateStore, keys: &Keys, m: &Manifest) -> ProviderResult<()> {
+    let body = serde_json::to_string_pretty(m)
         .map_err(|e| ProviderError::invalid(format!("manifest: {e}")))?;
     store
         .put_text(&keys.manifest(), &body, "application/json")
-        .await?;
-    Ok(m)
+        .await
 }
 
 /// Runs the capture script in the sandbox and maps its exit status.
@@ -164,6 +204,25 @@ pub async fn manifest(
         )));
     }
     Ok(Some(m))
+}
+
+/// Rewrites a stored template's `shared_with` when `namespace` owns it (the manifest is the
+/// only object that changes). `Ok(false)` when the store does not have it.
+pub async fn share(
+    store: &TemplateStore,
+    template_id: &str,
+    namespace: &str,
+    shared_with: &[String],
+) -> ProviderResult<bool> {
+    let Some(mut m) = manifest_for(store, template_id, namespace, Access::Write).await? else {
+        return Ok(false);
+    };
+    if m.shared_with != shared_with {
+        m.shared_with = shared_with.to_vec();
+        let keys = Keys::new(&store.settings().prefix, template_id);
+        write_manifest(store, &keys, &m).await?;
+    }
+    Ok(true)
 }
 
 /// Lists template ids in the store (those with a manifest).
@@ -353,6 +412,7 @@ pub async fn publish_template(
     provider: &dyn Provider,
     store: &TemplateStore,
     template: &Template,
+    shared_with: &[String],
     limits: Limits,
 ) -> ProviderResult<Manifest> {
     let template_id = &template.id;
@@ -369,6 +429,8 @@ pub async fn publish_template(
              publishing it; recapture it through its SandboxTemplate"
         ))
     })?;
+    // Refused before a helper is made: another namespace's copy is never replaced.
+    manifest_for(store, template_id, &owner.namespace, Access::Write).await?;
     let name = helper_name("publish", template_id);
     let created = provider
         .create(&helper_request(&name, &owner, None, Some(template_id)))
@@ -388,14 +450,8 @@ pub async fn publish_template(
     };
     let result = async {
         provider.start(&created.id).await?;
-        capture(
-            provider,
-            store,
-            &request,
-            template.base_image.clone(),
-            limits,
-        )
-        .await
+        let image = template.base_image.clone();
+        capture(provider, store, &request, image, shared_with, limits).await
     }
     .await;
     // A helper that could not be destroyed is logged and found again by its owner labels;
@@ -404,7 +460,8 @@ pub async fn publish_template(
     result
 }
 
-/// Fetches `template_id` from the store onto a provider with native templates: a FRESH helper
+/// Fetches `template_id` from the store onto a provider with native templates, when `owner`'s
+/// namespace may read it (see [`Manifest::check_access`]): a FRESH helper
 /// sandbox is made from `image` (the provider's default image when `None`), the archive is
 /// restored into it through the security boundary ([`restore`]), and the helper is committed
 /// as the template with `owner`'s labels (so the sweeper knows who owns it) and the
@@ -427,8 +484,11 @@ pub async fn fetch_into(
             provider.name()
         ))
     })?;
-    // No sandbox is made for a template the store does not have.
-    if manifest(store, template_id).await?.is_none() {
+    // No sandbox is made for a template the store does not have, or not for this namespace.
+    if manifest_for(store, template_id, &owner.namespace, Access::Read)
+        .await?
+        .is_none()
+    {
         return Ok(None);
     }
     let name = helper_name("fetch", template_id);

@@ -205,7 +205,8 @@ async fn answer<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(mut s: 
 }
 
 /// The gateway's settings for a test: the test binary's sibling operator binary, the fake
-/// internet as outside network and upstream DNS.
+/// internet as outside network and upstream DNS. The fake internet's host address is a
+/// private one (a Docker network's), so it is allowed explicitly.
 pub fn gateway_settings(
     net: &FakeNet,
     name: &str,
@@ -218,6 +219,7 @@ pub fn gateway_settings(
         network: net.network.clone(),
         upstream_dns: Some(net.dns.to_string()),
         check_interval_seconds: check_secs,
+        allow_private_cidrs: vec![format!("{}/32", net.host)],
         ..EgressGatewaySettings::with_image(base_image)
     }
 }

@@ -51,7 +51,12 @@ async fn capture(
     let provider = on.handle.provider.as_ref();
     let t = on
         .handle
-        .call("commit", r.ctx.templates.commit(provider, &request))
+        .call(
+            "commit",
+            r.ctx
+                .templates
+                .commit(provider, &request, template.spec.shared_with()),
+        )
         .await?;
     let msg = format!(
         "captured {:?} of sandbox {sandbox_id} as template {}",
@@ -78,6 +83,7 @@ async fn publish(
 ) -> Result<(), Outcome> {
     let ctx = tctx.ctx.clone();
     let (provider, id) = (on.handle.provider.clone(), on.id.to_string());
+    let shared = r.template.spec.shared_with().to_vec();
     let uid = r.template.uid().unwrap_or_default();
     let subject = next.capture_hash.clone().unwrap_or_default();
     let poll = tctx
@@ -87,7 +93,7 @@ async fn publish(
             let what = format!("publishing template {id}");
             let work = async {
                 ctx.templates
-                    .publish(provider.as_ref(), &id)
+                    .publish(provider.as_ref(), &id, &shared)
                     .await
                     .map(|()| None)
             };

@@ -294,6 +294,12 @@ impl Gateway {
         if let Some(dns) = &s.upstream_dns {
             cmd.extend(["--upstream-dns".to_string(), dns.clone()]);
         }
+        if !s.allow_private_cidrs.is_empty() {
+            cmd.extend([
+                "--allow-private-cidrs".to_string(),
+                s.allow_private_cidrs.join(","),
+            ]);
+        }
         let mut mounts = vec![Mount {
             target: Some(POLICY_DIR.into()),
             source: Some(self.volume()),

@@ -49,6 +49,12 @@ pub struct EgressGatewaySettings {
     /// Seconds between two checks that the gateway runs (it is restarted when it does not).
     #[serde(default = "default_check_interval")]
     pub check_interval_seconds: u64,
+    /// Private ranges (CIDRs or addresses, e.g. `10.1.0.0/16` for an internal mirror) a
+    /// listed name may resolve to and still be reached. Without them the gateway never
+    /// connects to loopback, RFC 1918, CGNAT, link-local or ULA addresses, whatever a name
+    /// resolves to; the cloud metadata endpoints stay refused even inside a listed range.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_private_cidrs: Vec<String>,
 }
 
 fn default_network() -> String {
@@ -73,6 +79,7 @@ impl EgressGatewaySettings {
             ports: default_ports(),
             subnet: None,
             check_interval_seconds: default_check_interval(),
+            allow_private_cidrs: Vec::new(),
         }
     }
 
@@ -130,6 +137,11 @@ impl EgressGatewaySettings {
         }
         if self.network.trim().is_empty() {
             issues.push(format!("{at}.network"), "is empty; remove it for `bridge`");
+        }
+        for (i, cidr) in self.allow_private_cidrs.iter().enumerate() {
+            if let Err(e) = crate::gateway::destination::Cidr::parse(cidr) {
+                issues.push(format!("{at}.allowPrivateCidrs[{i}]"), e);
+            }
         }
     }
 }
@@ -194,6 +206,7 @@ mod tests {
             ports: vec![80, 80],
             subnet: Some("10.0.0.0/30".into()),
             check_interval_seconds: 0,
+            allow_private_cidrs: vec!["10.1.0.0/16".into(), "intranet".into()],
             ..EgressGatewaySettings::with_image("x")
         };
         let mut issues = Issues::default();
@@ -207,7 +220,8 @@ mod tests {
                 "e.upstreamDns",
                 "e.ports",
                 "e.subnet",
-                "e.checkIntervalSeconds"
+                "e.checkIntervalSeconds",
+                "e.allowPrivateCidrs[1]"
             ]
         );
     }
