@@ -17,9 +17,13 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::SweepError;
-use super::decide::{Candidate, Observation, OwnerFact, OwnerFacts, OwnerKey, OwnerKind};
+use super::owners::OwnerRead;
+use super::decide::{
+    Candidate, Observation, OwnerFact, OwnerFacts, OwnerKey, OwnerKind, ResourceKind,
+};
 use crate::api::{Sandbox, SandboxTemplate, SandboxVolume};
 use crate::provider::labels::MANAGED_BY;
+use crate::provider::{ProviderError, ProviderResult, SandboxDescriptor, Template, VolumeInfo};
 use crate::registry::ProviderHandle;
 
 /// Bound on one Kubernetes read, so an API server that stops answering fails the pass
@@ -50,15 +54,34 @@ pub async fn enumerate(
             what: "sandboxes, volumes and templates (inventory)",
             source,
         })?;
-    let sandboxes = inventory.sandboxes.into_iter().map(|d| Candidate {
+    let sandboxes = inventory.sandboxes.into_iter().map(sandbox_candidate);
+    let volumes = inventory.volumes.into_iter().flatten().map(volume_candidate);
+    // Checked again here: whatever a provider's inventory returned, only ours go on.
+    let templates = inventory
+        .templates
+        .into_iter()
+        .flatten()
+        .filter(|t| t.labels.get(MANAGED_BY).map(String::as_str) == Some(instance))
+        .map(template_candidate);
+    Ok(sandboxes.chain(volumes).chain(templates).collect())
+}
+
+/// A sandbox as the sweeper judges it.
+pub fn sandbox_candidate(d: SandboxDescriptor) -> Candidate {
+    Candidate {
         id: d.id,
         labels: d.labels,
         created_at: d.created_at,
         observation: Observation::Sandbox {
-            started: d.started_at.is_some(),
+            state: d.state,
+            started: d.started_at,
         },
-    });
-    let volumes = inventory.volumes.into_iter().flatten().map(|v| Candidate {
+    }
+}
+
+/// A volume as the sweeper judges it.
+pub fn volume_candidate(v: VolumeInfo) -> Candidate {
+    Candidate {
         id: v.name,
         labels: v.labels,
         created_at: v.created_at,
@@ -66,20 +89,51 @@ pub async fn enumerate(
             attached: v.attached,
             attached_to: v.attached_to,
         },
-    });
-    // Checked again here: whatever a provider's inventory returned, only ours go on.
-    let templates = inventory
-        .templates
-        .into_iter()
-        .flatten()
-        .filter(|t| t.labels.get(MANAGED_BY).map(String::as_str) == Some(instance))
-        .map(|t| Candidate {
-            id: t.id,
-            labels: t.labels,
-            created_at: t.created_at,
-            observation: Observation::Template { in_use: t.in_use },
-        });
-    Ok(sandboxes.chain(volumes).chain(templates).collect())
+    }
+}
+
+/// A template as the sweeper judges it.
+pub fn template_candidate(t: Template) -> Candidate {
+    Candidate {
+        id: t.id,
+        labels: t.labels,
+        created_at: t.created_at,
+        observation: Observation::Template { in_use: t.in_use },
+    }
+}
+
+/// One candidate read again by itself — `describe`, `get_volume` or `get_template` by its id
+/// — right before it is deleted: `None` when the provider no longer holds it. A listing may
+/// omit what a description carries (history, attachment), so nothing found through a
+/// listing is deleted on the listing's word alone.
+pub async fn reread(handle: &ProviderHandle, candidate: &Candidate) -> ProviderResult<Option<Candidate>> {
+    let id = candidate.id.as_str();
+    let provider = &handle.provider;
+    Ok(match candidate.kind() {
+        ResourceKind::Sandbox => handle
+            .call("describe", provider.describe(id))
+            .await?
+            .map(sandbox_candidate),
+        ResourceKind::Volume => match provider.volumes() {
+            Some(volumes) => handle
+                .call("get_volume", volumes.get_volume(id))
+                .await?
+                .map(volume_candidate),
+            None => return Err(absent_capability(handle, "volumes")),
+        },
+        ResourceKind::Template => match provider.templates() {
+            Some(templates) => handle
+                .call("get_template", templates.get_template(id))
+                .await?
+                .map(template_candidate),
+            None => return Err(absent_capability(handle, "templates")),
+        },
+    })
+}
+
+/// The error of a capability a provider does not have.
+pub fn absent_capability(handle: &ProviderHandle, what: &str) -> ProviderError {
+    ProviderError::unsupported(format!("provider {} has no {what}", handle.name()))
 }
 
 /// Reads every owner the candidates name: one paginated metadata listing per kind and
@@ -178,12 +232,12 @@ where
     Ok(out)
 }
 
-/// A direct read of one owner by namespace/name, right before a deletion: its UID when it
-/// exists, `None` when it does not.
-pub async fn read_owner(client: &Client, key: &OwnerKey) -> Result<Option<String>, String> {
+/// A direct read of one owner by namespace/name, right before a deletion: what it is now
+/// when it exists, `None` when it does not.
+pub async fn read_owner(client: &Client, key: &OwnerKey) -> Result<Option<OwnerRead>, String> {
     let read = async {
         match key.kind {
-            OwnerKind::Sandbox => read_uid::<Sandbox>(client, key).await,
+            OwnerKind::Sandbox => read_sandbox(client, key).await,
             OwnerKind::SandboxVolume => read_uid::<SandboxVolume>(client, key).await,
             OwnerKind::SandboxTemplate => read_uid::<SandboxTemplate>(client, key).await,
         }
@@ -198,7 +252,20 @@ pub async fn read_owner(client: &Client, key: &OwnerKey) -> Result<Option<String
         })?
 }
 
-async fn read_uid<K>(client: &Client, key: &OwnerKey) -> Result<Option<String>, String>
+/// A Sandbox is read whole: its status says which sandbox it currently runs.
+async fn read_sandbox(client: &Client, key: &OwnerKey) -> Result<Option<OwnerRead>, String> {
+    let api: Api<Sandbox> = Api::namespaced(client.clone(), &key.namespace);
+    match api.get_opt(&key.name).await {
+        Ok(Some(sandbox)) => Ok(Some(OwnerRead {
+            uid: sandbox.metadata.uid.unwrap_or_default(),
+            current_sandbox: sandbox.status.and_then(|s| s.sandbox_id),
+        })),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+async fn read_uid<K>(client: &Client, key: &OwnerKey) -> Result<Option<OwnerRead>, String>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -209,7 +276,10 @@ where
     match api.get_metadata_opt(&key.name).await {
         // The API server always sets a UID; an empty one would match no label, so it could
         // never protect a resource it does not own.
-        Ok(Some(meta)) => Ok(Some(meta.metadata.uid.unwrap_or_default())),
+        Ok(Some(meta)) => Ok(Some(OwnerRead {
+            uid: meta.metadata.uid.unwrap_or_default(),
+            current_sandbox: None,
+        })),
         Ok(None) => Ok(None),
         Err(e) => Err(e.to_string()),
     }
