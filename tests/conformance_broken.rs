@@ -14,6 +14,7 @@ use sandbox_operator::provider::{
     BulkFiles, Capacity, CapacityProbe, CreateRequest, DirEntry, Egress, EgressState,
     EgressVerdict, ExecOutput, ExecRequest, Files, Hibernation, HibernationOutcome, Provider,
     ProviderError, ProviderEvents, ProviderResult, SandboxDescriptor, SandboxQuery, SetResources,
+    StartedAt,
     Templates, VolumeInfo, VolumeQuery, Volumes,
 };
 
@@ -57,7 +58,9 @@ impl Broken {
 
     fn lie_about_start(&self, mut d: SandboxDescriptor) -> SandboxDescriptor {
         if self.is(Breakage::StartedAtFromCreatedAt) {
-            d.started_at = d.started_at.or(d.created_at);
+            if let (StartedAt::Never, Some(created)) = (d.started_at, d.created_at) {
+                d.started_at = StartedAt::At(created);
+            }
         }
         d
     }
