@@ -274,7 +274,7 @@ proptest! {
         prop_assert_eq!(plan.decisions.len(), res.len());
         prop_assert!(plan.deletions().count() <= max);
         for d in &plan.decisions {
-            let Verdict::Delete(category) | Verdict::Deferred(category) = d.verdict else {
+            let (Verdict::Delete(category) | Verdict::Deferred(category)) = d.verdict else {
                 continue;
             };
             let r = res.iter().find(|r| r.id == d.candidate.id).unwrap();

@@ -844,12 +844,43 @@ mod tests {
         let mut c = sandbox("a", "ghost", "u-g", true, 0);
         c.created_at = None;
         assert_eq!(verdict_of(c.clone()), Verdict::Keep(Keep::AgeUnknown));
-        c.observation = Observation::Sandbox { started: false };
+        c.observation = Observation::Sandbox {
+            state: SandboxState::Creating,
+            started: StartedAt::Never,
+        };
         assert_eq!(verdict_of(c), Verdict::Keep(Keep::AgeUnknown));
         // A creation time in the future (clock skew) is age zero, not a huge age.
         let mut future = sandbox("b", "ghost", "u-g", true, -3600);
         future.created_at = Some(now() + chrono::Duration::hours(1));
         assert_eq!(verdict_of(future), Verdict::Keep(Keep::YoungerThanGrace));
+    }
+
+    #[test]
+    fn only_a_proven_never_started_sandbox_is_wreckage() {
+        use SandboxState as S;
+        let with = |state: S, started: StartedAt| {
+            let mut c = sandbox("a", "live", "u-live", true, 3600);
+            c.observation = Observation::Sandbox { state, started };
+            verdict_of(c)
+        };
+        for state in [S::Creating, S::Stopped] {
+            assert_eq!(
+                with(state, StartedAt::Never),
+                Verdict::Delete(Category::Wreckage)
+            );
+            assert_eq!(
+                with(state, StartedAt::Unknown),
+                Verdict::Keep(Keep::OwnerLive),
+                "{state:?}: unknown means it may have run"
+            );
+        }
+        for state in [S::Running, S::Sleeping] {
+            assert_eq!(
+                with(state, StartedAt::Never),
+                Verdict::Keep(Keep::OwnerLive),
+                "{state:?} has run, whatever its history says"
+            );
+        }
     }
 
     #[test]
