@@ -14,8 +14,7 @@ use sandbox_operator::provider::{
     BulkFiles, Capacity, CapacityProbe, CreateRequest, DirEntry, Egress, EgressState,
     EgressVerdict, ExecOutput, ExecRequest, Files, Hibernation, HibernationOutcome, Provider,
     ProviderError, ProviderEvents, ProviderResult, SandboxDescriptor, SandboxQuery, SetResources,
-    StartedAt,
-    Templates, VolumeInfo, VolumeQuery, Volumes,
+    StartedAt, Templates, VolumeInfo, VolumeQuery, Volumes,
 };
 
 use conformance::{Check, Fixture};

@@ -312,8 +312,8 @@ mod specific {
     use sandbox_operator::provider::labels::{MANAGED_BY, OWNER_UID, Owner};
     use sandbox_operator::provider::{
         CreateRequest, ErrorKind, ExecOutput, ExecRequest, IdleAction, PortRequest, Provider,
-        ProviderResult, Resources, RestartPolicy, SandboxQuery, SandboxState, StartedAt, VolumeMount,
-        VolumeQuery,
+        ProviderResult, Resources, RestartPolicy, SandboxQuery, SandboxState, StartedAt,
+        VolumeMount, VolumeQuery,
     };
     use sandbox_operator::secret::SecretSource;
 
@@ -471,7 +471,11 @@ mod specific {
         let created = w.provider.create(&request).await.unwrap();
         assert_ne!(created.id, request.name, "the id is Fly's, not our name");
         assert_eq!(created.state, SandboxState::Creating);
-        assert_eq!(created.started_at, StartedAt::Never, "never started (rule 6)");
+        assert_eq!(
+            created.started_at,
+            StartedAt::Never,
+            "never started (rule 6)"
+        );
         assert_eq!(created.labels.get(OWNER_UID), Some(&request.owner.uid));
         assert_eq!(created.labels.get("team").map(String::as_str), Some("a"));
         assert_eq!(created.env.get("GREETING").map(String::as_str), Some("hi"));

@@ -29,9 +29,9 @@ use sandbox_operator::controller::sweeper::{SweepError, Sweeper};
 use sandbox_operator::metrics::Metrics;
 use sandbox_operator::provider::labels::{KIND, MANAGED_BY, OWNER, OWNER_UID, RECLAIM_POLICY};
 use sandbox_operator::provider::{
-    CommitRequest, CreateRequest, ExecOutput, ExecRequest, Provider, ProviderError,
-    ProviderResult, SandboxDescriptor, SandboxQuery, SandboxState, StartedAt, Template,
-    Templates, VolumeInfo, VolumeQuery, Volumes,
+    CommitRequest, CreateRequest, ExecOutput, ExecRequest, Provider, ProviderError, ProviderResult,
+    SandboxDescriptor, SandboxQuery, SandboxState, StartedAt, Template, Templates, VolumeInfo,
+    VolumeQuery, Volumes,
 };
 use sandbox_operator::registry::ProviderHandle;
 
@@ -130,22 +130,24 @@ fn resource(index: usize) -> impl Strategy<Value = Res> {
         (state(), started()),
         (any::<bool>(), policy, any::<bool>()),
     )
-        .prop_flat_map(move |(who, age, (state, truth), (attached, policy, in_use))| {
-            listing_of(truth).prop_map(move |listed| Res {
-                id: format!("r{index}"),
-                kind: who.0,
-                owner: who.1,
-                ours: who.2,
-                incomplete: who.3,
-                age_secs: age,
-                state,
-                truth,
-                listed,
-                attached,
-                policy,
-                in_use,
-            })
-        })
+        .prop_flat_map(
+            move |(who, age, (state, truth), (attached, policy, in_use))| {
+                listing_of(truth).prop_map(move |listed| Res {
+                    id: format!("r{index}"),
+                    kind: who.0,
+                    owner: who.1,
+                    ours: who.2,
+                    incomplete: who.3,
+                    age_secs: age,
+                    state,
+                    truth,
+                    listed,
+                    attached,
+                    policy,
+                    in_use,
+                })
+            },
+        )
 }
 
 fn picture() -> impl Strategy<Value = (Vec<Res>, Vec<Fate>, u64, usize)> {
@@ -447,7 +449,9 @@ fn template(r: &Res) -> Template {
 }
 
 fn refused<T>(what: &str) -> ProviderResult<T> {
-    Err(ProviderError::unsupported(format!("{what}: not in this test")))
+    Err(ProviderError::unsupported(format!(
+        "{what}: not in this test"
+    )))
 }
 
 #[async_trait]
@@ -462,9 +466,7 @@ impl Provider for Store {
         refused("create")
     }
     async fn describe(&self, id: &str) -> ProviderResult<Option<SandboxDescriptor>> {
-        Ok(self
-            .one(OwnerKind::Sandbox, id)
-            .map(|r| sandbox(r, false)))
+        Ok(self.one(OwnerKind::Sandbox, id).map(|r| sandbox(r, false)))
     }
     async fn find(&self, q: &SandboxQuery) -> ProviderResult<Vec<SandboxDescriptor>> {
         Ok(self
@@ -532,7 +534,10 @@ impl Templates for Store {
         Ok(self.one(OwnerKind::SandboxTemplate, id).map(template))
     }
     async fn list_templates(&self, _: Option<&str>) -> ProviderResult<Vec<Template>> {
-        Ok(self.present(OwnerKind::SandboxTemplate).map(template).collect())
+        Ok(self
+            .present(OwnerKind::SandboxTemplate)
+            .map(template)
+            .collect())
     }
     async fn remove_template(&self, id: &str) -> ProviderResult<()> {
         self.delete(id)

@@ -427,7 +427,9 @@ impl Sweeper {
                 if category.needs_owner_gone() {
                     Err(format!("{key} exists (direct read before deleting)"))
                 } else if read.current_sandbox.as_deref() == Some(listed.id.as_str()) {
-                    Err(format!("{key} names it as its current sandbox (status.sandboxId)"))
+                    Err(format!(
+                        "{key} names it as its current sandbox (status.sandboxId)"
+                    ))
                 } else {
                     Ok(())
                 }

@@ -152,7 +152,11 @@ async fn check_mode(
     orphan: &str,
     mode: History,
 ) -> Check {
-    let found = fx.provider.find(&fx.owner_query(owner)).await.or_fail("find")?;
+    let found = fx
+        .provider
+        .find(&fx.owner_query(owner))
+        .await
+        .or_fail("find")?;
     ensure!(
         ids(&found) == vec![owned.to_string()] && found[0].started_at.has_run(),
         "{mode:?}: find must list the started sandbox as one that has run: {found:?}"
@@ -171,8 +175,10 @@ async fn check_mode(
     let table = report.render_table();
     println!("sweep in history mode {mode:?}:\n{table}");
     ensure!(
-        report.rows.iter().all(|r| r.id != owned
-            || !matches!(r.action, Action::Deleted | Action::WouldDelete)),
+        report
+            .rows
+            .iter()
+            .all(|r| r.id != owned || !matches!(r.action, Action::Deleted | Action::WouldDelete)),
         "{mode:?}: the sweep deleted a started sandbox of a live owner:\n{table}"
     );
     let still = fx.provider.describe(owned).await.or_fail("describe")?;

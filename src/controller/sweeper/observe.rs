@@ -17,10 +17,10 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::SweepError;
-use super::owners::OwnerRead;
 use super::decide::{
     Candidate, Observation, OwnerFact, OwnerFacts, OwnerKey, OwnerKind, ResourceKind,
 };
+use super::owners::OwnerRead;
 use crate::api::{Sandbox, SandboxTemplate, SandboxVolume};
 use crate::provider::labels::MANAGED_BY;
 use crate::provider::{ProviderError, ProviderResult, SandboxDescriptor, Template, VolumeInfo};
@@ -55,7 +55,11 @@ pub async fn enumerate(
             source,
         })?;
     let sandboxes = inventory.sandboxes.into_iter().map(sandbox_candidate);
-    let volumes = inventory.volumes.into_iter().flatten().map(volume_candidate);
+    let volumes = inventory
+        .volumes
+        .into_iter()
+        .flatten()
+        .map(volume_candidate);
     // Checked again here: whatever a provider's inventory returned, only ours go on.
     let templates = inventory
         .templates
@@ -106,7 +110,10 @@ pub fn template_candidate(t: Template) -> Candidate {
 /// — right before it is deleted: `None` when the provider no longer holds it. A listing may
 /// omit what a description carries (history, attachment), so nothing found through a
 /// listing is deleted on the listing's word alone.
-pub async fn reread(handle: &ProviderHandle, candidate: &Candidate) -> ProviderResult<Option<Candidate>> {
+pub async fn reread(
+    handle: &ProviderHandle,
+    candidate: &Candidate,
+) -> ProviderResult<Option<Candidate>> {
     let id = candidate.id.as_str();
     let provider = &handle.provider;
     Ok(match candidate.kind() {

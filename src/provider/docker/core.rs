@@ -55,8 +55,8 @@ use crate::provider::validate;
 use crate::provider::{
     AppliedResources, BulkFiles, CapacityProbe, CreateRequest, Egress, EgressPolicy, ExecOutput,
     ExecRequest, Files, Hibernation, IdleAction, Inventory, PortMapping, Provider, ProviderError,
-    ProviderEvents, ProviderResult, RestartPolicy, SandboxDescriptor, StartedAt, SandboxQuery, SandboxState,
-    SetResources, Templates, VolumeQuery, Volumes,
+    ProviderEvents, ProviderResult, RestartPolicy, SandboxDescriptor, SandboxQuery, SandboxState,
+    SetResources, StartedAt, Templates, VolumeQuery, Volumes,
 };
 
 /// Seconds a stop waits for the main process to exit after SIGTERM before SIGKILL

@@ -392,7 +392,10 @@ mod tests {
         assert_eq!(d.labels.get(SPEC_HASH).map(String::as_str), Some("h"));
         assert!(INTERNAL.iter().all(|k| !d.labels.contains_key(*k)));
         assert_eq!(d.restart_policy, RestartPolicy::OnFailure);
-        assert!(d.started_at.time().is_some(), "E2B sandboxes have always started");
+        assert!(
+            d.started_at.time().is_some(),
+            "E2B sandboxes have always started"
+        );
         assert_eq!(d.ports[0].host, "8080-sb1.e2b.dev");
         assert_eq!(d.resources.memory_bytes, Some(512 * MIB));
         assert_eq!(d.resources.cpu_millis, Some(2000));

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use super::FIRST_STARTED_KEY;
 use super::FlyProvider;
 use super::config::{machine_config, refuse_unsupported};
 use super::describe::{descriptor, first_started};
@@ -13,7 +14,6 @@ use super::machines::MAX_WAIT;
 use super::ports;
 use super::volumes::fly_volume_name;
 use super::wire::Machine;
-use super::FIRST_STARTED_KEY;
 use crate::provider::labels::OWNER;
 use crate::provider::{
     BulkFiles, CreateRequest, ErrorKind, ExecOutput, ExecRequest, Files, Hibernation, Provider,

@@ -28,9 +28,7 @@ use super::volumes::seam_volume_name;
 use super::wire::{Event, Machine};
 use super::{BOOKKEEPING_PREFIX, DISK_KEY, FIRST_STARTED_KEY};
 use crate::provider::labels::TEMPLATE;
-use crate::provider::{
-    AppliedResources, PortMapping, SandboxDescriptor, SandboxState, StartedAt,
-};
+use crate::provider::{AppliedResources, PortMapping, SandboxDescriptor, SandboxState, StartedAt};
 
 /// The newest event (by timestamp: the API's order is not relied on).
 pub(crate) fn newest_event(machine: &Machine) -> Option<&Event> {
@@ -211,7 +209,10 @@ mod tests {
             json!({FIRST_STARTED_KEY: "2026-01-02T00:00:00Z"}),
         );
         let d = descriptor(&updated, "h").unwrap();
-        assert!(d.started_at.time().is_some(), "history truncated, record kept");
+        assert!(
+            d.started_at.time().is_some(),
+            "history truncated, record kept"
+        );
         assert_eq!(
             d.state,
             SandboxState::Stopped,

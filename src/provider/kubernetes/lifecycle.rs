@@ -62,8 +62,10 @@ impl KubernetesProvider {
     /// the annotation is what successors carry. One patch per Pod; a failed one is logged
     /// and tried again on the next describe.
     pub(super) async fn record_first_start(&self, pod: &Pod) {
-        let (Some(first), Some(name)) = (pod::first_start_to_record(pod), pod.metadata.name.as_deref())
-        else {
+        let (Some(first), Some(name)) = (
+            pod::first_start_to_record(pod),
+            pod.metadata.name.as_deref(),
+        ) else {
             return;
         };
         let patch = serde_json::json!({"metadata": {"annotations": {

@@ -171,11 +171,7 @@ pub fn descriptor(info: &SpriteInfo, answer: Answer) -> SandboxDescriptor {
         restart_policy: restart_policy(&labels),
         labels,
         created_at: info.created_at,
-        started_at: StartedAt::from_evidence(
-            state,
-            info.last_running_at,
-            answer == Answer::Record,
-        ),
+        started_at: StartedAt::from_evidence(state, info.last_running_at, answer == Answer::Record),
         exit_code: None,
         template_ref: None,
         image: None,
@@ -288,7 +284,11 @@ mod tests {
         assert_eq!(d.labels["bare"], "");
         assert_eq!(d.ports[0].host, "sbx-1.sprites.app");
         assert_eq!(d.ports[0].port, 443);
-        assert!(descriptor(&info("cold", true), Answer::Record).ports.is_empty());
+        assert!(
+            descriptor(&info("cold", true), Answer::Record)
+                .ports
+                .is_empty()
+        );
     }
 
     #[test]

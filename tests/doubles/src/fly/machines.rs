@@ -115,7 +115,11 @@ pub async fn list(
         return Ok(Json(all).into_response());
     };
     let rest: Vec<&&MachineRec> = selected.iter().filter(|m| m.id.as_str() > cursor).collect();
-    let page: Vec<Value> = rest.iter().take(limit).map(|m| listed(&shared, m)).collect();
+    let page: Vec<Value> = rest
+        .iter()
+        .take(limit)
+        .map(|m| listed(&shared, m))
+        .collect();
     let mut body = json!({ "machines": page });
     if rest.len() > limit {
         body["next_cursor"] = json!(rest[limit - 1].id);

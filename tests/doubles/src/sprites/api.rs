@@ -220,7 +220,12 @@ fn shape_history(state: &Shared, entry: &mut serde_json::Value) {
             .get(key)
             .and_then(|v| v.as_str())
             .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
-        if at.is_some_and(|t| !state.faults.history.listing_keeps(now - t.with_timezone(&chrono::Utc))) {
+        if at.is_some_and(|t| {
+            !state
+                .faults
+                .history
+                .listing_keeps(now - t.with_timezone(&chrono::Utc))
+        }) {
             fields.remove(key);
         }
     }
