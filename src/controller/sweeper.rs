@@ -18,9 +18,10 @@
 //!    deferred by the per-pass cap;
 //! 4. **prove, then act** (`prove`): right before each deletion the resource is described
 //!    again by itself (`describe`, `get_volume`, `get_template`) and judged again — a listing
-//!    may omit what a description shows, so if the two disagree, or the describe fails, it
-//!    is kept and its row says why — and its owner is read again directly by namespace/name
-//!    and compared by UID: it must still be gone, or, for never-started wreckage, must not
+//!    may omit what a description shows, so if the description does not make it deletable
+//!    too, or the describe fails, it is kept and its row says why — and its owner is read
+//!    again directly by namespace/name and compared by UID: it must still be gone, or, for
+//!    never-started wreckage, must not
 //!    name the resource as its current sandbox (`status.sandboxId`). A dry run proves too,
 //!    so it lists exactly what a real pass deletes. Then the provider deletes (its own
 //!    checks still apply: an attached volume or an in-use template is refused), and every
@@ -379,7 +380,7 @@ impl Sweeper {
             // `decide` never marks a resource without owner labels for deletion.
             return Action::Skipped("no owner labels".into());
         };
-        if let Err(why) = self.prove(handle, decision, category, owners, now).await {
+        if let Err(why) = self.prove(handle, decision, owners, now).await {
             self.metrics.sweep_deleted(category.as_str(), "skipped");
             tracing::info!(resource = %decision.candidate.id, why, "sweeper: not deleting");
             return Action::Skipped(why);
@@ -393,14 +394,13 @@ impl Sweeper {
     }
 
     /// Right before a deletion: the candidate described again by itself must still be
-    /// judged the same way (a listing may omit what a description shows), and its owner,
+    /// judged deletable (a listing may omit what a description shows), and its owner,
     /// read directly, must still be gone — or, for wreckage, must not name it as its
     /// current sandbox. `Err` says why it is kept.
     async fn prove(
         &self,
         handle: &ProviderHandle,
         decision: &Decision,
-        category: Category,
         owners: &OwnerFacts,
         now: DateTime<Utc>,
     ) -> Result<(), String> {
@@ -410,13 +410,16 @@ impl Sweeper {
             Ok(None) => return Err("gone when described again before deleting".into()),
             Err(e) => return Err(format!("could not be described again before deleting: {e}")),
         };
+        // The category may change (a listing that could not tell whether a sandbox ran
+        // makes it an orphan, its description wreckage): what must hold is that it is still
+        // to be deleted, and what its own description makes it is what is checked next.
         let again = decide::decision_of(&fresh, owners, now, &self.policy());
-        if again.verdict != Verdict::Delete(category) {
+        let Verdict::Delete(category) = again.verdict else {
             return Err(format!(
                 "described again before deleting, it disagrees with the listing: {}",
                 again.why
             ));
-        }
+        };
         let Some(key) = decision.owner.as_ref().and_then(OwnerKey::of) else {
             return Err("its owner kind cannot be looked up".into());
         };
