@@ -190,6 +190,7 @@ conformance_suite!(@each fixture;
     bulk::capability_bulk_files,
     egress::capability_egress,
     events::capability_events,
+    sweep::sweep_never_deletes_a_started_sandbox_of_a_live_owner,
 );
 
 /// Runs an E2B-specific check like the suite runs its own.
