@@ -21,12 +21,11 @@
 //!    may omit what a description shows, so if the description does not make it deletable
 //!    too, or the describe fails, it is kept and its row says why — and its owner is read
 //!    again directly by namespace/name and compared by UID: it must still be gone, or, for
-//!    never-started wreckage, must not
-//!    name the resource as its current sandbox (`status.sandboxId`). A dry run proves too,
-//!    so it lists exactly what a real pass deletes. Then the provider deletes (its own
-//!    checks still apply: an attached volume or an in-use template is refused), and every
-//!    deletion is an Event (on the owner, which the labels name even when it is gone) and a
-//!    metric by category and outcome.
+//!    never-started wreckage, must not name the resource as its current sandbox
+//!    (`status.sandboxId`). A dry run proves too, so it lists exactly what a real pass
+//!    deletes. Then the provider deletes (its own checks still apply: an attached volume or
+//!    an in-use template is refused), and every deletion is an Event (on the owner, which
+//!    the labels name even when it is gone) and a metric by category and outcome.
 //!
 //! A failure in step 1 or 2 aborts the pass before anything is deleted: it is logged,
 //! counted in `sandbox_operator_sweep_aborted_total{reason}`, and reported. A pass never
