@@ -56,10 +56,10 @@ impl Broken {
     }
 
     fn lie_about_start(&self, mut d: SandboxDescriptor) -> SandboxDescriptor {
-        if self.is(Breakage::StartedAtFromCreatedAt) {
-            if let (StartedAt::Never, Some(created)) = (d.started_at, d.created_at) {
-                d.started_at = StartedAt::At(created);
-            }
+        if self.is(Breakage::StartedAtFromCreatedAt)
+            && let (StartedAt::Never, Some(created)) = (d.started_at, d.created_at)
+        {
+            d.started_at = StartedAt::At(created);
         }
         d
     }

@@ -404,11 +404,23 @@ impl Sweeper {
         now: DateTime<Utc>,
     ) -> Result<(), String> {
         let listed = &decision.candidate;
-        let fresh = match observe::reread(handle, listed).await {
+        let mut fresh = match observe::reread(handle, listed).await {
             Ok(Some(fresh)) => fresh,
             Ok(None) => return Err("gone when described again before deleting".into()),
             Err(e) => return Err(format!("could not be described again before deleting: {e}")),
         };
+        // A listing may round creation times to whole seconds where a description does not:
+        // within that, the age the plan was decided on stands; beyond it, this is another
+        // resource under the same id.
+        match (listed.created_at, fresh.created_at) {
+            (Some(was), Some(is)) if (was - is).num_seconds().abs() > 1 => {
+                return Err(format!(
+                    "described again before deleting, it was created at {is}, not at {was} as \
+                     listed: another resource under the same id"
+                ));
+            }
+            (was, is) => fresh.created_at = was.or(is),
+        }
         // The category may change (a listing that could not tell whether a sandbox ran
         // makes it an orphan, its description wreckage): what must hold is that it is still
         // to be deleted, and what its own description makes it is what is checked next.
