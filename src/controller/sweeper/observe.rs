@@ -106,36 +106,22 @@ pub fn template_candidate(t: Template) -> Candidate {
     }
 }
 
-/// One candidate read again by itself — `describe`, `get_volume` or `get_template` by its id
-/// — right before it is deleted: `None` when the provider no longer holds it. A listing may
-/// omit what a description carries (history, attachment), so nothing found through a
-/// listing is deleted on the listing's word alone.
+/// One candidate read again by itself right before it is deleted: for a sandbox, its
+/// `describe` (`None` when the provider no longer holds it), because a listing may omit
+/// what a description carries (history). A volume or a template is returned as listed:
+/// `get_volume`/`get_template` may report attachment or use as unknown where the listing
+/// knew it, and their removal checks attachment and use by itself and refuses (rule 5).
 pub async fn reread(
     handle: &ProviderHandle,
     candidate: &Candidate,
 ) -> ProviderResult<Option<Candidate>> {
-    let id = candidate.id.as_str();
-    let provider = &handle.provider;
-    Ok(match candidate.kind() {
-        ResourceKind::Sandbox => handle
-            .call("describe", provider.describe(id))
+    match candidate.kind() {
+        ResourceKind::Sandbox => Ok(handle
+            .call("describe", handle.provider.describe(&candidate.id))
             .await?
-            .map(sandbox_candidate),
-        ResourceKind::Volume => match provider.volumes() {
-            Some(volumes) => handle
-                .call("get_volume", volumes.get_volume(id))
-                .await?
-                .map(volume_candidate),
-            None => return Err(absent_capability(handle, "volumes")),
-        },
-        ResourceKind::Template => match provider.templates() {
-            Some(templates) => handle
-                .call("get_template", templates.get_template(id))
-                .await?
-                .map(template_candidate),
-            None => return Err(absent_capability(handle, "templates")),
-        },
-    })
+            .map(sandbox_candidate)),
+        ResourceKind::Volume | ResourceKind::Template => Ok(Some(candidate.clone())),
+    }
 }
 
 /// The error of a capability a provider does not have.
