@@ -16,10 +16,10 @@
 //! 3. **decide** ([`decide::decide`], pure and table-tested): which resources are orphans,
 //!    wreckage, reclaimable volumes or templates, which are kept and why, and which are
 //!    deferred by the per-pass cap;
-//! 4. **prove, then act** (`prove`): right before each deletion the resource is described
-//!    again by itself (a sandbox by `describe`; see [`observe::reread`]) and judged again — a listing
-//!    may omit what a description shows, so if the description does not make it deletable
-//!    too, or the describe fails, it is kept and its row says why — and its owner is read
+//! 4. **prove, then act** (`prove`): right before each deletion a sandbox is described
+//!    again by itself ([`observe::reread`]) and judged again — a listing may omit what a
+//!    description shows, so if the description does not make it deletable too, or the
+//!    describe fails, it is kept and its row says why — and its owner is read
 //!    again directly by namespace/name and compared by UID: it must still be gone, or, for
 //!    never-started wreckage, must not name the resource as its current sandbox
 //!    (`status.sandboxId`). A dry run proves too, so it lists exactly what a real pass
