@@ -14,7 +14,7 @@ use sandbox_operator::provider::{
     BulkFiles, Capacity, CapacityProbe, CreateRequest, DirEntry, Egress, EgressState,
     EgressVerdict, ExecOutput, ExecRequest, Files, Hibernation, HibernationOutcome, Provider,
     ProviderError, ProviderEvents, ProviderResult, SandboxDescriptor, SandboxQuery, SetResources,
-    Templates, VolumeInfo, VolumeQuery, Volumes,
+    StartedAt, Templates, VolumeInfo, VolumeQuery, Volumes,
 };
 
 use conformance::{Check, Fixture};
@@ -56,8 +56,10 @@ impl Broken {
     }
 
     fn lie_about_start(&self, mut d: SandboxDescriptor) -> SandboxDescriptor {
-        if self.is(Breakage::StartedAtFromCreatedAt) {
-            d.started_at = d.started_at.or(d.created_at);
+        if self.is(Breakage::StartedAtFromCreatedAt)
+            && let (StartedAt::Never, Some(created)) = (d.started_at, d.created_at)
+        {
+            d.started_at = StartedAt::At(created);
         }
         d
     }

@@ -114,6 +114,10 @@ async fn fixture() -> Result<Fixture, Skipped> {
         unreachable: Arc::new(unreachable),
         planter: Some(Arc::new(DoublePlanter(d.clone()))),
         faults: Some(Arc::new(DoubleFaults(d.clone()))),
+        history: Some(Arc::new({
+            let d = d.clone();
+            move |mode| d.faults().set_history(mode)
+        })),
         guard: Some(Box::new(d)),
         instance,
         base,
@@ -186,6 +190,7 @@ conformance_suite!(@each fixture;
     bulk::capability_bulk_files,
     egress::capability_egress,
     events::capability_events,
+    sweep::sweep_never_deletes_a_started_sandbox_of_a_live_owner,
 );
 
 /// Runs an E2B-specific check like the suite runs its own.
@@ -208,7 +213,7 @@ async fn e2b_rule_06_every_sandbox_has_started_and_keeps_its_start_time() {
         let request = fx.request();
         let created = create(fx, &request).await?;
         ensure!(
-            created.state == SandboxState::Running && created.started_at.is_some(),
+            created.state == SandboxState::Running && created.started_at.time().is_some(),
             "E2B runs a sandbox from create on: {created:?}"
         );
         let found = fx
@@ -223,7 +228,7 @@ async fn e2b_rule_06_every_sandbox_has_started_and_keeps_its_start_time() {
         fx.provider.stop(&created.id).await.or_fail("stop")?;
         let stopped = describe(fx, &created.id).await?;
         ensure!(
-            stopped.state == SandboxState::Stopped && stopped.started_at.is_some(),
+            stopped.state == SandboxState::Stopped && stopped.started_at.time().is_some(),
             "a stopped sandbox is not never-started: {stopped:?}"
         );
         Ok(())
@@ -375,7 +380,7 @@ async fn e2b_find_sees_planted_sandboxes_and_keeps_foreign_ones_out() {
             "find by our instance: {found:?}"
         );
         ensure!(
-            found[0].started_at.is_some(),
+            found[0].started_at.has_run(),
             "E2B planted sandboxes run: {found:?}"
         );
         let d = describe(fx, &foreign_id).await?;

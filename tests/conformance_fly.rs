@@ -28,6 +28,49 @@ use sandbox_operator::secret::SecretSource;
 
 conformance_suite!(fixture);
 
+/// Issue 25's reproduction: a machine of a live Sandbox that ran, was stopped, put to sleep
+/// and woken (`started` → `stopped` → `started` → `suspended` → `started`), listed by a
+/// Machines API whose listing carries no `events`, must survive a sweep. (The sweeper
+/// once read "no start event in the listing" as "never started" and destroyed it as
+/// wreckage.) Its first start is not recorded in metadata either: nothing here describes it
+/// before the sweep, so only the listing's state can tell that it ran.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_that_ran_listed_without_events_survives_a_sweep() {
+    use conformance::support::{OrFail, describe, running_from};
+    use sandbox_doubles::History;
+    use sandbox_operator::provider::SandboxState;
+
+    let Some(fx) = conformance::setup(fixture().await) else {
+        return;
+    };
+    let result = async {
+        let owner = fx.owner("Sandbox");
+        let mut request = fx.request();
+        request.name = format!("sbx-{}", owner.uid);
+        request.owner = owner.clone();
+        let id = running_from(&fx, &request).await?;
+        fx.provider.stop(&id).await.or_fail("stop")?;
+        fx.provider.start(&id).await.or_fail("start")?;
+        fx.provider.sleep(&id).await.or_fail("sleep")?;
+        fx.provider.wake(&id).await.or_fail("wake")?;
+        if let Some(set) = &fx.history {
+            set(History::OmittedFromListings);
+        }
+        let live = conformance::sweep::FixedOwners::live(&[&owner]);
+        let report = conformance::sweep::sweep(&fx, live).await;
+        let table = report.render_table();
+        println!("sweep of a Fly app listed without events:\n{table}");
+        let after = describe(&fx, &id).await?;
+        ensure!(
+            after.state == SandboxState::Running,
+            "the live sandbox's machine must survive the sweep:\n{table}"
+        );
+        Ok(())
+    }
+    .await;
+    conformance::finish(fx, result).await;
+}
+
 /// What the Fly provider offers: hibernation, volumes, set_resources, files, bulk files and
 /// drift events; no templates (the templates service does them over exec), no capacity, no
 /// egress observation. `command` and whole-CPU/256 MB-step memory ceilings are enforced; a
@@ -126,6 +169,10 @@ async fn fixture() -> Result<Fixture, Skipped> {
         base: idle_request(&instance, base_image()),
         planter: Some(Arc::new(Planter::of(&double))),
         faults: Some(Arc::new(DoubleFaults(double.faults().clone()))),
+        history: Some(Arc::new({
+            let faults = double.faults().clone();
+            move |mode| faults.set_history(mode)
+        })),
         guard: Some(Box::new((double, token))),
         instance,
         expect: expect(),
@@ -245,6 +292,7 @@ mod live {
             instance,
             expect: expect(),
             patience: Duration::from_secs(120),
+            history: None,
         })
     }
 
@@ -264,8 +312,8 @@ mod specific {
     use sandbox_operator::provider::labels::{MANAGED_BY, OWNER_UID, Owner};
     use sandbox_operator::provider::{
         CreateRequest, ErrorKind, ExecOutput, ExecRequest, IdleAction, PortRequest, Provider,
-        ProviderResult, Resources, RestartPolicy, SandboxQuery, SandboxState, VolumeMount,
-        VolumeQuery,
+        ProviderResult, Resources, RestartPolicy, SandboxQuery, SandboxState, StartedAt,
+        VolumeMount, VolumeQuery,
     };
     use sandbox_operator::secret::SecretSource;
 
@@ -423,7 +471,11 @@ mod specific {
         let created = w.provider.create(&request).await.unwrap();
         assert_ne!(created.id, request.name, "the id is Fly's, not our name");
         assert_eq!(created.state, SandboxState::Creating);
-        assert_eq!(created.started_at, None, "never started (rule 6)");
+        assert_eq!(
+            created.started_at,
+            StartedAt::Never,
+            "never started (rule 6)"
+        );
         assert_eq!(created.labels.get(OWNER_UID), Some(&request.owner.uid));
         assert_eq!(created.labels.get("team").map(String::as_str), Some("a"));
         assert_eq!(created.env.get("GREETING").map(String::as_str), Some("hi"));
@@ -450,11 +502,15 @@ mod specific {
         w.provider.start(&created.id).await.unwrap();
         let running = w.provider.describe(&created.id).await.unwrap().unwrap();
         assert_eq!(running.state, SandboxState::Running);
-        let started = running.started_at.expect("started");
+        let started = running.started_at.time().expect("started");
         w.provider.stop(&created.id).await.unwrap();
         let stopped = w.provider.describe(&created.id).await.unwrap().unwrap();
         assert_eq!(stopped.state, SandboxState::Stopped);
-        assert_eq!(stopped.started_at, Some(started), "first start is kept");
+        assert_eq!(
+            stopped.started_at,
+            StartedAt::At(started),
+            "first start is kept"
+        );
         w.provider.stop(&created.id).await.unwrap();
         w.double.shutdown().await;
     }
@@ -843,7 +899,7 @@ mod specific {
         assert_eq!(limit.stdout, format!("{}\n", 512u64 << 20).into_bytes());
         let d = w.provider.describe(&id).await.unwrap().unwrap();
         assert_eq!(d.state, SandboxState::Running, "rebooted and running again");
-        assert!(d.started_at.is_some());
+        assert!(d.started_at.time().is_some());
         let pids = Resources {
             pids: Some(10),
             ..Default::default()

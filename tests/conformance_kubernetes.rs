@@ -84,6 +84,7 @@ async fn fixture() -> Result<Fixture, Skipped> {
         base,
         expect: expect(),
         patience: Duration::from_secs(60),
+        history: None,
     })
 }
 

@@ -98,6 +98,14 @@ async fn fixture() -> Result<Fixture, Skipped> {
         unreachable: Arc::new(unreachable),
         planter: Some(double.clone()),
         faults: Some(double.clone()),
+        history: Some(Arc::new({
+            let guard = double.clone();
+            move |mode| {
+                if let Some(d) = &guard.0 {
+                    d.faults().set_history(mode);
+                }
+            }
+        })),
         guard: Some(Box::new(double)),
         instance,
         base,
@@ -442,7 +450,10 @@ mod sprites_specific {
         double(&fx).park(&id, Park::Cold).await.expect("cold");
         let d = p.describe(&id).await.expect("describe").expect("there");
         assert_eq!(d.state, SandboxState::Stopped);
-        assert!(d.started_at.is_some(), "a cold sprite has run before");
+        assert!(
+            d.started_at.time().is_some(),
+            "a cold sprite has run before"
+        );
         p.wake(&id).await.expect("wake");
         let out = p
             .exec(&id, &ExecRequest::shell(&alive, Duration::from_secs(10)))

@@ -464,7 +464,7 @@ async fn never_started_pods_are_wreckage_and_swept_even_with_a_live_owner() {
             let mut by_name = BTreeMap::new();
             for id in [&never, &missing, &started] {
                 let d = provider.describe(id).await.map_err(|e| e.to_string())?;
-                by_name.insert(id.clone(), d.and_then(|d| d.started_at).is_some());
+                by_name.insert(id.clone(), d.is_some_and(|d| d.started_at.has_run()));
             }
             let want = BTreeMap::from([
                 (never.clone(), false),

@@ -492,8 +492,9 @@ fn row<'a>(
 }
 
 /// A pass enumerates with one container list call (no inspect per container, however many
-/// there are), and still tells wreckage from what once ran: counted through a proxy in front
-/// of the engine.
+/// there are), still tells wreckage from what once ran, and describes each candidate it
+/// would delete once, right before (never the ones it keeps): counted through a proxy in
+/// front of the engine.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pass_enumerates_with_list_calls_only() {
     let mut w = World::new("sweep-list").await;
@@ -535,13 +536,15 @@ async fn a_pass_enumerates_with_list_calls_only() {
     let inspects = proxy.count(|k| k == "GET /containers/{id}/json");
     let lists = proxy.count(|k| k == "GET /containers/json");
     // One container listing serves the sandboxes, the volumes' holders and the templates'
-    // users (the Docker provider's `inventory`).
+    // users (the Docker provider's `inventory`); each of the four reclaimable sandboxes is
+    // then described by itself before the (dry-run) deletion.
     assert_eq!(
         (lists, inspects),
-        (1, 0),
-        "one container list call per pass, no inspect: {:#?}",
+        (1, 4),
+        "one container list call per pass, one inspect per deletion: {:#?}",
         proxy.counts()
     );
+    assert_eq!(report.reclaimed().len(), 4, "{table}");
     for r in &never_ran {
         assert!(row(&report, r).why.contains("never started"), "{table}");
     }

@@ -10,16 +10,22 @@
 //!    `find`, `list_volumes` and `list_templates`; Docker lists its containers once for all
 //!    three) of resources labelled `sandboxes.dev/managed-by=<this instance>` — anything
 //!    without that label (another instance's, unlabelled, foreign) is never even a candidate;
-//! 2. **read the owners** ([`observe::owner_facts`]): one paginated metadata list per kind
-//!    and namespace, straight from the API server (the sweeper has no cache);
+//! 2. **read the owners** ([`owners::OwnerSource`]; in the operator [`observe::owner_facts`]):
+//!    one paginated metadata list per kind and namespace, straight from the API server (the
+//!    sweeper has no cache);
 //! 3. **decide** ([`decide::decide`], pure and table-tested): which resources are orphans,
 //!    wreckage, reclaimable volumes or templates, which are kept and why, and which are
 //!    deferred by the per-pass cap;
-//! 4. **act**: right before each deletion that depends on the owner being gone, the owner is
-//!    read again directly by namespace/name and compared by UID; then the provider deletes
-//!    (its own checks still apply: an attached volume or an in-use template is refused), and
-//!    every deletion is an Event (on the owner, which the labels name even when it is gone)
-//!    and a metric by category and outcome.
+//! 4. **prove, then act** (`prove`): right before each deletion a sandbox is described
+//!    again by itself ([`observe::reread`]) and judged again — a listing may omit what a
+//!    description shows, so if the description does not make it deletable too, or the
+//!    describe fails, it is kept and its row says why — and its owner is read
+//!    again directly by namespace/name and compared by UID: it must still be gone, or, for
+//!    never-started wreckage, must not name the resource as its current sandbox
+//!    (`status.sandboxId`). A dry run proves too, so it lists exactly what a real pass
+//!    deletes. Then the provider deletes (its own checks still apply: an attached volume or
+//!    an in-use template is refused), and every deletion is an Event (on the owner, which
+//!    the labels name even when it is gone) and a metric by category and outcome.
 //!
 //! A failure in step 1 or 2 aborts the pass before anything is deleted: it is logged,
 //! counted in `sandbox_operator_sweep_aborted_total{reason}`, and reported. A pass never
@@ -36,9 +42,11 @@
 pub mod cli;
 pub mod decide;
 pub mod observe;
+pub mod owners;
 pub mod report;
 
 use std::pin::pin;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -49,7 +57,11 @@ use kube::runtime::events::{Event, EventType, Reporter};
 use super::recorder::Recorder;
 use kube::{Client, Resource};
 
-use self::decide::{Category, Decision, Keep, OwnerKey, OwnerKind, Policy, ResourceKind, Verdict};
+use self::decide::{
+    Candidate, Category, Decision, Keep, OwnerFacts, OwnerKey, OwnerKind, Plan, Policy,
+    ResourceKind, Verdict,
+};
+use self::owners::{ApiServerOwners, OwnerSource};
 use self::report::{Action, Outcome, PassReport, Row};
 use crate::api::Sandbox;
 use crate::config::SweeperConfig;
@@ -112,8 +124,10 @@ pub const ABORT_REASONS: &[&str] = &["enumeration_failed", "owner_lookup_failed"
 /// Runs sweep passes for one operator instance.
 #[derive(Clone)]
 pub struct Sweeper {
-    client: Client,
-    recorder: Recorder,
+    owners: Arc<dyn OwnerSource>,
+    /// Where deletions are told as Events; `None` for a sweeper without an API server,
+    /// which logs them instead.
+    recorder: Option<Recorder>,
     metrics: Metrics,
     instance: String,
     grace: Duration,
@@ -138,8 +152,8 @@ impl Sweeper {
             .filter(|ns| !ns.is_empty())
             .unwrap_or_else(|| "default".into());
         Sweeper {
-            client,
-            recorder,
+            owners: Arc::new(ApiServerOwners::new(client)),
+            recorder: Some(recorder),
             metrics,
             instance: instance.to_string(),
             grace: config.grace(),
@@ -152,6 +166,27 @@ impl Sweeper {
                 name: Some(crate::leader::lease_name(instance)),
                 ..ObjectReference::default()
             },
+        }
+    }
+
+    /// A sweeper that learns about owners from `owners` and has no API server to publish
+    /// Events on (each deletion's Event is logged instead): for running a whole pass
+    /// against a provider by itself, as the conformance suite does.
+    pub fn with_owner_source(
+        owners: Arc<dyn OwnerSource>,
+        metrics: Metrics,
+        instance: &str,
+        config: &SweeperConfig,
+    ) -> Self {
+        Sweeper {
+            owners,
+            recorder: None,
+            metrics,
+            instance: instance.to_string(),
+            grace: config.grace(),
+            dry_run: config.dry_run,
+            max_deletions: config.max_deletions_per_pass,
+            fallback: ObjectReference::default(),
         }
     }
 
@@ -197,69 +232,122 @@ impl Sweeper {
     /// for the steps).
     pub async fn pass_at(&self, handle: &ProviderHandle, now: DateTime<Utc>) -> PassReport {
         let started = Instant::now();
-        let provider = handle.name().to_string();
-        let picture = async {
-            let candidates = observe::enumerate(handle, &self.instance).await?;
-            let owners = observe::owner_facts(&self.client, &candidates, &self.instance).await?;
-            Ok::<_, SweepError>((candidates, owners))
-        }
-        .await;
-        let (candidates, owners) = match picture {
+        let (candidates, owners) = match self.picture(handle).await {
             Ok(picture) => picture,
-            Err(err) => {
-                tracing::error!(provider, error = %err, "sweep pass aborted before deleting anything");
-                self.metrics.sweep_aborted(err.metric_reason());
-                return PassReport::aborted(
-                    &provider,
-                    &self.instance,
-                    self.dry_run,
-                    err.to_string(),
-                    started.elapsed(),
-                );
-            }
+            Err(err) => return self.aborted(handle, &err, started),
         };
-
         let plan = decide::decide(&candidates, &owners, now, &self.policy());
         for category in Category::ALL {
             self.metrics
                 .sweep_candidates(category.as_str(), plan.eligible(category));
         }
-        let mut enumerated = [0usize; 3];
-        for candidate in &candidates {
-            enumerated[kind_index(candidate.kind())] += 1;
-        }
+        let actions = self.act(handle, &plan, &owners, now).await;
+        let report = self.report(handle.name(), &candidates, &plan, actions, started);
+        tracing::info!(provider = %report.provider, "{}", report.summary());
+        report
+    }
 
-        // Deletions run a few at a time (each still confirmed and recorded on its own);
-        // results come back in plan order, so the report reads oldest first.
-        // (The futures are built first and only then streamed: a closure inside the stream
-        // would make the whole pass future too generic for `tokio::spawn`.)
+    /// Steps 1 and 2: the provider's picture, then the owners of what it holds.
+    async fn picture(
+        &self,
+        handle: &ProviderHandle,
+    ) -> Result<(Vec<Candidate>, OwnerFacts), SweepError> {
+        let candidates = observe::enumerate(handle, &self.instance).await?;
+        let owners = self.owners.facts(&candidates, &self.instance).await?;
+        Ok((candidates, owners))
+    }
+
+    /// The report of a pass whose picture could not be built: nothing was deleted.
+    fn aborted(&self, handle: &ProviderHandle, err: &SweepError, started: Instant) -> PassReport {
+        let provider = handle.name();
+        tracing::error!(provider, error = %err, "sweep pass aborted before deleting anything");
+        self.metrics.sweep_aborted(err.metric_reason());
+        PassReport::aborted(
+            provider,
+            &self.instance,
+            self.dry_run,
+            err.to_string(),
+            started.elapsed(),
+        )
+    }
+
+    /// Step 4: every deletion of the plan, a few at a time (each still proven and recorded
+    /// on its own); the actions come back in plan order, so the report reads oldest first.
+    /// (The futures are built first and only then streamed: a closure inside the stream
+    /// would make the whole pass future too generic for `tokio::spawn`.)
+    async fn act(
+        &self,
+        handle: &ProviderHandle,
+        plan: &Plan,
+        owners: &OwnerFacts,
+        now: DateTime<Utc>,
+    ) -> Vec<Action> {
         let jobs: Vec<_> = plan
             .deletions()
             .filter_map(|decision| match decision.verdict {
-                Verdict::Delete(category) => Some(self.reclaim(handle, decision, category)),
+                Verdict::Delete(category) => {
+                    Some(self.reclaim(handle, decision, category, owners, now))
+                }
                 _ => None,
             })
             .collect();
-        let deleted: Vec<Action> = stream::iter(jobs)
+        stream::iter(jobs)
             .buffered(DELETE_CONCURRENCY)
             .collect()
-            .await;
-        let mut deleted = deleted.into_iter();
+            .await
+    }
+
+    /// The pass's report: one row per decision worth a look, the quiet ones counted.
+    fn report(
+        &self,
+        provider: &str,
+        candidates: &[Candidate],
+        plan: &Plan,
+        actions: Vec<Action>,
+        started: Instant,
+    ) -> PassReport {
+        let mut enumerated = [0usize; 3];
+        for candidate in candidates {
+            enumerated[kind_index(candidate.kind())] += 1;
+        }
+        let (rows, owner_alive) = self.rows(plan, actions);
+        let deferred = plan.deferred();
+        let outcome = if deferred > 0 {
+            self.metrics.sweep_aborted("deletion_cap");
+            Outcome::CapReached { deferred }
+        } else {
+            self.metrics.sweep_completed();
+            Outcome::Completed
+        };
+        PassReport {
+            provider: provider.to_string(),
+            instance: self.instance.clone(),
+            dry_run: self.dry_run,
+            outcome,
+            rows,
+            enumerated,
+            owner_alive,
+            elapsed: started.elapsed(),
+        }
+    }
+
+    /// The table rows of `plan` with the actions taken on its deletions (in plan order),
+    /// and how many resources were kept quietly because their owner lives.
+    fn rows(&self, plan: &Plan, actions: Vec<Action>) -> (Vec<Row>, usize) {
+        let mut actions = actions.into_iter();
         let mut rows = Vec::new();
         let mut owner_alive = 0;
         for decision in &plan.decisions {
             let (category, action) = match &decision.verdict {
                 Verdict::Delete(category) => {
-                    (Some(*category), deleted.next().unwrap_or(Action::Kept))
+                    (Some(*category), actions.next().unwrap_or(Action::Kept))
                 }
                 Verdict::Deferred(category) => {
                     self.metrics.sweep_deleted(category.as_str(), "deferred");
                     (Some(*category), Action::Deferred)
                 }
                 Verdict::Keep(keep) if keep.is_quiet() => {
-                    if *keep == Keep::OwnerLive {
-                        owner_alive += 1;
-                    }
+                    owner_alive += usize::from(*keep == Keep::OwnerLive);
                     continue;
                 }
                 Verdict::Keep(_) => (None, Action::Kept),
@@ -274,90 +362,107 @@ impl Sweeper {
                 action,
             });
         }
-
-        let deferred = plan.deferred();
-        let outcome = if deferred > 0 {
-            self.metrics.sweep_aborted("deletion_cap");
-            Outcome::CapReached { deferred }
-        } else {
-            self.metrics.sweep_completed();
-            Outcome::Completed
-        };
-        let report = PassReport {
-            provider,
-            instance: self.instance.clone(),
-            dry_run: self.dry_run,
-            outcome,
-            rows,
-            enumerated,
-            owner_alive,
-            elapsed: started.elapsed(),
-        };
-        tracing::info!(provider = %report.provider, "{}", report.summary());
-        report
+        (rows, owner_alive)
     }
 
-    /// Confirms (when the category depends on the owner being gone) and deletes one
-    /// resource, with its Event and metric.
+    /// Proves, then deletes one resource, with its Event and metric. Both a dry run and a
+    /// real pass prove first, so a dry run lists exactly what a real pass deletes.
     async fn reclaim(
         &self,
         handle: &ProviderHandle,
         decision: &Decision,
         category: Category,
+        owners: &OwnerFacts,
+        now: DateTime<Utc>,
     ) -> Action {
-        let candidate = &decision.candidate;
         let Some(owner) = decision.owner.as_ref() else {
             // `decide` never marks a resource without owner labels for deletion.
             return Action::Skipped("no owner labels".into());
         };
-        if category.needs_owner_gone() {
-            let skip = |why: String| {
-                self.metrics.sweep_deleted(category.as_str(), "skipped");
-                tracing::info!(resource = %candidate.id, why, "sweeper: not deleting");
-                Action::Skipped(why)
-            };
-            let Some(key) = OwnerKey::of(owner) else {
-                return skip(format!("owner kind {} cannot be looked up", owner.kind));
-            };
-            match observe::read_owner(&self.client, &key).await {
-                Ok(Some(uid)) if uid == owner.uid => {
-                    return skip(format!("{key} exists (direct read before deleting)"));
-                }
-                Ok(_) => {}
-                Err(e) => return skip(format!("{key} could not be confirmed gone: {e}")),
-            }
+        if let Err(why) = self.prove(handle, decision, owners, now).await {
+            self.metrics.sweep_deleted(category.as_str(), "skipped");
+            tracing::info!(resource = %decision.candidate.id, why, "sweeper: not deleting");
+            return Action::Skipped(why);
         }
         if self.dry_run {
             self.metrics.sweep_deleted(category.as_str(), "dry_run");
             return Action::WouldDelete;
         }
+        let result = delete(handle, &decision.candidate).await;
+        self.record(handle, decision, category, owner, result).await
+    }
 
-        let id = candidate.id.as_str();
-        let result = match candidate.kind() {
-            ResourceKind::Sandbox => handle.call("destroy", handle.provider.destroy(id)).await,
-            ResourceKind::Volume => match handle.provider.volumes() {
-                Some(volumes) => {
-                    handle
-                        .call("remove_volume", volumes.remove_volume(id))
-                        .await
-                }
-                None => Err(ProviderError::unsupported(format!(
-                    "provider {} has no volumes",
-                    handle.name()
-                ))),
-            },
-            ResourceKind::Template => match handle.provider.templates() {
-                Some(templates) => {
-                    handle
-                        .call("remove_template", templates.remove_template(id))
-                        .await
-                }
-                None => Err(ProviderError::unsupported(format!(
-                    "provider {} has no templates",
-                    handle.name()
-                ))),
-            },
+    /// Right before a deletion: the candidate described again by itself must still be
+    /// judged deletable (a listing may omit what a description shows), and its owner,
+    /// read directly, must still be gone — or, for wreckage, must not name it as its
+    /// current sandbox. `Err` says why it is kept.
+    async fn prove(
+        &self,
+        handle: &ProviderHandle,
+        decision: &Decision,
+        owners: &OwnerFacts,
+        now: DateTime<Utc>,
+    ) -> Result<(), String> {
+        let listed = &decision.candidate;
+        let mut fresh = match observe::reread(handle, listed).await {
+            Ok(Some(fresh)) => fresh,
+            Ok(None) => return Err("gone when described again before deleting".into()),
+            Err(e) => return Err(format!("could not be described again before deleting: {e}")),
         };
+        // A listing may round creation times to whole seconds where a description does not:
+        // within that, the age the plan was decided on stands; beyond it, this is another
+        // resource under the same id.
+        match (listed.created_at, fresh.created_at) {
+            (Some(was), Some(is)) if (was - is).num_seconds().abs() > 1 => {
+                return Err(format!(
+                    "described again before deleting, it was created at {is}, not at {was} as \
+                     listed: another resource under the same id"
+                ));
+            }
+            (was, is) => fresh.created_at = was.or(is),
+        }
+        // The category may change (a listing that could not tell whether a sandbox ran
+        // makes it an orphan, its description wreckage): what must hold is that it is still
+        // to be deleted, and what its own description makes it is what is checked next.
+        let again = decide::decision_of(&fresh, owners, now, &self.policy());
+        let Verdict::Delete(category) = again.verdict else {
+            return Err(format!(
+                "described again before deleting, it disagrees with the listing: {}",
+                again.why
+            ));
+        };
+        let Some(key) = decision.owner.as_ref().and_then(OwnerKey::of) else {
+            return Err("its owner kind cannot be looked up".into());
+        };
+        let owner_uid = decision.owner.as_ref().map(|o| o.uid.as_str());
+        match self.owners.read(&key).await {
+            Err(e) => Err(format!("{key} could not be read before deleting: {e}")),
+            Ok(Some(read)) if Some(read.uid.as_str()) == owner_uid => {
+                if category.needs_owner_gone() {
+                    Err(format!("{key} exists (direct read before deleting)"))
+                } else if read.current_sandbox.as_deref() == Some(listed.id.as_str()) {
+                    Err(format!(
+                        "{key} names it as its current sandbox (status.sandboxId)"
+                    ))
+                } else {
+                    Ok(())
+                }
+            }
+            Ok(_) => Ok(()),
+        }
+    }
+
+    /// The metric, log line and Event of one deletion's result.
+    async fn record(
+        &self,
+        handle: &ProviderHandle,
+        decision: &Decision,
+        category: Category,
+        owner: &Owner,
+        result: Result<(), ProviderError>,
+    ) -> Action {
+        let candidate = &decision.candidate;
+        let id = candidate.id.as_str();
         let age = decision
             .age
             .map_or_else(|| "unknown".into(), report::human_age);
@@ -418,9 +523,13 @@ impl Sweeper {
             action: "Sweep".into(),
             secondary: None,
         };
+        let Some(recorder) = &self.recorder else {
+            tracing::info!(reason, owner = %owner_text(owner), "{note}");
+            return;
+        };
         let first = tokio::time::timeout(
             observe::KUBE_TIMEOUT,
-            self.recorder.publish(&event(note.clone()), &regarding),
+            recorder.publish(&event(note.clone()), &regarding),
         )
         .await;
         let err = match first {
@@ -434,7 +543,7 @@ impl Sweeper {
         );
         match tokio::time::timeout(
             observe::KUBE_TIMEOUT,
-            self.recorder.publish(&event(note), &self.fallback),
+            recorder.publish(&event(note), &self.fallback),
         )
         .await
         {
@@ -481,6 +590,30 @@ pub async fn run_periodic(
         wait = crate::jitter::random(config.interval());
     }
     tracing::info!("sweeper stopped");
+}
+
+/// Deletes one resource by its kind's call.
+async fn delete(handle: &ProviderHandle, candidate: &Candidate) -> Result<(), ProviderError> {
+    let id = candidate.id.as_str();
+    match candidate.kind() {
+        ResourceKind::Sandbox => handle.call("destroy", handle.provider.destroy(id)).await,
+        ResourceKind::Volume => match handle.provider.volumes() {
+            Some(volumes) => {
+                handle
+                    .call("remove_volume", volumes.remove_volume(id))
+                    .await
+            }
+            None => Err(observe::absent_capability(handle, "volumes")),
+        },
+        ResourceKind::Template => match handle.provider.templates() {
+            Some(templates) => {
+                handle
+                    .call("remove_template", templates.remove_template(id))
+                    .await
+            }
+            None => Err(observe::absent_capability(handle, "templates")),
+        },
+    }
 }
 
 fn kind_index(kind: ResourceKind) -> usize {

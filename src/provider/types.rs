@@ -226,6 +226,62 @@ pub enum SandboxState {
     Stopped,
 }
 
+/// Whether a sandbox has ever run, as the provider can prove it (contract rule 6).
+///
+/// Three values, not an `Option`, because "no start time" means two very different things:
+/// the provider *knows* the sandbox never ran (wreckage of an interrupted create, which the
+/// sweeper reclaims), or the provider's answer simply did not say (a listing that omits
+/// history, history the service has already dropped). Confusing the two once destroyed a
+/// live sandbox whose listing carried no start events, so the second is a value of its own
+/// that reads as "has run" wherever a decision depends on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartedAt {
+    /// The provider knows it never ran: nothing in a complete record says it started, and its
+    /// state is one a sandbox that never ran is in. Only a provider that can prove this may
+    /// report it.
+    Never,
+    /// It has run; first started at (or, where the provider only knows a later start, no
+    /// earlier than) this time.
+    At(DateTime<Utc>),
+    /// It may have run and the provider cannot tell when, or whether: treated as "has run".
+    Unknown,
+}
+
+impl StartedAt {
+    /// The start time, when known: for call sites that only display it.
+    pub fn time(&self) -> Option<DateTime<Utc>> {
+        match self {
+            StartedAt::At(t) => Some(*t),
+            StartedAt::Never | StartedAt::Unknown => None,
+        }
+    }
+
+    /// Whether it may have run: everything but a proven [`StartedAt::Never`]. Unknown counts
+    /// as run ("unknown = in use").
+    pub fn has_run(&self) -> bool {
+        !matches!(self, StartedAt::Never)
+    }
+
+    /// The one rule every provider reads its evidence with. `first_start` is the earliest
+    /// start the provider's answer records; `record_complete` says whether that answer holds
+    /// the sandbox's whole history, so that the absence of a start proves there was none. A
+    /// sandbox that is running or sleeping has run, whatever its history says.
+    pub fn from_evidence(
+        state: SandboxState,
+        first_start: Option<DateTime<Utc>>,
+        record_complete: bool,
+    ) -> StartedAt {
+        match first_start {
+            Some(t) => StartedAt::At(t),
+            None if matches!(state, SandboxState::Running | SandboxState::Sleeping) => {
+                StartedAt::Unknown
+            }
+            None if record_complete => StartedAt::Never,
+            None => StartedAt::Unknown,
+        }
+    }
+}
+
 /// Everything the control plane needs to know about a sandbox without a handle to it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SandboxDescriptor {
@@ -237,11 +293,8 @@ pub struct SandboxDescriptor {
     pub labels: BTreeMap<String, String>,
     /// Creation time, when the provider reports it.
     pub created_at: Option<DateTime<Utc>>,
-    /// First start time, or `None` if it has NEVER been started.
-    ///
-    /// Contract rule 6: `None` means never started — wreckage of an interrupted create that
-    /// holds storage and will never run — not "stopped".
-    pub started_at: Option<DateTime<Utc>>,
+    /// Whether and when it first started (contract rule 6): see [`StartedAt`].
+    pub started_at: StartedAt,
     /// Exit code of the main process when it has exited.
     pub exit_code: Option<i64>,
     /// The template id it booted from, or `None`.
@@ -488,4 +541,41 @@ pub struct ProviderEvent {
     pub owner: Owner,
     /// What happened (provider's own word: `die`, `destroy`, `pause`, …).
     pub action: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn never_only_from_a_complete_record_of_a_sandbox_that_is_not_running() {
+        use SandboxState as S;
+        let t = Utc::now();
+        for state in [S::Creating, S::Running, S::Sleeping, S::Stopped] {
+            for complete in [true, false] {
+                assert_eq!(
+                    StartedAt::from_evidence(state, Some(t), complete),
+                    StartedAt::At(t)
+                );
+            }
+            let absent = StartedAt::from_evidence(state, None, false);
+            assert_eq!(absent, StartedAt::Unknown, "{state:?}: incomplete record");
+            assert!(absent.has_run() && absent.time().is_none());
+        }
+        for state in [S::Running, S::Sleeping] {
+            assert_eq!(
+                StartedAt::from_evidence(state, None, true),
+                StartedAt::Unknown,
+                "{state:?} has run whatever its history says"
+            );
+        }
+        for state in [S::Creating, S::Stopped] {
+            assert_eq!(
+                StartedAt::from_evidence(state, None, true),
+                StartedAt::Never
+            );
+        }
+        assert!(!StartedAt::Never.has_run());
+        assert_eq!(StartedAt::At(t).time(), Some(t));
+    }
 }

@@ -93,6 +93,7 @@ pub async fn fixture() -> Result<Fixture, Skipped> {
         base,
         expect: expect(),
         patience: Duration::from_secs(30),
+        history: None,
     })
 }
 

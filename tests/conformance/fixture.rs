@@ -143,6 +143,10 @@ pub struct Fixture {
     pub faults: Option<Arc<dyn Faults>>,
     /// How long an asynchronous effect may take to show (a start, an event).
     pub patience: Duration,
+    /// Switches the double's history mode (listings without history, history cut short),
+    /// when the provider is tested against a double that has one; the sweep check runs in
+    /// every mode, and plainly without.
+    pub history: Option<Arc<dyn Fn(sandbox_doubles::History) + Send + Sync>>,
     /// Kept alive for the fixture's lifetime, dropped after [`Fixture::cleanup`]: a double's
     /// server, a guard that removes what a panicking check left behind.
     pub guard: Option<Box<dyn Any + Send + Sync>>,

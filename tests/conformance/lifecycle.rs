@@ -302,8 +302,8 @@ pub async fn find_sees_planted_resources_and_keeps_foreign_ones_out(fx: &Fixture
         "find by our instance must return exactly the planted sandbox {adopted}: {found:?}"
     );
     ensure!(
-        found[0].started_at.is_none(),
-        "a planted, never-started sandbox: {found:?}"
+        found[0].started_at.time().is_none(),
+        "a planted, never-started sandbox claims no start: {found:?}"
     );
     let inventory = fx
         .provider

@@ -28,6 +28,7 @@ pub mod hibernation;
 pub mod lifecycle;
 pub mod resources;
 pub mod rules;
+pub mod sweep;
 pub mod templates;
 pub mod volumes;
 
@@ -96,6 +97,7 @@ macro_rules! conformance_suite {
             egress::capability_egress,
             egress::capability_egress_policy,
             events::capability_events,
+            sweep::sweep_never_deletes_a_started_sandbox_of_a_live_owner,
         );
     };
     (@each $factory:path; $($module:ident :: $check:ident),* $(,)?) => {

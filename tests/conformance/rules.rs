@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use sandbox_operator::provider::{
-    CommitRequest, EgressState, ErrorKind, ExecRequest, Resources, VolumeMount, VolumeQuery,
+    CommitRequest, EgressState, ErrorKind, ExecRequest, Resources, StartedAt, VolumeMount,
+    VolumeQuery,
 };
 
 use super::Fixture;
@@ -481,7 +482,7 @@ pub async fn rule_05_destroy_and_removal_are_idempotent(fx: &Fixture) -> Check {
     Ok(())
 }
 
-/// Rule 6: `started_at = None` means never started (wreckage of an interrupted create), and
+/// Rule 6: `started_at = Never` means never started (wreckage of an interrupted create), and
 /// nothing else: a stopped sandbox keeps its start time.
 pub async fn rule_06_started_at_none_means_never_started(fx: &Fixture) -> Check {
     let p = &fx.provider;
@@ -489,8 +490,8 @@ pub async fn rule_06_started_at_none_means_never_started(fx: &Fixture) -> Check 
     let created = create(fx, &request).await?;
     let id = created.id.clone();
     ensure!(
-        created.started_at.is_none(),
-        "rule 6: create must not start the sandbox: {created:?}"
+        created.started_at == StartedAt::Never,
+        "rule 6: create must not start the sandbox, and the provider knows it: {created:?}"
     );
     ensure!(
         created.state == sandbox_operator::provider::SandboxState::Creating,
@@ -502,16 +503,16 @@ pub async fn rule_06_started_at_none_means_never_started(fx: &Fixture) -> Check 
         .await
         .or_fail("find")?;
     ensure!(
-        found.len() == 1 && found[0].started_at.is_none(),
-        "rule 6: find must show the same never-started sandbox: {found:?}"
+        found.len() == 1 && found[0].started_at.time().is_none(),
+        "rule 6: find must not claim a start for the never-started sandbox: {found:?}"
     );
     p.start(&id).await.or_fail("start")?;
     let started = describe(fx, &id).await?;
     ensure!(
-        started.started_at.is_some(),
-        "rule 6: a started sandbox has no started_at: {started:?}"
+        started.started_at.has_run(),
+        "rule 6: a started sandbox reads as never started: {started:?}"
     );
-    if let (Some(created), Some(began)) = (started.created_at, started.started_at) {
+    if let (Some(created), Some(began)) = (started.created_at, started.started_at.time()) {
         ensure!(
             began >= created,
             "rule 6: started before it was created: {started:?}"
@@ -523,7 +524,7 @@ pub async fn rule_06_started_at_none_means_never_started(fx: &Fixture) -> Check 
     let stopped = describe(fx, &id).await?;
     ensure!(
         stopped.state == sandbox_operator::provider::SandboxState::Stopped
-            && stopped.started_at.is_some(),
+            && stopped.started_at.has_run(),
         "rule 6: a stopped sandbox is not never-started: {stopped:?}"
     );
     let found = p
@@ -531,7 +532,7 @@ pub async fn rule_06_started_at_none_means_never_started(fx: &Fixture) -> Check 
         .await
         .or_fail("find")?;
     ensure!(
-        found.len() == 1 && found[0].started_at.is_some(),
+        found.len() == 1 && found[0].started_at.has_run(),
         "rule 6: find must agree with describe on a stopped sandbox: {found:?}"
     );
     Ok(())

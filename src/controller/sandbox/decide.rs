@@ -133,7 +133,7 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
     }
 
     let exited_by_itself = current.state == SandboxState::Stopped
-        && current.started_at.is_some()
+        && current.started_at.has_run()
         && !observed.spec_changed
         && match restart {
             RestartPolicy::Never => true,
@@ -297,7 +297,11 @@ mod tests {
             state,
             labels: BTreeMap::from([(SPEC_HASH.to_string(), hash.to_string())]),
             created_at: None,
-            started_at: started.then(chrono::Utc::now),
+            started_at: if started {
+                crate::provider::StartedAt::At(chrono::Utc::now())
+            } else {
+                crate::provider::StartedAt::Never
+            },
             exit_code: exit,
             template_ref: None,
             image: None,

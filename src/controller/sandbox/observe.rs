@@ -117,7 +117,7 @@ async fn observe_with_verdict(
 pub fn record(next: &mut SandboxStatus, d: &SandboxDescriptor, sandbox: &Sandbox) {
     next.sandbox_id = Some(d.id.clone());
     next.created_at = d.created_at.map(crate::api::rfc3339);
-    next.started_at = d.started_at.map(crate::api::rfc3339);
+    next.started_at = d.started_at.time().map(crate::api::rfc3339);
     next.template_ref = d.template_ref.clone();
     next.image_digest = d.image_digest.clone();
     next.isolation = d.isolation.clone();

@@ -10,11 +10,14 @@
 //!    anything else is never touched (the enumeration already filters by the label; this
 //!    re-checks so a provider that ignored the filter can never widen a deletion).
 //! 2. A resource without all four owner labels was not made by this operator and is kept.
-//! 3. A sandbox that was never started (`started_at = None`, rule 6) is **wreckage** once it
+//! 3. A sandbox *proven* never started (`started_at = Never`, rule 6, and not running or
+//!    sleeping: `Unknown` and any sign of a run read as "has run") is **wreckage** once it
 //!    is at least the grace period old — whether or not its owner is alive: a live owner's
 //!    controller always starts what it creates right away (even a `Stopped` one is started
 //!    once), so an old never-started sandbox is a create that was interrupted, and the
-//!    controller recreates it. Younger than the grace period it may be a create in flight.
+//!    controller recreates it — unless that owner's status names it as its current sandbox,
+//!    which the act step checks by a direct read of the owner right before deleting.
+//!    Younger than the grace period it may be a create in flight.
 //! 4. Everything else depends on the owner, read from the API server by namespace/name and
 //!    compared by UID: a live owner with the labelled UID keeps the resource; an owner that
 //!    could not be read keeps it too (never delete on a partial picture).
@@ -36,6 +39,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 
 use crate::provider::labels::{MANAGED_BY, Owner, RECLAIM_POLICY};
+use crate::provider::{SandboxState, StartedAt};
 
 /// The only reclaim-policy label value that lets the sweeper remove a volume.
 pub const RECLAIM_DELETE: &str = "Delete";
@@ -71,10 +75,12 @@ impl fmt::Display for ResourceKind {
 /// What the provider observed about a candidate, by kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Observation {
-    /// A sandbox, and whether it was ever started.
+    /// A sandbox: its state, and whether it was ever started.
     Sandbox {
-        /// `false` only when the provider says it was never started (rule 6).
-        started: bool,
+        /// Its coarse state.
+        state: SandboxState,
+        /// Rule 6, as the provider reported it.
+        started: StartedAt,
     },
     /// A volume and its attachment (rule 4: unknown is reported as attached).
     Volume {
@@ -116,6 +122,19 @@ impl Candidate {
     /// The owner its labels name, when all four owner labels are present.
     pub fn owner(&self) -> Option<Owner> {
         Owner::from_labels(&self.labels)
+    }
+
+    /// Whether this is a sandbox the provider *proves* never ran (rule 6): `Never`, in a
+    /// state a sandbox that never ran can be in. Running or sleeping means it has run,
+    /// whatever the provider said about its history; `Unknown` means it may have.
+    pub fn proven_never_started(&self) -> bool {
+        matches!(
+            self.observation,
+            Observation::Sandbox {
+                state: SandboxState::Creating | SandboxState::Stopped,
+                started: StartedAt::Never,
+            }
+        )
     }
 }
 
@@ -387,25 +406,10 @@ pub fn decide(
     now: DateTime<Utc>,
     policy: &Policy,
 ) -> Plan {
-    let mut eligible = Vec::new();
-    let mut kept = Vec::new();
-    for candidate in candidates {
-        let owner = candidate.owner();
-        let age = candidate.created_at.map(|t| age_at(t, now));
-        let (verdict, why) = judge(candidate, owner.as_ref(), age, owners, policy);
-        let decision = Decision {
-            candidate: candidate.clone(),
-            owner,
-            age,
-            verdict,
-            why,
-        };
-        if matches!(decision.verdict, Verdict::Delete(_)) {
-            eligible.push(decision);
-        } else {
-            kept.push(decision);
-        }
-    }
+    let (mut eligible, mut kept): (Vec<Decision>, Vec<Decision>) = candidates
+        .iter()
+        .map(|candidate| decision_of(candidate, owners, now, policy))
+        .partition(|d| matches!(d.verdict, Verdict::Delete(_)));
     // Oldest first: under the cap, what has been lying around longest goes first. Ties by
     // kind and id so the order never depends on the provider's listing order.
     eligible.sort_by(|a, b| {
@@ -431,91 +435,115 @@ pub fn decide(
     }
 }
 
-/// The rules of the module docs for one candidate.
+/// One candidate decided on its own, before the cap: what [`decide`] does for each, and what
+/// the act step repeats on a candidate's fresh description right before deleting it.
+pub fn decision_of(
+    candidate: &Candidate,
+    owners: &OwnerFacts,
+    now: DateTime<Utc>,
+    policy: &Policy,
+) -> Decision {
+    let owner = candidate.owner();
+    let age = candidate.created_at.map(|t| age_at(t, now));
+    let (verdict, why) = match judge(candidate, owner.as_ref(), age, owners, policy) {
+        Ok((category, why)) => (Verdict::Delete(category), why),
+        Err(keep) => {
+            let why = keep.to_string();
+            (Verdict::Keep(keep), why)
+        }
+    };
+    Decision {
+        candidate: candidate.clone(),
+        owner,
+        age,
+        verdict,
+        why,
+    }
+}
+
+/// The rules of the module docs for one candidate, as stages: whose it is, whether it is
+/// wreckage, whether its owner is gone, what it is, and whether it is old enough.
 fn judge(
     candidate: &Candidate,
     owner: Option<&Owner>,
     age: Option<Duration>,
     owners: &OwnerFacts,
     policy: &Policy,
-) -> (Verdict, String) {
-    let keep = |k: Keep| {
-        let why = k.to_string();
-        (Verdict::Keep(k), why)
-    };
+) -> Result<(Category, String), Keep> {
     if candidate.labels.get(MANAGED_BY) != Some(&policy.instance) {
-        return keep(Keep::OtherInstance);
+        return Err(Keep::OtherInstance);
     }
-    let Some(owner) = owner else {
-        return keep(Keep::IncompleteOwnerLabels);
-    };
-    let old_enough = |age: Option<Duration>| match age {
+    let owner = owner.ok_or(Keep::IncompleteOwnerLabels)?;
+    if candidate.proven_never_started() {
+        old_enough(age, policy)?;
+        return Ok((Category::Wreckage, wreckage_why(owner, owners)));
+    }
+    let key = OwnerKey::of(owner).ok_or_else(|| Keep::UnsupportedOwnerKind(owner.kind.clone()))?;
+    let gone = owner_gone(&key, owner, owners)?;
+    let category = category_of(candidate)?;
+    old_enough(age, policy)?;
+    Ok((category, format!("owner {gone}")))
+}
+
+/// Rule 7's age check: a known age of at least the grace period.
+fn old_enough(age: Option<Duration>, policy: &Policy) -> Result<(), Keep> {
+    match age {
         None => Err(Keep::AgeUnknown),
         Some(age) if age < policy.grace => Err(Keep::YoungerThanGrace),
         Some(_) => Ok(()),
-    };
-
-    if let Observation::Sandbox { started: false } = candidate.observation {
-        if let Err(k) = old_enough(age) {
-            return keep(k);
-        }
-        return (
-            Verdict::Delete(Category::Wreckage),
-            format!(
-                "never started, older than the grace period ({} {}/{} {})",
-                owner.kind,
-                owner.namespace,
-                owner.name,
-                match OwnerKey::of(owner).and_then(|k| owners.get(&k)) {
-                    Some(OwnerFact::Live { uid }) if *uid == owner.uid =>
-                        "exists: its controller recreates the sandbox",
-                    Some(OwnerFact::Live { .. }) | Some(OwnerFact::Absent) => "is gone",
-                    _ => "not checked",
-                }
-            ),
-        );
     }
+}
 
-    let Some(key) = OwnerKey::of(owner) else {
-        return keep(Keep::UnsupportedOwnerKind(owner.kind.clone()));
-    };
-    let gone = match owners.get(&key) {
-        Some(OwnerFact::Live { uid }) if *uid == owner.uid => return keep(Keep::OwnerLive),
-        Some(OwnerFact::Live { uid }) => format!(
+/// Why never-started wreckage goes, naming what became of its owner.
+fn wreckage_why(owner: &Owner, owners: &OwnerFacts) -> String {
+    format!(
+        "never started, older than the grace period ({} {}/{} {})",
+        owner.kind,
+        owner.namespace,
+        owner.name,
+        match OwnerKey::of(owner).and_then(|k| owners.get(&k)) {
+            Some(OwnerFact::Live { uid }) if *uid == owner.uid =>
+                "exists: its controller recreates the sandbox",
+            Some(OwnerFact::Live { .. }) | Some(OwnerFact::Absent) => "is gone",
+            _ => "not checked",
+        }
+    )
+}
+
+/// Rule 4: the owner is gone (in words) or the resource is kept.
+fn owner_gone(key: &OwnerKey, owner: &Owner, owners: &OwnerFacts) -> Result<String, Keep> {
+    match owners.get(key) {
+        Some(OwnerFact::Live { uid }) if *uid == owner.uid => Err(Keep::OwnerLive),
+        Some(OwnerFact::Live { uid }) => Ok(format!(
             "{key} is another object now (UID {uid}, labelled UID {})",
             owner.uid
-        ),
-        Some(OwnerFact::Absent) => format!("{key} does not exist"),
-        Some(OwnerFact::Unknown(why)) => return keep(Keep::OwnerUnknown(why.clone())),
-        None => return keep(Keep::OwnerUnknown("it was not looked up".into())),
-    };
+        )),
+        Some(OwnerFact::Absent) => Ok(format!("{key} does not exist")),
+        Some(OwnerFact::Unknown(why)) => Err(Keep::OwnerUnknown(why.clone())),
+        None => Err(Keep::OwnerUnknown("it was not looked up".into())),
+    }
+}
 
-    let category = match &candidate.observation {
-        Observation::Sandbox { .. } => Category::Orphan,
+/// Rules 5 and 6: the category an ownerless resource is reclaimed as, or why it is kept.
+fn category_of(candidate: &Candidate) -> Result<Category, Keep> {
+    match &candidate.observation {
+        Observation::Sandbox { .. } => Ok(Category::Orphan),
         Observation::Volume {
             attached,
             attached_to,
         } => {
             match candidate.labels.get(RECLAIM_POLICY) {
                 Some(p) if p == RECLAIM_DELETE => {}
-                other => return keep(Keep::Retained(other.cloned())),
+                other => return Err(Keep::Retained(other.cloned())),
             }
             if *attached {
-                return keep(Keep::Attached(attached_to.clone()));
+                return Err(Keep::Attached(attached_to.clone()));
             }
-            Category::Volume
+            Ok(Category::Volume)
         }
-        Observation::Template { in_use } => {
-            if *in_use {
-                return keep(Keep::InUse);
-            }
-            Category::Template
-        }
-    };
-    if let Err(k) = old_enough(age) {
-        return keep(k);
+        Observation::Template { in_use: true } => Err(Keep::InUse),
+        Observation::Template { in_use: false } => Ok(Category::Template),
     }
-    (Verdict::Delete(category), format!("owner {gone}"))
 }
 
 /// How old something created at `created` is at `now`, rounded DOWN to whole seconds and
@@ -578,7 +606,17 @@ mod tests {
             id: id.into(),
             labels: labels("Sandbox", owner, uid),
             created_at: Some(now() - chrono::Duration::seconds(age_secs)),
-            observation: Observation::Sandbox { started },
+            observation: if started {
+                Observation::Sandbox {
+                    state: SandboxState::Stopped,
+                    started: StartedAt::At(now()),
+                }
+            } else {
+                Observation::Sandbox {
+                    state: SandboxState::Creating,
+                    started: StartedAt::Never,
+                }
+            },
         }
     }
 
@@ -806,12 +844,43 @@ mod tests {
         let mut c = sandbox("a", "ghost", "u-g", true, 0);
         c.created_at = None;
         assert_eq!(verdict_of(c.clone()), Verdict::Keep(Keep::AgeUnknown));
-        c.observation = Observation::Sandbox { started: false };
+        c.observation = Observation::Sandbox {
+            state: SandboxState::Creating,
+            started: StartedAt::Never,
+        };
         assert_eq!(verdict_of(c), Verdict::Keep(Keep::AgeUnknown));
         // A creation time in the future (clock skew) is age zero, not a huge age.
         let mut future = sandbox("b", "ghost", "u-g", true, -3600);
         future.created_at = Some(now() + chrono::Duration::hours(1));
         assert_eq!(verdict_of(future), Verdict::Keep(Keep::YoungerThanGrace));
+    }
+
+    #[test]
+    fn only_a_proven_never_started_sandbox_is_wreckage() {
+        use SandboxState as S;
+        let with = |state: S, started: StartedAt| {
+            let mut c = sandbox("a", "live", "u-live", true, 3600);
+            c.observation = Observation::Sandbox { state, started };
+            verdict_of(c)
+        };
+        for state in [S::Creating, S::Stopped] {
+            assert_eq!(
+                with(state, StartedAt::Never),
+                Verdict::Delete(Category::Wreckage)
+            );
+            assert_eq!(
+                with(state, StartedAt::Unknown),
+                Verdict::Keep(Keep::OwnerLive),
+                "{state:?}: unknown means it may have run"
+            );
+        }
+        for state in [S::Running, S::Sleeping] {
+            assert_eq!(
+                with(state, StartedAt::Never),
+                Verdict::Keep(Keep::OwnerLive),
+                "{state:?} has run, whatever its history says"
+            );
+        }
     }
 
     #[test]

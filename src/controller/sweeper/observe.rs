@@ -17,10 +17,14 @@ use kube::{Client, Resource};
 use serde::de::DeserializeOwned;
 
 use super::SweepError;
-use super::decide::{Candidate, Observation, OwnerFact, OwnerFacts, OwnerKey, OwnerKind};
+use super::decide::{
+    Candidate, Observation, OwnerFact, OwnerFacts, OwnerKey, OwnerKind, ResourceKind,
+};
+use super::owners::OwnerRead;
 use crate::api::{Sandbox, SandboxTemplate, SandboxVolume};
 use crate::kube_client::paging::each_page;
 use crate::provider::labels::MANAGED_BY;
+use crate::provider::{ProviderError, ProviderResult, SandboxDescriptor, Template, VolumeInfo};
 use crate::registry::ProviderHandle;
 
 /// Bound on one Kubernetes read, so an API server that stops answering fails the pass
@@ -48,15 +52,38 @@ pub async fn enumerate(
             what: "sandboxes, volumes and templates (inventory)",
             source,
         })?;
-    let sandboxes = inventory.sandboxes.into_iter().map(|d| Candidate {
+    let sandboxes = inventory.sandboxes.into_iter().map(sandbox_candidate);
+    let volumes = inventory
+        .volumes
+        .into_iter()
+        .flatten()
+        .map(volume_candidate);
+    // Checked again here: whatever a provider's inventory returned, only ours go on.
+    let templates = inventory
+        .templates
+        .into_iter()
+        .flatten()
+        .filter(|t| t.labels.get(MANAGED_BY).map(String::as_str) == Some(instance))
+        .map(template_candidate);
+    Ok(sandboxes.chain(volumes).chain(templates).collect())
+}
+
+/// A sandbox as the sweeper judges it.
+pub fn sandbox_candidate(d: SandboxDescriptor) -> Candidate {
+    Candidate {
         id: d.id,
         labels: d.labels,
         created_at: d.created_at,
         observation: Observation::Sandbox {
-            started: d.started_at.is_some(),
+            state: d.state,
+            started: d.started_at,
         },
-    });
-    let volumes = inventory.volumes.into_iter().flatten().map(|v| Candidate {
+    }
+}
+
+/// A volume as the sweeper judges it.
+pub fn volume_candidate(v: VolumeInfo) -> Candidate {
+    Candidate {
         id: v.name,
         labels: v.labels,
         created_at: v.created_at,
@@ -64,20 +91,40 @@ pub async fn enumerate(
             attached: v.attached,
             attached_to: v.attached_to,
         },
-    });
-    // Checked again here: whatever a provider's inventory returned, only ours go on.
-    let templates = inventory
-        .templates
-        .into_iter()
-        .flatten()
-        .filter(|t| t.labels.get(MANAGED_BY).map(String::as_str) == Some(instance))
-        .map(|t| Candidate {
-            id: t.id,
-            labels: t.labels,
-            created_at: t.created_at,
-            observation: Observation::Template { in_use: t.in_use },
-        });
-    Ok(sandboxes.chain(volumes).chain(templates).collect())
+    }
+}
+
+/// A template as the sweeper judges it.
+pub fn template_candidate(t: Template) -> Candidate {
+    Candidate {
+        id: t.id,
+        labels: t.labels,
+        created_at: t.created_at,
+        observation: Observation::Template { in_use: t.in_use },
+    }
+}
+
+/// One candidate read again by itself right before it is deleted: for a sandbox, its
+/// `describe` (`None` when the provider no longer holds it), because a listing may omit
+/// what a description carries (history). A volume or a template is returned as listed:
+/// `get_volume`/`get_template` may report attachment or use as unknown where the listing
+/// knew it, and their removal checks attachment and use by itself and refuses (rule 5).
+pub async fn reread(
+    handle: &ProviderHandle,
+    candidate: &Candidate,
+) -> ProviderResult<Option<Candidate>> {
+    match candidate.kind() {
+        ResourceKind::Sandbox => Ok(handle
+            .call("describe", handle.provider.describe(&candidate.id))
+            .await?
+            .map(sandbox_candidate)),
+        ResourceKind::Volume | ResourceKind::Template => Ok(Some(candidate.clone())),
+    }
+}
+
+/// The error of a capability a provider does not have.
+pub fn absent_capability(handle: &ProviderHandle, what: &str) -> ProviderError {
+    ProviderError::unsupported(format!("provider {} has no {what}", handle.name()))
 }
 
 /// Reads every owner the candidates name: one paginated metadata listing per kind and
@@ -177,12 +224,12 @@ where
     Ok(out)
 }
 
-/// A direct read of one owner by namespace/name, right before a deletion: its UID when it
-/// exists, `None` when it does not.
-pub async fn read_owner(client: &Client, key: &OwnerKey) -> Result<Option<String>, String> {
+/// A direct read of one owner by namespace/name, right before a deletion: what it is now
+/// when it exists, `None` when it does not.
+pub async fn read_owner(client: &Client, key: &OwnerKey) -> Result<Option<OwnerRead>, String> {
     let read = async {
         match key.kind {
-            OwnerKind::Sandbox => read_uid::<Sandbox>(client, key).await,
+            OwnerKind::Sandbox => read_sandbox(client, key).await,
             OwnerKind::SandboxVolume => read_uid::<SandboxVolume>(client, key).await,
             OwnerKind::SandboxTemplate => read_uid::<SandboxTemplate>(client, key).await,
         }
@@ -197,7 +244,20 @@ pub async fn read_owner(client: &Client, key: &OwnerKey) -> Result<Option<String
         })?
 }
 
-async fn read_uid<K>(client: &Client, key: &OwnerKey) -> Result<Option<String>, String>
+/// A Sandbox is read whole: its status says which sandbox it currently runs.
+async fn read_sandbox(client: &Client, key: &OwnerKey) -> Result<Option<OwnerRead>, String> {
+    let api: Api<Sandbox> = Api::namespaced(client.clone(), &key.namespace);
+    match api.get_opt(&key.name).await {
+        Ok(Some(sandbox)) => Ok(Some(OwnerRead {
+            uid: sandbox.metadata.uid.unwrap_or_default(),
+            current_sandbox: sandbox.status.and_then(|s| s.sandbox_id),
+        })),
+        Ok(None) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+async fn read_uid<K>(client: &Client, key: &OwnerKey) -> Result<Option<OwnerRead>, String>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -208,7 +268,10 @@ where
     match api.get_metadata_opt(&key.name).await {
         // The API server always sets a UID; an empty one would match no label, so it could
         // never protect a resource it does not own.
-        Ok(Some(meta)) => Ok(Some(meta.metadata.uid.unwrap_or_default())),
+        Ok(Some(meta)) => Ok(Some(OwnerRead {
+            uid: meta.metadata.uid.unwrap_or_default(),
+            current_sandbox: None,
+        })),
         Ok(None) => Ok(None),
         Err(e) => Err(e.to_string()),
     }

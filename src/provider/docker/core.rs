@@ -26,13 +26,14 @@
 //!   containers costs one list, not 10,000 inspects. Its descriptors are summaries: id,
 //!   state, labels, image, template, creation time (whole seconds: the list rounds down) and
 //!   rule 6 exactly — the list's state `created` means never started (a start that failed
-//!   leaves it `created` too), so `started_at` is `None` then; for any other state the list
-//!   has no start time and `started_at` is the creation time, a lower bound. Ports,
+//!   leaves it `created` too), so `started_at` is `Never` then; any other state has run, and
+//!   the list carries no start time, so `started_at` is `Unknown` (ran, time not listed). Ports,
 //!   resources, command and env are left empty: [`describe`](crate::provider::Provider::describe)
 //!   one id for the whole picture.
 //! - **started_at** is the engine's `State.StartedAt`, the *latest* start (Docker keeps no
-//!   first-start time). What rule 6 needs holds exactly: it is `None` if and only if the
-//!   container never ran (a start that failed leaves it `created` with a zero time).
+//!   first-start time). What rule 6 needs holds exactly: it is `Never` if and only if the
+//!   container never ran (a start that failed leaves it `created` with a zero time); a
+//!   container in any other state without a start time reads `Unknown`.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -56,7 +57,7 @@ use crate::provider::{
     AppliedResources, BulkFiles, CapacityProbe, CreateRequest, Egress, EgressPolicy, ExecOutput,
     ExecRequest, Files, Hibernation, IdleAction, ImagePull, Inventory, PortMapping, PortRequest,
     Provider, ProviderError, ProviderEvents, ProviderResult, RestartPolicy, SandboxDescriptor,
-    SandboxQuery, SandboxState, SetResources, Templates, VolumeMount, VolumeQuery, Volumes,
+    SandboxQuery, SandboxState, SetResources, StartedAt, Templates, VolumeMount, VolumeQuery, Volumes,
 };
 
 /// Seconds a stop waits for the main process to exit after SIGTERM before SIGKILL
@@ -552,7 +553,11 @@ impl DockerProvider {
             resources: applied_resources(&host, &labels),
             labels,
             created_at: c.created.as_deref().and_then(parse_time),
-            started_at: state.started_at.as_deref().and_then(parse_time),
+            started_at: StartedAt::from_evidence(
+                container_state(status),
+                state.started_at.as_deref().and_then(parse_time),
+                status == ContainerStateStatusEnum::CREATED,
+            ),
             exit_code,
             image: config.image.filter(|i| !i.is_empty()),
             volumes,
@@ -832,7 +837,11 @@ pub(crate) fn summary_descriptor(c: ContainerSummary) -> Option<SandboxDescripto
         image_pull: None,
         labels,
         created_at,
-        started_at: if never_started { None } else { created_at },
+        started_at: if never_started {
+            StartedAt::Never
+        } else {
+            StartedAt::Unknown
+        },
         exit_code: None,
         image: c.image.filter(|i| !i.is_empty()),
         volumes: Vec::new(),

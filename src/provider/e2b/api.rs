@@ -64,10 +64,13 @@ pub struct Listed {
     /// The template's alias, when it has one.
     #[serde(default)]
     pub alias: Option<String>,
-    /// When it started.
-    pub started_at: DateTime<Utc>,
+    /// When it started. Optional here though the spec marks it required: a listing that
+    /// omits it must still be read, as "started, time unknown" (rule 6), never refused.
+    #[serde(default)]
+    pub started_at: Option<DateTime<Utc>>,
     /// When it times out (running) or was paused (paused).
-    pub end_at: DateTime<Utc>,
+    #[serde(default)]
+    pub end_at: Option<DateTime<Utc>>,
     /// vCPUs.
     #[serde(default)]
     pub cpu_count: Option<i64>,

@@ -14,7 +14,7 @@ use super::settings::{E2bSettings, OnTimeout};
 use crate::provider::labels::{TEMPLATE, merge_labels};
 use crate::provider::{
     AppliedResources, CreateRequest, IdleAction, ImagePullPolicy, PortMapping, ProviderError,
-    ProviderResult, Resources, RestartPolicy, SandboxDescriptor, SandboxState,
+    ProviderResult, Resources, RestartPolicy, SandboxDescriptor, SandboxState, StartedAt,
 };
 
 /// Metadata key: the request's deterministic external name.
@@ -257,9 +257,10 @@ pub fn descriptor(listed: &Listed, domain: &str, stopped: StoppedHint) -> Sandbo
         state,
         template_ref: labels.get(TEMPLATE).cloned(),
         labels,
-        created_at: Some(listed.started_at),
-        // E2B starts a sandbox as it creates it: every sandbox it lists has run (rule 6).
-        started_at: Some(listed.started_at),
+        created_at: listed.started_at,
+        // E2B starts a sandbox as it creates it: every sandbox it lists has run (rule 6),
+        // so no answer is a complete record of a sandbox that never ran.
+        started_at: StartedAt::from_evidence(state, listed.started_at, false),
         exit_code: None,
         image_digest: None,
         image_pull: None,
@@ -418,7 +419,10 @@ mod tests {
         assert_eq!(d.labels.get(SPEC_HASH).map(String::as_str), Some("h"));
         assert!(INTERNAL.iter().all(|k| !d.labels.contains_key(*k)));
         assert_eq!(d.restart_policy, RestartPolicy::OnFailure);
-        assert!(d.started_at.is_some(), "E2B sandboxes have always started");
+        assert!(
+            d.started_at.time().is_some(),
+            "E2B sandboxes have always started"
+        );
         assert_eq!(d.ports[0].host, "8080-sb1.e2b.dev");
         assert_eq!(d.resources.memory_bytes, Some(512 * MIB));
         assert_eq!(d.resources.cpu_millis, Some(2000));

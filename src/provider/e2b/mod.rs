@@ -48,8 +48,10 @@
 //!
 //! # Wreckage (rule 6)
 //!
-//! E2B starts a sandbox as it creates it, so `started_at` is always set and there is no
-//! never-started wreckage: a crash between create and the status write leaves a running
+//! E2B starts a sandbox as it creates it, so `started_at` is never `Never` (it is `Unknown`
+//! when an answer omits `startedAt`) and there is no never-started wreckage. E2B metadata
+//! cannot change after create, so there is nothing to record a first start in, and nothing
+//! needs it: a crash between create and the status write leaves a running
 //! sandbox labelled with its owner, which the controller adopts by `find` and the sweeper
 //! removes once its owner is gone.
 

@@ -88,7 +88,9 @@ impl Inner {
         let now = Utc::now();
         let due: Vec<String> = listed
             .iter()
-            .filter(|l| l.state == "running" && l.end_at - now < threshold)
+            // A listing that omits `endAt` gets the refresh: a needless one costs a call, a
+            // missed one a sandbox.
+            .filter(|l| l.state == "running" && l.end_at.is_none_or(|end| end - now < threshold))
             .map(|l| l.sandbox_id.clone())
             .collect();
         let secs = self.settings.timeout_secs;

@@ -6,12 +6,14 @@ use std::collections::BTreeMap;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use super::FIRST_STARTED_KEY;
 use super::FlyProvider;
 use super::config::{machine_config, refuse_unsupported};
-use super::describe::descriptor;
+use super::describe::{descriptor, first_started};
 use super::machines::MAX_WAIT;
 use super::ports;
 use super::volumes::fly_volume_name;
+use super::wire::Machine;
 use crate::provider::labels::OWNER;
 use crate::provider::{
     BulkFiles, CreateRequest, ErrorKind, ExecOutput, ExecRequest, Files, Hibernation, Provider,
@@ -20,16 +22,39 @@ use crate::provider::{
 };
 
 impl FlyProvider {
-    /// `GET` one machine as a descriptor; `None` when it does not exist or is destroyed.
+    /// `GET` one machine as a descriptor; `None` when it does not exist or is destroyed. A
+    /// running machine whose first start is not recorded yet gets it recorded (see
+    /// [`Self::record_first_start`]).
     pub(crate) async fn describe_machine(
         &self,
         id: &str,
     ) -> ProviderResult<Option<SandboxDescriptor>> {
         let host = self.settings.public_host();
-        Ok(self
-            .get_machine(id)
-            .await?
-            .and_then(|m| descriptor(&m, &host)))
+        let Some(machine) = self.get_machine(id).await? else {
+            return Ok(None);
+        };
+        self.record_first_start(&machine).await;
+        Ok(descriptor(&machine, &host))
+    }
+
+    /// Writes the first-start time into the metadata of a machine seen running without one
+    /// (rule 6): the API keeps only recent events, so without the record a machine that
+    /// ran would, once its start events are gone, look like one that never did. One write
+    /// per machine: the next describe finds the key. The time is the earliest start event
+    /// still listed, else now (the machine runs now, so it started no later than that). A
+    /// failed write is logged and tried again on the next describe; the descriptor never
+    /// depends on it.
+    async fn record_first_start(&self, machine: &Machine) {
+        if machine.state != "started" || machine.read().metadata.contains_key(FIRST_STARTED_KEY) {
+            return;
+        }
+        let first = first_started(machine).unwrap_or_else(chrono::Utc::now);
+        if let Err(e) = self
+            .set_metadata(&machine.id, FIRST_STARTED_KEY, &first.to_rfc3339(), None)
+            .await
+        {
+            tracing::debug!(machine = %machine.id, error = %e, "recording the first start failed; retried on the next describe");
+        }
     }
 
     /// The `config.mounts` entries for the request's volumes (each must exist).

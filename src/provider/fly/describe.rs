@@ -7,9 +7,13 @@
 //!   → absent; anything else (`stopped`, `stopping`, `failed`, `launch_failed`) → Stopped.
 //! - **started_at** (rule 6): the earliest `start` event in the machine's history, or the
 //!   first-start time this provider recorded in metadata (`sandboxes.dev.fly.first-started`),
-//!   whichever is earlier. `None` only when neither exists: a machine that never started.
-//!   The API keeps only recent events, so every config update this provider makes writes the
-//!   first-start time into metadata before history could drop it.
+//!   whichever is earlier. The API keeps only recent events, and a listing need not carry
+//!   them at all, so a missing start proves nothing by itself: `Never` only when the history
+//!   reaches back to the machine's `launch` event and holds no start, in a state a machine
+//!   that never ran is in; a `started`/`suspended` machine has run whatever its history says;
+//!   anything else is `Unknown`. The provider writes the first-start time into metadata the
+//!   first time it describes a running machine without it (see `core`), and on every config
+//!   update, so the record outlives the history.
 //! - **labels**: the machine's metadata without Fly's own `fly_*` keys and this provider's
 //!   bookkeeping keys (`sandboxes.dev.fly.*`).
 //! - **ports**: every service's public port on the public host, reported while the machine
@@ -24,7 +28,7 @@ use super::volumes::seam_volume_name;
 use super::wire::{Event, Machine};
 use super::{BOOKKEEPING_PREFIX, DISK_KEY, FIRST_STARTED_KEY};
 use crate::provider::labels::TEMPLATE;
-use crate::provider::{AppliedResources, PortMapping, SandboxDescriptor, SandboxState};
+use crate::provider::{AppliedResources, PortMapping, SandboxDescriptor, SandboxState, StartedAt};
 
 /// The newest event (by timestamp: the API's order is not relied on).
 pub(crate) fn newest_event(machine: &Machine) -> Option<&Event> {
@@ -52,6 +56,17 @@ pub(crate) fn first_started(machine: &Machine) -> Option<DateTime<Utc>> {
     }
 }
 
+/// Whether the machine's events reach back to its creation (the `launch` event), so that no
+/// `start` among them proves it never started.
+fn history_complete(machine: &Machine) -> bool {
+    machine.events.iter().any(|e| e.kind == "launch")
+}
+
+/// Rule 6 for `machine` in `state` (see the module docs).
+pub(crate) fn started_at(machine: &Machine, state: SandboxState) -> StartedAt {
+    StartedAt::from_evidence(state, first_started(machine), history_complete(machine))
+}
+
 /// The coarse state; `None` for a destroyed machine (the seam's "absent").
 pub(crate) fn state_of(machine: &Machine, started: bool) -> Option<SandboxState> {
     Some(match machine.state.as_str() {
@@ -69,8 +84,8 @@ pub(crate) fn state_of(machine: &Machine, started: bool) -> Option<SandboxState>
 /// The descriptor of `machine`; `None` when it is destroyed. `public_host` is where its
 /// public ports are reached.
 pub(crate) fn descriptor(machine: &Machine, public_host: &str) -> Option<SandboxDescriptor> {
-    let started_at = first_started(machine);
-    let state = state_of(machine, started_at.is_some())?;
+    let state = state_of(machine, first_started(machine).is_some())?;
+    let started_at = started_at(machine, state);
     let config = machine.read();
     let labels: BTreeMap<String, String> = config
         .metadata
@@ -172,7 +187,7 @@ mod tests {
             json!({}),
         );
         let d = descriptor(&created, "h").unwrap();
-        assert_eq!(d.started_at, None);
+        assert_eq!(d.started_at, StartedAt::Never);
         assert_eq!(d.state, SandboxState::Creating);
 
         let ran = machine(
@@ -185,7 +200,7 @@ mod tests {
             json!({}),
         );
         let d = descriptor(&ran, "h").unwrap();
-        assert_eq!(d.started_at.unwrap().timestamp_millis(), 1000);
+        assert_eq!(d.started_at.time().unwrap().timestamp_millis(), 1000);
         assert_eq!(d.exit_code, Some(3));
 
         let updated = machine(
@@ -194,11 +209,37 @@ mod tests {
             json!({FIRST_STARTED_KEY: "2026-01-02T00:00:00Z"}),
         );
         let d = descriptor(&updated, "h").unwrap();
-        assert!(d.started_at.is_some(), "history truncated, record kept");
+        assert!(
+            d.started_at.time().is_some(),
+            "history truncated, record kept"
+        );
         assert_eq!(
             d.state,
             SandboxState::Stopped,
             "created after it ran is stopped"
+        );
+    }
+
+    #[test]
+    fn a_listing_without_events_never_reads_as_never_started() {
+        let started = machine("started", json!([]), json!({}));
+        let d = descriptor(&started, "h").unwrap();
+        assert_eq!(d.state, SandboxState::Running);
+        assert_eq!(d.started_at, StartedAt::Unknown, "running: it has run");
+        for state in ["suspended", "stopped", "created", "failed"] {
+            let m = machine(state, json!([]), json!({}));
+            let d = descriptor(&m, "h").unwrap();
+            assert_eq!(d.started_at, StartedAt::Unknown, "{state} without events");
+        }
+        let truncated = machine(
+            "stopped",
+            json!([{"type": "exit", "status": "stopped", "timestamp": 5}]),
+            json!({}),
+        );
+        assert_eq!(
+            descriptor(&truncated, "h").unwrap().started_at,
+            StartedAt::Unknown,
+            "history cut before the launch proves nothing"
         );
     }
 

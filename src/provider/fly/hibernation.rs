@@ -60,7 +60,8 @@ impl Hibernation for FlyProvider {
         let fingerprint = self.fingerprint(id).await;
         self.leased(id, |nonce| async move {
             if let Ok(fp) = &fingerprint {
-                self.set_metadata(id, FINGERPRINT_KEY, fp, &nonce).await?;
+                self.set_metadata(id, FINGERPRINT_KEY, fp, Some(&nonce))
+                    .await?;
             }
             match self.power_suspend(id, &nonce).await? {
                 Suspended::Snapshot => Ok(HibernationOutcome {

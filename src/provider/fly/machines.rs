@@ -187,13 +187,13 @@ impl FlyProvider {
             .await
     }
 
-    /// `POST .../metadata/{key}` with the nonce.
+    /// `POST .../metadata/{key}`, with the lease nonce when the caller holds the lease.
     pub(crate) async fn set_metadata(
         &self,
         id: &str,
         key: &str,
         value: &str,
-        nonce: &str,
+        nonce: Option<&str>,
     ) -> ProviderResult<()> {
         let body = json!({ "value": value });
         self.api
@@ -203,7 +203,7 @@ impl FlyProvider {
                     format!("{}/metadata/{key}", self.machine_path(id)),
                 )
                 .json(&body)
-                .nonce(Some(nonce)),
+                .nonce(nonce),
             )
             .await
     }

@@ -9,7 +9,7 @@
 //! | seam operation | Machines API calls |
 //! |---|---|
 //! | `create` | (`GET /apps/{app}`, once; `POST /apps` when missing and `org` is set) · `GET /apps/{app}/volumes` when it mounts one · `GET /apps/{app}/machines` when it publishes ports · `POST /apps/{app}/machines` (`skip_launch`) |
-//! | `describe` | `GET /apps/{app}/machines/{id}` |
+//! | `describe` | `GET /apps/{app}/machines/{id}` · once per machine, the first time it is seen `started` without a recorded first start: `POST …/{id}/metadata/sandboxes.dev.fly.first-started` |
 //! | `find` | `GET /apps/{app}/machines?metadata.{k}=v…&limit=…[&cursor=…]`, every page |
 //! | `start`, `wake` | `POST …/{id}/lease` · `POST …/{id}/start` · `GET …/{id}/wait?state=started` · `DELETE …/{id}/lease` |
 //! | `stop` | lease · `GET …/{id}` · `POST …/{id}/stop` · `GET …/{id}/wait?state=stopped&instance_id=…` · release |

@@ -136,7 +136,10 @@ impl Provider for KubernetesProvider {
 
     async fn describe(&self, id: &str) -> ProviderResult<Option<SandboxDescriptor>> {
         match self.get_pod(id).await? {
-            Some(pod) => Ok(Some(self.describe_pod(&pod).await?)),
+            Some(pod) => {
+                self.record_first_start(&pod).await;
+                Ok(Some(self.describe_pod(&pod).await?))
+            }
             None => Ok(None),
         }
     }

@@ -22,7 +22,7 @@ use super::settings::KubernetesSettings;
 use crate::provider::labels::merge_labels;
 use crate::provider::{
     AppliedResources, CreateRequest, ImagePullPolicy, ProviderError, ProviderResult, RestartPolicy,
-    SandboxDescriptor, SandboxState,
+    SandboxDescriptor, SandboxState, StartedAt,
 };
 
 /// The one container of a sandbox Pod.
@@ -353,6 +353,23 @@ pub fn started_at(pod: &Pod) -> Option<DateTime<Utc>> {
         .or_else(|| terminated_start(&status.state))
 }
 
+/// Whether the Pod says everything about the sandbox's starts, so that finding none proves
+/// it never ran (rule 6): a gated Pod runs nothing and carries the earlier Pods' first start
+/// in [`STARTED_AT`]; a scheduled Pod only once the kubelet reports its container. A
+/// scheduled Pod without that report cannot tell.
+pub fn record_complete(pod: &Pod) -> bool {
+    gated(pod) || container_status(pod).is_some()
+}
+
+/// The first start to record in [`STARTED_AT`] on this Pod: its container's, when it has
+/// started and the annotation does not hold one yet.
+pub fn first_start_to_record(pod: &Pod) -> Option<DateTime<Utc>> {
+    if annotation(pod, STARTED_AT).is_some() {
+        return None;
+    }
+    started_at(pod)
+}
+
 /// Whether this Pod's own container has started (now or before, in this Pod).
 pub fn started_at_here(pod: &Pod) -> bool {
     let Some(status) = container_status(pod) else {
@@ -535,7 +552,7 @@ pub fn descriptor(pod: &Pod) -> SandboxDescriptor {
                     .as_ref()
                     .and_then(chrono_time)
             }),
-        started_at: started_at(pod),
+        started_at: StartedAt::from_evidence(state, started_at(pod), record_complete(pod)),
         exit_code: (state == SandboxState::Stopped)
             .then(|| exit_code(pod))
             .flatten(),
@@ -661,7 +678,7 @@ mod tests {
 
         let d = descriptor(&pod);
         assert_eq!(d.state, SandboxState::Creating);
-        assert_eq!(d.started_at, None, "a gated Pod never started");
+        assert_eq!(d.started_at, StartedAt::Never, "a gated Pod never started");
         assert_eq!(d.resources.cpu_millis, Some(500));
         assert_eq!(d.resources.memory_bytes, Some(64 << 20));
         assert_eq!(d.resources.disk_bytes, Some(1 << 30));

@@ -8,7 +8,7 @@ use super::wire::{NetworkPolicy, PolicyRule, SpriteConfig, SpriteInfo};
 use crate::provider::labels::merge_labels;
 use crate::provider::{
     AppliedResources, CreateRequest, IdleAction, PortMapping, ProviderError, ProviderResult,
-    RestartPolicy, SandboxDescriptor, SandboxState,
+    RestartPolicy, SandboxDescriptor, SandboxState, StartedAt,
 };
 
 /// Label recording the restart policy. A sprite has no main process whose exit the policy
@@ -169,9 +169,20 @@ pub fn state(info: &SpriteInfo) -> SandboxState {
     }
 }
 
+/// Where a [`SpriteInfo`] came from, which decides what its missing fields prove (rule 6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Answer {
+    /// `GET /v1/sprites/{name}`: the sprite's own record, where an absent `last_running_at`
+    /// means it never ran.
+    Record,
+    /// An entry of the listing, which need not carry every field: an absent
+    /// `last_running_at` proves nothing.
+    Listing,
+}
+
 /// A sprite as the seam describes it. The id is the sprite's name: every API path is keyed
 /// by it.
-pub fn descriptor(info: &SpriteInfo) -> SandboxDescriptor {
+pub fn descriptor(info: &SpriteInfo, answer: Answer) -> SandboxDescriptor {
     let state = state(info);
     let config = info.config.clone().unwrap_or_default();
     let labels = parse_labels(info.labels.as_deref().unwrap_or_default());
@@ -181,7 +192,7 @@ pub fn descriptor(info: &SpriteInfo) -> SandboxDescriptor {
         restart_policy: restart_policy(&labels),
         labels,
         created_at: info.created_at,
-        started_at: info.last_running_at,
+        started_at: StartedAt::from_evidence(state, info.last_running_at, answer == Answer::Record),
         exit_code: None,
         template_ref: None,
         image: None,
@@ -262,6 +273,23 @@ mod tests {
     }
 
     #[test]
+    fn only_the_record_proves_a_sprite_never_ran() {
+        let never = info("cold", false);
+        assert_eq!(
+            descriptor(&never, Answer::Record).started_at,
+            StartedAt::Never
+        );
+        assert_eq!(
+            descriptor(&never, Answer::Listing).started_at,
+            StartedAt::Unknown
+        );
+        for status in ["running", "warm"] {
+            let d = descriptor(&info(status, false), Answer::Record);
+            assert_eq!(d.started_at, StartedAt::Unknown, "{status} has run");
+        }
+    }
+
+    #[test]
     fn status_maps_to_what_the_sprite_really_is() {
         assert_eq!(state(&info("running", true)), SandboxState::Running);
         assert_eq!(state(&info("warm", true)), SandboxState::Sleeping);
@@ -271,13 +299,17 @@ mod tests {
 
     #[test]
     fn labels_and_url_come_back() {
-        let d = descriptor(&info("running", true));
+        let d = descriptor(&info("running", true), Answer::Record);
         assert_eq!(d.labels["a"], "b");
         assert_eq!(d.labels["c"], "d=e");
         assert_eq!(d.labels["bare"], "");
         assert_eq!(d.ports[0].host, "sbx-1.sprites.app");
         assert_eq!(d.ports[0].port, 443);
-        assert!(descriptor(&info("cold", true)).ports.is_empty());
+        assert!(
+            descriptor(&info("cold", true), Answer::Record)
+                .ports
+                .is_empty()
+        );
     }
 
     #[test]

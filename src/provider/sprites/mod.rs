@@ -25,7 +25,10 @@
 //! | `egress().egress_verdict` | `GET /v1/sprites/{name}/policy/network`: the policy the service enforces (see `egress.rs`) |
 //!
 //! States: `running` → Running, `warm` → Sleeping, `cold` → Stopped (Creating while the sprite
-//! has never run: `last_running_at` is absent, rule 6). `started_at` is `last_running_at`.
+//! has never run: `last_running_at` is absent, rule 6). `started_at` is `last_running_at`;
+//! without it, `Never` only from the sprite's own record (`GET`) of a sprite that is not
+//! running or warm, `Unknown` from a listing (which need not carry the field). Sprite labels
+//! cannot change after create, so no first start is recorded beside the service's own.
 //!
 //! Capabilities it does not have are `None`: hibernation (the service alone decides when a
 //! sprite is suspended, and whether processes survive depends on how long it idled, which the
@@ -209,11 +212,15 @@ impl Provider for SpritesProvider {
             return Err(e.context(&what));
         }
         let info = self.must_exist(&request.name).await?;
-        Ok(convert::descriptor(&info))
+        Ok(convert::descriptor(&info, convert::Answer::Record))
     }
 
     async fn describe(&self, id: &str) -> ProviderResult<Option<SandboxDescriptor>> {
-        Ok(self.get(id).await?.as_ref().map(convert::descriptor))
+        Ok(self
+            .get(id)
+            .await?
+            .as_ref()
+            .map(|i| convert::descriptor(i, convert::Answer::Record)))
     }
 
     async fn find(&self, query: &SandboxQuery) -> ProviderResult<Vec<SandboxDescriptor>> {
@@ -232,7 +239,7 @@ impl Provider for SpritesProvider {
             found.extend(
                 page.sprites
                     .iter()
-                    .map(convert::descriptor)
+                    .map(|i| convert::descriptor(i, convert::Answer::Listing))
                     .filter(|d| matches(d, query)),
             );
             match (page.has_more, page.next_continuation_token) {

@@ -308,6 +308,19 @@ fn listed_body(s: &Sandbox) -> Value {
     })
 }
 
+/// A listing entry, with the timestamps the history mode leaves out removed.
+fn listing_entry(shared: &Shared, s: &Sandbox) -> Value {
+    let mut body = listed_body(s);
+    if let Some(fields) = body.as_object_mut() {
+        let mode = shared.faults.history();
+        if !mode.listing_keeps(Utc::now() - s.started_at) {
+            fields.remove("startedAt");
+            fields.remove("endAt");
+        }
+    }
+    body
+}
+
 /// The spec's `SandboxDetail`.
 fn detail_body(s: &Sandbox, domain: &str) -> Value {
     let mut body = listed_body(s);
@@ -430,7 +443,7 @@ async fn list_v2(State(shared): State<Shared>, Query(params): Query<ListParams>)
     let limit = limit.min(shared.page_cap);
     let more = matching.len() > limit;
     matching.truncate(limit);
-    let body = Value::Array(matching.iter().map(|s| listed_body(s)).collect());
+    let body = Value::Array(matching.iter().map(|s| listing_entry(&shared, s)).collect());
     let mut response = json_response(StatusCode::OK, body);
     if more
         && let Some(last) = matching.last()
@@ -454,7 +467,7 @@ async fn list_v1(State(shared): State<Shared>, Query(params): Query<ListParams>)
         .values()
         .filter(|s| s.power == Power::Running)
         .filter(|s| filters.iter().all(|(k, v)| s.metadata.get(k) == Some(v)))
-        .map(listed_body)
+        .map(|s| listing_entry(&shared, s))
         .collect();
     Ok(json_response(StatusCode::OK, Value::Array(body)))
 }

@@ -92,9 +92,20 @@ impl Fault {
 /// The fault queue shared by a double's listeners. Faults are consumed in the order they
 /// were injected; each applies to `times` matching requests and is then gone.
 #[derive(Debug, Clone, Default)]
-pub struct Faults(Arc<Mutex<Vec<Fault>>>);
+pub struct Faults(Arc<Mutex<Vec<Fault>>>, Arc<crate::HistoryMode>);
 
 impl Faults {
+    /// From now on, listings carry `history` (see [`crate::History`]): `startedAt` and
+    /// `endAt` left out of every entry, or of those older than [`crate::RECENT`].
+    pub fn set_history(&self, history: crate::History) {
+        self.1.set(history);
+    }
+
+    /// The history mode, for the handlers.
+    pub(crate) fn history(&self) -> &crate::HistoryMode {
+        &self.1
+    }
+
     /// Makes the next `times` requests matching `method` (`None` = any) and `path` fail with
     /// `action`. `path` is a request path whose `*` segments match any one segment and whose
     /// final `**` matches any rest, e.g. `/sandboxes/*/timeout`, `/process.Process/Start`,

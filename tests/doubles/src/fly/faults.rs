@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::{Method, StatusCode};
 
+use crate::{History, HistoryMode};
+
 /// Which requests a rule applies to.
 #[derive(Debug, Clone, Default)]
 pub struct Matcher {
@@ -94,6 +96,7 @@ struct Rule {
 #[derive(Debug, Clone, Default)]
 pub struct Faults {
     rules: Arc<Mutex<Vec<Rule>>>,
+    history: Arc<HistoryMode>,
 }
 
 impl Faults {
@@ -164,9 +167,35 @@ impl Faults {
         self.arm(matcher, Fault::Truncate, Some(times));
     }
 
-    /// Disarms everything.
+    /// Disarms everything (history is complete again).
     pub fn clear(&self) {
         lock(&self.rules).clear();
+        self.history.set(History::Complete);
+    }
+
+    /// From now on, machine answers carry `history` (until changed or [`Faults::clear`]).
+    pub fn set_history(&self, history: History) {
+        self.history.set(history);
+    }
+
+    /// Cuts a machine's JSON down to what the history mode lets an answer carry (`listing`:
+    /// it is an entry of a listing rather than a `GET` of the machine).
+    pub(crate) fn shape_history(&self, machine: &mut serde_json::Value, listing: bool) {
+        match self.history.get() {
+            History::Complete => {}
+            History::OmittedFromListings if listing => {
+                if let Some(fields) = machine.as_object_mut() {
+                    fields.remove("events");
+                }
+            }
+            History::OmittedFromListings => {}
+            History::Truncated => {
+                // Events are listed newest first: the first one is the newest.
+                if let Some(events) = machine["events"].as_array_mut() {
+                    events.truncate(1);
+                }
+            }
+        }
     }
 
     /// The fault for this request, consuming one firing of the first matching rule.

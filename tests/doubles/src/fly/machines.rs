@@ -111,16 +111,34 @@ pub async fn list(
         })
         .collect();
     let Some(limit) = limit else {
-        let all: Vec<Value> = selected.iter().map(|m| m.to_json()).collect();
+        let all: Vec<Value> = selected.iter().map(|m| listed(&shared, m)).collect();
         return Ok(Json(all).into_response());
     };
     let rest: Vec<&&MachineRec> = selected.iter().filter(|m| m.id.as_str() > cursor).collect();
-    let page: Vec<Value> = rest.iter().take(limit).map(|m| m.to_json()).collect();
+    let page: Vec<Value> = rest
+        .iter()
+        .take(limit)
+        .map(|m| listed(&shared, m))
+        .collect();
     let mut body = json!({ "machines": page });
     if rest.len() > limit {
         body["next_cursor"] = json!(rest[limit - 1].id);
     }
     Ok(Json(body).into_response())
+}
+
+/// A machine as a listing entry, cut down by the history fault mode.
+fn listed(shared: &Shared, machine: &MachineRec) -> Value {
+    let mut json = machine.to_json();
+    shared.faults.shape_history(&mut json, true);
+    json
+}
+
+/// A machine as a `GET` of it answers, cut down by the history fault mode.
+fn fetched(shared: &Shared, machine: &MachineRec) -> Value {
+    let mut json = machine.to_json();
+    shared.faults.shape_history(&mut json, false);
+    json
 }
 
 /// `POST /v1/apps/{app}/machines`. A taken name is 409; an image the engine does not have is
@@ -166,7 +184,7 @@ pub async fn create(
         );
     }
     let store = lock(&shared.store);
-    let mut body = store.machine(&app, &id)?.to_json();
+    let mut body = fetched(&shared, store.machine(&app, &id)?);
     if let Some(nonce) = lease {
         body["nonce"] = json!(nonce);
     }
@@ -284,7 +302,7 @@ pub async fn get(
     Path((app, id)): Path<(String, String)>,
 ) -> ApiResult<Json<Value>> {
     let store = lock(&shared.store);
-    Ok(Json(store.machine(&app, &id)?.to_json()))
+    Ok(Json(fetched(&shared, store.machine(&app, &id)?)))
 }
 
 /// `POST /v1/apps/{app}/machines/{id}`: the whole config is replaced (there are no partial
@@ -334,7 +352,7 @@ pub async fn update(
     };
     schedule(&shared, &id, op);
     let store = lock(&shared.store);
-    Ok(Json(store.machine(&app, &id)?.to_json()))
+    Ok(Json(fetched(&shared, store.machine(&app, &id)?)))
 }
 
 /// `DELETE /v1/apps/{app}/machines/{id}?force=true`: a running machine without `force`

@@ -37,6 +37,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
+pub use crate::History;
 pub use faults::{Fault, Faults, Matcher, RequestLog, RequestRecord};
 
 use engine::Engine;

@@ -197,12 +197,38 @@ async fn list(AxState(state): AxState<Shared>, Query(q): Query<ListQuery>) -> Re
     let next = has_more
         .then(|| out.last().map(|s| s.name.clone()))
         .flatten();
-    Json(SpriteList {
+    let mut body = serde_json::to_value(SpriteList {
         sprites: out,
         has_more,
         next_continuation_token: next,
     })
-    .into_response()
+    .unwrap_or_default();
+    if let Some(entries) = body["sprites"].as_array_mut() {
+        entries.iter_mut().for_each(|e| shape_history(&state, e));
+    }
+    Json(body).into_response()
+}
+
+/// Leaves out of a listing entry the timestamps the history mode does not let it carry.
+fn shape_history(state: &Shared, entry: &mut serde_json::Value) {
+    let now = chrono::Utc::now();
+    let Some(fields) = entry.as_object_mut() else {
+        return;
+    };
+    for key in ["created_at", "last_running_at"] {
+        let at = fields
+            .get(key)
+            .and_then(|v| v.as_str())
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok());
+        if at.is_some_and(|t| {
+            !state
+                .faults
+                .history
+                .listing_keeps(now - t.with_timezone(&chrono::Utc))
+        }) {
+            fields.remove(key);
+        }
+    }
 }
 
 async fn describe(AxState(state): AxState<Shared>, Path(name): Path<String>) -> Response {

@@ -42,6 +42,8 @@ pub struct Faults {
     pub drop_exec_before_exit: AtomicU32,
     /// Answer `GET …/policy/network` with 500 while set.
     pub fail_policy_reads: AtomicBool,
+    /// What listings carry of `created_at` and `last_running_at` (see [`crate::History`]).
+    pub history: crate::HistoryMode,
 }
 
 impl Faults {
@@ -59,6 +61,12 @@ impl Faults {
     /// The next `n` exec WebSockets close before their exit frame.
     pub fn drop_exec(&self, n: u32) {
         self.drop_exec_before_exit.store(n, Ordering::SeqCst);
+    }
+
+    /// From now on, listings carry `history`: `created_at` and `last_running_at` left out
+    /// of every entry, or of those older than [`crate::RECENT`] (a `GET` keeps them).
+    pub fn set_history(&self, history: crate::History) {
+        self.history.set(history);
     }
 
     /// Every read of a network policy fails with 500 until `fail_policy_reads(false)`.
