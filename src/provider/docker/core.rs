@@ -57,7 +57,8 @@ use crate::provider::{
     AppliedResources, BulkFiles, CapacityProbe, CreateRequest, Egress, EgressPolicy, ExecOutput,
     ExecRequest, Files, Hibernation, IdleAction, ImagePull, Inventory, PortMapping, PortRequest,
     Provider, ProviderError, ProviderEvents, ProviderResult, RestartPolicy, SandboxDescriptor,
-    SandboxQuery, SandboxState, SetResources, StartedAt, Templates, VolumeMount, VolumeQuery, Volumes,
+    SandboxQuery, SandboxState, SetResources, StartedAt, Templates, VolumeMount, VolumeQuery,
+    Volumes,
 };
 
 /// Seconds a stop waits for the main process to exit after SIGTERM before SIGKILL
