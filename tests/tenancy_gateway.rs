@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use hickory_proto::op::{Message, MessageType, ResponseCode};
+use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{RData, Record, RecordType};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,28 +35,15 @@ async fn loopback_dns() -> SocketAddr {
         .await
         .expect("bind the test DNS");
     let addr = socket.local_addr().expect("its address");
-    tokio::spawn(async move {
-        let mut buf = vec![0u8; 4096];
-        loop {
-            let Ok((n, peer)) = socket.recv_from(&mut buf).await else {
-                continue;
-            };
-            let Ok(request) = Message::from_vec(&buf[..n]) else {
-                continue;
-            };
-            let mut reply = Message::response(request.metadata.id, request.metadata.op_code);
-            reply.metadata.message_type = MessageType::Response;
-            reply.metadata.response_code = ResponseCode::NoError;
-            reply.add_queries(request.queries.iter().cloned());
-            if let Some(q) = request.queries.first()
-                && q.query_type() == RecordType::A
-            {
-                let a = RData::A(A(Ipv4Addr::LOCALHOST));
-                reply.add_answer(Record::from_rdata(q.name().clone(), 30, a));
-            }
-            let _ = socket.send_to(&reply.to_vec().unwrap(), peer).await;
+    tokio::spawn(harness::dns::serve(socket, |request, reply| {
+        reply.metadata.response_code = ResponseCode::NoError;
+        if let Some(q) = request.queries.first()
+            && q.query_type() == RecordType::A
+        {
+            let a = RData::A(A(Ipv4Addr::LOCALHOST));
+            reply.add_answer(Record::from_rdata(q.name().clone(), 30, a));
         }
-    });
+    }));
     addr
 }
 

@@ -13,50 +13,26 @@ use std::time::Duration;
 
 use harness::docker::TestEnv;
 use harness::no_native_templates::NoNativeTemplates;
-use harness::s3::{PurgePrefix, s3_env};
+use harness::s3::{PurgePrefix, store};
 use harness::unique;
-use sandbox_operator::config::TemplateStoreConfig;
 use sandbox_operator::provider::labels::Owner;
 use sandbox_operator::provider::{CommitRequest, ErrorKind, Provider, ProviderError};
 use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest, ManifestOwner};
 use sandbox_operator::templates::service::{Boot, TemplateService};
-use sandbox_operator::templates::store::{StoreSettings, TemplateStore};
+use sandbox_operator::templates::store::TemplateStore;
 use sandbox_operator::templates::transfer::{self, Limits, NOT_SHARED, OWNED_ELSEWHERE};
 
 const APP: &str = "/workspace/app";
 /// The archive `a` stored: not a tarball, never restored here, compared byte for byte.
 const A_ARCHIVE: &str = "archive of namespace a";
 
-fn store(prefix: &str) -> Arc<TemplateStore> {
-    let env = s3_env();
-    let cfg: TemplateStoreConfig = serde_json::from_value(serde_json::json!({
-        "name": "tenancy",
-        "bucket": env["SANDBOX_S3_BUCKET"],
-        "endpoint": env["SANDBOX_S3_ENDPOINT"],
-        "pathStyle": true,
-        "prefix": prefix,
-    }))
-    .expect("config");
-    let (access, secret) = (
-        env["SANDBOX_S3_ACCESS_KEY"].clone(),
-        env["SANDBOX_S3_SECRET_KEY"].clone(),
-    );
-    let settings = StoreSettings::resolve(&cfg, |k| match k {
-        "AWS_ACCESS_KEY_ID" => Some(access.clone()),
-        "AWS_SECRET_ACCESS_KEY" => Some(secret.clone()),
-        _ => None,
-    })
-    .expect("settings");
-    Arc::new(TemplateStore::new(settings))
-}
-
 fn service(store: Arc<TemplateStore>) -> TemplateService {
     let mut service = TemplateService::new(Limits {
         transfer: Duration::from_secs(300),
         ..Limits::default()
     });
+    service.assign("docker-test", &store.settings().name);
     service.add_store(store);
-    service.assign("docker-test", "tenancy");
     service
 }
 
@@ -112,7 +88,7 @@ impl World {
     async fn new(test: &str) -> World {
         let env = TestEnv::new(test).await;
         let prefix = unique(&format!("t-{test}"));
-        let store = store(&prefix);
+        let store = Arc::new(store(&prefix, None));
         let (a, b) = (owner(&env, "team-a"), owner(&env, "team-b"));
         let id = unique("tpl-a");
         put_template_of(&store, &id, &a).await;

@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
-use hickory_proto::op::{Message, MessageType, ResponseCode};
+use hickory_proto::op::ResponseCode;
 use hickory_proto::rr::rdata::A;
 use hickory_proto::rr::{RData, Record, RecordType};
 use sandbox_operator::provider::docker::EgressGatewaySettings;
@@ -102,36 +102,29 @@ impl Drop for FakeNet {
     }
 }
 
+/// The fake internet's DNS: `NAMES` resolve to the host address, everything else is
+/// NXDOMAIN, and every name asked for is counted.
 async fn serve_dns(socket: UdpSocket, host: Ipv4Addr, queries: Arc<Mutex<Vec<String>>>) {
-    let mut buf = vec![0u8; 4096];
-    loop {
-        let Ok((n, peer)) = socket.recv_from(&mut buf).await else {
-            continue;
-        };
-        let Ok(request) = Message::from_vec(&buf[..n]) else {
-            continue;
-        };
-        let mut reply = Message::response(request.metadata.id, request.metadata.op_code);
-        reply.metadata.message_type = MessageType::Response;
+    crate::harness::dns::serve(socket, move |request, reply| {
         reply.metadata.recursion_available = true;
-        reply.add_queries(request.queries.iter().cloned());
-        if let Some(q) = request.queries.first() {
-            let name = q
-                .name()
-                .to_ascii()
-                .trim_end_matches('.')
-                .to_ascii_lowercase();
-            queries.lock().unwrap().push(name.clone());
-            if NAMES.contains(&name.as_str()) {
-                if q.query_type() == RecordType::A {
-                    reply.add_answer(Record::from_rdata(q.name().clone(), 60, RData::A(A(host))));
-                }
-            } else {
-                reply.metadata.response_code = ResponseCode::NXDomain;
+        let Some(q) = request.queries.first() else {
+            return;
+        };
+        let name = q
+            .name()
+            .to_ascii()
+            .trim_end_matches('.')
+            .to_ascii_lowercase();
+        queries.lock().unwrap().push(name.clone());
+        if NAMES.contains(&name.as_str()) {
+            if q.query_type() == RecordType::A {
+                reply.add_answer(Record::from_rdata(q.name().clone(), 60, RData::A(A(host))));
             }
+        } else {
+            reply.metadata.response_code = ResponseCode::NXDomain;
         }
-        let _ = socket.send_to(&reply.to_vec().unwrap(), peer).await;
-    }
+    })
+    .await
 }
 
 fn acceptor() -> tokio_rustls::TlsAcceptor {

@@ -16,6 +16,7 @@
 //! - [`engine_proxy`]: a counting proxy in front of the Docker engine (requests by path);
 //! - [`objects`]: waiting on the objects a test applied (Ready, gone) and patching their spec;
 //! - [`metrics`]: reading the operator's Prometheus metrics;
+//! - [`dns`]: a stub DNS server whose answers the test decides;
 //! - [`world`]: one end-to-end world (namespace, operator, configuration) around a provider's
 //!   far side, for the remote providers and Kubernetes.
 //!
@@ -24,6 +25,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod dns;
 pub mod docker;
 pub mod engine_proxy;
 pub mod kubernetes;

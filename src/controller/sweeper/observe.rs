@@ -202,15 +202,10 @@ where
     let fetch = |params: ListParams| {
         let api = &api;
         async move {
-            tokio::time::timeout(KUBE_TIMEOUT, api.list_metadata(&params))
-                .await
-                .map_err(|_| {
-                    format!(
-                        "the API server did not answer within {}s",
-                        KUBE_TIMEOUT.as_secs()
-                    )
-                })?
-                .map_err(|e| e.to_string())
+            within_kube_timeout(async {
+                api.list_metadata(&params).await.map_err(|e| e.to_string())
+            })
+            .await
         }
     };
     let visit = |items: Vec<PartialObjectMeta<K>>| {
@@ -234,6 +229,14 @@ pub async fn read_owner(client: &Client, key: &OwnerKey) -> Result<Option<OwnerR
             OwnerKind::SandboxTemplate => read_uid::<SandboxTemplate>(client, key).await,
         }
     };
+    within_kube_timeout(read).await
+}
+
+/// Runs one Kubernetes read within [`KUBE_TIMEOUT`], a silent API server becoming an error
+/// that names the bound.
+async fn within_kube_timeout<T>(
+    read: impl Future<Output = Result<T, String>>,
+) -> Result<T, String> {
     tokio::time::timeout(KUBE_TIMEOUT, read)
         .await
         .map_err(|_| {

@@ -13,8 +13,11 @@
 
 use std::time::Duration;
 
+use bollard::Docker;
+use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use futures::StreamExt;
+use futures::{Stream, StreamExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
 use super::{DockerProvider, map_err};
@@ -76,6 +79,8 @@ impl DockerProvider {
         }
     }
 
+    /// The three exec steps, without the wall-clock bound that
+    /// [`run_exec_with_stdin`](Self::run_exec_with_stdin) puts around them.
     async fn exec_unbounded(
         &self,
         id: &str,
@@ -84,26 +89,10 @@ impl DockerProvider {
         deadline: Instant,
     ) -> ProviderResult<ExecOutput> {
         let docker = self.engine().await?;
-        let env: Vec<String> = request
-            .env
-            .iter()
-            .map(|(k, v)| format!("{k}={v}"))
-            .collect();
-        let options = CreateExecOptions::<String> {
-            attach_stdin: Some(stdin.is_some()),
-            attach_stdout: Some(true),
-            attach_stderr: Some(true),
-            tty: Some(false),
-            env: (!env.is_empty()).then_some(env),
-            cmd: Some(request.argv.clone()),
-            working_dir: request.cwd.clone(),
-            ..Default::default()
-        };
         let created = docker
-            .create_exec(id, options)
+            .create_exec(id, exec_options(request, stdin.is_some()))
             .await
             .map_err(|e| exec_error(id, "creating an exec", e))?;
-
         let started = docker
             .start_exec(
                 &created.id,
@@ -116,83 +105,130 @@ impl DockerProvider {
             )
             .await
             .map_err(|e| exec_error(id, "starting an exec", e))?;
+        let (stdout, stderr) = match started {
+            StartExecResults::Attached { output, input } => {
+                write_input(id, request, input, stdin).await?;
+                read_output(id, request, output).await?
+            }
+            StartExecResults::Detached => (Vec::new(), Vec::new()),
+        };
+        let exit_code = exit_code(docker, &created.id, id, request, deadline).await?;
+        Ok(ExecOutput {
+            stdout,
+            stderr,
+            exit_code,
+        })
+    }
+}
 
-        let mut stdout = Vec::new();
-        let mut stderr = Vec::new();
-        if let StartExecResults::Attached {
-            mut output,
-            mut input,
-        } = started
+/// The exec's configuration: output always attached and untouched by a terminal, stdin only
+/// when there is input to send.
+fn exec_options(request: &ExecRequest, with_stdin: bool) -> CreateExecOptions<String> {
+    let env: Vec<String> = request
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    CreateExecOptions::<String> {
+        attach_stdin: Some(with_stdin),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(false),
+        env: (!env.is_empty()).then_some(env),
+        cmd: Some(request.argv.clone()),
+        working_dir: request.cwd.clone(),
+        ..Default::default()
+    }
+}
+
+/// Writes `stdin` (if any) to the process and closes our half, so the process reads end of
+/// file. Without attached stdin, closing our half would not signal EOF anyway. The whole
+/// input goes in before any output is read: inputs here are small enough that the process
+/// never blocks on a full output pipe meanwhile (file contents go in, a status comes out).
+async fn write_input(
+    id: &str,
+    request: &ExecRequest,
+    mut input: impl AsyncWrite + Unpin,
+    stdin: Option<&[u8]>,
+) -> ProviderResult<()> {
+    let Some(data) = stdin else {
+        return Ok(());
+    };
+    let written = async {
+        input.write_all(data).await?;
+        input.shutdown().await
+    };
+    written.await.map_err(|e| {
+        ProviderError::transient(format!(
+            "exec in sandbox {id}: writing the input of {:?} failed: {e}",
+            request.argv
+        ))
+    })
+}
+
+/// Reads the multiplexed output until the process closes it, refusing more than
+/// [`MAX_EXEC_OUTPUT`] so a huge result is never held in memory nor half-returned.
+async fn read_output(
+    id: &str,
+    request: &ExecRequest,
+    mut output: impl Stream<Item = Result<LogOutput, bollard::errors::Error>> + Unpin,
+) -> ProviderResult<(Vec<u8>, Vec<u8>)> {
+    let mut stdout = Vec::new();
+    let mut stderr = Vec::new();
+    while let Some(frame) = output.next().await {
+        let frame = frame.map_err(|e| {
+            ProviderError::transient(format!(
+                "exec in sandbox {id}: reading the output of {:?} failed: {e}",
+                request.argv
+            ))
+        })?;
+        match frame {
+            LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
+            LogOutput::StdOut { message } | LogOutput::Console { message } => {
+                stdout.extend_from_slice(&message)
+            }
+            LogOutput::StdIn { .. } => {}
+        }
+        if stdout.len() + stderr.len() > MAX_EXEC_OUTPUT {
+            return Err(ProviderError::invalid(format!(
+                "exec in sandbox {id}: {:?} printed more than {} MiB; exec output is not a \
+                 data channel — write the data to a file and read it with the file capability",
+                request.argv,
+                MAX_EXEC_OUTPUT / (1024 * 1024)
+            )));
+        }
+    }
+    Ok((stdout, stderr))
+}
+
+/// The exec's exit code. The attached stream closes when the process's output closes; the
+/// engine records the exit a moment later, so this re-reads until it has (the caller's
+/// timeout bounds the loop; `deadline` is a backstop).
+async fn exit_code(
+    docker: &Docker,
+    exec_id: &str,
+    id: &str,
+    request: &ExecRequest,
+    deadline: Instant,
+) -> ProviderResult<i64> {
+    loop {
+        let inspected = docker
+            .inspect_exec(exec_id)
+            .await
+            .map_err(|e| exec_error(id, "reading an exec's exit code", e))?;
+        if inspected.running != Some(true)
+            && let Some(code) = inspected.exit_code
         {
-            // Without attached stdin, closing our half would not signal EOF anyway. With it,
-            // the whole input is written first and our half shut down: the process reads
-            // end of file. (Inputs here are small enough that the process never blocks on a
-            // full output pipe meanwhile: file contents go in, a status comes out.)
-            if let Some(data) = stdin {
-                use tokio::io::AsyncWriteExt;
-                let written = async {
-                    input.write_all(data).await?;
-                    input.shutdown().await
-                };
-                written.await.map_err(|e| {
-                    ProviderError::transient(format!(
-                        "exec in sandbox {id}: writing the input of {:?} failed: {e}",
-                        request.argv
-                    ))
-                })?;
-            }
-            drop(input);
-            while let Some(frame) = output.next().await {
-                use bollard::container::LogOutput;
-                let frame = frame.map_err(|e| {
-                    ProviderError::transient(format!(
-                        "exec in sandbox {id}: reading the output of {:?} failed: {e}",
-                        request.argv
-                    ))
-                })?;
-                match frame {
-                    LogOutput::StdErr { message } => stderr.extend_from_slice(&message),
-                    LogOutput::StdOut { message } | LogOutput::Console { message } => {
-                        stdout.extend_from_slice(&message)
-                    }
-                    LogOutput::StdIn { .. } => {}
-                }
-                if stdout.len() + stderr.len() > MAX_EXEC_OUTPUT {
-                    return Err(ProviderError::invalid(format!(
-                        "exec in sandbox {id}: {:?} printed more than {} MiB; exec output is not a \
-                         data channel — write the data to a file and read it with the file capability",
-                        request.argv,
-                        MAX_EXEC_OUTPUT / (1024 * 1024)
-                    )));
-                }
-            }
+            return Ok(code);
         }
-
-        // The attached stream closes when the process's output closes; the engine records the
-        // exit a moment later. Re-read until it has (the outer timeout bounds this loop).
-        loop {
-            let inspected = docker
-                .inspect_exec(&created.id)
-                .await
-                .map_err(|e| exec_error(id, "reading an exec's exit code", e))?;
-            if inspected.running != Some(true)
-                && let Some(code) = inspected.exit_code
-            {
-                return Ok(ExecOutput {
-                    stdout,
-                    stderr,
-                    exit_code: code,
-                });
-            }
-            if Instant::now() >= deadline {
-                // Unreachable in practice: the caller's timeout fires first.
-                return Err(ProviderError::transient(format!(
-                    "exec in sandbox {id}: the engine did not report an exit code for {:?}",
-                    request.argv
-                )));
-            }
-            tokio::time::sleep(EXIT_POLL).await;
+        if Instant::now() >= deadline {
+            // Unreachable in practice: the caller's timeout fires first.
+            return Err(ProviderError::transient(format!(
+                "exec in sandbox {id}: the engine did not report an exit code for {:?}",
+                request.argv
+            )));
         }
+        tokio::time::sleep(EXIT_POLL).await;
     }
 }
 

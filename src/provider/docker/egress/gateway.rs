@@ -269,13 +269,9 @@ impl Gateway {
         }
     }
 
-    async fn create(
-        &self,
-        docker: &Docker,
-        name: &str,
-        ip: Ipv4Addr,
-        hash: String,
-    ) -> ProviderResult<()> {
+    /// The gateway's argv: where it listens, where its per-sandbox policies live, and the
+    /// settings that shape what it forwards.
+    fn command(&self, ip: Ipv4Addr) -> Vec<String> {
         let s = &self.settings;
         let mut cmd = vec![
             "gateway".to_string(),
@@ -300,13 +296,19 @@ impl Gateway {
                 s.allow_private_cidrs.join(","),
             ]);
         }
+        cmd
+    }
+
+    /// The policy volume, plus the operator binary from the engine's host (read-only) when
+    /// `hostBinary` says to run that instead of the image's.
+    fn mounts(&self) -> Vec<Mount> {
         let mut mounts = vec![Mount {
             target: Some(POLICY_DIR.into()),
             source: Some(self.volume()),
             typ: Some(MountType::VOLUME),
             ..Default::default()
         }];
-        if let Some(binary) = &s.host_binary {
+        if let Some(binary) = &self.settings.host_binary {
             mounts.push(Mount {
                 target: Some(MOUNTED_BINARY.into()),
                 source: Some(binary.clone()),
@@ -315,17 +317,23 @@ impl Gateway {
                 ..Default::default()
             });
         }
+        mounts
+    }
+
+    /// The container body: unprivileged and read-only, at the fixed address `ip` on the
+    /// internal network, labelled with the configuration `hash` so a change replaces it.
+    fn create_body(&self, ip: Ipv4Addr, hash: String) -> ContainerCreateBody {
         let mut labels = self.labels();
         labels.insert(CONFIG_LABEL.into(), hash);
-        let body = ContainerCreateBody {
-            image: Some(s.image.clone()),
+        ContainerCreateBody {
+            image: Some(self.settings.image.clone()),
             entrypoint: Some(vec![self.binary().to_string()]),
-            cmd: Some(cmd),
+            cmd: Some(self.command(ip)),
             user: Some(GATEWAY_USER.into()),
             labels: Some(labels),
             host_config: Some(HostConfig {
                 network_mode: Some(self.network()),
-                mounts: Some(mounts),
+                mounts: Some(self.mounts()),
                 cap_drop: Some(vec!["ALL".into()]),
                 security_opt: Some(vec!["no-new-privileges".into()]),
                 readonly_rootfs: Some(true),
@@ -349,27 +357,38 @@ impl Gateway {
                 )])),
             }),
             ..Default::default()
-        };
+        }
+    }
+
+    /// Creates the gateway container and connects it to the outside network it forwards to.
+    async fn create(
+        &self,
+        docker: &Docker,
+        name: &str,
+        ip: Ipv4Addr,
+        hash: String,
+    ) -> ProviderResult<()> {
         let options = CreateContainerOptionsBuilder::default().name(name).build();
-        match docker.create_container(Some(options), body).await {
+        match docker
+            .create_container(Some(options), self.create_body(ip, hash))
+            .await
+        {
             Ok(_) => {}
             // Created concurrently: the next pass adopts it.
             Err(e) if status_of(&e) == Some(409) => return Ok(()),
             Err(e) => return Err(map_err(&format!("creating egress gateway {name}"), e)),
         }
+        let network = &self.settings.network;
         let connect = NetworkConnectRequest {
             container: name.to_string(),
             endpoint_config: Some(EndpointSettings::default()),
         };
-        docker
-            .connect_network(&s.network, connect)
-            .await
-            .map_err(|e| {
-                map_err(
-                    &format!("connecting egress gateway {name} to network {}", s.network),
-                    e,
-                )
-            })
+        docker.connect_network(network, connect).await.map_err(|e| {
+            map_err(
+                &format!("connecting egress gateway {name} to network {network}"),
+                e,
+            )
+        })
     }
 }
 

@@ -24,6 +24,8 @@
 
 use std::time::Duration;
 
+use bollard::models::ContainerInspectResponse;
+
 use crate::provider::docker::{DockerProvider, is_not_found, map_err};
 use crate::provider::{
     Egress, EgressState, EgressVerdict, ErrorKind, ExecRequest, ProviderError, ProviderResult,
@@ -66,6 +68,63 @@ fn verdict(state: EgressState, detail: String) -> EgressVerdict {
     }
 }
 
+/// What the engine reports about a container's networking.
+struct Attachment {
+    mode: String,
+    running: bool,
+    paused: bool,
+    /// Attached networks other than `none`, sorted so the detail reads the same every time.
+    networks: Vec<String>,
+}
+
+impl Attachment {
+    fn of(inspected: &ContainerInspectResponse) -> Self {
+        let mode = inspected
+            .host_config
+            .as_ref()
+            .and_then(|h| h.network_mode.clone())
+            .unwrap_or_default();
+        let state = inspected.state.as_ref();
+        let mut networks: Vec<String> = inspected
+            .network_settings
+            .as_ref()
+            .and_then(|n| n.networks.as_ref())
+            .map(|n| n.keys().filter(|k| k.as_str() != "none").cloned().collect())
+            .unwrap_or_default();
+        networks.sort();
+        Attachment {
+            mode,
+            running: state.and_then(|s| s.running).unwrap_or(false),
+            paused: state.and_then(|s| s.paused).unwrap_or(false),
+            networks,
+        }
+    }
+
+    /// `Open` from the engine's word alone: any attached network reaches something, and only
+    /// a `none` sandbox needs the look from inside. `None` when the mode is `none` and no
+    /// network is attached.
+    fn open_verdict(&self) -> Option<EgressVerdict> {
+        let mode = &self.mode;
+        if mode == "none" && self.networks.is_empty() {
+            return None;
+        }
+        let attached = if self.networks.is_empty() {
+            format!("network mode {mode:?}")
+        } else {
+            format!(
+                "network mode {mode:?}, attached to {}",
+                self.networks.join(", ")
+            )
+        };
+        Some(verdict(
+            EgressState::Open,
+            format!(
+                "the engine reports the running container with {attached}; Docker applies no egress filter"
+            ),
+        ))
+    }
+}
+
 #[async_trait::async_trait]
 impl Egress for DockerProvider {
     async fn egress_verdict(&self, id: &str) -> ProviderResult<EgressVerdict> {
@@ -87,56 +146,35 @@ impl Egress for DockerProvider {
                 ));
             }
         };
-
-        let mode = inspected
-            .host_config
-            .as_ref()
-            .and_then(|h| h.network_mode.clone())
-            .unwrap_or_default();
-        let state = inspected.state.as_ref();
-        let running = state.and_then(|s| s.running).unwrap_or(false);
-        let paused = state.and_then(|s| s.paused).unwrap_or(false);
-        let mut networks: Vec<String> = inspected
-            .network_settings
-            .as_ref()
-            .and_then(|n| n.networks.as_ref())
-            .map(|n| n.keys().filter(|k| k.as_str() != "none").cloned().collect())
-            .unwrap_or_default();
-        networks.sort();
-
-        if !running || paused {
+        let seen = Attachment::of(&inspected);
+        if !seen.running || seen.paused {
             return Ok(verdict(
                 EgressState::Inconclusive,
                 format!(
-                    "the container is {} (network mode {mode:?}); egress can only be observed in a \
+                    "the container is {} (network mode {:?}); egress can only be observed in a \
                      running sandbox's network namespace",
-                    if paused { "paused" } else { "not running" }
+                    if seen.paused { "paused" } else { "not running" },
+                    seen.mode
                 ),
             ));
         }
-
         if let Some(gateway) = &self.gateway
-            && mode == gateway.network()
-            && networks == [gateway.network()]
+            && seen.mode == gateway.network()
+            && seen.networks == [gateway.network()]
         {
             return self.gateway_verdict(id).await;
         }
-
-        if mode != "none" || !networks.is_empty() {
-            let attached = if networks.is_empty() {
-                format!("network mode {mode:?}")
-            } else {
-                format!("network mode {mode:?}, attached to {}", networks.join(", "))
-            };
-            return Ok(verdict(
-                EgressState::Open,
-                format!(
-                    "the engine reports the running container with {attached}; Docker applies no egress filter"
-                ),
-            ));
+        match seen.open_verdict() {
+            Some(open) => Ok(open),
+            None => self.namespace_verdict(id).await,
         }
+    }
+}
 
-        // Network mode none: confirm from inside that only loopback exists.
+impl DockerProvider {
+    /// Network mode `none`: confirms from inside that only loopback exists, because the
+    /// engine's word alone must not make a sandbox `Filtered`.
+    async fn namespace_verdict(&self, id: &str) -> ProviderResult<EgressVerdict> {
         let probe = ExecRequest {
             argv: vec!["cat".into(), "/proc/net/dev".into()],
             cwd: None,
@@ -144,30 +182,9 @@ impl Egress for DockerProvider {
             timeout: PROBE_TIMEOUT,
         };
         match self.run_exec(id, &probe).await {
-            Ok(out) if out.exit_code == 0 => {
-                let seen = interfaces(&String::from_utf8_lossy(&out.stdout));
-                let others: Vec<&String> = seen.iter().filter(|i| i.as_str() != "lo").collect();
-                if seen.is_empty() {
-                    Ok(verdict(
-                        EgressState::Inconclusive,
-                        "network mode \"none\", but /proc/net/dev inside the sandbox listed no interfaces".into(),
-                    ))
-                } else if others.is_empty() {
-                    Ok(verdict(
-                        EgressState::Filtered,
-                        "network mode \"none\" with no network attached, and the sandbox's network \
-                         namespace has only the loopback interface (observed in /proc/net/dev)"
-                            .into(),
-                    ))
-                } else {
-                    Ok(verdict(
-                        EgressState::Open,
-                        format!(
-                            "network mode \"none\", but the sandbox's network namespace has interfaces {others:?} besides loopback"
-                        ),
-                    ))
-                }
-            }
+            Ok(out) if out.exit_code == 0 => Ok(interfaces_verdict(&interfaces(
+                &String::from_utf8_lossy(&out.stdout),
+            ))),
             Ok(out) => Ok(verdict(
                 EgressState::Inconclusive,
                 format!(
@@ -185,6 +202,33 @@ impl Egress for DockerProvider {
                 ),
             )),
         }
+    }
+}
+
+/// Reads the interfaces a `none` sandbox's namespace holds into a verdict: only loopback is
+/// `Filtered`; none at all cannot be a real namespace, so it proves nothing. Pure.
+fn interfaces_verdict(seen: &[String]) -> EgressVerdict {
+    let others: Vec<&String> = seen.iter().filter(|i| i.as_str() != "lo").collect();
+    if seen.is_empty() {
+        verdict(
+            EgressState::Inconclusive,
+            "network mode \"none\", but /proc/net/dev inside the sandbox listed no interfaces"
+                .into(),
+        )
+    } else if others.is_empty() {
+        verdict(
+            EgressState::Filtered,
+            "network mode \"none\" with no network attached, and the sandbox's network \
+             namespace has only the loopback interface (observed in /proc/net/dev)"
+                .into(),
+        )
+    } else {
+        verdict(
+            EgressState::Open,
+            format!(
+                "network mode \"none\", but the sandbox's network namespace has interfaces {others:?} besides loopback"
+            ),
+        )
     }
 }
 
