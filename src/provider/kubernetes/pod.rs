@@ -354,11 +354,12 @@ pub fn started_at(pod: &Pod) -> Option<DateTime<Utc>> {
 }
 
 /// Whether the Pod says everything about the sandbox's starts, so that finding none proves
-/// it never ran (rule 6): a gated Pod runs nothing and carries the earlier Pods' first start
-/// in [`STARTED_AT`]; a scheduled Pod only once the kubelet reports its container. A
-/// scheduled Pod without that report cannot tell.
+/// it never ran (rule 6): a gated Pod, or one no node has taken yet, runs nothing and carries
+/// the earlier Pods' first start in [`STARTED_AT`] (see [`successor`]); a Pod bound to a node
+/// only once the kubelet reports its container. A bound Pod without that report cannot tell.
 pub fn record_complete(pod: &Pod) -> bool {
-    gated(pod) || container_status(pod).is_some()
+    let unbound = pod.spec.as_ref().is_none_or(|s| s.node_name.is_none());
+    gated(pod) || unbound || container_status(pod).is_some()
 }
 
 /// The first start to record in [`STARTED_AT`] on this Pod: its container's, when it has
@@ -697,6 +698,23 @@ mod tests {
         r.allowed_domains = Some(vec![]);
         let e = build(&r, &settings(), None, Utc::now()).unwrap_err();
         assert!(e.message().contains("spec.egress"), "{e}");
+    }
+
+    #[test]
+    fn an_unbound_pod_proves_it_never_ran_and_a_bound_one_without_a_report_cannot() {
+        let mut pod = build(&request(), &settings(), None, Utc::now()).unwrap();
+        pod.spec.as_mut().unwrap().scheduling_gates = None;
+        assert_eq!(
+            descriptor(&pod).started_at,
+            StartedAt::Never,
+            "no node took it"
+        );
+        pod.spec.as_mut().unwrap().node_name = Some("node-1".into());
+        assert_eq!(
+            descriptor(&pod).started_at,
+            StartedAt::Unknown,
+            "bound, and the kubelet has not reported its container"
+        );
     }
 
     fn with_status(mut pod: Pod, phase: &str, state: ContainerState) -> Pod {
