@@ -458,6 +458,7 @@ spec:
     name: src
   capturePaths: ["/workspace/app"]
   publish: true
+  sharedWith: [{ns_b}]
 "#
         ),
         &ns_a,
