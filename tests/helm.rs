@@ -799,25 +799,31 @@ fn collect_env_refs(value: &Value, out: &mut Vec<String>) {
 fn can_i(sa: &(String, String), verb: &str, resource: &str, namespace: Option<&str>) -> bool {
     let user = format!("system:serviceaccount:{}:{}", sa.0, sa.1);
     let group = format!("system:serviceaccounts:{}", sa.0);
+    let groups = [
+        "system:serviceaccounts",
+        group.as_str(),
+        "system:authenticated",
+    ];
+    can_as(&user, &groups, verb, resource, namespace)
+}
+
+/// `kubectl auth can-i` as `user` in `groups`.
+fn can_as(
+    user: &str,
+    groups: &[&str],
+    verb: &str,
+    resource: &str,
+    namespace: Option<&str>,
+) -> bool {
     let (resource, sub) = match resource.split_once('/') {
         // "…/status" and "pods/exec" are subresources; "leases…/NAME" names one object.
         Some((r, s)) if s == "status" || s == "exec" => (r, Some(s)),
         _ => (resource, None),
     };
-    let mut args = vec![
-        "auth",
-        "can-i",
-        verb,
-        resource,
-        "--as",
-        &user,
-        "--as-group",
-        "system:serviceaccounts",
-        "--as-group",
-        &group,
-        "--as-group",
-        "system:authenticated",
-    ];
+    let mut args = vec!["auth", "can-i", verb, resource, "--as", user];
+    for g in groups {
+        args.extend(["--as-group", g]);
+    }
     match namespace {
         Some(ns) => args.extend(["-n", ns]),
         None => args.push("--all-namespaces"),
@@ -1925,4 +1931,103 @@ async fn image_runs_the_charts_pod_spec_with_only_the_charts_rbac() {
         serde_json::from_str::<Value>(&first).is_ok(),
         "not a JSON log line: {first:?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn tenant_roles_let_edit_manage_sandboxes_and_view_read_them_but_nobody_write_status() {
+    let ns = namespace("helm-tenants").await;
+    let team = namespace("helm-team").await;
+    let elsewhere = namespace("helm-elsewhere").await;
+    let release = unique("tenop");
+    let _release = install(&release, &ns, &[]);
+    let (editor, viewer) = (unique("alice"), unique("victor"));
+    for (user, role) in [(&editor, "edit"), (&viewer, "view")] {
+        kubectl_ok(
+            &[
+                "create",
+                "rolebinding",
+                user,
+                "-n",
+                &team,
+                "--clusterrole",
+                role,
+                "--user",
+                user,
+            ],
+            None,
+        );
+    }
+    let groups = ["system:authenticated"];
+    let t = Some(team.as_str());
+    // The built-in roles pick the rules up through the controller-manager's aggregation.
+    harness::wait_for(
+        "edit to aggregate the tenant role",
+        Duration::from_secs(60),
+        || async {
+            match can_as(&editor, &groups, "create", "sandboxes.sandboxes.dev", t) {
+                true => Ok(()),
+                false => Err("not yet".to_string()),
+            }
+        },
+    )
+    .await;
+    harness::wait_for(
+        "view to aggregate the tenant role",
+        Duration::from_secs(60),
+        || async {
+            match can_as(
+                &viewer,
+                &groups,
+                "list",
+                "sandboxtemplates.sandboxes.dev",
+                t,
+            ) {
+                true => Ok(()),
+                false => Err("not yet".to_string()),
+            }
+        },
+    )
+    .await;
+    let e = Some(elsewhere.as_str());
+    let cases: &[(&str, bool, &str, &str, Option<&str>)] = &[
+        (&editor, true, "patch", "sandboxes.sandboxes.dev", t),
+        (&editor, true, "delete", "sandboxvolumes.sandboxes.dev", t),
+        (&editor, true, "update", "sandboxtemplates.sandboxes.dev", t),
+        (&editor, false, "patch", "sandboxes.sandboxes.dev/status", t),
+        (
+            &editor,
+            false,
+            "update",
+            "sandboxes.sandboxes.dev/status",
+            t,
+        ),
+        (
+            &editor,
+            false,
+            "patch",
+            "sandboxvolumes.sandboxes.dev/status",
+            t,
+        ),
+        (
+            &editor,
+            false,
+            "patch",
+            "sandboxtemplates.sandboxes.dev/status",
+            t,
+        ),
+        (&editor, false, "get", "sandboxes.sandboxes.dev", e),
+        (&viewer, true, "get", "sandboxes.sandboxes.dev", t),
+        (&viewer, false, "patch", "sandboxes.sandboxes.dev", t),
+        (&viewer, false, "patch", "sandboxes.sandboxes.dev/status", t),
+    ];
+    let wrong: Vec<String> = cases
+        .iter()
+        .filter(|(user, want, verb, resource, ns)| {
+            can_as(user, &groups, verb, resource, *ns) != *want
+        })
+        .map(|(user, want, verb, resource, ns)| {
+            format!("{user} {verb} {resource} in {ns:?}: want {want}")
+        })
+        .collect();
+    assert!(wrong.is_empty(), "tenant RBAC differs: {wrong:#?}");
 }

@@ -12,8 +12,8 @@ use harness::docker::container_ids_owned_by;
 use harness::objects::*;
 use harness::operator::*;
 use kube::Api;
-use kube::api::{Patch, PatchParams};
 use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
 use sandbox_operator::api::{Sandbox, condition};
 use serde_json::{Value, json};
 
@@ -57,7 +57,12 @@ async fn nudge<K: Reconciled>(api: &Api<K>, name: &str) {
 }
 
 /// Waits until `name` is Ready=False with `reason`; returns the message.
-async fn wait_reason<K: Reconciled>(api: &Api<K>, name: &str, by: &Operator, reason: &str) -> String {
+async fn wait_reason<K: Reconciled>(
+    api: &Api<K>,
+    name: &str,
+    by: &Operator,
+    reason: &str,
+) -> String {
     let got = wait_object(api, name, by, reason, TIMEOUT, |o| {
         match condition(o.conditions(), "Ready") {
             Some(c) if c.status == "False" && c.reason == reason => Ok(()),
@@ -109,11 +114,17 @@ async fn a_sandbox_status_naming_another_tenants_sandbox_touches_nothing_of_it()
     );
     let events = events_about(&ns_b, "thief").await;
     assert!(
-        events.iter().any(|(_, reason, _)| reason == "OwnershipMismatch"),
+        events
+            .iter()
+            .any(|(_, reason, _)| reason == "OwnershipMismatch"),
         "a Warning says why a's sandbox was left alone: {events:?}"
     );
     nudge(&api_a, "victim").await;
     let victim = wait_ready(&api_a, "victim", &op_a).await;
-    assert_eq!(sandbox_id(&victim), victim_id, "a's Sandbox still Ready on its own sandbox");
+    assert_eq!(
+        sandbox_id(&victim),
+        victim_id,
+        "a's Sandbox still Ready on its own sandbox"
+    );
     delete_and_wait_gone(&api_a, "victim").await;
 }

@@ -6,6 +6,8 @@
 
 use std::collections::BTreeMap;
 
+use super::ProviderError;
+
 /// Which operator instance manages the resource. The sweeper only ever touches resources
 /// carrying its own instance's value.
 pub const MANAGED_BY: &str = "sandboxes.dev/managed-by";
@@ -69,6 +71,53 @@ impl Owner {
     }
 }
 
+/// The reason an object stalls with when an id in its status names a provider resource it
+/// does not own.
+pub const OWNERSHIP_MISMATCH: &str = "OwnershipMismatch";
+
+/// Status is never authority: whoever may write an object's `/status` could point its id at
+/// another tenant's sandbox, volume or template (or the egress gateway). An id read from
+/// status is acted on only when the resource it names carries the object's owner-uid label;
+/// otherwise nothing is touched and the error says which status field to clear.
+pub fn ensure_owned(
+    field: &str,
+    id: &str,
+    labels: &BTreeMap<String, String>,
+    uid: &str,
+) -> Result<(), ProviderError> {
+    match labels.get(OWNER_UID) {
+        Some(owner) if owner == uid => Ok(()),
+        found => {
+            let found = found.map_or("absent".to_string(), |o| format!("{o:?}"));
+            let why = format!("its {OWNER_UID} label is {found}, this object's UID is {uid}");
+            Err(mismatch(field, id, &why))
+        }
+    }
+}
+
+/// [`ensure_owned`] for resources whose provider name derives from the owner's UID (volumes):
+/// the name itself is the proof, so no provider call is needed.
+pub fn ensure_named(field: &str, id: &str, own: &str) -> Result<(), ProviderError> {
+    if id == own {
+        return Ok(());
+    }
+    Err(mismatch(
+        field,
+        id,
+        &format!("this object's own is {own:?}"),
+    ))
+}
+
+/// The `OwnershipMismatch` error: what was refused, why, and the fix.
+fn mismatch(field: &str, id: &str, why: &str) -> ProviderError {
+    ProviderError::invalid(format!(
+        "{field} names {id:?}, which this object does not own ({why}); nothing was changed. \
+         Status is written by the operator only: remove {field} from the status (kubectl \
+         patch --subresource=status) and revoke the status write that set it"
+    ))
+    .with_reason(OWNERSHIP_MISMATCH)
+}
+
 /// Merges caller labels under the owner labels. Caller labels in our reserved prefix are
 /// refused rather than silently dropped, so a user sees why their label did not appear.
 pub fn merge_labels(
@@ -108,6 +157,25 @@ mod tests {
     #[test]
     fn owner_round_trips_through_labels_even_with_dotted_names() {
         assert_eq!(Owner::from_labels(&owner().labels()), Some(owner()));
+    }
+
+    #[test]
+    fn only_the_owner_uid_label_proves_ownership() {
+        let labels = owner().labels();
+        assert!(ensure_owned("status.sandboxId", "c1", &labels, "1234").is_ok());
+        let e = ensure_owned("status.sandboxId", "c1", &labels, "9999").unwrap_err();
+        assert_eq!(e.reason(), OWNERSHIP_MISMATCH);
+        assert!(e.message().contains("status.sandboxId"), "{}", e.message());
+        let e = ensure_owned("status.sandboxId", "gw", &BTreeMap::new(), "1234").unwrap_err();
+        assert!(e.message().contains("absent"), "{}", e.message());
+    }
+
+    #[test]
+    fn a_uid_derived_name_is_its_own_proof() {
+        assert!(ensure_named("status.volumeName", "sbxv-1", "sbxv-1").is_ok());
+        let e = ensure_named("status.volumeName", "sbxv-2", "sbxv-1").unwrap_err();
+        assert_eq!(e.reason(), OWNERSHIP_MISMATCH);
+        assert!(e.message().contains("\"sbxv-1\""), "{}", e.message());
     }
 
     #[test]

@@ -27,7 +27,7 @@ use chrono::{DateTime, Utc};
 use super::manifest::{self, Access, Keys, Manifest};
 use super::store::TemplateStore;
 use super::transfer::{self, Limits};
-use crate::provider::labels::Owner;
+use crate::provider::labels::{Owner, ensure_owned};
 use crate::provider::{
     CommitRequest, Provider, ProviderError, ProviderResult, Template, Templates, validate,
 };
@@ -278,7 +278,10 @@ impl TemplateService {
     ) -> ProviderResult<Option<Boot>> {
         match self.home(provider)? {
             Home::Native { templates, store } => {
-                if templates.get_template(template_id).await?.is_some() {
+                if let Some(t) = templates.get_template(template_id).await? {
+                    // The id comes from the SandboxTemplate's status: boot only its own.
+                    let field = "SandboxTemplate status.templateId";
+                    ensure_owned(field, template_id, &t.labels, &owner.uid)?;
                     return Ok(Some(Boot::Native));
                 }
                 let Some(store) = store else {

@@ -26,11 +26,12 @@ use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use crate::api::{Sandbox, SandboxTemplate, SandboxVolume};
 use crate::controller::caches::Caches;
-use crate::controller::events::normal;
+use crate::controller::events::{normal, warning};
 use crate::controller::freshness::Written;
 use crate::controller::outcome::{Outcome, Report};
 use crate::controller::{Context, Error, Result, scaffold};
 use crate::provider::ProviderError;
+use crate::provider::labels::{OWNERSHIP_MISMATCH, ensure_owned};
 use crate::registry::ProviderHandle;
 
 /// Kind name for metrics and keys.
@@ -114,9 +115,10 @@ async fn release(r: &Report<'_, Sandbox>) -> Result<Action, Outcome> {
             return Err(Outcome::cleanup_blocked(&what, Error::Dependency(msg)));
         }
     };
-    destroy_owned(ctx, &handle, &uid, status.sandbox_id.as_deref()).await?;
+    let known = owned_known(r, &handle, status.sandbox_id.as_deref()).await?;
+    destroy_owned(ctx, &handle, &uid, known.as_deref()).await?;
     // Confirm: only a provider that no longer holds anything releases the finalizer.
-    let left = observe::observe(&handle, status.sandbox_id.as_deref(), &uid)
+    let left = observe::observe(&handle, known.as_deref(), &uid)
         .await
         .map_err(|e| {
             let what = format!(
@@ -138,6 +140,37 @@ async fn release(r: &Report<'_, Sandbox>) -> Result<Action, Outcome> {
     );
     normal(ctx, sandbox, "Destroyed", msg).await;
     Ok(Action::await_change())
+}
+
+/// The sandbox id status records, when the provider still holds it and it carries this
+/// object's owner-uid label. Status is never authority: an id naming someone else's sandbox
+/// is left alone, with a Warning, and deletion goes on with what the labels prove is ours.
+async fn owned_known(
+    r: &Report<'_, Sandbox>,
+    handle: &ProviderHandle,
+    known: Option<&str>,
+) -> Result<Option<String>, Outcome> {
+    let Some(id) = known else {
+        return Ok(None);
+    };
+    let uid = r.object.uid().unwrap_or_default();
+    let described = handle
+        .call("describe", handle.provider.describe(id))
+        .await
+        .map_err(|e| {
+            let what = format!("describe sandbox {id} on provider {}", handle.name());
+            Outcome::cleanup_blocked(&what, e)
+        })?;
+    let Some(d) = described else {
+        return Ok(None);
+    };
+    match ensure_owned("status.sandboxId", id, &d.labels, &uid) {
+        Ok(()) => Ok(Some(id.to_string())),
+        Err(e) => {
+            warning(r.ctx, r.object, OWNERSHIP_MISMATCH, e.message().to_string()).await;
+            Ok(None)
+        }
+    }
 }
 
 /// Destroys every sandbox labelled with the owner `uid`, and the one status names.

@@ -10,7 +10,7 @@ use crate::api::{
     AppliedResourcesStatus, DesiredState, EgressStatus, PortStatus, Sandbox, SandboxStatus,
 };
 use crate::controller::outcome::Outcome;
-use crate::provider::labels::OWNER_UID;
+use crate::provider::labels::{OWNER_UID, ensure_owned};
 use crate::provider::{EgressState, ProviderError, SandboxDescriptor, SandboxQuery, SandboxState};
 use crate::registry::ProviderHandle;
 
@@ -21,7 +21,9 @@ use super::lifetime::Deadline;
 
 /// Describes the sandbox by the provider id recorded in status, falling back to its
 /// owner-uid label: the id is unknown after a crash between the provider's create and the
-/// status write (adoption), and a sandbox that was recreated has a new one.
+/// status write (adoption), and a sandbox that was recreated has a new one. A recorded id
+/// naming a sandbox this object does not own is an `OwnershipMismatch` error: status is
+/// never authority, so nothing is done to it.
 pub async fn observe(
     handle: &ProviderHandle,
     known_id: Option<&str>,
@@ -32,6 +34,7 @@ pub async fn observe(
             .call("describe", handle.provider.describe(id))
             .await?
     {
+        ensure_owned("status.sandboxId", id, &d.labels, uid)?;
         return Ok(Some(d));
     }
     let mut found = handle

@@ -13,6 +13,7 @@ use crate::controller::status::READY;
 use crate::controller::template::owner_of;
 use crate::controller::{Context, caches};
 use crate::provider::RegistryCredential;
+use crate::provider::labels::ensure_named;
 use crate::registry::ProviderHandle;
 use crate::templates::service::Boot;
 
@@ -131,6 +132,11 @@ async fn volumes(
             let msg = format!("waiting for SandboxVolume {name:?} to become Ready");
             return Err(wait("VolumeNotReady", msg));
         };
+        // Status is never authority: the volume's provider name derives from its UID, so
+        // a status naming any other volume names one it does not own.
+        let own = crate::controller::volume::external_name(&volume.uid().unwrap_or_default());
+        let field = format!("SandboxVolume {name:?} status.volumeName");
+        ensure_named(&field, &vn, &own).map_err(Outcome::failed)?;
         names.push(vn);
     }
     Ok(names)

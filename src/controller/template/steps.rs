@@ -8,6 +8,7 @@ use crate::api::{Sandbox, SandboxTemplate, SandboxTemplateStatus, TemplateSource
 use crate::controller::Context;
 use crate::controller::events::normal;
 use crate::controller::status::READY;
+use crate::provider::labels::ensure_owned;
 use crate::provider::{CommitRequest, ErrorKind, ProviderError};
 
 use super::apply::{Subject, record};
@@ -40,7 +41,8 @@ async fn capture(
     next: &mut SandboxTemplateStatus,
 ) -> Result<(), Outcome> {
     let template = r.template;
-    let sandbox_id = capture_source(r.ctx, template, on.handle.name()).await?;
+    let (sandbox_id, source_uid) = capture_source(r.ctx, template, on.handle.name()).await?;
+    ensure_source_owned(on, &sandbox_id, &source_uid).await?;
     let request = CommitRequest {
         sandbox_id: sandbox_id.clone(),
         template_id: on.id.to_string(),
@@ -224,12 +226,34 @@ fn not_in_store(template: &SandboxTemplate, on: &Subject<'_>) -> Outcome {
     )
 }
 
-/// The provider id of the Sandbox to capture, when it can be captured now.
+/// Status is never authority: the id the source Sandbox's status records is captured only
+/// when the provider's sandbox carries that Sandbox's owner-uid label (else a status patch
+/// could capture another tenant's sandbox).
+async fn ensure_source_owned(on: &Subject<'_>, id: &str, uid: &str) -> Result<(), Outcome> {
+    let handle = on.handle;
+    match handle
+        .call("describe", handle.provider.describe(id))
+        .await?
+    {
+        Some(d) => ensure_owned("spec.sandboxRef's status.sandboxId", id, &d.labels, uid)
+            .map_err(Outcome::failed),
+        None => Err(Outcome::waiting(
+            "SandboxNotReady",
+            format!(
+                "waiting for sandbox {id} to show on provider {}",
+                handle.name()
+            ),
+            WAIT,
+        )),
+    }
+}
+
+/// The provider id and UID of the Sandbox to capture, when it can be captured now.
 async fn capture_source(
     ctx: &Context,
     template: &SandboxTemplate,
     provider: &str,
-) -> Result<String, Outcome> {
+) -> Result<(String, String), Outcome> {
     let ns = template.namespace().unwrap_or_default();
     let Some(sref) = &template.spec.sandbox_ref else {
         return Err(Outcome::stalled(
@@ -263,7 +287,7 @@ async fn capture_source(
     }
     let ready = condition(&st.conditions, READY).is_some_and(|c| c.status == "True");
     match st.sandbox_id.filter(|_| ready) {
-        Some(id) => Ok(id),
+        Some(id) => Ok((id, sandbox.uid().unwrap_or_default())),
         None => Err(Outcome::waiting(
             "SandboxNotReady",
             format!(
