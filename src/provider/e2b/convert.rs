@@ -40,6 +40,7 @@ pub fn check_enforceable(request: &CreateRequest) -> ProviderResult<()> {
         volumes: _,
         template: _,
         registry_credentials: _,
+        secret_env_keys: _,
         image_pull_policy: _,
         ports: _,
         idle_action: _,
@@ -335,6 +336,7 @@ mod tests {
             idle_action: None,
             image_pull_policy: ImagePullPolicy::IfNotPresent,
             registry_credentials: Vec::new(),
+            secret_env_keys: Default::default(),
         }
     }
 

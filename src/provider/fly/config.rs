@@ -49,6 +49,7 @@ pub(crate) fn refuse_unsupported(request: &CreateRequest) -> ProviderResult<()> 
         ports: _,
         volumes: _,
         registry_credentials: _,
+        secret_env_keys: _,
         image_pull_policy: _,
         template: _,
         resources: _,
@@ -245,6 +246,7 @@ mod tests {
             restart_policy: RestartPolicy::OnFailure,
             image_pull_policy: ImagePullPolicy::IfNotPresent,
             registry_credentials: Vec::new(),
+            secret_env_keys: Default::default(),
             env: BTreeMap::from([("A".into(), "1".into())]),
             labels: BTreeMap::from([("team".into(), "a".into())]),
             resources: Resources {
