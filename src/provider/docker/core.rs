@@ -618,6 +618,7 @@ pub(crate) fn create_body(
         image: _,
         image_pull_policy: _,
         registry_credentials: _,
+        // Secret-derived env stays in the container's config with the rest (README: who reads it).
         secret_env_keys: _,
     } = request;
     validate_container_name(name).map_err(ProviderError::invalid)?;

@@ -40,7 +40,6 @@ pub fn check_enforceable(request: &CreateRequest) -> ProviderResult<()> {
         volumes: _,
         template: _,
         registry_credentials: _,
-        secret_env_keys: _,
         image_pull_policy: _,
         ports: _,
         idle_action: _,
@@ -52,6 +51,8 @@ pub fn check_enforceable(request: &CreateRequest) -> ProviderResult<()> {
         env: _,
         labels: _,
         allowed_domains: _,
+        // Secret-derived env goes to E2B with the rest of `env`.
+        secret_env_keys: _,
     } = request;
     let refuse = |msg: String| Err(ProviderError::unsupported(msg));
     if request.command.is_some() {

@@ -49,7 +49,6 @@ pub(crate) fn refuse_unsupported(request: &CreateRequest) -> ProviderResult<()> 
         ports: _,
         volumes: _,
         registry_credentials: _,
-        secret_env_keys: _,
         image_pull_policy: _,
         template: _,
         resources: _,
@@ -62,6 +61,8 @@ pub(crate) fn refuse_unsupported(request: &CreateRequest) -> ProviderResult<()> 
         env: _,
         labels: _,
         idle_action: _,
+        // Secret-derived env stays in the machine's config with the rest (README: who reads it).
+        secret_env_keys: _,
     } = request;
     if let Some(domains) = &request.allowed_domains {
         let what = if domains.is_empty() {

@@ -5,7 +5,7 @@
 //! it, the scheduler ignores it, no container runs. `start` removes the gate. A stopped
 //! sandbox is the same gated Pod again (the running one is deleted and replaced), marked
 //! with [`STOPPED`] and carrying the first start time in [`STARTED_AT`], so the identity, the
-//! Service, the pull Secret and the claims survive a stop.
+//! Service, the pull and env Secrets and the claims survive a stop.
 
 use std::collections::BTreeMap;
 
