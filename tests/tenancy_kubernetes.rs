@@ -40,7 +40,7 @@ async fn printenv(w: &World, id: &str, name: &str) -> String {
         .await
         .exec(
             id,
-            &ExecRequest::shell(&format!("printenv {name}"), Duration::from_secs(30)),
+            &ExecRequest::shell(format!("printenv {name}"), Duration::from_secs(30)),
         )
         .await
         .expect("exec");

@@ -124,6 +124,15 @@ impl KubernetesProvider {
     }
 }
 
+/// The owner-uid label of an object of the provider's namespace: whose it is, when a create
+/// finds the name taken.
+fn owner_uid(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&str> {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(crate::provider::labels::OWNER_UID))
+        .map(String::as_str)
+}
+
 #[async_trait]
 impl Provider for KubernetesProvider {
     fn name(&self) -> &str {

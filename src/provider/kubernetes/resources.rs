@@ -82,8 +82,11 @@ impl PodResourceDefaults {
         for (name, limit, request_name, request, millis) in pairs {
             let read = |q: &Quantity| if millis { q.to_millis() } else { q.to_bytes() };
             match (read(limit), read(request)) {
-                (Err(e), _) => issues.push(format!("{at}.{name}"), format!("{e}")),
-                (_, Err(e)) => issues.push(format!("{at}.{request_name}"), format!("{e}")),
+                (Err(e), _) => issues.push(format!("{at}.{name}"), format!("{e}; give a quantity")),
+                (_, Err(e)) => issues.push(
+                    format!("{at}.{request_name}"),
+                    format!("{e}; give a quantity"),
+                ),
                 (Ok(l), Ok(r)) if r > l => issues.push(
                     format!("{at}.{request_name}"),
                     format!("is above {name} ({request} > {limit}); lower it"),

@@ -19,7 +19,6 @@ use kube::api::{Patch, PatchParams, PostParams};
 
 use super::KubernetesProvider;
 use super::errors::{absent_ok, from_kube};
-use crate::provider::labels::OWNER_UID;
 use crate::provider::{CreateRequest, ProviderError, ProviderResult};
 
 /// The name of sandbox `id`'s env Secret.
@@ -80,12 +79,7 @@ impl KubernetesProvider {
                     .get(&name)
                     .await
                     .map_err(|e| from_kube(e, &what))?;
-                let owner = existing
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(OWNER_UID));
-                if owner.map(String::as_str) != Some(owner_uid) {
+                if super::owner_uid(&existing.metadata) != Some(owner_uid) {
                     return Err(ProviderError::conflict(format!(
                         "Secret {name} in namespace {} belongs to someone else; remove it",
                         self.settings.namespace
