@@ -581,7 +581,7 @@ pub fn descriptor(pod: &Pod) -> SandboxDescriptor {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::provider::labels::{OWNER_UID, Owner};
     use crate::provider::{PortRequest, Resources};
@@ -590,7 +590,8 @@ mod tests {
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn request() -> CreateRequest {
+    /// A request for the provider's unit tests.
+    pub(in crate::provider::kubernetes) fn request() -> CreateRequest {
         CreateRequest {
             name: "sbx-1".into(),
             owner: Owner {
@@ -676,6 +677,24 @@ mod tests {
         assert!(!d.resources.disk_enforced);
         assert_eq!(d.restart_policy, RestartPolicy::OnFailure);
         assert_eq!(d.env.get("A").map(String::as_str), Some("b"));
+    }
+
+    #[test]
+    fn secret_derived_env_is_a_reference_and_never_a_value_in_the_pod() {
+        let mut r = request();
+        r.env.insert("TOKEN".into(), "s3cret".into());
+        r.secret_env_keys = ["TOKEN".to_string()].into();
+        let pod = build(&r, &settings(), None, Utc::now()).unwrap();
+        assert!(!serde_json::to_string(&pod).unwrap().contains("s3cret"));
+        let env = pod.spec.unwrap().containers[0].env.clone().unwrap();
+        let token = env.iter().find(|e| e.name == "TOKEN").unwrap();
+        let by_ref = token.value_from.as_ref().unwrap().secret_key_ref.as_ref();
+        assert_eq!(
+            by_ref.map(|r| (r.name.as_str(), r.key.as_str())),
+            Some(("sbx-1-env", "TOKEN"))
+        );
+        let plain = env.iter().find(|e| e.name == "A").unwrap();
+        assert_eq!(plain.value.as_deref(), Some("b"));
     }
 
     #[test]

@@ -139,33 +139,13 @@ impl KubernetesProvider {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::provider::labels::Owner;
 
     #[test]
     fn only_secret_derived_env_goes_into_the_env_secret() {
         let request = CreateRequest {
-            name: "sbx-1".into(),
-            owner: Owner {
-                instance: "i".into(),
-                kind: "Sandbox".into(),
-                namespace: "a".into(),
-                name: "s".into(),
-                uid: "1".into(),
-            },
-            image: None,
-            template: None,
-            command: None,
-            restart_policy: Default::default(),
             env: BTreeMap::from([("PLAIN".into(), "p".into()), ("TOKEN".into(), "t".into())]),
-            labels: BTreeMap::new(),
-            resources: Default::default(),
-            ports: Vec::new(),
-            volumes: Vec::new(),
-            allowed_domains: None,
-            idle_action: None,
-            image_pull_policy: Default::default(),
-            registry_credentials: Vec::new(),
             secret_env_keys: ["TOKEN".to_string()].into(),
+            ..super::super::pod::tests::request()
         };
         let secret = env_secret(&request).unwrap();
         assert_eq!(secret.metadata.name.as_deref(), Some("sbx-1-env"));
