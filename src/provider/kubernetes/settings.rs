@@ -202,5 +202,17 @@ mod tests {
         assert_eq!(s.namespace, DEFAULT_NAMESPACE);
         assert_eq!(s.runtime_class_name.as_deref(), Some("gvisor"));
         assert_eq!(s.port_address, PortAddress::PodIP);
+        let s: KubernetesSettings = serde_yaml::from_str(
+            "defaultResources: {cpu: 500m}\nnetworkPolicy: {ingressCidrs: [10.0.0.0/8]}\n",
+        )
+        .unwrap();
+        assert_eq!(s.default_resources.cpu.as_str(), "500m");
+        assert_eq!(
+            s.default_resources.memory.as_str(),
+            "1Gi",
+            "the rest defaults"
+        );
+        assert!(s.network_policy.enabled);
+        assert_eq!(s.network_policy.dns_namespace, "kube-system");
     }
 }
