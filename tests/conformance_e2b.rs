@@ -107,6 +107,7 @@ async fn fixture() -> Result<Fixture, Skipped> {
         idle_action: None,
         image_pull_policy: sandbox_operator::provider::ImagePullPolicy::IfNotPresent,
         registry_credentials: Vec::new(),
+        secret_env_keys: Default::default(),
     };
     let d = Arc::new(d);
     Ok(Fixture {
@@ -465,6 +466,7 @@ async fn keep_alive_outlives_several_timeouts_and_only_for_our_sandboxes() {
         idle_action: None,
         image_pull_policy: sandbox_operator::provider::ImagePullPolicy::IfNotPresent,
         registry_credentials: Vec::new(),
+        secret_env_keys: Default::default(),
     };
     let kept = provider.create(&request).await.expect("create").id;
     // One the provider never learns of: the double ends it at its timeout.
@@ -592,6 +594,7 @@ fn base_request(name: &str) -> sandbox_operator::provider::CreateRequest {
         idle_action: None,
         image_pull_policy: sandbox_operator::provider::ImagePullPolicy::IfNotPresent,
         registry_credentials: Vec::new(),
+        secret_env_keys: Default::default(),
     }
 }
 

@@ -122,6 +122,7 @@ fn idle_request(instance: &str, image: String) -> CreateRequest {
         idle_action: None,
         image_pull_policy: sandbox_operator::provider::ImagePullPolicy::IfNotPresent,
         registry_credentials: Vec::new(),
+        secret_env_keys: Default::default(),
     }
 }
 
@@ -411,6 +412,7 @@ mod specific {
                 idle_action: None,
                 image_pull_policy: sandbox_operator::provider::ImagePullPolicy::IfNotPresent,
                 registry_credentials: Vec::new(),
+                secret_env_keys: Default::default(),
             }
         }
 

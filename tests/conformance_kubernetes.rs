@@ -68,6 +68,7 @@ async fn fixture() -> Result<Fixture, Skipped> {
         idle_action: None,
         image_pull_policy: ImagePullPolicy::IfNotPresent,
         registry_credentials: Vec::new(),
+        secret_env_keys: Default::default(),
     };
     Ok(Fixture {
         provider: Arc::new(provider),

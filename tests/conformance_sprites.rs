@@ -91,6 +91,7 @@ async fn fixture() -> Result<Fixture, Skipped> {
         idle_action: None,
         image_pull_policy: Default::default(),
         registry_credentials: Vec::new(),
+        secret_env_keys: Default::default(),
     };
     let double = Arc::new(Guard(Some(double)));
     Ok(Fixture {

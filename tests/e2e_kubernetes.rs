@@ -9,48 +9,21 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use harness::cluster::*;
-use harness::kubernetes::{self, Cleanup};
+use harness::kubernetes::{Kubernetes, READY_TIMEOUT};
 use harness::metrics::{PassCount, Passes};
 use harness::registry::create_pull_secret;
 use harness::wait_for;
-use harness::world::{Backend, SWEEPER, foreign_labels};
+use harness::world::{SWEEPER, foreign_labels};
 use k8s_openapi::api::core::v1::{Pod, Secret, Service};
 use kube::Api;
-use kube::api::{ListParams, PostParams};
+use kube::api::PostParams;
 use sandbox_operator::provider::kubernetes::pod::{CONTAINER, GATE, STOPPED};
 use sandbox_operator::provider::{ExecRequest, Files, Provider};
 use serde_json::{Value, json};
 
-/// Pods are scheduled, pulled and started by a real kubelet: longer than a container takes.
-const READY_TIMEOUT: Duration = Duration::from_secs(120);
-
 /// Serves the Pod's hostname (= the Pod name) on 8080 (perl-base only).
 const SERVER: &str = "perl -MIO::Socket::INET -e '$s=IO::Socket::INET->new(LocalPort=>8080,Listen=>5,ReuseAddr=>1) or die; \
     while($c=$s->accept){<$c>; print $c \"HTTP/1.0 200 OK\\r\\n\\r\\n$ENV{HOSTNAME}\"; close $c}'";
-
-/// The Kubernetes side of a test's world: the provider's Pod namespace, and the cleanup of
-/// everything made there.
-struct Kubernetes {
-    pods_ns: String,
-    _cleanup: Cleanup,
-}
-
-impl Backend for Kubernetes {
-    const NAME: &'static str = "k8s";
-    const TYPE: &'static str = "kubernetes";
-    const TIMEOUT: Duration = READY_TIMEOUT;
-
-    fn settings(&self) -> String {
-        let s = kubernetes::settings(&self.pods_ns);
-        format!(
-            "      kubeconfig: {}\n      namespace: {}\n      runtimeClassName: runc\n      \
-             hostPathVolumes: {}\n",
-            s.kubeconfig.unwrap_or_default(),
-            self.pods_ns,
-            s.host_path_volumes.unwrap_or_default(),
-        )
-    }
-}
 
 /// One test's world: the Sandbox namespace (also the operator instance) and the provider's
 /// Pod namespace.
@@ -58,37 +31,7 @@ type World = harness::world::World<Kubernetes>;
 
 impl World {
     async fn new(prefix: &str) -> World {
-        kubernetes::node().await;
-        let ns = namespace(prefix).await;
-        let pods_ns = namespace(&format!("{prefix}-pods")).await;
-        let backend = Kubernetes {
-            _cleanup: Cleanup {
-                namespace: pods_ns.clone(),
-                instance: ns.clone(),
-            },
-            pods_ns,
-        };
-        World::around(ns, backend).await
-    }
-
-    async fn pods(&self) -> Api<Pod> {
-        Api::namespaced(client().await, &self.pods_ns)
-    }
-
-    /// The Pods of this test's operator instance.
-    async fn our_pods(&self) -> Vec<Pod> {
-        let selector = format!("sandboxes.dev/managed-by={}", self.ns);
-        self.pods()
-            .await
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .expect("list pods")
-            .items
-    }
-
-    /// The provider itself, to exec and move files the way the controller does.
-    async fn provider(&self) -> impl Provider + Files {
-        kubernetes::provider("k8s", &self.pods_ns).await
+        World::kubernetes(prefix).await
     }
 
     /// Creates a Pod straight through the API (a person with kubectl, a crashed operator

@@ -960,6 +960,7 @@ async fn a_fetched_template_is_swept_once_its_sandbox_template_is_gone() {
         idle_action: None,
         image_pull_policy: Default::default(),
         registry_credentials: Vec::new(),
+        secret_env_keys: Default::default(),
     };
     request.owner.kind = "Sandbox".into();
     let created = docker.create(&request).await.expect("create");

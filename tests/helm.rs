@@ -1164,6 +1164,8 @@ async fn a_kubernetes_provider_gets_a_role_in_its_pod_namespace_and_works_with_o
             (true, "delete", "services", p),
             (true, "create", "secrets", p),
             (true, "update", "secrets", p),
+            (true, "patch", "secrets", p),
+            (true, "create", "networkpolicies", p),
             (true, "create", "persistentvolumeclaims", p),
             (true, "list", "persistentvolumeclaims", p),
             (true, "create", "persistentvolumes", None),
@@ -1178,6 +1180,9 @@ async fn a_kubernetes_provider_gets_a_role_in_its_pod_namespace_and_works_with_o
             (false, "update", "pods", p),
             (false, "list", "secrets", p),
             (false, "watch", "secrets", p),
+            (false, "list", "networkpolicies", p),
+            (false, "delete", "networkpolicies", p),
+            (false, "create", "networkpolicies", o),
             (false, "list", "persistentvolumes", None),
             (false, "get", "nodes", None),
             (false, "*", "*", p),
@@ -1193,7 +1198,9 @@ async fn a_kubernetes_provider_gets_a_role_in_its_pod_namespace_and_works_with_o
             "persistentvolumeclaims [] [] [get list create delete]",
             "pods [] [] [get list create patch delete]",
             "pods/exec [] [] [get create]",
-            "secrets [] [] [get create update delete]",
+            "networkpolicies.networking.k8s.io [] [] [create]",
+            "networkpolicies.networking.k8s.io [] [sandboxes-default-deny] [get update]",
+            "secrets [] [] [get create update patch delete]",
             "services [] [] [get create delete]",
         ])
     );
@@ -1228,6 +1235,7 @@ async fn a_kubernetes_provider_gets_a_role_in_its_pod_namespace_and_works_with_o
         idle_action: None,
         image_pull_policy: Default::default(),
         registry_credentials: Vec::new(),
+        secret_env_keys: Default::default(),
     };
     let volume = format!("v{}", &uid[4..]);
     let labels = request.owner.labels();

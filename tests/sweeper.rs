@@ -315,6 +315,7 @@ impl World {
             idle_action: None,
             image_pull_policy: Default::default(),
             registry_credentials: Vec::new(),
+            secret_env_keys: Default::default(),
         };
         self.provider
             .create(&request)
@@ -1465,6 +1466,7 @@ async fn bench_one_pass_over_many_labelled_containers() {
                     idle_action: None,
                     image_pull_policy: Default::default(),
                     registry_credentials: Vec::new(),
+                    secret_env_keys: Default::default(),
                 };
                 provider.create(&request).await.expect("create container");
             }

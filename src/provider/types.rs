@@ -2,7 +2,7 @@
 //! reports back. Pure data, no Kubernetes and no transport types, so the decide step of a
 //! reconcile can be tested without either.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
@@ -117,7 +117,8 @@ pub struct CreateRequest {
     pub command: Option<Vec<String>>,
     /// What happens when the main process exits.
     pub restart_policy: RestartPolicy,
-    /// Non-secret environment stored in the provider's configuration.
+    /// The environment: `spec.env` and the values of `spec.envFrom` Secrets, whose names
+    /// `secret_env_keys` lists.
     pub env: BTreeMap<String, String>,
     /// Extra caller labels (additive to the owner labels).
     pub labels: BTreeMap<String, String>,
@@ -141,6 +142,11 @@ pub struct CreateRequest {
     /// that cannot pull with per-call credentials refuses a request that carries some
     /// (rule 10) rather than pulling without them.
     pub registry_credentials: Vec<RegistryCredential>,
+    /// The names in `env` whose values came from Secrets (`spec.envFrom`). A provider that
+    /// can keep them out of the sandbox's stored configuration does (the Kubernetes provider
+    /// moves them into a per-sandbox Secret); one that must store them says in the README
+    /// who can read them there.
+    pub secret_env_keys: BTreeSet<String>,
 }
 
 /// When an image is fetched from its registry: Kubernetes' `imagePullPolicy`.

@@ -387,6 +387,7 @@ fn helper_request(
         idle_action: None,
         image_pull_policy: Default::default(),
         registry_credentials: Vec::new(),
+        secret_env_keys: Default::default(),
     }
 }
 

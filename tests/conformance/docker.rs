@@ -79,6 +79,7 @@ pub async fn fixture() -> Result<Fixture, Skipped> {
         idle_action: None,
         image_pull_policy: Default::default(),
         registry_credentials: Vec::new(),
+        secret_env_keys: Default::default(),
     };
     Ok(Fixture {
         provider: Arc::new(provider),

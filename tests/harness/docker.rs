@@ -217,6 +217,7 @@ impl TestEnv {
             idle_action: None,
             image_pull_policy: Default::default(),
             registry_credentials: Vec::new(),
+            secret_env_keys: Default::default(),
         }
     }
 

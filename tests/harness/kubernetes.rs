@@ -93,3 +93,70 @@ impl Drop for Cleanup {
         let _ = std::fs::remove_dir_all(volume_dir().join(&self.namespace));
     }
 }
+
+/// Pods are scheduled, pulled and started by a real kubelet: longer than a container takes.
+pub const READY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// The Kubernetes side of an end-to-end world ([`super::world::World`]): the provider's Pod
+/// namespace, and the cleanup of everything made there.
+pub struct Kubernetes {
+    /// The provider's namespace for this test's Pods.
+    pub pods_ns: String,
+    _cleanup: Cleanup,
+}
+
+impl super::world::Backend for Kubernetes {
+    const NAME: &'static str = "k8s";
+    const TYPE: &'static str = "kubernetes";
+    const TIMEOUT: Duration = READY_TIMEOUT;
+
+    fn settings(&self) -> String {
+        let s = settings(&self.pods_ns);
+        format!(
+            "      kubeconfig: {}\n      namespace: {}\n      runtimeClassName: runc\n      \
+             hostPathVolumes: {}\n",
+            s.kubeconfig.unwrap_or_default(),
+            self.pods_ns,
+            s.host_path_volumes.unwrap_or_default(),
+        )
+    }
+}
+
+impl super::world::World<Kubernetes> {
+    /// A world on the test node(s): the Sandbox namespace `<prefix>-…` (also the operator
+    /// instance) and the provider's Pod namespace `<prefix>-pods-…`.
+    pub async fn kubernetes(prefix: &str) -> Self {
+        node().await;
+        let ns = cluster::namespace(prefix).await;
+        let pods_ns = cluster::namespace(&format!("{prefix}-pods")).await;
+        let backend = Kubernetes {
+            _cleanup: Cleanup {
+                namespace: pods_ns.clone(),
+                instance: ns.clone(),
+            },
+            pods_ns,
+        };
+        Self::around(ns, backend).await
+    }
+
+    /// Pods in the provider's namespace.
+    pub async fn pods(&self) -> kube::Api<k8s_openapi::api::core::v1::Pod> {
+        kube::Api::namespaced(cluster::client().await, &self.pods_ns)
+    }
+
+    /// The Pods of this test's operator instance.
+    pub async fn our_pods(&self) -> Vec<k8s_openapi::api::core::v1::Pod> {
+        let selector = format!("sandboxes.dev/managed-by={}", self.ns);
+        self.pods()
+            .await
+            .list(&kube::api::ListParams::default().labels(&selector))
+            .await
+            .expect("list pods")
+            .items
+    }
+
+    /// The provider itself, to exec and move files the way the controller does.
+    pub async fn provider(&self) -> KubernetesProvider {
+        provider("k8s", &self.pods_ns).await
+    }
+}

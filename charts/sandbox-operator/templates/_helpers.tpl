@@ -152,7 +152,7 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- else if eq $p.type "kubernetes" }}
 {{- $k := default (dict) $p.kubernetes }}
 {{- $kubernetes := dict "namespace" (include "sandbox-operator.podNamespace" $p) }}
-{{- range $key := list "runtimeClassName" "runAsUser" "portAddress" "storageClassName" "volumeSize" "hostPathVolumes" }}
+{{- range $key := list "runtimeClassName" "runAsUser" "portAddress" "storageClassName" "volumeSize" "hostPathVolumes" "defaultResources" "networkPolicy" }}
 {{- if index $k $key }}
 {{- $_ := set $kubernetes $key (index $k $key) }}
 {{- end }}

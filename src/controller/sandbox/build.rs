@@ -115,6 +115,7 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
                 ImagePullPolicy::Never => provider::ImagePullPolicy::Never,
             },
             registry_credentials: resolved.registry_credentials.clone(),
+            secret_env_keys: resolved.secret_env.keys().cloned().collect(),
         },
         state: spec.state.unwrap_or(DesiredState::Running),
         spec_hash,

@@ -279,6 +279,7 @@ mod tests {
                 idle_action: None,
                 image_pull_policy: Default::default(),
                 registry_credentials: Vec::new(),
+                secret_env_keys: Default::default(),
             },
             state,
             spec_hash: "h1".into(),

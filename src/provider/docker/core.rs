@@ -618,6 +618,8 @@ pub(crate) fn create_body(
         image: _,
         image_pull_policy: _,
         registry_credentials: _,
+        // Secret-derived env stays in the container's config with the rest (README: who reads it).
+        secret_env_keys: _,
     } = request;
     validate_container_name(name).map_err(ProviderError::invalid)?;
     refuse_idle_action(*idle_action)?;
@@ -963,6 +965,7 @@ mod tests {
             idle_action: None,
             image_pull_policy: ImagePullPolicy::IfNotPresent,
             registry_credentials: vec![],
+            secret_env_keys: Default::default(),
         }
     }
 

@@ -51,6 +51,8 @@ pub fn check_enforceable(request: &CreateRequest) -> ProviderResult<()> {
         env: _,
         labels: _,
         allowed_domains: _,
+        // Secret-derived env goes to E2B with the rest of `env`.
+        secret_env_keys: _,
     } = request;
     let refuse = |msg: String| Err(ProviderError::unsupported(msg));
     if request.command.is_some() {
@@ -335,6 +337,7 @@ mod tests {
             idle_action: None,
             image_pull_policy: ImagePullPolicy::IfNotPresent,
             registry_credentials: Vec::new(),
+            secret_env_keys: Default::default(),
         }
     }
 

@@ -61,6 +61,8 @@ pub(crate) fn refuse_unsupported(request: &CreateRequest) -> ProviderResult<()> 
         env: _,
         labels: _,
         idle_action: _,
+        // Secret-derived env stays in the machine's config with the rest (README: who reads it).
+        secret_env_keys: _,
     } = request;
     if let Some(domains) = &request.allowed_domains {
         let what = if domains.is_empty() {
@@ -245,6 +247,7 @@ mod tests {
             restart_policy: RestartPolicy::OnFailure,
             image_pull_policy: ImagePullPolicy::IfNotPresent,
             registry_credentials: Vec::new(),
+            secret_env_keys: Default::default(),
             env: BTreeMap::from([("A".into(), "1".into())]),
             labels: BTreeMap::from([("team".into(), "a".into())]),
             resources: Resources {

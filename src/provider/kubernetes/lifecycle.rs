@@ -88,10 +88,11 @@ impl KubernetesProvider {
         Ok(d)
     }
 
-    /// Create: the gated Pod first (its name is the adoption key, so a taken name is a
-    /// `Conflict` before anything else is touched), then the pull Secret and the Service.
-    /// When either fails, everything of the sandbox is removed again: a half-made sandbox
-    /// is never handed out.
+    /// Create: the namespace's NetworkPolicy (once) and the env Secret the Pod will name,
+    /// then the gated Pod (its name is the adoption key, so a taken name is a `Conflict`
+    /// before the rest is touched), then the env Secret's owner, the pull Secret and the
+    /// Service. When one of those fails, everything of the sandbox is removed again: a
+    /// half-made sandbox is never handed out.
     pub(super) async fn create_sandbox(
         &self,
         request: &CreateRequest,
@@ -100,6 +101,10 @@ impl KubernetesProvider {
         let secret = credential.map(|_| super::pull::secret_name(&request.name));
         let pod = pod::build(request, &self.settings, secret.as_deref(), Utc::now())?;
         self.require_claims(request).await?;
+        self.ensure_network_policy().await?;
+        if let Some(env) = super::secrets::env_secret(request) {
+            self.ensure_secret(&request.owner.uid, &env).await?;
+        }
         let created = self
             .pods()
             .create(&PostParams::default(), &pod)
@@ -115,6 +120,7 @@ impl KubernetesProvider {
                 },
             )?;
         let rest = async {
+            self.own_env_secret(&created).await?;
             if let Some(credential) = credential {
                 self.ensure_pull_secret(request, credential).await?;
             }
@@ -193,6 +199,7 @@ impl KubernetesProvider {
             )));
         }
         self.ensure_service(&pod).await?;
+        self.own_env_secret(&pod).await?;
         if pod::gated(&pod) {
             let patch = serde_json::json!({
                 "metadata": {"annotations": {STOPPED: null}},
@@ -251,23 +258,26 @@ impl KubernetesProvider {
     }
 
     /// Deletes `pod` and creates its successor under the same name once the old one is
-    /// gone. A crash in between leaves no Pod: the controller sees the sandbox gone
+    /// gone; the env Secret is released from the old Pod first and owned by the new one
+    /// after. A crash in between leaves no Pod: the controller sees the sandbox gone
     /// (`NotFound`) and recreates it, as for any lost sandbox.
     async fn replace(&self, pod: &Pod, gated: bool, stopped: bool) -> ProviderResult<()> {
         let id = pod.metadata.name.clone().unwrap_or_default();
         let uid = pod.metadata.uid.clone();
         let next = pod::successor(pod, gated, stopped);
+        self.disown_env_secret(pod).await?;
         match self.pods().delete(&id, &delete_now(uid.clone())).await {
             Ok(_) => {}
             Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => {}
             Err(e) => return Err(from_kube(e, &format!("deleting Pod {id}"))),
         }
         self.wait_gone(&id, uid.as_deref()).await?;
-        self.pods()
+        let created = self
+            .pods()
             .create(&PostParams::default(), &next)
             .await
             .map_err(|e| from_kube(e, &format!("recreating Pod {id}")))?;
-        Ok(())
+        self.own_env_secret(&created).await
     }
 
     /// Polls until the Pod `id` with `uid` has left the API server.
@@ -287,7 +297,7 @@ impl KubernetesProvider {
         }
     }
 
-    /// Destroy: Pod, Service and pull Secret; absent = success (rule 5).
+    /// Destroy: Pod, Service, pull and env Secrets; absent = success (rule 5).
     pub(super) async fn destroy_sandbox(&self, id: &str) -> ProviderResult<()> {
         let what = |kind: &str| format!("deleting {kind} {id}");
         absent_ok(
@@ -304,6 +314,13 @@ impl KubernetesProvider {
                 .delete(&secret, &DeleteParams::default())
                 .await,
             &what("pull Secret"),
+        )?;
+        let secret = super::secrets::env_secret_name(id);
+        absent_ok(
+            self.secrets()
+                .delete(&secret, &DeleteParams::default())
+                .await,
+            &what("env Secret"),
         )?;
         Ok(())
     }

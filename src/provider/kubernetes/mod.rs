@@ -13,12 +13,12 @@
 //!
 //! | operation | API calls |
 //! |---|---|
-//! | create | POST Pod (gated: not started), POST Secret (only with a matching pull credential), POST Service (only with ports) |
-//! | start / wake | GET Pod; PATCH it to drop the gate, or (exited) DELETE + POST its successor |
-//! | stop / sleep | GET Pod; DELETE it + POST a gated successor marked stopped |
+//! | create | GET/POST the NetworkPolicy (once per provider), POST env Secret (only with env from Secrets), POST Pod (gated: not started), PATCH the env Secret's owner, POST pull Secret (only with a matching pull credential), POST Service (only with ports) |
+//! | start / wake | GET Pod; PATCH it to drop the gate (and the env Secret's owner), or (exited) DELETE + POST its successor |
+//! | stop / sleep | GET Pod; DELETE it + POST a gated successor marked stopped (the env Secret's owner follows) |
 //! | describe | GET Pod (+ GET Service, or the Pod IP, when it publishes ports) |
 //! | find | LIST Pods by label selector, every page (`continue`) |
-//! | destroy | DELETE Pod, Service, Secret (absent = success) |
+//! | destroy | DELETE Pod, Service, pull and env Secrets (absent = success) |
 //! | exec, files, bulk files | GET Pod; the Pod `exec` subresource over WebSocket |
 //! | volumes | PersistentVolumeClaims; attachment from the Pods that mount them |
 //!
@@ -31,8 +31,11 @@ mod errors;
 mod exec;
 mod files;
 mod lifecycle;
+pub mod network_policy;
 pub mod pod;
 mod pull;
+pub mod resources;
+mod secrets;
 mod service;
 pub mod settings;
 mod volumes;
@@ -54,6 +57,9 @@ pub struct KubernetesProvider {
     name: String,
     client: kube::Client,
     settings: KubernetesSettings,
+    /// Set once the namespace's default-deny NetworkPolicy is in place (see
+    /// [`network_policy`]).
+    policy_ensured: tokio::sync::OnceCell<()>,
 }
 
 impl KubernetesProvider {
@@ -95,6 +101,7 @@ impl KubernetesProvider {
             name: name.to_string(),
             client,
             settings,
+            policy_ensured: tokio::sync::OnceCell::new(),
         }
     }
 
@@ -115,6 +122,15 @@ impl KubernetesProvider {
     fn claims(&self) -> Api<PersistentVolumeClaim> {
         Api::namespaced(self.client.clone(), &self.settings.namespace)
     }
+}
+
+/// The owner-uid label of an object of the provider's namespace: whose it is, when a create
+/// finds the name taken.
+fn owner_uid(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Option<&str> {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(crate::provider::labels::OWNER_UID))
+        .map(String::as_str)
 }
 
 #[async_trait]

@@ -5,23 +5,24 @@
 //! it, the scheduler ignores it, no container runs. `start` removes the gate. A stopped
 //! sandbox is the same gated Pod again (the running one is deleted and replaced), marked
 //! with [`STOPPED`] and carrying the first start time in [`STARTED_AT`], so the identity, the
-//! Service, the pull Secret and the claims survive a stop.
+//! Service, the pull and env Secrets and the claims survive a stop.
 
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, ContainerStatus, EnvVar, LocalObjectReference,
-    PersistentVolumeClaimVolumeSource, Pod, PodSchedulingGate, PodSecurityContext, PodSpec,
-    ResourceRequirements, SeccompProfile, SecurityContext, Volume, VolumeMount as K8sMount,
+    Capabilities, Container, ContainerPort, ContainerStatus, EnvVar, EnvVarSource,
+    LocalObjectReference, PersistentVolumeClaimVolumeSource, Pod, PodSchedulingGate,
+    PodSecurityContext, PodSpec, SeccompProfile, SecretKeySelector, SecurityContext, Volume,
+    VolumeMount as K8sMount,
 };
-use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
+use super::secrets::env_secret_name;
 use super::settings::KubernetesSettings;
 use crate::provider::labels::merge_labels;
 use crate::provider::{
-    AppliedResources, CreateRequest, ImagePullPolicy, ProviderError, ProviderResult, RestartPolicy,
+    CreateRequest, ImagePullPolicy, ProviderError, ProviderResult, RestartPolicy,
     SandboxDescriptor, SandboxState, StartedAt,
 };
 
@@ -35,7 +36,8 @@ pub const STOPPED: &str = "sandboxes.dev/stopped";
 pub const STARTED_AT: &str = "sandboxes.dev/started-at";
 /// The sandbox's creation time (RFC 3339): its Pod is replaced on stop, its age is not.
 pub const CREATED_AT: &str = "sandboxes.dev/created-at";
-/// The advisory disk request in bytes (not enforced, see the README).
+/// The advisory disk request in bytes, on Pods made before disk became their
+/// ephemeral-storage limit (read back only).
 pub const DISK_BYTES: &str = "sandboxes.dev/disk-bytes";
 
 /// The Pod `request` becomes, gated (not started). `pull_secret` names the per-sandbox
@@ -49,10 +51,7 @@ pub fn build(
     refuse_unenforceable(request)?;
     let image = image_of(request)?;
     let labels = merge_labels(&request.owner, &request.labels).map_err(ProviderError::invalid)?;
-    let mut annotations = BTreeMap::from([(CREATED_AT.to_string(), crate::api::rfc3339(now))]);
-    if let Some(disk) = request.resources.disk_bytes {
-        annotations.insert(DISK_BYTES.into(), disk.to_string());
-    }
+    let annotations = BTreeMap::from([(CREATED_AT.to_string(), crate::api::rfc3339(now))]);
     Ok(Pod {
         metadata: ObjectMeta {
             name: Some(request.name.clone()),
@@ -99,7 +98,7 @@ fn refuse_unenforceable(request: &CreateRequest) -> ProviderResult<()> {
         template: _,
         resources: _,
         allowed_domains: _,
-        // Honoured by `build` (the Pod: name, labels, image and pull policy, command, env, ports, volumes, restart, pull Secret).
+        // Honoured by `build` (the Pod: name, labels, image and pull policy, command, env, ports, volumes, restart, pull Secret; Secret-derived env through the env Secret).
         name: _,
         owner: _,
         image: _,
@@ -112,6 +111,7 @@ fn refuse_unenforceable(request: &CreateRequest) -> ProviderResult<()> {
         idle_action: _,
         image_pull_policy: _,
         registry_credentials: _,
+        secret_env_keys: _,
     } = request;
     if request.template.is_some() {
         return Err(ProviderError::unsupported(
@@ -147,17 +147,7 @@ fn container(request: &CreateRequest, image: &str, settings: &KubernetesSettings
         image: Some(image.to_string()),
         image_pull_policy: Some(pull_policy(request.image_pull_policy).into()),
         command: request.command.clone(),
-        env: (!request.env.is_empty()).then(|| {
-            request
-                .env
-                .iter()
-                .map(|(name, value)| EnvVar {
-                    name: name.clone(),
-                    value: Some(value.clone()),
-                    value_from: None,
-                })
-                .collect()
-        }),
+        env: (!request.env.is_empty()).then(|| env(request)),
         ports: (!request.ports.is_empty()).then(|| {
             request
                 .ports
@@ -169,7 +159,10 @@ fn container(request: &CreateRequest, image: &str, settings: &KubernetesSettings
                 })
                 .collect()
         }),
-        resources: resources(request),
+        resources: Some(super::resources::requirements(
+            &request.resources,
+            &settings.default_resources,
+        )),
         security_context: Some(SecurityContext {
             allow_privilege_escalation: Some(false),
             privileged: Some(false),
@@ -196,25 +189,35 @@ fn container(request: &CreateRequest, image: &str, settings: &KubernetesSettings
     }
 }
 
-/// CPU and memory as equal requests and limits (the scheduler reserves what the kubelet
-/// enforces); disk as an ephemeral-storage limit the kubelet enforces by eviction.
-fn resources(request: &CreateRequest) -> Option<ResourceRequirements> {
-    let r = &request.resources;
-    let mut limits = BTreeMap::new();
-    if let Some(cpu) = r.cpu_millis {
-        limits.insert("cpu".to_string(), Quantity(format!("{cpu}m")));
-    }
-    if let Some(memory) = r.memory_bytes {
-        limits.insert("memory".to_string(), Quantity(memory.to_string()));
-    }
-    if limits.is_empty() {
-        return None;
-    }
-    Some(ResourceRequirements {
-        requests: Some(limits.clone()),
-        limits: Some(limits),
-        ..Default::default()
-    })
+/// The container's env: plain values inline, Secret-derived ones by reference to the
+/// sandbox's env Secret (see `secrets`), so the Pod spec never holds a Secret's value.
+fn env(request: &CreateRequest) -> Vec<EnvVar> {
+    let secret = env_secret_name(&request.name);
+    request
+        .env
+        .iter()
+        .map(
+            |(name, value)| match request.secret_env_keys.contains(name) {
+                true => EnvVar {
+                    name: name.clone(),
+                    value: None,
+                    value_from: Some(EnvVarSource {
+                        secret_key_ref: Some(SecretKeySelector {
+                            name: secret.clone(),
+                            key: name.clone(),
+                            optional: None,
+                        }),
+                        ..Default::default()
+                    }),
+                },
+                false => EnvVar {
+                    name: name.clone(),
+                    value: Some(value.clone()),
+                    value_from: None,
+                },
+            },
+        )
+        .collect()
 }
 
 fn volumes(request: &CreateRequest) -> Option<Vec<Volume>> {
@@ -471,23 +474,6 @@ fn exit_code(pod: &Pod) -> Option<i64> {
     code(&status.state).or_else(|| code(&status.last_state))
 }
 
-fn applied(pod: &Pod, container: Option<&Container>) -> AppliedResources {
-    let limits = container
-        .and_then(|c| c.resources.as_ref())
-        .and_then(|r| r.limits.as_ref());
-    let limit = |key: &str, millis: bool| {
-        let q = crate::api::quantity::Quantity(limits?.get(key)?.0.clone());
-        if millis { q.to_millis() } else { q.to_bytes() }.ok()
-    };
-    AppliedResources {
-        cpu_millis: limit("cpu", true),
-        memory_bytes: limit("memory", false),
-        disk_bytes: annotation(pod, DISK_BYTES).and_then(|d| d.parse().ok()),
-        disk_enforced: false,
-        pids: None,
-    }
-}
-
 /// The isolation a Pod really has, read from its stored spec (not from the settings that
 /// asked for it), in the words the Docker provider uses: runtime, privilege escalation,
 /// capabilities, seccomp and user.
@@ -569,7 +555,10 @@ pub fn descriptor(pod: &Pod) -> SandboxDescriptor {
             })
             .unwrap_or_default(),
         ports: Vec::new(),
-        resources: applied(pod, container),
+        resources: super::resources::applied(
+            container,
+            annotation(pod, DISK_BYTES).and_then(|d| d.parse().ok()),
+        ),
         command: container.and_then(|c| c.command.clone()),
         restart_policy: match spec.and_then(|s| s.restart_policy.as_deref()) {
             Some("OnFailure") => RestartPolicy::OnFailure,
@@ -592,7 +581,7 @@ pub fn descriptor(pod: &Pod) -> SandboxDescriptor {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::provider::labels::{OWNER_UID, Owner};
     use crate::provider::{PortRequest, Resources};
@@ -601,7 +590,8 @@ mod tests {
     };
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn request() -> CreateRequest {
+    /// A request for the provider's unit tests.
+    pub(in crate::provider::kubernetes) fn request() -> CreateRequest {
         CreateRequest {
             name: "sbx-1".into(),
             owner: Owner {
@@ -632,6 +622,7 @@ mod tests {
             idle_action: None,
             image_pull_policy: ImagePullPolicy::Never,
             registry_credentials: Vec::new(),
+            secret_env_keys: Default::default(),
         }
     }
 
@@ -686,6 +677,24 @@ mod tests {
         assert!(!d.resources.disk_enforced);
         assert_eq!(d.restart_policy, RestartPolicy::OnFailure);
         assert_eq!(d.env.get("A").map(String::as_str), Some("b"));
+    }
+
+    #[test]
+    fn secret_derived_env_is_a_reference_and_never_a_value_in_the_pod() {
+        let mut r = request();
+        r.env.insert("TOKEN".into(), "s3cret".into());
+        r.secret_env_keys = ["TOKEN".to_string()].into();
+        let pod = build(&r, &settings(), None, Utc::now()).unwrap();
+        assert!(!serde_json::to_string(&pod).unwrap().contains("s3cret"));
+        let env = pod.spec.unwrap().containers[0].env.clone().unwrap();
+        let token = env.iter().find(|e| e.name == "TOKEN").unwrap();
+        let by_ref = token.value_from.as_ref().unwrap().secret_key_ref.as_ref();
+        assert_eq!(
+            by_ref.map(|r| (r.name.as_str(), r.key.as_str())),
+            Some(("sbx-1-env", "TOKEN"))
+        );
+        let plain = env.iter().find(|e| e.name == "A").unwrap();
+        assert_eq!(plain.value.as_deref(), Some("b"));
     }
 
     #[test]

@@ -14,12 +14,9 @@ use base64::engine::general_purpose::STANDARD;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::PostParams;
 
 use super::KubernetesProvider;
-use super::errors::from_kube;
 use crate::provider::image;
-use crate::provider::labels::OWNER_UID;
 use crate::provider::{
     CreateRequest, ImagePullPolicy, ProviderError, ProviderResult, RegistryCredential,
 };
@@ -64,8 +61,7 @@ fn document(credential: &RegistryCredential) -> Vec<u8> {
 }
 
 impl KubernetesProvider {
-    /// Creates the sandbox's pull Secret; one already there for the same owner is replaced
-    /// (a create retried after a crash), one of another owner is a `Conflict`.
+    /// Creates the sandbox's pull Secret (see [`KubernetesProvider::ensure_secret`]).
     pub(super) async fn ensure_pull_secret(
         &self,
         request: &CreateRequest,
@@ -85,34 +81,7 @@ impl KubernetesProvider {
             )])),
             ..Default::default()
         };
-        let what = format!("creating pull Secret {name}");
-        match self.secrets().create(&PostParams::default(), &secret).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                let existing = self
-                    .secrets()
-                    .get(&name)
-                    .await
-                    .map_err(|e| from_kube(e, &what))?;
-                let owner = existing
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(OWNER_UID));
-                if owner != Some(&request.owner.uid) {
-                    return Err(ProviderError::conflict(format!(
-                        "Secret {name} in namespace {} belongs to someone else; remove it",
-                        self.settings.namespace
-                    )));
-                }
-                self.secrets()
-                    .replace(&name, &PostParams::default(), &secret)
-                    .await
-                    .map(|_| ())
-                    .map_err(|e| from_kube(e, &what))
-            }
-            Err(e) => Err(from_kube(e, &what)),
-        }
+        self.ensure_secret(&request.owner.uid, &secret).await
     }
 }
 

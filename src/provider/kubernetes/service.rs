@@ -98,12 +98,7 @@ impl KubernetesProvider {
                     .get(&name)
                     .await
                     .map_err(|e| from_kube(e, &what))?;
-                let owner = existing
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(OWNER_UID));
-                if owner == uid {
+                if super::owner_uid(&existing.metadata) == uid.map(String::as_str) {
                     Ok(())
                 } else {
                     Err(ProviderError::conflict(format!(

@@ -4,6 +4,8 @@
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
 
+use super::network_policy::NetworkPolicySettings;
+use super::resources::PodResourceDefaults;
 use crate::api::quantity::Quantity;
 use crate::provider::{Provider, ProviderKind, ProviderResult};
 use crate::validation::{Issues, check_dns_label};
@@ -62,6 +64,12 @@ pub struct KubernetesSettings {
     /// a Pod to another node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host_path_volumes: Option<String>,
+    /// Requests and limits of a sandbox Pod whose Sandbox names no cpu, memory or disk.
+    #[serde(default)]
+    pub default_resources: PodResourceDefaults,
+    /// The default-deny NetworkPolicy the provider keeps in `namespace`.
+    #[serde(default)]
+    pub network_policy: NetworkPolicySettings,
 }
 
 fn default_namespace() -> String {
@@ -82,6 +90,8 @@ impl Default for KubernetesSettings {
             storage_class_name: None,
             volume_size: default_volume_size(),
             host_path_volumes: None,
+            default_resources: PodResourceDefaults::default(),
+            network_policy: NetworkPolicySettings::default(),
         }
     }
 }
@@ -130,6 +140,10 @@ impl KubernetesSettings {
                 format!("{dir:?} is not an absolute path; give a directory on the node"),
             );
         }
+        self.default_resources
+            .validate(&format!("{at}.defaultResources"), issues);
+        self.network_policy
+            .validate(&format!("{at}.networkPolicy"), issues);
     }
 }
 
@@ -188,5 +202,17 @@ mod tests {
         assert_eq!(s.namespace, DEFAULT_NAMESPACE);
         assert_eq!(s.runtime_class_name.as_deref(), Some("gvisor"));
         assert_eq!(s.port_address, PortAddress::PodIP);
+        let s: KubernetesSettings = serde_yaml::from_str(
+            "defaultResources: {cpu: 500m}\nnetworkPolicy: {ingressCidrs: [10.0.0.0/8]}\n",
+        )
+        .unwrap();
+        assert_eq!(s.default_resources.cpu.as_str(), "500m");
+        assert_eq!(
+            s.default_resources.memory.as_str(),
+            "1Gi",
+            "the rest defaults"
+        );
+        assert!(s.network_policy.enabled);
+        assert_eq!(s.network_policy.dns_namespace, "kube-system");
     }
 }

@@ -211,12 +211,8 @@ impl Volumes for KubernetesProvider {
                     .get(name)
                     .await
                     .map_err(|e| from_kube(e, &what))?;
-                let owner = existing
-                    .metadata
-                    .labels
-                    .as_ref()
-                    .and_then(|l| l.get(OWNER_UID));
-                if owner != labels.get(OWNER_UID) {
+                if super::owner_uid(&existing.metadata) != labels.get(OWNER_UID).map(String::as_str)
+                {
                     return Err(ProviderError::conflict(format!(
                         "PersistentVolumeClaim {name} in namespace {} belongs to someone else",
                         self.settings.namespace

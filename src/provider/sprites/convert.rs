@@ -45,6 +45,7 @@ pub fn check_request(request: &CreateRequest) -> ProviderResult<Option<SpriteCon
         allowed_domains: _,
         image_pull_policy: _,
         registry_credentials: _,
+        secret_env_keys: _,
     } = request;
     let refuse = |field: &str, why: &str| {
         Err(ProviderError::unsupported(format!(
