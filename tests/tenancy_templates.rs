@@ -1,0 +1,386 @@
+//! Tenancy of templates, end to end through the API server, the operator binary, the real
+//! Docker engine and the real SigV4 S3 store (tests/setup/s3.sh):
+//!
+//! - a capture never stores a secret value: env from `envFrom`, env from `selfDeliveredEnv`
+//!   and the self-delivered file are in none of the template image's `Config.Env`, its
+//!   filesystem, the published archive or the manifest; a Sandbox restored from it has only
+//!   its own env;
+//! - a change of `spec.sharedWith` reaches the published manifest;
+//! - a fetch the store's owner check refuses settles on `Stalled` and stays there.
+
+mod harness;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use harness::cluster::*;
+use harness::docker::{Images, Purge, base_image, engine};
+use harness::objects::{patch_spec, wait_ready_within};
+use harness::operator::{Operator, OperatorOptions};
+use harness::s3::{PurgePrefix, store, store_config};
+use harness::{unique, wait_for};
+use kube::Api;
+use sandbox_operator::api::{Sandbox, SandboxTemplate, condition};
+use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest, ManifestOwner};
+use sandbox_operator::templates::store::TemplateStore;
+use sandbox_operator::templates::transfer;
+
+const TIMEOUT: Duration = Duration::from_secs(180);
+/// The `envFrom` Secret's value.
+const TOKEN: &str = "team-a-token-value-7f3a";
+/// The `selfDeliveredEnv` Secret's value.
+const SELF_TOKEN: &str = "team-a-self-delivered-value-91c2";
+/// Where the operator delivers `selfDeliveredEnv`.
+const ENV_FILE: &str = "/run/sandboxes.dev/env";
+
+/// An operator watching `ns`, its Docker provider with its own template repository and the
+/// test store under `prefix`.
+fn operator(ns: &str, repository: &str, prefix: &str) -> Operator {
+    let (stores, env) = store_config(prefix);
+    let config = format!(
+        "providers:\n  - name: docker\n    type: docker\n    templateStore: s3\n    docker:\n      \
+         defaultImage: {}\n      templateRepository: {repository}\n{stores}",
+        base_image()
+    );
+    let opts = OperatorOptions {
+        env,
+        config_extra: config,
+        ..OperatorOptions::default()
+    };
+    Operator::start(ns, ns, &opts)
+}
+
+/// `sh -c script` in a container, via the docker CLI: stdout, or stderr on failure.
+fn docker_sh(container: &str, script: &str) -> Result<String, String> {
+    let out = Command::new("docker")
+        .args(["exec", container, "sh", "-c", script])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// `sh -c script` on the host: stdout (panics when it fails).
+fn host_sh(script: &str) -> String {
+    let out = Command::new("sh")
+        .args(["-c", script])
+        .output()
+        .expect("sh");
+    assert!(
+        out.status.success(),
+        "{script}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn assert_no_secret(what: &str, text: &str) {
+    for secret in [TOKEN, SELF_TOKEN] {
+        assert!(!text.contains(secret), "{what} holds a secret value: {text}");
+    }
+}
+
+/// Namespace `a`'s source Sandbox: `TOKEN` from a Secret through `envFrom`, `SELF_TOKEN`
+/// self-delivered, and a project file.
+fn source_sandbox() -> String {
+    format!(
+        r#"apiVersion: sandboxes.dev/v1alpha1
+kind: Sandbox
+metadata:
+  name: src
+spec:
+  image: {image}
+  envFrom:
+    - secretRef:
+        name: team-a-token
+  selfDeliveredEnv:
+    name: team-a-self
+  env:
+    - name: PLAIN
+      value: plain-value
+  command: ["sh", "-c", "mkdir -p /workspace/app && echo project > /workspace/app/hello.txt && touch /workspace/app/.ready; trap 'exit 0' TERM; while :; do sleep 1; done"]
+"#,
+        image = base_image()
+    )
+}
+
+const RESTORED: &str = r#"apiVersion: sandboxes.dev/v1alpha1
+kind: Sandbox
+metadata:
+  name: user
+spec:
+  templateRef:
+    name: tpl
+  command: ["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]
+"#;
+
+/// Every file of the published archive, concatenated (downloaded with a presigned GET).
+async fn archive_contents(store: &TemplateStore, id: &str) -> String {
+    let keys = Keys::new(&store.settings().prefix, id);
+    let url = store
+        .presign_get(&keys.archive(), Duration::from_secs(300))
+        .await
+        .expect("presign");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("archive.tar.gz");
+    let file = file.display();
+    host_sh(&format!(
+        "curl -sSf -o '{file}' '{url}' && tar -tzf '{file}' && tar -xzOf '{file}'"
+    ))
+}
+
+/// The template image's `Config.Env`, read from the engine.
+async fn image_env(image: &str) -> Vec<String> {
+    let inspect = engine()
+        .await
+        .inspect_image(image)
+        .await
+        .expect("the template image");
+    inspect.config.and_then(|c| c.env).unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_capture_stores_no_secret_value_and_a_restore_has_only_its_own_env() {
+    let ns = namespace("tnt-tpl").await;
+    let _purge = Purge(ns.clone());
+    let repository = format!("sandbox-operator/tnt-{ns}");
+    let prefix = format!("tnt-{ns}");
+    let _objects = PurgePrefix(prefix.clone());
+    let op = operator(&ns, &repository, &prefix);
+    let client = client().await;
+    let sandboxes: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
+    let templates: Api<SandboxTemplate> = Api::namespaced(client, &ns);
+    let store = store(&prefix, None);
+    create_secret(&ns, "team-a-token", None, serde_json::json!({"TOKEN": TOKEN})).await;
+    create_secret(
+        &ns,
+        "team-a-self",
+        None,
+        serde_json::json!({"SELF_TOKEN": SELF_TOKEN}),
+    )
+    .await;
+
+    apply_yaml_ok(&source_sandbox(), &ns);
+    let src = wait_ready_within(&sandboxes, "src", &op, TIMEOUT).await;
+    let src_id = src.status.clone().and_then(|s| s.sandbox_id).expect("id");
+    // The source really holds both values: what follows can fail.
+    let seen = wait_for("the source's env, file and project", TIMEOUT, || async {
+        docker_sh(
+            &src_id,
+            &format!("test -f /workspace/app/.ready && env && cat {ENV_FILE}"),
+        )
+    })
+    .await;
+    assert!(
+        seen.contains(TOKEN) && seen.contains(SELF_TOKEN),
+        "{seen}"
+    );
+
+    // Capture (the self-delivered file's directory among the paths) and publish.
+    apply_yaml_ok(
+        r#"apiVersion: sandboxes.dev/v1alpha1
+kind: SandboxTemplate
+metadata:
+  name: tpl
+spec:
+  sandboxRef:
+    name: src
+  capturePaths: ["/workspace/app", "/run/sandboxes.dev"]
+  publish: true
+"#,
+        &ns,
+    );
+    let t = wait_ready_within(&templates, "tpl", &op, TIMEOUT).await;
+    let id = t.status.clone().and_then(|s| s.template_id).expect("id");
+    let image = format!("{repository}:{id}");
+    let _images = Images(vec![image.clone()]);
+
+    // The image config: the plain env is kept, no value from a Secret.
+    let env = image_env(&image).await;
+    assert_no_secret("the template image's Config.Env", &env.join("\n"));
+    assert!(
+        !env.iter().any(|e| e.starts_with("TOKEN=")),
+        "TOKEN is stored in the image: {env:?}"
+    );
+    assert!(env.contains(&"PLAIN=plain-value".to_string()), "{env:?}");
+    // The image's filesystem: no self-delivered file.
+    let files = host_sh(&format!(
+        "docker run --rm --network none --entrypoint sh {image} -c 'cat {ENV_FILE} 2>/dev/null; \
+         cat /workspace/app/hello.txt'"
+    ));
+    assert_no_secret("the template image's filesystem", &files);
+    assert!(files.contains("project"), "the capture is intact: {files}");
+    // The store: neither the archive nor the manifest.
+    assert_no_secret("the archive", &archive_contents(&store, &id).await);
+    let keys = Keys::new(&store.settings().prefix, &id);
+    let manifest = store.get_text(&keys.manifest()).await.expect("read");
+    assert_no_secret("the manifest", &manifest.expect("published"));
+
+    // Restored in `a`: its own env only, the project there.
+    apply_yaml_ok(RESTORED, &ns);
+    let user = wait_ready_within(&sandboxes, "user", &op, TIMEOUT).await;
+    let user_id = user.status.clone().and_then(|s| s.sandbox_id).expect("id");
+    let seen = docker_sh(
+        &user_id,
+        &format!("env; cat {ENV_FILE} 2>/dev/null; cat /workspace/app/hello.txt"),
+    )
+    .expect("exec");
+    assert_no_secret("the restored sandbox", &seen);
+    assert!(!seen.contains("TOKEN="), "{seen}");
+    assert!(seen.contains("project"), "{seen}");
+    drop(op);
+}
+
+/// A sandbox to capture, with only a project file.
+const PLAIN_SOURCE: &str = r#"apiVersion: sandboxes.dev/v1alpha1
+kind: Sandbox
+metadata:
+  name: src
+spec:
+  command: ["sh", "-c", "mkdir -p /workspace/app && echo project > /workspace/app/hello.txt; trap 'exit 0' TERM; while :; do sleep 1; done"]
+"#;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_change_of_shared_with_reaches_the_published_manifest() {
+    let ns = namespace("tnt-share").await;
+    let _purge = Purge(ns.clone());
+    let repository = format!("sandbox-operator/tnt-{ns}");
+    let prefix = format!("tnt-{ns}");
+    let _objects = PurgePrefix(prefix.clone());
+    let op = operator(&ns, &repository, &prefix);
+    let client = client().await;
+    let sandboxes: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
+    let templates: Api<SandboxTemplate> = Api::namespaced(client, &ns);
+    let store = store(&prefix, None);
+
+    apply_yaml_ok(PLAIN_SOURCE, &ns);
+    let src = wait_ready_within(&sandboxes, "src", &op, TIMEOUT).await;
+    let src_id = src.status.clone().and_then(|s| s.sandbox_id).expect("id");
+    wait_for("the project", TIMEOUT, || async {
+        docker_sh(&src_id, "test -f /workspace/app/hello.txt")
+    })
+    .await;
+    apply_yaml_ok(
+        r#"apiVersion: sandboxes.dev/v1alpha1
+kind: SandboxTemplate
+metadata:
+  name: tpl
+spec:
+  sandboxRef:
+    name: src
+  capturePaths: ["/workspace/app"]
+  publish: true
+  sharedWith: ["team-x"]
+"#,
+        &ns,
+    );
+    let t = wait_ready_within(&templates, "tpl", &op, TIMEOUT).await;
+    let id = t.status.clone().and_then(|s| s.template_id).expect("id");
+    let _images = Images(vec![format!("{repository}:{id}")]);
+    let shared = |want: Vec<&'static str>| {
+        let (store, id) = (&store, &id);
+        async move {
+            let m = transfer::manifest(store, id).await.map_err(|e| e.to_string())?;
+            let got = m.map(|m| m.shared_with).unwrap_or_default();
+            (got == want).then_some(()).ok_or(format!("sharedWith {got:?}"))
+        }
+    };
+    wait_for("the first sharing", TIMEOUT, || shared(vec!["team-x"])).await;
+
+    // A new sharing, then a revocation: each reaches the manifest without a recapture.
+    patch_spec(&templates, "tpl", serde_json::json!({"sharedWith": ["team-y"]})).await;
+    wait_for("the new sharing", TIMEOUT, || shared(vec!["team-y"])).await;
+    patch_spec(&templates, "tpl", serde_json::json!({"sharedWith": []})).await;
+    wait_for("the revocation", TIMEOUT, || shared(vec![])).await;
+    drop(op);
+}
+
+/// Puts a template owned by namespace `owner` (shared with nobody) into `store`.
+async fn put_foreign_template(store: &TemplateStore, id: &str, owner: &str) {
+    let keys = Keys::new(&store.settings().prefix, id);
+    store
+        .put_text(&keys.archive(), "not restored", "application/gzip")
+        .await
+        .expect("archive");
+    let m = Manifest {
+        schema: MANIFEST_SCHEMA,
+        id: id.into(),
+        capture_paths: vec!["/workspace/app".into()],
+        created_at: "2026-01-01T00:00:00Z".into(),
+        size_bytes: 12,
+        label: None,
+        base_image: Some(base_image()),
+        labels: Default::default(),
+        owner: Some(ManifestOwner {
+            namespace: owner.into(),
+            uid: "uid-of-the-owner".into(),
+        }),
+        shared_with: Vec::new(),
+    };
+    let body = serde_json::to_string(&m).expect("json");
+    store
+        .put_text(&keys.manifest(), &body, "application/json")
+        .await
+        .expect("manifest");
+}
+
+/// `(status, reason)` of the Ready condition.
+fn ready_of(t: &SandboxTemplate) -> (String, String) {
+    let conditions = t.status.clone().unwrap_or_default().conditions;
+    condition(&conditions, "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone()))
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_refused_fetch_settles_on_stalled_and_stays_there() {
+    let ns = namespace("tnt-refused").await;
+    let _purge = Purge(ns.clone());
+    let repository = format!("sandbox-operator/tnt-{ns}");
+    let prefix = format!("tnt-{ns}");
+    let _objects = PurgePrefix(prefix.clone());
+    let store = store(&prefix, None);
+    let id = unique("tpl-of-a");
+    put_foreign_template(&store, &id, "team-a").await;
+    let op = operator(&ns, &repository, &prefix);
+    let templates: Api<SandboxTemplate> = Api::namespaced(client().await, &ns);
+
+    apply_yaml_ok(
+        &format!(
+            "apiVersion: sandboxes.dev/v1alpha1\nkind: SandboxTemplate\nmetadata:\n  name: \
+             theirs\nspec:\n  source: Store\n  templateId: {id}\n"
+        ),
+        &ns,
+    );
+    let stalled = |t: &SandboxTemplate| {
+        let st = t.status.clone().unwrap_or_default();
+        let stall = condition(&st.conditions, "Stalled").is_some_and(|c| c.status == "True");
+        let (ready, reason) = ready_of(t);
+        (stall && ready == "False" && reason == "TemplateNotShared")
+            .then_some(())
+            .ok_or(format!("Ready={ready} {reason}, Stalled={stall}"))
+    };
+    wait_for("Stalled TemplateNotShared", TIMEOUT, || async {
+        let t = templates.get("theirs").await.map_err(|e| e.to_string())?;
+        stalled(&t)
+    })
+    .await;
+
+    // It stays there: every read over the window is the same stall, never Fetching again.
+    let (mut reads, mut flips) = (0, Vec::new());
+    let until = Instant::now() + Duration::from_secs(20);
+    while Instant::now() < until {
+        let t = templates.get("theirs").await.expect("read");
+        if let Err(seen) = stalled(&t) {
+            flips.push(seen);
+        }
+        reads += 1;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(reads > 50, "only {reads} reads");
+    assert!(flips.is_empty(), "{} of {reads} reads left the stall: {flips:?}", flips.len());
+    drop(op);
+}
