@@ -975,6 +975,8 @@ async fn a_fetched_template_is_swept_once_its_sandbox_template_is_gone() {
         capture_paths: vec!["/workspace/app".into()],
         label: None,
         owner: publisher.clone(),
+        env: Default::default(),
+        secret_files: Vec::new(),
     };
     service
         .commit(&docker, &commit, &[])

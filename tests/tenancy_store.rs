@@ -200,6 +200,8 @@ async fn a_capture_never_overwrites_another_namespaces_template() {
         capture_paths: vec![APP.into()],
         label: None,
         owner: b.clone(),
+        env: Default::default(),
+        secret_files: Vec::new(),
     };
     env.provider
         .exec(
