@@ -192,7 +192,10 @@ async fn the_app_is_created_in_the_providers_own_network() {
     let hex = conformance::support::unique_hex();
     let cases = [
         (format!("sbx-own-{hex}"), None),
-        (format!("sbx-named-{hex}"), Some("sandboxes-net".to_string())),
+        (
+            format!("sbx-named-{hex}"),
+            Some("sandboxes-net".to_string()),
+        ),
     ];
     for (app, network) in cases {
         assert_eq!(double.app_network(&app), None, "{app} is new");

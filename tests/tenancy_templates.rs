@@ -17,11 +17,11 @@ use harness::cluster::*;
 use harness::docker::{Images, Purge, base_image, engine};
 use harness::objects::{patch_spec, wait_ready_within};
 use harness::operator::{Operator, OperatorOptions};
-use harness::s3::{PurgePrefix, store, store_config};
+use harness::s3::{PurgePrefix, put_owned_template, store, store_config};
 use harness::{unique, wait_for};
 use kube::Api;
 use sandbox_operator::api::{Sandbox, SandboxTemplate, condition};
-use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest, ManifestOwner};
+use sandbox_operator::templates::manifest::{Keys, ManifestOwner};
 use sandbox_operator::templates::store::TemplateStore;
 use sandbox_operator::templates::transfer;
 
@@ -48,6 +48,59 @@ fn operator(ns: &str, repository: &str, prefix: &str) -> Operator {
         ..OperatorOptions::default()
     };
     Operator::start(ns, ns, &opts)
+}
+
+/// One test's world: a namespace watched by an operator of its own, with its own template
+/// repository and store prefix; everything of it is removed when dropped (the operator
+/// first).
+struct World {
+    ns: String,
+    repository: String,
+    op: Operator,
+    sandboxes: Api<Sandbox>,
+    templates: Api<SandboxTemplate>,
+    store: TemplateStore,
+    _objects: PurgePrefix,
+    _purge: Purge,
+}
+
+impl World {
+    async fn new(prefix: &str) -> World {
+        let ns = namespace(prefix).await;
+        let _purge = Purge(ns.clone());
+        let repository = format!("sandbox-operator/tnt-{ns}");
+        let prefix = format!("tnt-{ns}");
+        let client = client().await;
+        World {
+            op: operator(&ns, &repository, &prefix),
+            sandboxes: Api::namespaced(client.clone(), &ns),
+            templates: Api::namespaced(client, &ns),
+            store: store(&prefix, None),
+            _objects: PurgePrefix(prefix),
+            _purge,
+            repository,
+            ns,
+        }
+    }
+
+    /// Applies the Sandbox `src` and waits until it is Ready and `check` succeeds in it;
+    /// what `check` printed.
+    async fn source(&self, yaml: &str, check: &str) -> String {
+        apply_yaml_ok(yaml, &self.ns);
+        let src = wait_ready_within(&self.sandboxes, "src", &self.op, TIMEOUT).await;
+        let id = src.status.clone().and_then(|s| s.sandbox_id).expect("id");
+        wait_for("the source sandbox", TIMEOUT, || async {
+            docker_sh(&id, check)
+        })
+        .await
+    }
+
+    /// Applies the SandboxTemplate `tpl` and waits until it is Ready; its template id.
+    async fn template(&self, yaml: &str) -> String {
+        apply_yaml_ok(yaml, &self.ns);
+        let t = wait_ready_within(&self.templates, "tpl", &self.op, TIMEOUT).await;
+        t.status.clone().and_then(|s| s.template_id).expect("id")
+    }
 }
 
 /// `sh -c script` in a container, via the docker CLI: stdout, or stderr on failure.
@@ -79,7 +132,10 @@ fn host_sh(script: &str) -> String {
 
 fn assert_no_secret(what: &str, text: &str) {
     for secret in [TOKEN, SELF_TOKEN] {
-        assert!(!text.contains(secret), "{what} holds a secret value: {text}");
+        assert!(
+            !text.contains(secret),
+            "{what} holds a secret value: {text}"
+        );
     }
 }
 
@@ -144,17 +200,15 @@ async fn image_env(image: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_capture_stores_no_secret_value_and_a_restore_has_only_its_own_env() {
-    let ns = namespace("tnt-tpl").await;
-    let _purge = Purge(ns.clone());
-    let repository = format!("sandbox-operator/tnt-{ns}");
-    let prefix = format!("tnt-{ns}");
-    let _objects = PurgePrefix(prefix.clone());
-    let op = operator(&ns, &repository, &prefix);
-    let client = client().await;
-    let sandboxes: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
-    let templates: Api<SandboxTemplate> = Api::namespaced(client, &ns);
-    let store = store(&prefix, None);
-    create_secret(&ns, "team-a-token", None, serde_json::json!({"TOKEN": TOKEN})).await;
+    let w = World::new("tnt-tpl").await;
+    let (ns, store) = (&w.ns, &w.store);
+    create_secret(
+        &ns,
+        "team-a-token",
+        None,
+        serde_json::json!({"TOKEN": TOKEN}),
+    )
+    .await;
     create_secret(
         &ns,
         "team-a-self",
@@ -163,25 +217,15 @@ async fn a_capture_stores_no_secret_value_and_a_restore_has_only_its_own_env() {
     )
     .await;
 
-    apply_yaml_ok(&source_sandbox(), &ns);
-    let src = wait_ready_within(&sandboxes, "src", &op, TIMEOUT).await;
-    let src_id = src.status.clone().and_then(|s| s.sandbox_id).expect("id");
     // The source really holds both values: what follows can fail.
-    let seen = wait_for("the source's env, file and project", TIMEOUT, || async {
-        docker_sh(
-            &src_id,
-            &format!("test -f /workspace/app/.ready && env && cat {ENV_FILE}"),
-        )
-    })
-    .await;
-    assert!(
-        seen.contains(TOKEN) && seen.contains(SELF_TOKEN),
-        "{seen}"
-    );
+    let check = format!("test -f /workspace/app/.ready && env && cat {ENV_FILE}");
+    let seen = w.source(&source_sandbox(), &check).await;
+    assert!(seen.contains(TOKEN) && seen.contains(SELF_TOKEN), "{seen}");
 
     // Capture (the self-delivered file's directory among the paths) and publish.
-    apply_yaml_ok(
-        r#"apiVersion: sandboxes.dev/v1alpha1
+    let id = w
+        .template(
+            r#"apiVersion: sandboxes.dev/v1alpha1
 kind: SandboxTemplate
 metadata:
   name: tpl
@@ -191,11 +235,9 @@ spec:
   capturePaths: ["/workspace/app", "/run/sandboxes.dev"]
   publish: true
 "#,
-        &ns,
-    );
-    let t = wait_ready_within(&templates, "tpl", &op, TIMEOUT).await;
-    let id = t.status.clone().and_then(|s| s.template_id).expect("id");
-    let image = format!("{repository}:{id}");
+        )
+        .await;
+    let image = format!("{}:{id}", w.repository);
     let _images = Images(vec![image.clone()]);
 
     // The image config: the plain env is kept, no value from a Secret.
@@ -214,14 +256,14 @@ spec:
     assert_no_secret("the template image's filesystem", &files);
     assert!(files.contains("project"), "the capture is intact: {files}");
     // The store: neither the archive nor the manifest.
-    assert_no_secret("the archive", &archive_contents(&store, &id).await);
+    assert_no_secret("the archive", &archive_contents(store, &id).await);
     let keys = Keys::new(&store.settings().prefix, &id);
     let manifest = store.get_text(&keys.manifest()).await.expect("read");
     assert_no_secret("the manifest", &manifest.expect("published"));
 
     // Restored in `a`: its own env only, the project there.
-    apply_yaml_ok(RESTORED, &ns);
-    let user = wait_ready_within(&sandboxes, "user", &op, TIMEOUT).await;
+    apply_yaml_ok(RESTORED, ns);
+    let user = wait_ready_within(&w.sandboxes, "user", &w.op, TIMEOUT).await;
     let user_id = user.status.clone().and_then(|s| s.sandbox_id).expect("id");
     let seen = docker_sh(
         &user_id,
@@ -231,7 +273,6 @@ spec:
     assert_no_secret("the restored sandbox", &seen);
     assert!(!seen.contains("TOKEN="), "{seen}");
     assert!(seen.contains("project"), "{seen}");
-    drop(op);
 }
 
 /// A sandbox to capture, with only a project file.
@@ -245,26 +286,12 @@ spec:
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_change_of_shared_with_reaches_the_published_manifest() {
-    let ns = namespace("tnt-share").await;
-    let _purge = Purge(ns.clone());
-    let repository = format!("sandbox-operator/tnt-{ns}");
-    let prefix = format!("tnt-{ns}");
-    let _objects = PurgePrefix(prefix.clone());
-    let op = operator(&ns, &repository, &prefix);
-    let client = client().await;
-    let sandboxes: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
-    let templates: Api<SandboxTemplate> = Api::namespaced(client, &ns);
-    let store = store(&prefix, None);
-
-    apply_yaml_ok(PLAIN_SOURCE, &ns);
-    let src = wait_ready_within(&sandboxes, "src", &op, TIMEOUT).await;
-    let src_id = src.status.clone().and_then(|s| s.sandbox_id).expect("id");
-    wait_for("the project", TIMEOUT, || async {
-        docker_sh(&src_id, "test -f /workspace/app/hello.txt")
-    })
-    .await;
-    apply_yaml_ok(
-        r#"apiVersion: sandboxes.dev/v1alpha1
+    let w = World::new("tnt-share").await;
+    w.source(PLAIN_SOURCE, "test -f /workspace/app/hello.txt")
+        .await;
+    let id = w
+        .template(
+            r#"apiVersion: sandboxes.dev/v1alpha1
 kind: SandboxTemplate
 metadata:
   name: tpl
@@ -275,56 +302,33 @@ spec:
   publish: true
   sharedWith: ["team-x"]
 "#,
-        &ns,
-    );
-    let t = wait_ready_within(&templates, "tpl", &op, TIMEOUT).await;
-    let id = t.status.clone().and_then(|s| s.template_id).expect("id");
-    let _images = Images(vec![format!("{repository}:{id}")]);
+        )
+        .await;
+    let _images = Images(vec![format!("{}:{id}", w.repository)]);
     let shared = |want: Vec<&'static str>| {
-        let (store, id) = (&store, &id);
+        let (store, id) = (&w.store, &id);
         async move {
-            let m = transfer::manifest(store, id).await.map_err(|e| e.to_string())?;
+            let m = transfer::manifest(store, id)
+                .await
+                .map_err(|e| e.to_string())?;
             let got = m.map(|m| m.shared_with).unwrap_or_default();
-            (got == want).then_some(()).ok_or(format!("sharedWith {got:?}"))
+            (got == want)
+                .then_some(())
+                .ok_or(format!("sharedWith {got:?}"))
         }
     };
     wait_for("the first sharing", TIMEOUT, || shared(vec!["team-x"])).await;
 
     // A new sharing, then a revocation: each reaches the manifest without a recapture.
-    patch_spec(&templates, "tpl", serde_json::json!({"sharedWith": ["team-y"]})).await;
+    patch_spec(
+        &w.templates,
+        "tpl",
+        serde_json::json!({"sharedWith": ["team-y"]}),
+    )
+    .await;
     wait_for("the new sharing", TIMEOUT, || shared(vec!["team-y"])).await;
-    patch_spec(&templates, "tpl", serde_json::json!({"sharedWith": []})).await;
+    patch_spec(&w.templates, "tpl", serde_json::json!({"sharedWith": []})).await;
     wait_for("the revocation", TIMEOUT, || shared(vec![])).await;
-    drop(op);
-}
-
-/// Puts a template owned by namespace `owner` (shared with nobody) into `store`.
-async fn put_foreign_template(store: &TemplateStore, id: &str, owner: &str) {
-    let keys = Keys::new(&store.settings().prefix, id);
-    store
-        .put_text(&keys.archive(), "not restored", "application/gzip")
-        .await
-        .expect("archive");
-    let m = Manifest {
-        schema: MANIFEST_SCHEMA,
-        id: id.into(),
-        capture_paths: vec!["/workspace/app".into()],
-        created_at: "2026-01-01T00:00:00Z".into(),
-        size_bytes: 12,
-        label: None,
-        base_image: Some(base_image()),
-        labels: Default::default(),
-        owner: Some(ManifestOwner {
-            namespace: owner.into(),
-            uid: "uid-of-the-owner".into(),
-        }),
-        shared_with: Vec::new(),
-    };
-    let body = serde_json::to_string(&m).expect("json");
-    store
-        .put_text(&keys.manifest(), &body, "application/json")
-        .await
-        .expect("manifest");
 }
 
 /// `(status, reason)` of the Ready condition.
@@ -337,23 +341,19 @@ fn ready_of(t: &SandboxTemplate) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_fetch_settles_on_stalled_and_stays_there() {
-    let ns = namespace("tnt-refused").await;
-    let _purge = Purge(ns.clone());
-    let repository = format!("sandbox-operator/tnt-{ns}");
-    let prefix = format!("tnt-{ns}");
-    let _objects = PurgePrefix(prefix.clone());
-    let store = store(&prefix, None);
+    let w = World::new("tnt-refused").await;
     let id = unique("tpl-of-a");
-    put_foreign_template(&store, &id, "team-a").await;
-    let op = operator(&ns, &repository, &prefix);
-    let templates: Api<SandboxTemplate> = Api::namespaced(client().await, &ns);
-
+    let owner = ManifestOwner {
+        namespace: "team-a".into(),
+        uid: "uid-of-the-owner".into(),
+    };
+    put_owned_template(&w.store, &id, owner, Default::default(), "not restored").await;
     apply_yaml_ok(
         &format!(
             "apiVersion: sandboxes.dev/v1alpha1\nkind: SandboxTemplate\nmetadata:\n  name: \
              theirs\nspec:\n  source: Store\n  templateId: {id}\n"
         ),
-        &ns,
+        &w.ns,
     );
     let stalled = |t: &SandboxTemplate| {
         let st = t.status.clone().unwrap_or_default();
@@ -364,7 +364,7 @@ async fn a_refused_fetch_settles_on_stalled_and_stays_there() {
             .ok_or(format!("Ready={ready} {reason}, Stalled={stall}"))
     };
     wait_for("Stalled TemplateNotShared", TIMEOUT, || async {
-        let t = templates.get("theirs").await.map_err(|e| e.to_string())?;
+        let t = w.templates.get("theirs").await.map_err(|e| e.to_string())?;
         stalled(&t)
     })
     .await;
@@ -373,7 +373,7 @@ async fn a_refused_fetch_settles_on_stalled_and_stays_there() {
     let (mut reads, mut flips) = (0, Vec::new());
     let until = Instant::now() + Duration::from_secs(20);
     while Instant::now() < until {
-        let t = templates.get("theirs").await.expect("read");
+        let t = w.templates.get("theirs").await.expect("read");
         if let Err(seen) = stalled(&t) {
             flips.push(seen);
         }
@@ -381,6 +381,9 @@ async fn a_refused_fetch_settles_on_stalled_and_stays_there() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(reads > 50, "only {reads} reads");
-    assert!(flips.is_empty(), "{} of {reads} reads left the stall: {flips:?}", flips.len());
-    drop(op);
+    assert!(
+        flips.is_empty(),
+        "{} of {reads} reads left the stall: {flips:?}",
+        flips.len()
+    );
 }

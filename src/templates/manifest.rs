@@ -414,8 +414,13 @@ mod tests {
         assert!(s.contains("curl --fail-with-body -sS -o \"$tmp\" 'http://s3/x?sig=1&b=2'"));
         assert!(restore_script(&["/a;b".into()], "u").is_err());
         assert!(capture_script(&["/a".into()], &[], "http://x/'oops'", 10).is_err());
-        let c =
-            capture_script(&["/workspace/app/".into(), "/opt/x".into()], &[], "http://u", 10).unwrap();
+        let c = capture_script(
+            &["/workspace/app/".into(), "/opt/x".into()],
+            &[],
+            "http://u",
+            10,
+        )
+        .unwrap();
         assert!(c.contains("-- 'workspace/app' 'opt/x'"));
         assert!(c.contains("-T \"$tmp\""), "uploads a file, not a pipe");
     }
@@ -453,7 +458,13 @@ mod tests {
     fn scripts_are_valid_posix_shell() {
         let scripts = [
             restore_script(&["/workspace/app".into()], "http://u/x?a=1&b=2").unwrap(),
-            capture_script(&["/workspace/app".into()], &["/run/sandboxes.dev/env".into()], "http://u/x?a=1&b=2", 10).unwrap(),
+            capture_script(
+                &["/workspace/app".into()],
+                &["/run/sandboxes.dev/env".into()],
+                "http://u/x?a=1&b=2",
+                10,
+            )
+            .unwrap(),
         ];
         for script in scripts {
             let out = std::process::Command::new("sh")

@@ -278,7 +278,10 @@ impl TemplateService {
         owner: &Owner,
     ) -> ProviderResult<()> {
         let store = match self.home(provider)? {
-            Home::Store(store) | Home::Native { store: Some(store), .. } => store,
+            Home::Store(store)
+            | Home::Native {
+                store: Some(store), ..
+            } => store,
             Home::Native { store: None, .. } => return Ok(()),
         };
         let namespace = &owner.namespace;

@@ -174,7 +174,10 @@ async fn fetch(
     // of starting the transfer (and reporting Fetching) again on every reconcile.
     if !tctx.transfers.running(&uid) {
         let check = ctx.templates.may_fetch(provider.as_ref(), on.id, &owner);
-        on.handle.call("may_fetch", check).await.map_err(fetch_failed)?;
+        on.handle
+            .call("may_fetch", check)
+            .await
+            .map_err(fetch_failed)?;
     }
     let poll = tctx
         .transfers

@@ -140,8 +140,7 @@ impl DockerProvider {
         let options = bollard::query_parameters::ImportImageOptionsBuilder::default()
             .quiet(true)
             .build();
-        let mut progress =
-            docker.import_image(options, bollard::body_full(archive.into()), None);
+        let mut progress = docker.import_image(options, bollard::body_full(archive.into()), None);
         while let Some(step) = progress.next().await {
             step.map_err(|e| map_err(&format!("tagging template image {reference}"), e))?;
         }
@@ -193,11 +192,17 @@ mod tests {
             .map(|b| format!("{b:02x}"))
             .collect();
         let mut names = Vec::new();
-        for entry in tar::Archive::new(archive.as_slice()).entries().expect("tar") {
+        for entry in tar::Archive::new(archive.as_slice())
+            .entries()
+            .expect("tar")
+        {
             let entry = entry.expect("entry");
             names.push(entry.path().expect("path").display().to_string());
         }
-        assert_eq!(names, vec![format!("{digest}.json"), "manifest.json".into()]);
+        assert_eq!(
+            names,
+            vec![format!("{digest}.json"), "manifest.json".into()]
+        );
         let without_layers = json!({"Config": {}, "RootFS": {"Layers": []}});
         assert!(config_document(&without_layers, &[]).is_err());
     }

@@ -476,9 +476,7 @@ impl DockerProvider {
             .map_err(|e| map_err("creating the template capture helper", e))?;
 
         let result = async {
-            if !remove.is_empty() {
-                self.blank_in(&helper, remove).await?;
-            }
+            self.blank_in(&helper, remove).await?;
             for copy in copies {
                 self.copy_into(&request.sandbox_id, &helper, copy).await?;
             }
@@ -523,26 +521,34 @@ impl DockerProvider {
     /// Each capture path must exist in the sandbox: a template silently missing the
     /// project's files would boot and look healthy.
     async fn check_paths_exist(&self, sandbox: &str, paths: &[String]) -> ProviderResult<()> {
-        let docker = self.engine().await?;
         for path in paths {
-            let options = ContainerArchiveInfoOptionsBuilder::default()
-                .path(path)
-                .build();
-            match docker
-                .get_container_archive_info(sandbox, Some(options))
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {
-                    return Err(ProviderError::invalid(format!(
-                        "capture path {path} does not exist in sandbox {sandbox}; fix spec.capturePaths \
-                         (a template without it would boot into an empty workspace)"
-                    )));
-                }
-                Err(e) => return Err(map_err(&format!("checking capture path {path}"), e)),
+            if !self.exists(sandbox, path).await? {
+                return Err(ProviderError::invalid(format!(
+                    "capture path {path} does not exist in sandbox {sandbox}; fix spec.capturePaths \
+                     (a template without it would boot into an empty workspace)"
+                )));
             }
         }
         Ok(())
+    }
+
+    /// Whether `path` exists in the sandbox (the archive API's stat).
+    async fn exists(&self, sandbox: &str, path: &str) -> ProviderResult<bool> {
+        let docker = self.engine().await?;
+        let options = ContainerArchiveInfoOptionsBuilder::default()
+            .path(path)
+            .build();
+        match docker
+            .get_container_archive_info(sandbox, Some(options))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(map_err(
+                &format!("looking for {path} in sandbox {sandbox}"),
+                e,
+            )),
+        }
     }
 
     /// The committed image's labels: the template's owner, id, capture paths, label and base
@@ -637,6 +643,9 @@ impl DockerProvider {
     /// Empties the self-delivered `files` in the never-started `helper`, through the
     /// archive API: no program of the sandbox's image runs for it.
     async fn blank_in(&self, helper: &str, files: &[String]) -> ProviderResult<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
         let docker = self.engine().await?;
         let what = "emptying the self-delivered files of the template";
         let archive = blanks(files).map_err(|e| io_err(what, e))?;
@@ -660,21 +669,12 @@ impl DockerProvider {
         }
     }
 
-    /// Which of `files` exist in the sandbox: those a capture must remove.
+    /// Which of `files` exist in the sandbox: those a capture must empty.
     async fn present(&self, sandbox: &str, files: &[String]) -> ProviderResult<Vec<String>> {
-        let docker = self.engine().await?;
         let mut present = Vec::new();
         for path in files {
-            let options = ContainerArchiveInfoOptionsBuilder::default()
-                .path(path)
-                .build();
-            match docker
-                .get_container_archive_info(sandbox, Some(options))
-                .await
-            {
-                Ok(_) => present.push(path.clone()),
-                Err(e) if is_not_found(&e) => {}
-                Err(e) => return Err(map_err(&format!("looking for {path}"), e)),
+            if self.exists(sandbox, path).await? {
+                present.push(path.clone());
             }
         }
         Ok(present)
