@@ -203,14 +203,14 @@ async fn a_capture_stores_no_secret_value_and_a_restore_has_only_its_own_env() {
     let w = World::new("tnt-tpl").await;
     let (ns, store) = (&w.ns, &w.store);
     create_secret(
-        &ns,
+        ns,
         "team-a-token",
         None,
         serde_json::json!({"TOKEN": TOKEN}),
     )
     .await;
     create_secret(
-        &ns,
+        ns,
         "team-a-self",
         None,
         serde_json::json!({"SELF_TOKEN": SELF_TOKEN}),
