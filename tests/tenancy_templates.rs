@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use harness::cluster::*;
-use harness::docker::{Images, Purge, base_image, engine};
+use harness::docker::{Images, Purge, base_image, docker_sh, engine};
 use harness::objects::{patch_spec, wait_ready_within};
 use harness::operator::{Operator, OperatorOptions};
 use harness::s3::{PurgePrefix, put_owned_template, store, store_config};
@@ -95,24 +95,17 @@ impl World {
         .await
     }
 
-    /// Applies the SandboxTemplate `tpl` and waits until it is Ready; its template id.
-    async fn template(&self, yaml: &str) -> String {
-        apply_yaml_ok(yaml, &self.ns);
+    /// Applies the SandboxTemplate `tpl` capturing `paths` of `src` and published, shared
+    /// with `shared` (YAML lists), and waits until it is Ready; its template id.
+    async fn template(&self, paths: &str, shared: &str) -> String {
+        let yaml = format!(
+            "apiVersion: sandboxes.dev/v1alpha1\nkind: SandboxTemplate\nmetadata:\n  name: tpl\n\
+             spec:\n  sandboxRef:\n    name: src\n  capturePaths: {paths}\n  publish: true\n  \
+             sharedWith: {shared}\n"
+        );
+        apply_yaml_ok(&yaml, &self.ns);
         let t = wait_ready_within(&self.templates, "tpl", &self.op, TIMEOUT).await;
         t.status.clone().and_then(|s| s.template_id).expect("id")
-    }
-}
-
-/// `sh -c script` in a container, via the docker CLI: stdout, or stderr on failure.
-fn docker_sh(container: &str, script: &str) -> Result<String, String> {
-    let out = Command::new("docker")
-        .args(["exec", container, "sh", "-c", script])
-        .output()
-        .map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
     }
 }
 
@@ -224,18 +217,7 @@ async fn a_capture_stores_no_secret_value_and_a_restore_has_only_its_own_env() {
 
     // Capture (the self-delivered file's directory among the paths) and publish.
     let id = w
-        .template(
-            r#"apiVersion: sandboxes.dev/v1alpha1
-kind: SandboxTemplate
-metadata:
-  name: tpl
-spec:
-  sandboxRef:
-    name: src
-  capturePaths: ["/workspace/app", "/run/sandboxes.dev"]
-  publish: true
-"#,
-        )
+        .template(r#"["/workspace/app", "/run/sandboxes.dev"]"#, "[]")
         .await;
     let image = format!("{}:{id}", w.repository);
     let _images = Images(vec![image.clone()]);
@@ -289,21 +271,7 @@ async fn a_change_of_shared_with_reaches_the_published_manifest() {
     let w = World::new("tnt-share").await;
     w.source(PLAIN_SOURCE, "test -f /workspace/app/hello.txt")
         .await;
-    let id = w
-        .template(
-            r#"apiVersion: sandboxes.dev/v1alpha1
-kind: SandboxTemplate
-metadata:
-  name: tpl
-spec:
-  sandboxRef:
-    name: src
-  capturePaths: ["/workspace/app"]
-  publish: true
-  sharedWith: ["team-x"]
-"#,
-        )
-        .await;
+    let id = w.template(r#"["/workspace/app"]"#, r#"["team-x"]"#).await;
     let _images = Images(vec![format!("{}:{id}", w.repository)]);
     let shared = |want: Vec<&'static str>| {
         let (store, id) = (&w.store, &id);

@@ -109,12 +109,24 @@ pub async fn put_owned_template(
         .put_text(&keys.archive(), archive, "application/gzip")
         .await
         .expect("archive");
+    put_owned_manifest(store, id, owner, labels, archive.len() as u64).await;
+}
+
+/// Writes the manifest of a template of `/workspace/app` owned by `owner` (shared with
+/// nobody) whose archive is `size_bytes` long.
+pub async fn put_owned_manifest(
+    store: &TemplateStore,
+    id: &str,
+    owner: ManifestOwner,
+    labels: std::collections::BTreeMap<String, String>,
+    size_bytes: u64,
+) {
     let m = Manifest {
         schema: MANIFEST_SCHEMA,
         id: id.into(),
         capture_paths: vec!["/workspace/app".into()],
         created_at: "2026-01-01T00:00:00Z".into(),
-        size_bytes: archive.len() as u64,
+        size_bytes,
         label: None,
         base_image: Some(super::docker::base_image()),
         labels,
@@ -122,6 +134,7 @@ pub async fn put_owned_template(
         shared_with: Vec::new(),
     };
     let body = serde_json::to_string(&m).expect("json");
+    let keys = Keys::new(&store.settings().prefix, id);
     store
         .put_text(&keys.manifest(), &body, "application/json")
         .await
