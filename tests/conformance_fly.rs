@@ -181,6 +181,43 @@ async fn fixture() -> Result<Fixture, Skipped> {
     })
 }
 
+/// The app the provider creates is in the provider's own private network — named after the
+/// app unless `network` names one — never the organization's default network, which every
+/// other app of the organization is on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_app_is_created_in_the_providers_own_network() {
+    let double = sandbox_doubles::fly::spawn(FlyDoubleOptions::default())
+        .await
+        .expect("Fly double");
+    let token = token_file(double.token());
+    let hex = conformance::support::unique_hex();
+    let cases = [
+        (format!("sbx-own-{hex}"), None),
+        (
+            format!("sbx-named-{hex}"),
+            Some("sandboxes-net".to_string()),
+        ),
+    ];
+    for (app, network) in cases {
+        assert_eq!(double.app_network(&app), None, "{app} is new");
+        let settings = FlySettings {
+            api_url: double.base_url().to_string(),
+            token: SecretSource::file(token.path()),
+            org: Some("personal".into()),
+            network: network.clone(),
+            ..FlySettings::for_app(app.clone())
+        };
+        FlyProvider::connect("fly-network", settings)
+            .await
+            .expect("connect creates the app");
+        let expected = network.unwrap_or_else(|| app.clone());
+        assert_eq!(double.app_network(&app), Some(expected), "{app}");
+    }
+    // The double's own app, made without a network, is on the organization's default one.
+    assert_eq!(double.app_network(double.app()).as_deref(), Some("default"));
+    double.shutdown().await;
+}
+
 fn token_file(token: &str) -> tempfile::NamedTempFile {
     use std::io::Write;
     let mut file = tempfile::NamedTempFile::new().expect("temp file");

@@ -236,6 +236,8 @@ async fn a_committed_template_is_an_image_with_volume_captures_sanitised() {
         capture_paths: paths.iter().map(|p| p.to_string()).collect(),
         label: None,
         owner: env.owner("SandboxTemplate", &id),
+        env: Default::default(),
+        secret_files: Vec::new(),
     };
     let template = templates.commit(&commit(&["/data/project"])).await.unwrap();
     assert!(template.reference.starts_with("sha256:"), "an image id");

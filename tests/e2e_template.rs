@@ -20,12 +20,12 @@ use harness::{unique, wait_for};
 use kube::Api;
 use kube::api::DeleteParams;
 use sandbox_operator::api::{Sandbox, SandboxTemplate, condition};
-use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest, ManifestOwner};
+use sandbox_operator::templates::manifest::{Keys, ManifestOwner};
 use sandbox_operator::templates::service::TemplateService;
 use sandbox_operator::templates::store::TemplateStore;
 use sandbox_operator::templates::transfer::{self, Limits};
 
-use harness::s3::{PurgePrefix, s3_env};
+use harness::s3::{PurgePrefix, put_owned_manifest, s3_env};
 
 const TIMEOUT: Duration = Duration::from_secs(180);
 
@@ -121,19 +121,6 @@ fn image_label(reference: &str, label: &str) -> Option<String> {
 
 fn image_exists(reference: &str) -> bool {
     image_label(reference, "sandboxes.dev/template-id").is_some()
-}
-
-/// `sh -c script` in a container, via the docker CLI; stdout on success.
-fn docker_sh(container: &str, script: &str) -> Result<String, String> {
-    let out = Command::new("docker")
-        .args(["exec", container, "sh", "-c", script])
-        .output()
-        .map_err(|e| e.to_string())?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(String::from_utf8_lossy(&out.stderr).into_owned())
-    }
 }
 
 fn ready(conditions: &[sandbox_operator::api::Condition]) -> Option<(String, String)> {
@@ -700,27 +687,12 @@ async fn upload_hostile(store: &TemplateStore, id: &str, ns: &str) {
         "{}",
         String::from_utf8_lossy(&put.stdout)
     );
-    let m = Manifest {
-        schema: MANIFEST_SCHEMA,
-        id: id.to_string(),
-        capture_paths: vec!["/workspace/app".into()],
-        created_at: "2026-01-01T00:00:00Z".into(),
-        size_bytes: 1,
-        label: None,
-        base_image: Some(base_image()),
-        labels: Default::default(),
-        // Owned by the namespace that fetches it: what is refused is the archive.
-        owner: Some(ManifestOwner {
-            namespace: ns.to_string(),
-            uid: "uploader".into(),
-        }),
-        shared_with: Vec::new(),
+    // Owned by the namespace that fetches it: what is refused is the archive.
+    let owner = ManifestOwner {
+        namespace: ns.to_string(),
+        uid: "uploader".into(),
     };
-    let body = serde_json::to_string(&m).expect("json");
-    store
-        .put_text(&keys.manifest(), &body, "application/json")
-        .await
-        .expect("manifest");
+    put_owned_manifest(store, id, owner, Default::default(), 1).await;
 }
 
 fn container_image(container: &str) -> String {
@@ -976,6 +948,8 @@ async fn a_fetched_template_is_swept_once_its_sandbox_template_is_gone() {
         capture_paths: vec!["/workspace/app".into()],
         label: None,
         owner: publisher.clone(),
+        env: Default::default(),
+        secret_files: Vec::new(),
     };
     service
         .commit(&docker, &commit, &[])

@@ -419,6 +419,8 @@ impl World {
                 capture_paths: vec![],
                 label: None,
                 owner: owner.clone(),
+                env: Default::default(),
+                secret_files: Vec::new(),
             })
             .await
             .expect("commit template");

@@ -611,6 +611,8 @@ async fn capture_publish_fetch_boot_round_trip_keeps_contents_and_modes() {
         capture_paths: vec![APP.into()],
         label: Some("round trip".into()),
         owner: owner.clone(),
+        env: Default::default(),
+        secret_files: Vec::new(),
     })
     .await
     .expect("commit");
@@ -720,6 +722,8 @@ async fn without_native_templates_capture_goes_over_exec_and_boot_restores_after
                 capture_paths: vec![APP.into()],
                 label: Some("over exec".into()),
                 owner: owner.clone(),
+                env: Default::default(),
+                secret_files: Vec::new(),
             },
             &[],
         )
@@ -832,6 +836,8 @@ async fn boot_from_template_versus_building_from_scratch() {
         capture_paths: vec![APP.into()],
         label: Some("deps".into()),
         owner: env.owner("SandboxTemplate", "timing"),
+        env: Default::default(),
+        secret_files: Vec::new(),
     })
     .await
     .expect("commit");
@@ -879,6 +885,8 @@ async fn boot_from_template_versus_building_from_scratch() {
         capture_paths: vec![APP.into()],
         label: None,
         owner: env.owner("SandboxTemplate", "timing-exec"),
+        env: Default::default(),
+        secret_files: Vec::new(),
     };
     service
         .commit(&fly, &capture, &[])

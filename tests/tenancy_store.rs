@@ -13,11 +13,11 @@ use std::time::Duration;
 
 use harness::docker::TestEnv;
 use harness::no_native_templates::NoNativeTemplates;
-use harness::s3::{PurgePrefix, store};
+use harness::s3::{PurgePrefix, put_owned_template, store};
 use harness::unique;
 use sandbox_operator::provider::labels::Owner;
 use sandbox_operator::provider::{CommitRequest, ErrorKind, Provider, ProviderError};
-use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest, ManifestOwner};
+use sandbox_operator::templates::manifest::{Keys, ManifestOwner};
 use sandbox_operator::templates::service::{Boot, TemplateService};
 use sandbox_operator::templates::store::TemplateStore;
 use sandbox_operator::templates::transfer::{self, Limits, NOT_SHARED, OWNED_ELSEWHERE};
@@ -45,31 +45,11 @@ fn owner(env: &TestEnv, namespace: &str) -> Owner {
 
 /// Puts `a`'s template into the store as the control plane writes it.
 async fn put_template_of(store: &TemplateStore, id: &str, a: &Owner) {
-    let keys = Keys::new(&store.settings().prefix, id);
-    store
-        .put_text(&keys.archive(), A_ARCHIVE, "application/gzip")
-        .await
-        .expect("archive");
-    let m = Manifest {
-        schema: MANIFEST_SCHEMA,
-        id: id.into(),
-        capture_paths: vec![APP.into()],
-        created_at: "2026-01-01T00:00:00Z".into(),
-        size_bytes: A_ARCHIVE.len() as u64,
-        label: None,
-        base_image: Some(harness::docker::base_image()),
-        labels: a.labels(),
-        owner: Some(ManifestOwner {
-            namespace: a.namespace.clone(),
-            uid: a.uid.clone(),
-        }),
-        shared_with: Vec::new(),
+    let owner = ManifestOwner {
+        namespace: a.namespace.clone(),
+        uid: a.uid.clone(),
     };
-    let body = serde_json::to_string(&m).expect("json");
-    store
-        .put_text(&keys.manifest(), &body, "application/json")
-        .await
-        .expect("manifest");
+    put_owned_template(store, id, owner, a.labels(), A_ARCHIVE).await;
 }
 
 /// Two namespaces, a store of the test's own, and `a`'s template in it.
@@ -200,6 +180,8 @@ async fn a_capture_never_overwrites_another_namespaces_template() {
         capture_paths: vec![APP.into()],
         label: None,
         owner: b.clone(),
+        env: Default::default(),
+        secret_files: Vec::new(),
     };
     env.provider
         .exec(

@@ -473,6 +473,14 @@ pub struct CommitRequest {
     pub label: Option<String>,
     /// The owning SandboxTemplate, for the owner labels.
     pub owner: Owner,
+    /// The only env a capture may store besides its image's own: the captured Sandbox's
+    /// plain `spec.env`. Values from Secrets (`envFrom`, `selfDeliveredEnv`) are never in it,
+    /// so no capture stores them; a sandbox booted from the template gets its own env as
+    /// usual.
+    pub env: BTreeMap<String, String>,
+    /// Absolute paths of files whose content came from Secrets (the self-delivered env
+    /// file): left out of whatever a capture stores (image, archive).
+    pub secret_files: Vec<String>,
 }
 
 /// One directory entry.

@@ -244,19 +244,31 @@ fn members(paths: &[String]) -> Result<Vec<String>, String> {
 }
 
 /// The in-sandbox capture: archive the capture paths (relative to `/`) into a temp FILE,
-/// refuse an oversized archive, then upload with one presigned PUT.
+/// refuse an oversized archive, then upload with one presigned PUT. The files of `excluded`
+/// (the self-delivered env file: its content came from a Secret) are never archived, even
+/// under a capture path (literal names, anchored at `/`).
 ///
 /// Written to a file first, never piped into curl: a pipeline reports only the last
 /// command's status (a failed tar would upload a truncated archive and "succeed"), and a
 /// piped upload has no Content-Length, so curl goes chunked, which a presigned PUT rejects.
-pub fn capture_script(paths: &[String], put_url: &str, max_bytes: u64) -> Result<String, String> {
+pub fn capture_script(
+    paths: &[String],
+    excluded: &[String],
+    put_url: &str,
+    max_bytes: u64,
+) -> Result<String, String> {
+    let excludes: Vec<String> = members(excluded)?
+        .iter()
+        .map(|m| format!("--exclude={m} "))
+        .collect();
+    let excludes = excludes.concat();
     let members = members(paths)?.join(" ");
     let url = quote(put_url)?;
     Ok(format!(
         r#"set -u
 tmp=$(mktemp /tmp/sbx-capture-XXXXXX.tar.gz) || exit {EXIT_NO_TEMP}
 trap 'rm -f "$tmp"' EXIT
-tar -czf "$tmp" -C / -- {members}
+tar -czf "$tmp" --anchored --no-wildcards {excludes}-C / -- {members}
 rc=$?
 if [ "$rc" -eq 1 ]; then echo {TAR_CHANGED_MARKER} >&2; elif [ "$rc" -ne 0 ]; then exit {EXIT_TAR_FAILED}; fi
 size=$(wc -c < "$tmp")
@@ -353,6 +365,21 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_capture_never_archives_a_self_delivered_file() {
+        let paths = vec!["/run/sandboxes.dev".to_string(), "/workspace".to_string()];
+        let excluded = vec!["/run/sandboxes.dev/env".to_string()];
+        let script = capture_script(&paths, &excluded, "http://s/put", 10).expect("script");
+        assert!(
+            script.contains(
+                "tar -czf \"$tmp\" --anchored --no-wildcards --exclude='run/sandboxes.dev/env' -C / -- 'run/sandboxes.dev' 'workspace'"
+            ),
+            "{script}"
+        );
+        let plain = capture_script(&paths, &[], "http://s/put", 10).expect("script");
+        assert!(!plain.contains("--exclude"), "{plain}");
+    }
+
+    #[test]
     fn keys_are_under_the_template_root() {
         let k = Keys::new("tpl/", "node-20");
         assert_eq!(k.manifest(), "tpl/node-20/manifest.json");
@@ -386,9 +413,14 @@ mod tests {
         assert!(s.contains("--no-same-owner --no-same-permissions"));
         assert!(s.contains("curl --fail-with-body -sS -o \"$tmp\" 'http://s3/x?sig=1&b=2'"));
         assert!(restore_script(&["/a;b".into()], "u").is_err());
-        assert!(capture_script(&["/a".into()], "http://x/'oops'", 10).is_err());
-        let c =
-            capture_script(&["/workspace/app/".into(), "/opt/x".into()], "http://u", 10).unwrap();
+        assert!(capture_script(&["/a".into()], &[], "http://x/'oops'", 10).is_err());
+        let c = capture_script(
+            &["/workspace/app/".into(), "/opt/x".into()],
+            &[],
+            "http://u",
+            10,
+        )
+        .unwrap();
         assert!(c.contains("-- 'workspace/app' 'opt/x'"));
         assert!(c.contains("-T \"$tmp\""), "uploads a file, not a pipe");
     }
@@ -426,7 +458,13 @@ mod tests {
     fn scripts_are_valid_posix_shell() {
         let scripts = [
             restore_script(&["/workspace/app".into()], "http://u/x?a=1&b=2").unwrap(),
-            capture_script(&["/workspace/app".into()], "http://u/x?a=1&b=2", 10).unwrap(),
+            capture_script(
+                &["/workspace/app".into()],
+                &["/run/sandboxes.dev/env".into()],
+                "http://u/x?a=1&b=2",
+                10,
+            )
+            .unwrap(),
         ];
         for script in scripts {
             let out = std::process::Command::new("sh")

@@ -266,6 +266,30 @@ impl TemplateService {
         }
     }
 
+    /// Whether `owner`'s namespace may fetch `template_id` from the provider's store: the
+    /// refusal [`TemplateService::fetch`] would end with, after one small read (the
+    /// manifest); `Ok` when the namespace may, when the store does not have the template
+    /// (the fetch reports that), or when the provider names no store. What a reconcile
+    /// checks before it starts a fetch in the background.
+    pub async fn may_fetch(
+        &self,
+        provider: &dyn Provider,
+        template_id: &str,
+        owner: &Owner,
+    ) -> ProviderResult<()> {
+        let store = match self.home(provider)? {
+            Home::Store(store)
+            | Home::Native {
+                store: Some(store), ..
+            } => store,
+            Home::Native { store: None, .. } => return Ok(()),
+        };
+        let namespace = &owner.namespace;
+        transfer::manifest_for(store, template_id, namespace, Access::Read)
+            .await
+            .map(|_| ())
+    }
+
     /// How a sandbox on `provider` boots from `template_id`, bringing a native template that
     /// is not on the provider from the shared store first (owned by `owner`, the template's
     /// object). `Ok(None)` when it is nowhere — never a plain-image boot. A store template

@@ -121,7 +121,8 @@ pub async fn capture(
     manifest_for(store, template_id, &request.owner.namespace, Access::Write).await?;
     let keys = Keys::new(&store.settings().prefix, template_id);
     let url = store.presign_put(&keys.archive(), limits.presign).await?;
-    let script = manifest::capture_script(paths, &url, limits.max_archive_bytes)
+    let excluded = &request.secret_files;
+    let script = manifest::capture_script(paths, excluded, &url, limits.max_archive_bytes)
         .map_err(ProviderError::invalid)?;
     run_capture(provider, sandbox_id, script, paths, limits).await?;
     let archive = store.head(&keys.archive()).await?.ok_or_else(|| {
@@ -448,6 +449,10 @@ pub async fn publish_template(
         capture_paths: template.capture_paths.clone(),
         label: template.label.clone(),
         owner,
+        // A helper booted from the template: its own env is none of the template's, and a
+        // native template holds no self-delivered file.
+        env: BTreeMap::new(),
+        secret_files: Vec::new(),
     };
     let result = async {
         provider.start(&created.id).await?;
@@ -515,6 +520,8 @@ pub async fn fetch_into(
             capture_paths: m.capture_paths.clone(),
             label: m.label.clone(),
             owner: owner.clone(),
+            env: BTreeMap::new(),
+            secret_files: Vec::new(),
         };
         templates.commit(&commit).await.map(Some)
     }

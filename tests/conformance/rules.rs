@@ -296,6 +296,8 @@ pub async fn rule_03_get_template_is_none_only_when_absent(fx: &Fixture) -> Chec
             capture_paths: vec![],
             label: None,
             owner: fx.owner("SandboxTemplate"),
+            env: Default::default(),
+            secret_files: Vec::new(),
         })
         .await
         .or_fail("commit")?;
@@ -367,6 +369,8 @@ pub async fn rule_04_unknown_attachment_and_use_read_as_in_use(fx: &Fixture) -> 
                 capture_paths: vec![],
                 label: None,
                 owner: fx.owner("SandboxTemplate"),
+                env: Default::default(),
+                secret_files: Vec::new(),
             })
             .await
             .or_fail("commit")?;
@@ -442,6 +446,8 @@ pub async fn rule_05_destroy_and_removal_are_idempotent(fx: &Fixture) -> Check {
             capture_paths: vec![],
             label: None,
             owner: fx.owner("SandboxTemplate"),
+            env: Default::default(),
+            secret_files: Vec::new(),
         })
         .await
         .or_fail("commit")?;

@@ -66,6 +66,8 @@ pub async fn capability_templates(fx: &Fixture) -> Check {
         capture_paths: paths,
         label: Some("conformance".into()),
         owner: fx.owner("SandboxTemplate"),
+        env: Default::default(),
+        secret_files: Vec::new(),
     };
     let first = committed(templates, &commit).await?;
     boots_with(

@@ -54,6 +54,19 @@ pub async fn engine() -> bollard::Docker {
         .expect("the Docker engine answers (run tests/setup/docker.sh)")
 }
 
+/// `sh -c script` in a container, via the docker CLI: stdout on success, stderr otherwise.
+pub fn docker_sh(container: &str, script: &str) -> Result<String, String> {
+    let out = std::process::Command::new("docker")
+        .args(["exec", container, "sh", "-c", script])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
 /// Every container on `docker` labelled `key=value`, in every state.
 pub async fn containers_labelled(
     docker: &bollard::Docker,

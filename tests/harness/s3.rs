@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use sandbox_operator::config::TemplateStoreConfig;
+use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest, ManifestOwner};
 use sandbox_operator::templates::store::{StoreError, StoreSettings, TemplateStore};
 
 /// `SANDBOX_S3_ENDPOINT`, `SANDBOX_S3_ACCESS_KEY`, `SANDBOX_S3_SECRET_KEY`, `SANDBOX_S3_BUCKET`.
@@ -91,6 +92,53 @@ pub fn store_settings(prefix: &str, secret: Option<&str>) -> Result<StoreSetting
 /// The test store under `prefix` (see [`store_settings`]).
 pub fn store(prefix: &str, secret: Option<&str>) -> TemplateStore {
     TemplateStore::new(store_settings(prefix, secret).expect("test store settings"))
+}
+
+/// Puts a template of `/workspace/app` owned by `owner` (with its owner `labels`, shared with
+/// nobody) into `store` as the control plane writes one: `archive` (any bytes), then the
+/// manifest.
+pub async fn put_owned_template(
+    store: &TemplateStore,
+    id: &str,
+    owner: ManifestOwner,
+    labels: std::collections::BTreeMap<String, String>,
+    archive: &str,
+) {
+    let keys = Keys::new(&store.settings().prefix, id);
+    store
+        .put_text(&keys.archive(), archive, "application/gzip")
+        .await
+        .expect("archive");
+    put_owned_manifest(store, id, owner, labels, archive.len() as u64).await;
+}
+
+/// Writes the manifest of a template of `/workspace/app` owned by `owner` (shared with
+/// nobody) whose archive is `size_bytes` long.
+pub async fn put_owned_manifest(
+    store: &TemplateStore,
+    id: &str,
+    owner: ManifestOwner,
+    labels: std::collections::BTreeMap<String, String>,
+    size_bytes: u64,
+) {
+    let m = Manifest {
+        schema: MANIFEST_SCHEMA,
+        id: id.into(),
+        capture_paths: vec!["/workspace/app".into()],
+        created_at: "2026-01-01T00:00:00Z".into(),
+        size_bytes,
+        label: None,
+        base_image: Some(super::docker::base_image()),
+        labels,
+        owner: Some(owner),
+        shared_with: Vec::new(),
+    };
+    let body = serde_json::to_string(&m).expect("json");
+    let keys = Keys::new(&store.settings().prefix, id);
+    store
+        .put_text(&keys.manifest(), &body, "application/json")
+        .await
+        .expect("manifest");
 }
 
 /// Removes every object of the test store under a prefix when dropped, so a failed test

@@ -127,7 +127,7 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- else if eq $p.type "fly" }}
 {{- $f := $p.fly }}
 {{- $fly := dict "app" $f.app "token" (dict "env" (include "sandbox-operator.providerSecretEnv" (dict "index" $i "what" "TOKEN"))) }}
-{{- range $key := list "org" "region" "apiUrl" "publicHost" "firstPublicPort" "lastPublicPort" "defaultImage" "driftIntervalSeconds" "leaseTtlSeconds" }}
+{{- range $key := list "org" "region" "apiUrl" "publicHost" "firstPublicPort" "lastPublicPort" "defaultImage" "driftIntervalSeconds" "leaseTtlSeconds" "network" }}
 {{- if index $f $key }}
 {{- $_ := set $fly $key (index $f $key) }}
 {{- end }}

@@ -16,7 +16,7 @@ use crate::registry::ProviderHandle;
 
 use super::decide::{self, Decision, Desired, Observed, Step, capture_hash, template_id};
 use super::report::{Progress, Report};
-use super::{TemplateContext, WAIT, destroy_leftover_helpers, foreign_owner, steps};
+use super::{TemplateContext, WAIT, destroy_leftover_helpers, foreign_owner, owner_of, steps};
 
 /// The Apply half of the finalizer: the reconcile pipeline for a live SandboxTemplate.
 pub async fn apply(template: Arc<SandboxTemplate>, tctx: &TemplateContext) -> Result<Action> {
@@ -59,6 +59,7 @@ async fn converge(
         .await?;
     let steps = plan(r, &on, observed.as_ref(), p)?;
     act_all(r, tctx, &on, steps, p).await?;
+    share(r, &on, p).await?;
 
     // Observe again, for the reference, size, time and use the provider reports.
     let Some(t) = handle
@@ -158,6 +159,23 @@ async fn report_finished_fetch(r: &Report<'_>, tctx: &TemplateContext, id: &str)
         Some(other) => tctx.transfers.put_back(&uid, Step::Fetch, id, other),
         None => {}
     }
+}
+
+/// Keeps the store's copy of a template this object captured shared with exactly
+/// `spec.sharedWith`: a change of it (a revocation too) reaches the manifest without a
+/// recapture. One read of the manifest per reconcile; it is written only when it differs.
+async fn share(r: &Report<'_>, on: &Subject<'_>, p: &Progress) -> Result<(), Outcome> {
+    let (template, service) = (r.template, &r.ctx.templates);
+    let provider = on.handle.provider.as_ref();
+    let in_store = p.next.published == Some(true) || service.always_published(provider);
+    if template.spec.source() != TemplateSource::Capture || !in_store {
+        return Ok(());
+    }
+    let owner = owner_of(template, &r.ctx.instance);
+    let shared = template.spec.shared_with();
+    let call = service.share(provider, on.id, &owner, shared);
+    on.handle.call("share", call).await?;
+    Ok(())
 }
 
 /// Decides the steps (pure), or stalls recording what was observed.

@@ -1,12 +1,15 @@
 //! The steps of a SandboxTemplate reconcile, one function each, all through the templates
 //! service.
 
+use std::collections::BTreeMap;
+
 use kube::ResourceExt;
 use kube::api::Api;
 
 use crate::api::{Sandbox, SandboxTemplate, SandboxTemplateStatus, TemplateSource, condition};
 use crate::controller::Context;
 use crate::controller::events::normal;
+use crate::controller::sandbox::resolve::SELF_DELIVERED_ENV_PATH;
 use crate::controller::status::READY;
 use crate::provider::labels::ensure_owned;
 use crate::provider::{CommitRequest, ErrorKind, ProviderError};
@@ -41,14 +44,17 @@ async fn capture(
     next: &mut SandboxTemplateStatus,
 ) -> Result<(), Outcome> {
     let template = r.template;
-    let (sandbox_id, source_uid) = capture_source(r.ctx, template, on.handle.name()).await?;
-    ensure_source_owned(on, &sandbox_id, &source_uid).await?;
+    let (sandbox_id, sandbox) = capture_source(r.ctx, template, on.handle.name()).await?;
+    ensure_source_owned(on, &sandbox_id, &sandbox.uid().unwrap_or_default()).await?;
     let request = CommitRequest {
         sandbox_id: sandbox_id.clone(),
         template_id: on.id.to_string(),
         capture_paths: template.spec.capture_paths.clone().unwrap_or_default(),
         label: template.spec.label.clone(),
         owner: owner_of(template, &r.ctx.instance),
+        env: plain_env(&sandbox),
+        // Whether or not the Sandbox asks for one now: an earlier delivery may be there.
+        secret_files: vec![SELF_DELIVERED_ENV_PATH.to_string()],
     };
     let provider = on.handle.provider.as_ref();
     let t = on
@@ -165,6 +171,16 @@ async fn fetch(
     let (provider, id) = (on.handle.provider.clone(), on.id.to_string());
     let owner = owner_of(r.template, &ctx.instance);
     let uid = owner.uid.clone();
+    // The owner check, here and not only in the transfer: a refusal stalls without a
+    // transfer, so it stays Stalled until the spec or the store's sharing changes, instead
+    // of starting the transfer (and reporting Fetching) again on every reconcile.
+    if !tctx.transfers.running(&uid) {
+        let check = ctx.templates.may_fetch(provider.as_ref(), on.id, &owner);
+        on.handle
+            .call("may_fetch", check)
+            .await
+            .map_err(fetch_failed)?;
+    }
     let poll = tctx
         .transfers
         .poll_or_start(&uid, Step::Fetch, on.id, move || async move {
@@ -226,6 +242,13 @@ fn not_in_store(template: &SandboxTemplate, on: &Subject<'_>) -> Outcome {
     )
 }
 
+/// The only env a capture may store (besides its image's): the Sandbox's plain `spec.env`.
+/// Nothing of `envFrom` or `selfDeliveredEnv` — their values are Secrets'.
+fn plain_env(sandbox: &Sandbox) -> BTreeMap<String, String> {
+    let vars = sandbox.spec.env.iter().flatten();
+    vars.map(|v| (v.name.clone(), v.value.clone())).collect()
+}
+
 /// Status is never authority: the id the source Sandbox's status records is captured only
 /// when the provider's sandbox carries that Sandbox's owner-uid label (else a status patch
 /// could capture another tenant's sandbox).
@@ -248,12 +271,12 @@ async fn ensure_source_owned(on: &Subject<'_>, id: &str, uid: &str) -> Result<()
     }
 }
 
-/// The provider id and UID of the Sandbox to capture, when it can be captured now.
+/// The provider id of the Sandbox to capture, and the Sandbox, when it can be captured now.
 async fn capture_source(
     ctx: &Context,
     template: &SandboxTemplate,
     provider: &str,
-) -> Result<(String, String), Outcome> {
+) -> Result<(String, Sandbox), Outcome> {
     let ns = template.namespace().unwrap_or_default();
     let Some(sref) = &template.spec.sandbox_ref else {
         return Err(Outcome::stalled(
@@ -287,7 +310,7 @@ async fn capture_source(
     }
     let ready = condition(&st.conditions, READY).is_some_and(|c| c.status == "True");
     match st.sandbox_id.filter(|_| ready) {
-        Some(id) => Ok((id, sandbox.uid().unwrap_or_default())),
+        Some(id) => Ok((id, sandbox)),
         None => Err(Outcome::waiting(
             "SandboxNotReady",
             format!(

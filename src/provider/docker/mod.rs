@@ -32,6 +32,7 @@ mod core;
 pub mod firewall;
 pub mod hardening;
 mod hibernation;
+mod imageconfig;
 mod pull;
 mod resources;
 mod runtime;

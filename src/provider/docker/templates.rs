@@ -13,9 +13,11 @@
 //!    setuid/setgid/sticky bits are dropped, extended attributes (file capabilities included)
 //!    are not carried, writes through the archive's own symlinks are refused, and only files,
 //!    directories and links pass;
-//! 3. create a never-started helper container from the intermediate image (labelled with
-//!    the template's owner, so a crash leaves sweepable wreckage), upload the archives into
-//!    it, and commit that as the final tag; then remove the helper.
+//! 3. create a helper container from the intermediate image (labelled with the template's
+//!    owner, so a crash leaves sweepable wreckage), upload the archives into it, and commit
+//!    that; then remove the helper.
+//! 4. tag the result with only the env a template may store (see
+//!    [`imageconfig`](super::imageconfig)), and remove the untagged commits.
 //!
 //! Each capture path must exist in the sandbox (`Invalid` otherwise): a template silently
 //! missing the project's files would boot and look healthy. The commit itself is taken with
@@ -23,7 +25,16 @@
 //! that keeps writing there should be stopped (or hibernated) before a commit.
 //!
 //! A commit carries the container's configuration (command, environment) into the image,
-//! as Docker always does. Labels set on the source container (owner, caller labels, its own
+//! as Docker always does — env from Secrets included, which a template must never store. So
+//! the final tag carries the source image's env plus the Sandbox's plain env only
+//! (`CommitRequest::env`), and the files a Secret delivered (`CommitRequest::secret_files`)
+//! are emptied first: when the sandbox has one, the helper of step 3 is made (also without
+//! mounted paths to copy) and an empty file is uploaded over each before it is committed —
+//! through the archive API, so no program of the sandbox's image runs outside the sandbox.
+//! A template therefore holds no Secret value, and a sandbox booted from it gets its own
+//! env (and its own self-delivered file, written over the empty one).
+//!
+//! Labels set on the source container (owner, caller labels, its own
 //! template and disk labels) would be inherited by every sandbox booted from the template;
 //! Docker's commit can only add labels, so those are blanked (set to `""`) on the image.
 //!
@@ -68,6 +79,7 @@ use futures::StreamExt;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use super::core::parse_time;
+use super::imageconfig::stored_env;
 use super::volumes::summary_name;
 use super::{
     BASE_IMAGE_LABEL, CAPTURE_PATHS_LABEL, DockerProvider, TEMPLATE_ID_LABEL, TEMPLATE_LABEL_LABEL,
@@ -93,6 +105,20 @@ fn parent(path: &str) -> &str {
         Some(0) | None => "/",
         Some(i) => &path[..i],
     }
+}
+
+/// A tar that writes each of `files` as an empty file (mode 0600): what replaces a
+/// self-delivered file's content in a template.
+fn blanks(files: &[String]) -> io::Result<Vec<u8>> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for file in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(0);
+        header.set_mode(0o600);
+        header.set_cksum();
+        builder.append_data(&mut header, file.trim_start_matches('/'), io::empty())?;
+    }
+    builder.into_inner()
 }
 
 /// One path to copy into the image through the archive API.
@@ -415,13 +441,13 @@ impl DockerProvider {
             .map_err(|e| map_err(what, e))
     }
 
-    /// Steps 3 of the module docs: helper container from `intermediate`, copies, final
-    /// commit. The helper is removed whatever happens.
+    /// Step 3 of the module docs: helper container from `intermediate`, the secret files
+    /// in `remove` emptied, copies, commit (untagged). The helper is removed whatever happens.
     async fn commit_with_copies(
         &self,
         request: &CommitRequest,
         intermediate: &str,
-        copies: &[Copy],
+        (copies, remove): (&[Copy], &[String]),
         config: &ContainerConfig,
     ) -> ProviderResult<String> {
         let docker = self.engine().await?;
@@ -450,13 +476,12 @@ impl DockerProvider {
             .map_err(|e| map_err("creating the template capture helper", e))?;
 
         let result = async {
+            self.blank_in(&helper, remove).await?;
             for copy in copies {
                 self.copy_into(&request.sandbox_id, &helper, copy).await?;
             }
             let options = CommitContainerOptionsBuilder::default()
                 .container(&helper)
-                .repo(&self.settings.template_repository)
-                .tag(&request.template_id)
                 .comment(request.label.as_deref().unwrap_or(""))
                 .pause(false)
                 .build();
@@ -496,26 +521,34 @@ impl DockerProvider {
     /// Each capture path must exist in the sandbox: a template silently missing the
     /// project's files would boot and look healthy.
     async fn check_paths_exist(&self, sandbox: &str, paths: &[String]) -> ProviderResult<()> {
-        let docker = self.engine().await?;
         for path in paths {
-            let options = ContainerArchiveInfoOptionsBuilder::default()
-                .path(path)
-                .build();
-            match docker
-                .get_container_archive_info(sandbox, Some(options))
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if is_not_found(&e) => {
-                    return Err(ProviderError::invalid(format!(
-                        "capture path {path} does not exist in sandbox {sandbox}; fix spec.capturePaths \
-                         (a template without it would boot into an empty workspace)"
-                    )));
-                }
-                Err(e) => return Err(map_err(&format!("checking capture path {path}"), e)),
+            if !self.exists(sandbox, path).await? {
+                return Err(ProviderError::invalid(format!(
+                    "capture path {path} does not exist in sandbox {sandbox}; fix spec.capturePaths \
+                     (a template without it would boot into an empty workspace)"
+                )));
             }
         }
         Ok(())
+    }
+
+    /// Whether `path` exists in the sandbox (the archive API's stat).
+    async fn exists(&self, sandbox: &str, path: &str) -> ProviderResult<bool> {
+        let docker = self.engine().await?;
+        let options = ContainerArchiveInfoOptionsBuilder::default()
+            .path(path)
+            .build();
+        match docker
+            .get_container_archive_info(sandbox, Some(options))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) if is_not_found(&e) => Ok(false),
+            Err(e) => Err(map_err(
+                &format!("looking for {path} in sandbox {sandbox}"),
+                e,
+            )),
+        }
     }
 
     /// The committed image's labels: the template's owner, id, capture paths, label and base
@@ -563,39 +596,88 @@ impl DockerProvider {
         })
     }
 
-    /// Commits the sandbox (paused) as the template's tag: directly, or — when paths on
-    /// mounts must be copied in — through an intermediate image and a helper (removed if the
-    /// copies fail). Returns the image id.
+    /// Commits the sandbox (paused) untagged; when secret files must go or paths on mounts
+    /// must be copied in, commits a helper made from that; then tags the result with only
+    /// the env a template stores ([`stored_env`]). The untagged commits are removed
+    /// whatever happens. Returns the tagged image's id.
     async fn commit_image(
         &self,
         request: &CommitRequest,
-        copies: &[Copy],
+        (copies, remove): (&[Copy], &[String]),
         config: ContainerConfig,
+        env: &[String],
     ) -> ProviderResult<String> {
         let docker = self.engine().await?;
         let (sandbox, id) = (&request.sandbox_id, &request.template_id);
-        let mut options = CommitContainerOptionsBuilder::default()
+        let options = CommitContainerOptionsBuilder::default()
             .container(sandbox)
             .comment(request.label.as_deref().unwrap_or(""))
             .pause(true);
-        if copies.is_empty() {
-            options = options.repo(&self.settings.template_repository).tag(id);
-        }
         let committed = docker
             .commit_container(options.build(), config.clone())
             .await
             .map_err(|e| map_err(&format!("committing sandbox {sandbox} as template {id}"), e))?
             .id;
-        if copies.is_empty() {
-            return Ok(committed);
+        let mut untagged = vec![committed.clone()];
+        let result = async {
+            let last = if copies.is_empty() && remove.is_empty() {
+                committed.clone()
+            } else {
+                let helper = (copies, remove);
+                let last = self
+                    .commit_with_copies(request, &committed, helper, &config)
+                    .await?;
+                untagged.insert(0, last.clone());
+                last
+            };
+            self.tag_with_env(&last, &self.template_image(id), env)
+                .await
         }
-        let result = self
-            .commit_with_copies(request, &committed, copies, &config)
-            .await;
-        if result.is_err() {
-            self.remove_unused_image(&committed).await;
+        .await;
+        for image in untagged.iter().filter(|i| result.as_ref().ok() != Some(*i)) {
+            self.remove_unused_image(image).await;
         }
         result
+    }
+
+    /// Empties the self-delivered `files` in the never-started `helper`, through the
+    /// archive API: no program of the sandbox's image runs for it.
+    async fn blank_in(&self, helper: &str, files: &[String]) -> ProviderResult<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let docker = self.engine().await?;
+        let what = "emptying the self-delivered files of the template";
+        let archive = blanks(files).map_err(|e| io_err(what, e))?;
+        let options = UploadToContainerOptionsBuilder::default().path("/").build();
+        docker
+            .upload_to_container(helper, Some(options), bollard::body_full(archive.into()))
+            .await
+            .map_err(|e| map_err(what, e))
+    }
+
+    /// The env of the image the sandbox `source` was made from (none when it is gone).
+    async fn image_env(&self, source: &ContainerInspectResponse) -> ProviderResult<Vec<String>> {
+        let Some(image) = source.image.as_deref() else {
+            return Ok(Vec::new());
+        };
+        let docker = self.engine().await?;
+        match docker.inspect_image(image).await {
+            Ok(i) => Ok(i.config.and_then(|c| c.env).unwrap_or_default()),
+            Err(e) if is_not_found(&e) => Ok(Vec::new()),
+            Err(e) => Err(map_err("looking up the sandbox's image", e)),
+        }
+    }
+
+    /// Which of `files` exist in the sandbox: those a capture must empty.
+    async fn present(&self, sandbox: &str, files: &[String]) -> ProviderResult<Vec<String>> {
+        let mut present = Vec::new();
+        for path in files {
+            if self.exists(sandbox, path).await? {
+                present.push(path.clone());
+            }
+        }
+        Ok(present)
     }
 }
 
@@ -621,9 +703,15 @@ impl Templates for DockerProvider {
             .filter_map(|m| m.destination)
             .collect();
         let copies = copy_plan(&capture, &mounts);
+        let remove = self
+            .present(&request.sandbox_id, &request.secret_files)
+            .await?;
+        let env = stored_env(&self.image_env(&source).await?, &request.env);
         let previous = self.template_inspect(id).await?.and_then(|i| i.id);
         let config = self.template_config(request, &source, &capture).await?;
-        let image_id = self.commit_image(request, &copies, config).await?;
+        let image_id = self
+            .commit_image(request, (&copies, &remove), config, &env)
+            .await?;
         if let Some(old) = previous.filter(|old| *old != image_id) {
             self.remove_unused_image(&old).await;
         }

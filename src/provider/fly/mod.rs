@@ -119,8 +119,9 @@ impl FlyProvider {
         &self.settings
     }
 
-    /// `GET /apps/{app}`; when it is missing and `org` is set, `POST /apps`. Once per
-    /// provider (retried on the next call after a failure).
+    /// `GET /apps/{app}`; when it is missing and `org` is set, `POST /apps` in the provider's
+    /// own private network (`network`, see [`FlySettings::network`]). Once per provider
+    /// (retried on the next call after a failure).
     pub(crate) async fn ensure_app(&self) -> ProviderResult<()> {
         self.app_ready
             .get_or_try_init(|| async {
@@ -132,7 +133,8 @@ impl FlyProvider {
                 match (found, &self.settings.org) {
                     (Ok(()), _) => Ok(()),
                     (Err(e), Some(org)) if e.is(ErrorKind::NotFound) => {
-                        let body = json!({ "app_name": app, "org_slug": org });
+                        let network = self.settings.network();
+                        let body = json!({ "app_name": app, "org_slug": org, "network": network });
                         self.api
                             .unit(Call::new(Method::POST, "/apps").json(&body))
                             .await

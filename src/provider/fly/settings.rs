@@ -61,6 +61,14 @@ pub struct FlySettings {
     /// Seconds a lease around a mutation lasts when it is not released (a crashed operator).
     #[serde(default = "default_lease_ttl")]
     pub lease_ttl_seconds: u64,
+    /// The private network (Fly's 6PN) the app is created in; absent = a network named after
+    /// the app, so no other app of the organization reaches its machines over the private
+    /// network (the organization's shared default network is never used). Machines of one
+    /// app — every sandbox of this provider, whatever its namespace — share it: a provider
+    /// (an app) per namespace keeps tenants' sandboxes apart. Set only when the operator
+    /// creates the app (`org`); an existing app keeps the network it was created with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub network: Option<String>,
 }
 
 fn default_api_url() -> String {
@@ -97,7 +105,13 @@ impl FlySettings {
             default_image: None,
             drift_interval_seconds: DEFAULT_DRIFT_INTERVAL_SECS,
             lease_ttl_seconds: DEFAULT_LEASE_TTL_SECS,
+            network: None,
         }
+    }
+
+    /// The private network the app is created in (see `network`).
+    pub fn network(&self) -> &str {
+        self.network.as_deref().unwrap_or(&self.app)
     }
 
     /// The host sandbox URLs name.
@@ -141,6 +155,12 @@ impl FlySettings {
             issues.push(
                 format!("{at}.leaseTtlSeconds"),
                 "is 0; set how long a lease lasts (default 60)",
+            );
+        }
+        if let Some(Err(why)) = self.network.as_deref().map(check_dns_label) {
+            issues.push(
+                format!("{at}.network"),
+                format!("{why}; name the private network of the app, or remove it for one named after the app"),
             );
         }
         self.token.validate(&format!("{at}.token"), issues);
@@ -201,6 +221,7 @@ mod tests {
             first_public_port: 20_000,
             last_public_port: 10_000,
             drift_interval_seconds: 0,
+            network: Some("Team_Net".into()),
             ..FlySettings::for_app("x")
         };
         let mut issues = Issues::default();
@@ -214,6 +235,7 @@ mod tests {
                 "providers[1].fly.org",
                 "providers[1].fly.firstPublicPort",
                 "providers[1].fly.driftIntervalSeconds",
+                "providers[1].fly.network",
             ]
         );
     }

@@ -168,6 +168,7 @@ pub async fn spawn(options: FlyDoubleOptions) -> Result<FlyDouble, DoubleError> 
             AppRec {
                 id: random_id(16),
                 org: options.org.clone(),
+                network: "default".into(),
             },
         );
     }
@@ -235,6 +236,15 @@ impl FlyDouble {
     /// Every request received so far.
     pub fn requests(&self) -> &RequestLog {
         &self.shared.log
+    }
+
+    /// The private network `app` was created in (`default`: the organization's); `None`
+    /// when there is no such app.
+    pub fn app_network(&self, app: &str) -> Option<String> {
+        lock(&self.shared.store)
+            .apps
+            .get(app)
+            .map(|a| a.network.clone())
     }
 
     /// Revokes every token: from now on every request is 401.

@@ -76,6 +76,8 @@ pub struct AppRec {
     pub id: String,
     /// Organization slug.
     pub org: String,
+    /// Private network it was created in (`default`: the organization's).
+    pub network: String,
 }
 
 /// A held lease.

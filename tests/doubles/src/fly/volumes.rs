@@ -166,7 +166,7 @@ pub async fn list_apps(
                 .values()
                 .filter(|m| &m.app == name && !m.deleted)
                 .count();
-            json!({"id": a.id, "name": name, "machine_count": count, "network": "default"})
+            json!({"id": a.id, "name": name, "machine_count": count, "network": a.network})
         })
         .collect();
     Ok(Json(json!({"total_apps": apps.len(), "apps": apps})))
@@ -193,6 +193,7 @@ pub async fn create_app(
         AppRec {
             id: id.clone(),
             org: request.org_slug,
+            network: request.network.unwrap_or_else(|| "default".into()),
         },
     );
     Ok((

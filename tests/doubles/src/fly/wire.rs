@@ -312,4 +312,7 @@ pub struct AppRequest {
     /// Organization slug.
     #[serde(default)]
     pub org_slug: String,
+    /// Private network; absent = the organization's default one.
+    #[serde(default)]
+    pub network: Option<String>,
 }
