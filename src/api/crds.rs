@@ -8,7 +8,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use super::{Sandbox, SandboxTemplate, SandboxVolume};
+use super::{Sandbox, SandboxBudget, SandboxTemplate, SandboxVolume};
 
 /// Every CRD of the API, in a fixed order, as installed (this, not `Sandbox::crd()`, is what
 /// `crds/` holds).
@@ -16,7 +16,12 @@ use super::{Sandbox, SandboxTemplate, SandboxVolume};
 /// Doc comments are wrapped at 100 columns in the source; their descriptions are re-flowed
 /// into one line per paragraph so that `kubectl explain` wraps them cleanly.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![Sandbox::crd(), SandboxTemplate::crd(), SandboxVolume::crd()]
+    vec![
+        Sandbox::crd(),
+        SandboxTemplate::crd(),
+        SandboxVolume::crd(),
+        SandboxBudget::crd(),
+    ]
         .into_iter()
         .map(|mut crd| {
             for version in &mut crd.spec.versions {
@@ -152,6 +157,6 @@ mod tests {
                 "{name}"
             );
         }
-        assert_eq!(stream().unwrap().matches("---\n").count(), 3);
+        assert_eq!(stream().unwrap().matches("---\n").count(), 4);
     }
 }
