@@ -128,7 +128,12 @@ async fn a_budget_queues_sandboxes_and_starts_them_in_creation_order() {
     apply_idle(&ns, "s4");
     wait_object(&api, "s4", &op, "OverBudget", READY_TIMEOUT, over_budget).await;
     assert!(
-        api.get("s3").await.expect("get s3").status.and_then(|s| s.sandbox_id).is_none(),
+        api.get("s3")
+            .await
+            .expect("get s3")
+            .status
+            .and_then(|s| s.sandbox_id)
+            .is_none(),
         "a waiting Sandbox has no provider sandbox"
     );
 
@@ -177,7 +182,11 @@ async fn a_resource_quota_counts_sandboxes() {
         Duration::from_secs(60),
         || async {
             let q = quotas.get("sandboxes").await.map_err(|e| e.to_string())?;
-            let hard = q.status.as_ref().and_then(|s| s.hard.clone()).unwrap_or_default();
+            let hard = q
+                .status
+                .as_ref()
+                .and_then(|s| s.hard.clone())
+                .unwrap_or_default();
             hard.contains_key("count/sandboxes.sandboxes.dev")
                 .then_some(())
                 .ok_or_else(|| format!("status: {:?}", q.status))

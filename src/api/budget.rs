@@ -85,9 +85,24 @@ pub struct SandboxBudgetStatus {
     pub hard: Option<BudgetAmounts>,
     /// What the namespace's running Sandboxes hold (only the amounts `hard` limits).
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub used: Option<BudgetAmounts>,
+    pub used: Option<BudgetUsage>,
     /// How many Sandboxes wait for room.
     #[serde(default)]
     #[schemars(transform = no_default)]
     pub waiting: i64,
+}
+
+/// What the running Sandboxes of a namespace hold, in the units of `spec.hard`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BudgetUsage {
+    /// CPU held, in millicores (e.g. `1500m`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<String>,
+    /// Memory held, in bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub memory: Option<String>,
+    /// Running Sandboxes counted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sandboxes: Option<i64>,
 }

@@ -22,20 +22,20 @@ pub fn all() -> Vec<CustomResourceDefinition> {
         SandboxVolume::crd(),
         SandboxBudget::crd(),
     ]
-        .into_iter()
-        .map(|mut crd| {
-            for version in &mut crd.spec.versions {
-                if let Some(schema) = version
-                    .schema
-                    .as_mut()
-                    .and_then(|s| s.open_api_v3_schema.as_mut())
-                {
-                    reflow_schema(schema);
-                }
+    .into_iter()
+    .map(|mut crd| {
+        for version in &mut crd.spec.versions {
+            if let Some(schema) = version
+                .schema
+                .as_mut()
+                .and_then(|s| s.open_api_v3_schema.as_mut())
+            {
+                reflow_schema(schema);
             }
-            crd
-        })
-        .collect()
+        }
+        crd
+    })
+    .collect()
 }
 
 /// Re-flows every description in a schema tree (see [`all`]).

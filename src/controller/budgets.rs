@@ -26,7 +26,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use super::outcome::Outcome;
 use super::sandbox::budget::{self, Entry, Limit, Size, Standing, Verdict};
 use super::{Context, Error};
-use crate::api::{BudgetAmounts, Quantity, Sandbox, SandboxBudget, SandboxBudgetStatus};
+use crate::api::{BudgetAmounts, BudgetUsage, Sandbox, SandboxBudget, SandboxBudgetStatus};
 use crate::registry::ProviderRegistry;
 
 /// How long an admission waits for the first listing of the budgets.
@@ -57,7 +57,10 @@ pub fn watch(
     ctx: &Context,
     namespace: &Option<String>,
     dirty: mpsc::UnboundedSender<String>,
-) -> (Store<SandboxBudget>, impl Stream<Item = ()> + Send + 'static) {
+) -> (
+    Store<SandboxBudget>,
+    impl Stream<Item = ()> + Send + 'static,
+) {
     let api: Api<SandboxBudget> = match namespace {
         Some(ns) => Api::namespaced(ctx.client.clone(), ns),
         None => Api::all(ctx.client.clone()),
@@ -66,15 +69,13 @@ pub fn watch(
     let stream = watcher(api, watcher::Config::default().any_semantic())
         .default_backoff()
         .reflect(writer)
-        .map(move |event| {
-            match event {
-                Ok(e) => {
-                    if let Some(ns) = touched(&e) {
-                        let _ = dirty.unbounded_send(ns);
-                    }
+        .map(move |event| match event {
+            Ok(e) => {
+                if let Some(ns) = touched(&e) {
+                    let _ = dirty.unbounded_send(ns);
                 }
-                Err(err) => tracing::warn!(%err, "SandboxBudget watch failed; retrying"),
             }
+            Err(err) => tracing::warn!(%err, "SandboxBudget watch failed; retrying"),
         });
     (reader, stream)
 }
@@ -95,7 +96,11 @@ impl Budgets {
     }
 
     /// Admits `sandbox` (whose status is the reconcile's latest) or says why it waits.
-    pub async fn admit(&self, sandbox: &Sandbox, providers: &ProviderRegistry) -> Result<(), Outcome> {
+    pub async fn admit(
+        &self,
+        sandbox: &Sandbox,
+        providers: &ProviderRegistry,
+    ) -> Result<(), Outcome> {
         let ready = tokio::time::timeout(SYNC_WAIT, async {
             self.budgets.wait_until_ready().await?;
             self.sandboxes.wait_until_ready().await
@@ -163,7 +168,12 @@ impl Budgets {
             .collect()
     }
 
-    fn entry(&self, s: &Sandbox, admitted: &HashSet<String>, providers: &ProviderRegistry) -> Entry {
+    fn entry(
+        &self,
+        s: &Sandbox,
+        admitted: &HashSet<String>,
+        providers: &ProviderRegistry,
+    ) -> Entry {
         let here = s.uid().is_some_and(|u| admitted.contains(&u));
         Entry {
             name: s.name_any(),
@@ -206,7 +216,12 @@ impl Budgets {
         }
         let waiting = i64::try_from(waiting.count()).unwrap_or(i64::MAX);
         let api: Api<SandboxBudget> = Api::namespaced(ctx.client.clone(), ns);
-        for b in self.budgets.state().iter().filter(|b| b.namespace().as_deref() == Some(ns)) {
+        for b in self
+            .budgets
+            .state()
+            .iter()
+            .filter(|b| b.namespace().as_deref() == Some(ns))
+        {
             let next = status_of(b, &used, waiting);
             let current = b.status.as_ref();
             if let Err(err) =
@@ -235,7 +250,9 @@ impl Budgets {
 }
 
 fn poisoned() -> Outcome {
-    Outcome::failed(Error::Dependency("the budget admission lock is poisoned".into()))
+    Outcome::failed(Error::Dependency(
+        "the budget admission lock is poisoned".into(),
+    ))
 }
 
 /// `s`'s size: its spec, each missing field from its provider's default; `Err` names a
@@ -271,15 +288,9 @@ fn status_of(b: &SandboxBudget, used: &budget::Used, waiting: i64) -> SandboxBud
     SandboxBudgetStatus {
         observed_generation: b.metadata.generation,
         hard: Some(hard.clone()),
-        used: Some(BudgetAmounts {
-            cpu: hard
-                .cpu
-                .as_ref()
-                .map(|_| Quantity(format!("{}m", used.cpu_millis))),
-            memory: hard
-                .memory
-                .as_ref()
-                .map(|_| Quantity(used.memory_bytes.to_string())),
+        used: Some(BudgetUsage {
+            cpu: hard.cpu.as_ref().map(|_| format!("{}m", used.cpu_millis)),
+            memory: hard.memory.as_ref().map(|_| used.memory_bytes.to_string()),
             sandboxes: hard
                 .sandboxes
                 .map(|_| i64::try_from(used.sandboxes).unwrap_or(i64::MAX)),

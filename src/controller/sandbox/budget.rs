@@ -280,7 +280,10 @@ mod tests {
         assert!(why.contains("Sandbox big came first"), "{why}");
         // Same second: the name breaks the tie.
         let twin = entry("a-twin", 5, Standing::Waiting, 500);
-        assert_eq!(admit(&twin, &others, &[limit(None, Some(2000))]), Verdict::Admit);
+        assert_eq!(
+            admit(&twin, &others, &[limit(None, Some(2000))]),
+            Verdict::Admit
+        );
     }
 
     #[test]
@@ -316,10 +319,19 @@ mod tests {
     #[test]
     fn standing_follows_the_record_the_state_and_the_reason() {
         assert_eq!(standing(&sandbox(false, None), false), Standing::Waiting);
-        assert_eq!(standing(&sandbox(false, Some(OVER_BUDGET)), false), Standing::Waiting);
-        assert_eq!(standing(&sandbox(false, Some("InvalidSpec")), false), Standing::Other);
+        assert_eq!(
+            standing(&sandbox(false, Some(OVER_BUDGET)), false),
+            Standing::Waiting
+        );
+        assert_eq!(
+            standing(&sandbox(false, Some("InvalidSpec")), false),
+            Standing::Other
+        );
         assert_eq!(standing(&sandbox(false, None), true), Standing::Holding);
-        assert_eq!(standing(&sandbox(true, Some("Running")), false), Standing::Holding);
+        assert_eq!(
+            standing(&sandbox(true, Some("Running")), false),
+            Standing::Holding
+        );
         let mut stopped = sandbox(true, Some("Running"));
         stopped.spec.state = Some(DesiredState::Stopped);
         assert_eq!(standing(&stopped, false), Standing::Other);

@@ -56,9 +56,9 @@ use crate::provider::validate;
 use crate::provider::{
     AppliedResources, BulkFiles, CapacityProbe, CreateRequest, Egress, EgressPolicy, ExecOutput,
     ExecRequest, Files, Hibernation, IdleAction, ImagePull, Inventory, PortMapping, PortRequest,
-    Provider, ProviderError, ProviderEvents, ProviderResult, RestartPolicy, SandboxDescriptor,
-    Resources, SandboxQuery, SandboxState, SetResources, StartedAt, Templates, VolumeMount, VolumeQuery,
-    Volumes,
+    Provider, ProviderError, ProviderEvents, ProviderResult, Resources, RestartPolicy,
+    SandboxDescriptor, SandboxQuery, SandboxState, SetResources, StartedAt, Templates, VolumeMount,
+    VolumeQuery, Volumes,
 };
 
 /// Seconds a stop waits for the main process to exit after SIGTERM before SIGKILL

@@ -63,16 +63,18 @@ impl SandboxDefaults {
     pub fn validate(&self, at: &str, issues: &mut Issues) {
         match self.cpu.to_millis() {
             Err(e) => issues.push(format!("{at}.cpu"), e),
-            Ok(m) if m > 0 && m < super::resources::MIN_CPU_MILLIS => {
-                issues.push(format!("{at}.cpu"), "Docker needs at least 10m, or 0 for none")
-            }
+            Ok(m) if m > 0 && m < super::resources::MIN_CPU_MILLIS => issues.push(
+                format!("{at}.cpu"),
+                "Docker needs at least 10m, or 0 for none",
+            ),
             Ok(_) => {}
         }
         match self.memory.to_bytes() {
             Err(e) => issues.push(format!("{at}.memory"), e),
-            Ok(b) if b > 0 && b < super::resources::MIN_MEMORY_BYTES => {
-                issues.push(format!("{at}.memory"), "Docker needs at least 6Mi, or 0 for none")
-            }
+            Ok(b) if b > 0 && b < super::resources::MIN_MEMORY_BYTES => issues.push(
+                format!("{at}.memory"),
+                "Docker needs at least 6Mi, or 0 for none",
+            ),
             Ok(_) => {}
         }
         if !valid_log_size(&self.log_max_size) {
@@ -181,7 +183,10 @@ mod tests {
         let mut issues = Issues::default();
         bad.validate("d", &mut issues);
         let paths: Vec<&str> = issues.iter().map(|(p, _)| p.as_str()).collect();
-        assert_eq!(paths, ["d.cpu", "d.memory", "d.logMaxSize", "d.logMaxFiles"]);
+        assert_eq!(
+            paths,
+            ["d.cpu", "d.memory", "d.logMaxSize", "d.logMaxFiles"]
+        );
         let mut ok = Issues::default();
         SandboxDefaults::default().validate("d", &mut ok);
         assert!(ok.iter().next().is_none());
