@@ -310,6 +310,7 @@ mod tests {
                 reason: reason.into(),
                 message: String::new(),
                 last_transition_time: None,
+                observed_generation: None,
             });
         }
         s.status = Some(status);
