@@ -28,10 +28,11 @@ use harness::tools::*;
 use harness::{cache, repo, unique, wait_for};
 use serde_json::{Value, json};
 
-const CRD_NAMES: [&str; 3] = [
+const CRD_NAMES: [&str; 4] = [
     "sandboxes.sandboxes.dev",
     "sandboxvolumes.sandboxes.dev",
     "sandboxtemplates.sandboxes.dev",
+    "sandboxbudgets.sandboxes.dev",
 ];
 
 fn chart() -> PathBuf {
@@ -952,6 +953,9 @@ async fn install_where_crds_exist_and_the_account_can_do_what_it_needs_and_nothi
             (true, "patch", "sandboxvolumes.sandboxes.dev/status", o),
             (true, "patch", "sandboxtemplates.sandboxes.dev/status", o),
             (true, "delete", "sandboxes.sandboxes.dev", o),
+            (true, "watch", "sandboxbudgets.sandboxes.dev", None),
+            (true, "patch", "sandboxbudgets.sandboxes.dev/status", o),
+            (false, "patch", "sandboxbudgets.sandboxes.dev", o),
             (true, "create", "events.events.k8s.io", o),
             (true, "patch", "events.events.k8s.io", o),
             (true, "get", "secrets", o),
