@@ -298,3 +298,89 @@ fn status_of(b: &SandboxBudget, used: &budget::Used, waiting: i64) -> SandboxBud
         waiting,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{SandboxBudgetSpec, SandboxSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn sandbox(name: &str, second: i64) -> Sandbox {
+        let mut s = Sandbox::new(name, SandboxSpec::default());
+        s.metadata.namespace = Some("a".into());
+        s.metadata.uid = Some(format!("uid-{name}"));
+        s.metadata.creation_timestamp = Some(Time(
+            k8s_openapi::jiff::Timestamp::from_second(second).unwrap(),
+        ));
+        s
+    }
+
+    /// A gate over caches holding `sandboxes` and one budget of `max` Sandboxes in `a`.
+    fn gate(sandboxes: &[Sandbox], max: i64) -> Budgets {
+        let (cache, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for s in sandboxes {
+            writer.apply_watcher_event(&watcher::Event::InitApply(s.clone()));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let (budgets, mut bw) = reflector::store();
+        let mut b = SandboxBudget::new(
+            "team",
+            SandboxBudgetSpec {
+                hard: BudgetAmounts {
+                    sandboxes: Some(max),
+                    ..BudgetAmounts::default()
+                },
+            },
+        );
+        b.metadata.namespace = Some("a".into());
+        bw.apply_watcher_event(&watcher::Event::Init);
+        bw.apply_watcher_event(&watcher::Event::InitApply(b));
+        bw.apply_watcher_event(&watcher::Event::InitDone);
+        let (wake, _) = mpsc::unbounded();
+        Budgets::new(cache, budgets, wake)
+    }
+
+    #[tokio::test]
+    async fn an_admission_the_cache_does_not_show_yet_still_takes_its_place() {
+        let (one, two) = (sandbox("one", 1), sandbox("two", 2));
+        let gate = gate(&[one.clone(), two.clone()], 1);
+        let providers = ProviderRegistry::new();
+        // `two` came later: it waits behind `one`, which is not reconciled yet.
+        assert!(gate.admit(&two, &providers).await.is_err());
+        assert!(gate.admit(&one, &providers).await.is_ok());
+        // The cache still shows `one` unrecorded; the admission in memory counts it.
+        let Err(Outcome::Waiting {
+            reason, message, ..
+        }) = gate.admit(&two, &providers).await
+        else {
+            panic!("the budget is full");
+        };
+        assert_eq!(reason, budget::OVER_BUDGET);
+        assert!(message.contains("sandboxes 1 of 1"), "{message}");
+        // Admitted once is admitted: its next pass goes on.
+        assert!(gate.admit(&one, &providers).await.is_ok());
+    }
+
+    #[test]
+    fn status_reports_only_what_the_budget_limits() {
+        let b = SandboxBudget::new(
+            "team",
+            SandboxBudgetSpec {
+                hard: BudgetAmounts {
+                    cpu: Some("2".into()),
+                    ..BudgetAmounts::default()
+                },
+            },
+        );
+        let used = budget::Used {
+            cpu_millis: 1500,
+            memory_bytes: 1 << 30,
+            sandboxes: 2,
+        };
+        let status = status_of(&b, &used, 3);
+        let u = status.used.unwrap();
+        assert_eq!(u.cpu.as_deref(), Some("1500m"));
+        assert_eq!((u.memory, u.sandboxes, status.waiting), (None, None, 3));
+    }
+}
