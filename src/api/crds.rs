@@ -16,26 +16,22 @@ use super::{Sandbox, SandboxBudget, SandboxTemplate, SandboxVolume};
 /// Doc comments are wrapped at 100 columns in the source; their descriptions are re-flowed
 /// into one line per paragraph so that `kubectl explain` wraps them cleanly.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![
-        Sandbox::crd(),
-        SandboxTemplate::crd(),
-        SandboxVolume::crd(),
-        SandboxBudget::crd(),
-    ]
-    .into_iter()
-    .map(|mut crd| {
-        for version in &mut crd.spec.versions {
-            if let Some(schema) = version
-                .schema
-                .as_mut()
-                .and_then(|s| s.open_api_v3_schema.as_mut())
-            {
-                reflow_schema(schema);
+    vec![Sandbox::crd(), SandboxTemplate::crd(), SandboxVolume::crd()]
+        .into_iter()
+        .chain([SandboxBudget::crd()])
+        .map(|mut crd| {
+            for version in &mut crd.spec.versions {
+                if let Some(schema) = version
+                    .schema
+                    .as_mut()
+                    .and_then(|s| s.open_api_v3_schema.as_mut())
+                {
+                    reflow_schema(schema);
+                }
             }
-        }
-        crd
-    })
-    .collect()
+            crd
+        })
+        .collect()
 }
 
 /// Re-flows every description in a schema tree (see [`all`]).
