@@ -76,6 +76,7 @@ fn names_scope_and_subresources() {
             "sbxt",
         ),
         ("SandboxVolume", "sandboxvolumes", "sandboxvolume", "sbxv"),
+        ("SandboxBudget", "sandboxbudgets", "sandboxbudget", "sbxb"),
     ];
     assert_eq!(crds::all().len(), cases.len());
     for (kind, plural, singular, short) in cases {
@@ -260,7 +261,12 @@ fn check_structural(node: &Value, path: &str, problems: &mut Vec<String>) {
 
 #[test]
 fn schemas_are_structural_documented_and_default_free() {
-    for kind in ["Sandbox", "SandboxTemplate", "SandboxVolume"] {
+    for kind in [
+        "Sandbox",
+        "SandboxTemplate",
+        "SandboxVolume",
+        "SandboxBudget",
+    ] {
         let mut problems = Vec::new();
         check_structural(&schema(kind), "", &mut problems);
         assert!(problems.is_empty(), "{kind}: {problems:#?}");

@@ -28,10 +28,11 @@ use harness::tools::*;
 use harness::{cache, repo, unique, wait_for};
 use serde_json::{Value, json};
 
-const CRD_NAMES: [&str; 3] = [
+const CRD_NAMES: [&str; 4] = [
     "sandboxes.sandboxes.dev",
     "sandboxvolumes.sandboxes.dev",
     "sandboxtemplates.sandboxes.dev",
+    "sandboxbudgets.sandboxes.dev",
 ];
 
 fn chart() -> PathBuf {
@@ -182,7 +183,7 @@ fn chart_crds_are_the_generated_crds() {
     for (name, content) in &top {
         assert!(chart[name] == *content, "{HINT}: {name} differs");
     }
-    assert_eq!(top.len(), 3);
+    assert_eq!(top.len(), 4);
 }
 
 #[test]
@@ -958,6 +959,9 @@ async fn install_where_crds_exist_and_the_account_can_do_what_it_needs_and_nothi
             (true, "patch", "sandboxvolumes.sandboxes.dev/status", o),
             (true, "patch", "sandboxtemplates.sandboxes.dev/status", o),
             (true, "delete", "sandboxes.sandboxes.dev", o),
+            (true, "watch", "sandboxbudgets.sandboxes.dev", None),
+            (true, "patch", "sandboxbudgets.sandboxes.dev/status", o),
+            (false, "patch", "sandboxbudgets.sandboxes.dev", o),
             (true, "create", "events.events.k8s.io", o),
             (true, "patch", "events.events.k8s.io", o),
             (true, "get", "secrets", o),
@@ -1025,6 +1029,8 @@ async fn install_where_crds_exist_and_the_account_can_do_what_it_needs_and_nothi
         granted(&sa, &other),
         set(&[
             "events.events.k8s.io [] [] [create patch]",
+            "sandboxbudgets.sandboxes.dev [] [] [list watch]",
+            "sandboxbudgets.sandboxes.dev/status [] [] [patch]",
             "sandboxes.sandboxes.dev [] [] [get list watch patch delete]",
             "sandboxtemplates.sandboxes.dev [] [] [get list watch patch]",
             "sandboxvolumes.sandboxes.dev [] [] [get list watch patch]",
@@ -1045,6 +1051,40 @@ async fn install_where_crds_exist_and_the_account_can_do_what_it_needs_and_nothi
             .cloned()
             .collect::<BTreeSet<_>>(),
         lease_rows
+    );
+    tenants_read_budgets_and_cannot_change_them(&other).await;
+}
+
+/// A tenant bound to the built-in `edit` role in `ns` reads SandboxBudgets (the chart
+/// aggregates that into it) and cannot create, change or delete one, nor write its status.
+async fn tenants_read_budgets_and_cannot_change_them(ns: &str) {
+    let binding = format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: tenant-edit, namespace: {ns}}}\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: edit}}\nsubjects: [{{kind: ServiceAccount, name: tenant, namespace: {ns}}}]\n"
+    );
+    kubectl_ok(&["apply", "-f", "-"], Some(&binding));
+    let tenant = (ns.to_string(), "tenant".to_string());
+    // The aggregation controller folds the chart's rule into `edit` shortly after install.
+    wait_for(
+        "edit to aggregate the budget rule",
+        Duration::from_secs(60),
+        || async {
+            can_i(&tenant, "get", "sandboxbudgets.sandboxes.dev", Some(ns))
+                .then_some(())
+                .ok_or("not yet".to_string())
+        },
+    )
+    .await;
+    let n = Some(ns);
+    check_matrix(
+        &tenant,
+        &[
+            (true, "list", "sandboxbudgets.sandboxes.dev", n),
+            (false, "create", "sandboxbudgets.sandboxes.dev", n),
+            (false, "patch", "sandboxbudgets.sandboxes.dev", n),
+            (false, "update", "sandboxbudgets.sandboxes.dev", n),
+            (false, "delete", "sandboxbudgets.sandboxes.dev", n),
+            (false, "patch", "sandboxbudgets.sandboxes.dev/status", n),
+        ],
     );
 }
 

@@ -8,7 +8,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use super::{Sandbox, SandboxTemplate, SandboxVolume};
+use super::{Sandbox, SandboxBudget, SandboxTemplate, SandboxVolume};
 
 /// Every CRD of the API, in a fixed order, as installed (this, not `Sandbox::crd()`, is what
 /// `crds/` holds).
@@ -18,6 +18,7 @@ use super::{Sandbox, SandboxTemplate, SandboxVolume};
 pub fn all() -> Vec<CustomResourceDefinition> {
     vec![Sandbox::crd(), SandboxTemplate::crd(), SandboxVolume::crd()]
         .into_iter()
+        .chain([SandboxBudget::crd()])
         .map(|mut crd| {
             for version in &mut crd.spec.versions {
                 if let Some(schema) = version
@@ -152,6 +153,6 @@ mod tests {
                 "{name}"
             );
         }
-        assert_eq!(stream().unwrap().matches("---\n").count(), 3);
+        assert_eq!(stream().unwrap().matches("---\n").count(), 4);
     }
 }

@@ -4,6 +4,7 @@
 //! fields, enums, bounds, patterns and CEL rules), so what reaches the controllers already
 //! has the right shape; `crds` renders the CustomResourceDefinitions that carry it.
 
+pub mod budget;
 pub mod common;
 pub mod crds;
 pub mod quantity;
@@ -11,6 +12,7 @@ pub mod sandbox;
 pub mod template;
 pub mod volume;
 
+pub use budget::*;
 pub use common::*;
 pub use quantity::*;
 pub use sandbox::*;

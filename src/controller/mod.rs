@@ -11,6 +11,7 @@
 //! providers.
 
 pub mod backoff;
+pub mod budgets;
 pub mod caches;
 pub mod echoes;
 pub mod error;

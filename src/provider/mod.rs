@@ -45,6 +45,14 @@ pub trait Provider: Send + Sync {
     /// `kubernetes`), for status and metrics.
     fn kind(&self) -> &'static str;
 
+    /// The ceilings a sandbox whose request sets none gets, as far as they are known before
+    /// create (what a namespace's budget counts for a silent spec). `None` in a field: no
+    /// ceiling, or one the provider decides outside the request (E2B's template, Sprites'
+    /// platform size).
+    fn default_resources(&self) -> Resources {
+        Resources::default()
+    }
+
     /// Creates a sandbox WITHOUT starting it, under the request's deterministic name.
     ///
     /// A name that already exists is `Conflict` (the caller observes and adopts instead of

@@ -61,6 +61,7 @@ fn cluster() -> &'static ClusterInfo {
                 "crd/sandboxes.sandboxes.dev",
                 "crd/sandboxvolumes.sandboxes.dev",
                 "crd/sandboxtemplates.sandboxes.dev",
+                "crd/sandboxbudgets.sandboxes.dev",
             ],
             None,
         );

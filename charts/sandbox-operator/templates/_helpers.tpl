@@ -118,7 +118,7 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- else }}
 {{- $_ := set $docker "endpoint" (printf "unix://%s" (include "sandbox-operator.dockerSocketPath" $i)) }}
 {{- end }}
-{{- range $key := list "publishHost" "defaultImage" "templateRepository" "imagePullTimeoutSeconds" "allowPlainTcp" "runtime" "hardening" "egress" }}
+{{- range $key := list "publishHost" "defaultImage" "templateRepository" "imagePullTimeoutSeconds" "allowPlainTcp" "runtime" "hardening" "egress" "defaults" }}
 {{- if index $d $key }}
 {{- $_ := set $docker $key (index $d $key) }}
 {{- end }}

@@ -76,6 +76,7 @@ async fn converge(
         .uid()
         .ok_or_else(|| Outcome::failed(Error::InvalidSpec("object has no UID".into())))?;
     let handle = provider(r, pass)?;
+    admit(r, sctx, pass).await?;
     let touched = record_external_name(r, &uid, added, pass).await?;
     let deadline = lifetime(r).await?;
     let (resolved, env) = dereference(sctx, sandbox, &handle).await?;
@@ -134,6 +135,17 @@ fn provider(r: &Report<'_, Sandbox>, pass: &mut Pass) -> Result<ProviderHandle, 
         .clone();
     pass.next.provider = Some(handle.name().to_string());
     Ok(handle)
+}
+
+/// Admission against the namespace's SandboxBudgets before the first provider call (or a
+/// start after a stop): over budget the Sandbox waits, `OverBudget` (see `budgets`).
+async fn admit(r: &Report<'_, Sandbox>, sctx: &SandboxContext, pass: &Pass) -> Result<(), Outcome> {
+    let Some(budgets) = sctx.budgets.get() else {
+        return Ok(());
+    };
+    let mut latest = r.object.clone();
+    latest.status = Some(pass.current.clone());
+    budgets.admit(&latest, &r.ctx.providers).await
 }
 
 /// Writes the external name into status BEFORE any provider call, so a crash after the

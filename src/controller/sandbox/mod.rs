@@ -7,6 +7,7 @@
 
 pub mod act;
 pub mod apply;
+pub mod budget;
 pub mod build;
 pub mod decide;
 pub mod lifetime;
@@ -25,6 +26,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
 use crate::api::{Sandbox, SandboxTemplate, SandboxVolume};
+use crate::controller::budgets::{self, Budgets};
 use crate::controller::caches::Caches;
 use crate::controller::events::{normal, warning};
 use crate::controller::freshness::Written;
@@ -47,6 +49,8 @@ pub struct SandboxContext {
     pub caches: OnceLock<Caches>,
     /// Our last status writes the watch cache has not shown yet.
     pub written: Written,
+    /// Admission against the SandboxBudgets (set when the controller starts its watches).
+    pub budgets: OnceLock<Arc<Budgets>>,
 }
 
 impl SandboxContext {
@@ -57,6 +61,7 @@ impl SandboxContext {
             restore_retries: restore::Retries::default(),
             caches: OnceLock::new(),
             written: Written::default(),
+            budgets: OnceLock::new(),
         })
     }
 }
@@ -302,6 +307,7 @@ pub fn changes_we_act_on(s: &Sandbox) -> Option<u64> {
 fn watch_sandboxes(
     ctx: &Context,
     namespace: &Option<String>,
+    dirty: futures::channel::mpsc::UnboundedSender<String>,
 ) -> (
     reflector::Store<Sandbox>,
     impl Stream<Item = std::result::Result<Sandbox, watcher::Error>> + Send + 'static,
@@ -326,6 +332,12 @@ fn watch_sandboxes(
             let users = ctx.template_users.clone();
             move |event| users.observe(event)
         })
+        // Any change may free or take room in its namespace's budgets (see `budgets`).
+        .inspect_ok(move |event| {
+            if let Some(ns) = budgets::touched(event) {
+                let _ = dirty.unbounded_send(ns);
+            }
+        })
         .applied_objects()
         .predicate_filter(changes_we_act_on, Default::default());
     (reader, objects)
@@ -340,7 +352,10 @@ pub async fn run(
     concurrency: u16,
     namespace: Option<String>,
 ) {
-    let (reader, objects) = watch_sandboxes(&ctx, &namespace);
+    let (dirty, dirty_rx) = futures::channel::mpsc::unbounded();
+    let (wake, woken) = futures::channel::mpsc::unbounded();
+    let (reader, objects) = watch_sandboxes(&ctx, &namespace, dirty.clone());
+    let (budget_cache, budget_watch) = budgets::watch(&ctx, &namespace, dirty);
     // The templates and volumes Sandboxes name: cached (see `caches`), and a change that can
     // unblock a Sandbox — readiness, the id or volume name it resolves to, its spec — wakes
     // the Sandboxes naming it.
@@ -352,11 +367,13 @@ pub async fn run(
         let st = v.status.clone().unwrap_or_default();
         (ready(&st.conditions), st.volume_name)
     });
-    let sctx = SandboxContext::new(ctx);
+    let sctx = SandboxContext::new(ctx.clone());
     let _ = sctx.caches.set(Caches { templates, volumes });
+    let gate = Arc::new(Budgets::new(reader.clone(), budget_cache, wake));
+    let _ = sctx.budgets.set(gate.clone());
     let by_template = reader.clone();
     let by_volume = reader.clone();
-    Controller::for_stream(objects, reader)
+    let controller = Controller::for_stream(objects, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .watches_stream(template_events, move |t: SandboxTemplate| {
             naming(&by_template, &t, |s| {
@@ -372,15 +389,21 @@ pub async fn run(
                     .any(|m| m.volume_ref.name == v.name_any())
             })
         })
-        .reconcile_on(triggers)
+        .reconcile_on(futures::stream::select(triggers, woken))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, sctx)
         .for_each(|res| async move {
             if let Err(err) = res {
                 tracing::debug!(%err, "sandbox reconcile loop");
             }
-        })
-        .await;
+        });
+    // The budgets' watch and refresher live as long as the controller, and no longer.
+    let budgets = futures::future::join(
+        budget_watch.for_each(|()| async {}),
+        gate.refresh(&ctx, dirty_rx),
+    );
+    futures::pin_mut!(controller, budgets);
+    futures::future::select(controller, budgets).await;
 }
 
 #[cfg(test)]

@@ -56,9 +56,9 @@ use crate::provider::validate;
 use crate::provider::{
     AppliedResources, BulkFiles, CapacityProbe, CreateRequest, Egress, EgressPolicy, ExecOutput,
     ExecRequest, Files, Hibernation, IdleAction, ImagePull, Inventory, PortMapping, PortRequest,
-    Provider, ProviderError, ProviderEvents, ProviderResult, RestartPolicy, SandboxDescriptor,
-    SandboxQuery, SandboxState, SetResources, StartedAt, Templates, VolumeMount, VolumeQuery,
-    Volumes,
+    Provider, ProviderError, ProviderEvents, ProviderResult, Resources, RestartPolicy,
+    SandboxDescriptor, SandboxQuery, SandboxState, SetResources, StartedAt, Templates, VolumeMount,
+    VolumeQuery, Volumes,
 };
 
 /// Seconds a stop waits for the main process to exit after SIGTERM before SIGKILL
@@ -75,6 +75,15 @@ impl Provider for DockerProvider {
         "docker"
     }
 
+    /// The configured defaults, with the hardening's pids ceiling.
+    fn default_resources(&self) -> Resources {
+        let pids = self.settings.hardening.default_pids_limit;
+        Resources {
+            pids: (pids > 0).then_some(pids),
+            ..self.settings.defaults.resources()
+        }
+    }
+
     /// Creates the container without starting it. See the module docs for how each field
     /// maps, and which ones are refused rather than ignored.
     async fn create(&self, request: &CreateRequest) -> ProviderResult<SandboxDescriptor> {
@@ -83,6 +92,7 @@ impl Provider for DockerProvider {
         let mut body = create_body(request, &self.settings.publish_host)?;
         let profile = self.isolation_profile().await?;
         super::hardening::apply(&mut body, &self.settings.hardening, &profile);
+        self.settings.defaults.apply(&mut body);
         self.apply_runtime(&mut body);
         if let Some(list) = request.allowed_domains.as_deref().filter(|l| !l.is_empty()) {
             self.place_behind_gateway(&mut body, &request.name, list)

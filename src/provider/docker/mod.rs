@@ -29,6 +29,7 @@
 //! which performs that negotiation; [`DockerProvider::connect_negotiated`] does it eagerly.
 
 mod core;
+pub mod defaults;
 pub mod firewall;
 pub mod hardening;
 mod hibernation;

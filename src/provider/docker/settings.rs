@@ -51,6 +51,9 @@ pub struct DockerSettings {
     /// are refused (see the `egress` module).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub egress: Option<super::EgressGatewaySettings>,
+    /// CPU and memory ceilings of a sandbox whose spec is silent, and the log cap of every
+    /// sandbox (see `defaults`).
+    pub defaults: super::defaults::SandboxDefaults,
 }
 
 impl Default for DockerSettings {
@@ -66,6 +69,7 @@ impl Default for DockerSettings {
             tls: None,
             allow_plain_tcp: false,
             egress: None,
+            defaults: super::defaults::SandboxDefaults::default(),
         }
     }
 }
@@ -122,6 +126,7 @@ impl DockerSettings {
         if let Some(egress) = &self.egress {
             egress.validate(&format!("{at}.egress"), issues);
         }
+        self.defaults.validate(&format!("{at}.defaults"), issues);
         if self.template_repository.trim().is_empty() {
             issues.push(
                 format!("{at}.templateRepository"),

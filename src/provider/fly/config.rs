@@ -39,6 +39,15 @@ const DEFAULT_CPUS: u64 = 1;
 /// Memory when the request names none, in MB.
 const DEFAULT_MEMORY_MB: u64 = 256;
 
+/// What a request that sets no ceiling gets: the guest `guest` builds for it.
+pub(crate) fn default_resources() -> Resources {
+    Resources {
+        cpu_millis: Some(DEFAULT_CPUS * 1000),
+        memory_bytes: Some(DEFAULT_MEMORY_MB * 1024 * 1024),
+        ..Resources::default()
+    }
+}
+
 /// Refuses what Fly cannot do for this request (rule 10), naming the field to change.
 pub(crate) fn refuse_unsupported(request: &CreateRequest) -> ProviderResult<()> {
     // Rule 10 by the compiler: every field of the request is decided here or named where it
@@ -230,6 +239,14 @@ mod tests {
     use super::*;
     use crate::provider::labels::Owner;
     use crate::provider::{PortRequest, VolumeMount};
+
+    #[test]
+    fn the_reported_default_is_the_guest_a_silent_request_gets() {
+        let d = default_resources();
+        let g = guest(&Resources::default()).unwrap();
+        assert_eq!(d.cpu_millis, g["cpus"].as_u64().map(|c| c * 1000));
+        assert_eq!(d.memory_bytes, g["memory_mb"].as_u64().map(|m| m << 20));
+    }
 
     fn request() -> CreateRequest {
         CreateRequest {

@@ -114,6 +114,11 @@ impl Provider for FlyProvider {
         "fly"
     }
 
+    /// The guest size Fly is asked for when the spec names none (see `config::guest`).
+    fn default_resources(&self) -> crate::provider::Resources {
+        super::config::default_resources()
+    }
+
     /// `POST /apps/{app}/machines` with `skip_launch: true` and the config of `config`; before
     /// it, `GET /volumes` for mounts and `GET /machines` for public ports when the request
     /// has any. A taken name (409) is `Conflict`, so the caller adopts instead.
