@@ -31,7 +31,9 @@
 mod core;
 pub mod firewall;
 pub mod hardening;
+pub mod hostguard;
 mod hibernation;
+pub mod networks;
 mod pull;
 mod resources;
 mod runtime;
@@ -100,6 +102,8 @@ pub struct DockerProvider {
     firewall: Arc<OnceCell<&'static str>>,
     /// The egress gateway, when the settings configure one (shared by clones).
     gateway: Option<Arc<egress::Gateway>>,
+    /// The namespace networks ensured so far (shared by clones; see `networks`).
+    networks: Arc<networks::Known>,
 }
 
 impl DockerProvider {
@@ -151,6 +155,7 @@ impl DockerProvider {
             negotiated: Arc::new(OnceCell::new()),
             pulls: Arc::new(pull::Pulls::new(pull_timeout)),
             firewall: Arc::new(OnceCell::new()),
+            networks: Arc::default(),
         })
     }
 
