@@ -7,7 +7,8 @@
 //! addresses. Nothing inside the sandbox can undo them (it has no `NET_ADMIN`, and no access
 //! to the host's namespace), and they hold for every network a sandbox joins on that engine.
 //!
-//! Who installs them: the operator, through the engine (see [`DockerProvider::install_firewall`]
+//! Who installs them: the operator, through the engine (see `hostguard`; without a helper
+//! image, from its own process)
 //! below): a short-lived helper container in the host's network namespace with `NET_ADMIN`,
 //! `NET_RAW` and `SYS_CHROOT` only, the host's root mounted read-only, running the host's own
 //! `iptables` (so the rules land in the backend — legacy or nft — dockerd uses). The engine

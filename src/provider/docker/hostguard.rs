@@ -10,7 +10,9 @@
 //! `/host`. It runs one fixed script (`firewall::script`) with the host's `/bin/sh` and
 //! `iptables` — the host's binaries, so the rules land in the backend (legacy or nft) that
 //! dockerd itself uses — and is removed when it exits. Its image only needs `chroot`
-//! (`hardening.firewallImage`, else the provider's `defaultImage`).
+//! (`hardening.firewallImage`, else the provider's `defaultImage`). With neither, the
+//! operator runs the script with its own shell, which works only when it is itself root on
+//! the engine's host (a development setup); otherwise the create fails closed.
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{
@@ -35,15 +37,15 @@ impl DockerProvider {
             &hardening.blocked_destinations,
             &hardening.blocked_host_ports,
         );
-        let image = hardening
-            .firewall_image
-            .clone()
-            .or_else(|| self.settings.default_image.clone())
-            .ok_or("no image to run the firewall helper in: set hardening.firewallImage (any image with `chroot`)")?;
-        self.ensure_helper_image(&image).await?;
+        let script = firewall::script(&rules);
+        let image = hardening.firewall_image.as_ref();
+        let Some(image) = image.or(self.settings.default_image.as_ref()) else {
+            return run_here(&script).await;
+        };
+        self.ensure_helper_image(image).await?;
         let name = format!("sandbox-firewall-{}-{:08x}", self.name, fastrand::u32(..));
         let outcome = self
-            .run_helper(&name, helper_body(&image, &firewall::script(&rules)))
+            .run_helper(&name, helper_body(image, &script))
             .await;
         let docker = self.engine().await.map_err(|e| e.to_string())?;
         let remove = RemoveContainerOptionsBuilder::default().force(true).build();
@@ -109,6 +111,24 @@ impl DockerProvider {
             output.concat().trim()
         ))
     }
+}
+
+/// Runs the script with this process's shell: for an operator without a helper image, which
+/// then must itself be on the engine's host as root (a failure says so).
+async fn run_here(script: &str) -> Result<(), String> {
+    let output = tokio::process::Command::new("sh")
+        .args(["-c", script])
+        .output()
+        .await
+        .map_err(|e| format!("cannot run sh: {e}"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "no helper image (hardening.firewallImage or defaultImage) and this process cannot \
+         install the rules itself: {}",
+        String::from_utf8_lossy(&output.stderr).trim()
+    ))
 }
 
 /// The helper container: host network, three capabilities, the host's root read-only.
