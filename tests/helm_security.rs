@@ -204,7 +204,11 @@ fn the_default_install_gets_the_host_firewall_through_the_engine_with_no_pod_pri
         .find(|p| p["type"] == "docker")
         .expect("a docker provider by default");
     let hardening = &docker["docker"]["hardening"];
-    assert_ne!(hardening["hostFirewall"].as_str(), Some("off"), "{hardening:?}");
+    assert_ne!(
+        hardening["hostFirewall"].as_str(),
+        Some("off"),
+        "{hardening:?}"
+    );
     assert_eq!(
         hardening["firewallImage"].as_str(),
         Some("busybox:1.36.1"),

@@ -74,11 +74,15 @@ async fn connects(env: &TestEnv, id: &str, addr: IpAddr, port: u16) -> bool {
 
 /// The host reaches `addr:port` (the control that the target is up).
 async fn host_reaches(addr: IpAddr, port: u16) {
-    wait_for(&format!("{addr}:{port} answering the host"), DEADLINE, || async {
-        TcpStream::connect_timeout(&(addr, port).into(), Duration::from_secs(2))
-            .map(drop)
-            .map_err(|e| e.to_string())
-    })
+    wait_for(
+        &format!("{addr}:{port} answering the host"),
+        DEADLINE,
+        || async {
+            TcpStream::connect_timeout(&(addr, port).into(), Duration::from_secs(2))
+                .map(drop)
+                .map_err(|e| e.to_string())
+        },
+    )
     .await;
 }
 

@@ -190,7 +190,11 @@ pub fn script(rules: &[Rule]) -> String {
         out.push(format!(
             "if {ipt} -n -L DOCKER-USER >/dev/null 2>&1; then F=DOCKER-USER; else F=FORWARD; fi"
         ));
-        for (parent, chain) in [("$F", DEST_CHAIN), ("INPUT", DEST_CHAIN), ("INPUT", HOST_CHAIN)] {
+        for (parent, chain) in [
+            ("$F", DEST_CHAIN),
+            ("INPUT", DEST_CHAIN),
+            ("INPUT", HOST_CHAIN),
+        ] {
             out.push(format!(
                 "{ipt} -C {parent} -j {chain} 2>/dev/null || {ipt} -I {parent} 1 -j {chain}"
             ));
@@ -266,7 +270,10 @@ mod tests {
             );
             let reject = format!("{family} -w -A SBX-GUARD-HOST '-i' 'sbxns-+' '-j' 'REJECT'");
             let (e, j) = (text.find(&established), text.find(&reject));
-            assert!(e.is_some() && e < j, "replies pass before the reject: {text}");
+            assert!(
+                e.is_some() && e < j,
+                "replies pass before the reject: {text}"
+            );
         }
     }
 

@@ -44,9 +44,7 @@ impl DockerProvider {
         };
         self.ensure_helper_image(image).await?;
         let name = format!("sandbox-firewall-{}-{:08x}", self.name, fastrand::u32(..));
-        let outcome = self
-            .run_helper(&name, helper_body(image, &script))
-            .await;
+        let outcome = self.run_helper(&name, helper_body(image, &script)).await;
         let docker = self.engine().await.map_err(|e| e.to_string())?;
         let remove = RemoveContainerOptionsBuilder::default().force(true).build();
         if let Err(e) = docker.remove_container(&name, Some(remove)).await
@@ -152,7 +150,11 @@ fn helper_body(image: &str, script: &str) -> ContainerCreateBody {
         host_config: Some(HostConfig {
             network_mode: Some("host".into()),
             cap_drop: Some(vec!["ALL".into()]),
-            cap_add: Some(vec!["NET_ADMIN".into(), "NET_RAW".into(), "SYS_CHROOT".into()]),
+            cap_add: Some(vec![
+                "NET_ADMIN".into(),
+                "NET_RAW".into(),
+                "SYS_CHROOT".into(),
+            ]),
             security_opt: Some(vec!["no-new-privileges:true".into()]),
             readonly_rootfs: Some(true),
             mounts: Some(vec![Mount {

@@ -31,8 +31,8 @@
 mod core;
 pub mod firewall;
 pub mod hardening;
-pub mod hostguard;
 mod hibernation;
+pub mod hostguard;
 pub mod networks;
 mod pull;
 mod resources;

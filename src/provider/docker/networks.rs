@@ -61,7 +61,10 @@ pub struct NamespaceNetwork {
 
 /// The network of `owner`'s namespace on provider `provider`.
 pub fn for_owner(provider: &str, owner: &Owner) -> NamespaceNetwork {
-    let digest = Sha256::digest(format!("{}\0{provider}\0{}", owner.instance, owner.namespace));
+    let digest = Sha256::digest(format!(
+        "{}\0{provider}\0{}",
+        owner.instance, owner.namespace
+    ));
     let hex: String = digest.iter().map(|b| format!("{b:02x}")).collect();
     NamespaceNetwork {
         name: format!("sbx-{}-{}", owner.namespace, &hex[..8]),
@@ -193,11 +196,22 @@ impl DockerProvider {
 fn attached(containers: &[ContainerSummary]) -> HashSet<&str> {
     let mut used = HashSet::new();
     for c in containers {
-        if let Some(mode) = c.host_config.as_ref().and_then(|h| h.network_mode.as_deref()) {
+        if let Some(mode) = c
+            .host_config
+            .as_ref()
+            .and_then(|h| h.network_mode.as_deref())
+        {
             used.insert(mode);
         }
-        let networks = c.network_settings.as_ref().and_then(|n| n.networks.as_ref());
-        used.extend(networks.into_iter().flat_map(|n| n.keys().map(String::as_str)));
+        let networks = c
+            .network_settings
+            .as_ref()
+            .and_then(|n| n.networks.as_ref());
+        used.extend(
+            networks
+                .into_iter()
+                .flat_map(|n| n.keys().map(String::as_str)),
+        );
     }
     used
 }
