@@ -115,7 +115,9 @@ async fn a_sandbox_cannot_connect_to_a_sandbox_of_another_namespace() {
     }
 }
 
-/// The host's own addresses, loopback excluded (a sandbox has no route to it anyway).
+/// The host's own addresses, loopback excluded (a sandbox has no route to it anyway), and
+/// the bridges of user-defined networks too: other tests create and remove those meanwhile
+/// (the sandbox's own bridge is probed through its gateway).
 fn host_addresses() -> Vec<IpAddr> {
     let out = std::process::Command::new("ip")
         .args(["-4", "-o", "addr", "show"])
@@ -123,6 +125,10 @@ fn host_addresses() -> Vec<IpAddr> {
         .expect("ip addr");
     String::from_utf8_lossy(&out.stdout)
         .lines()
+        .filter(|l| {
+            let interface = l.split_whitespace().nth(1).unwrap_or_default();
+            !interface.starts_with("br-") && !interface.starts_with("sbxns-")
+        })
         .filter_map(|l| l.split_whitespace().nth(3))
         .filter_map(|cidr| cidr.split('/').next()?.parse::<IpAddr>().ok())
         .filter(|ip| !ip.is_loopback())
@@ -150,4 +156,57 @@ async fn nothing_on_the_host_answers_a_sandbox() {
             "the sandbox connected to the host at {ip}:{port}"
         );
     }
+}
+
+/// Whether the engine has a network of this name.
+async fn network_exists(name: &str) -> bool {
+    harness::docker::engine()
+        .await
+        .inspect_network(name, None)
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sweepers_pass_reclaims_a_namespace_network_only_once_no_sandbox_uses_it() {
+    use sandbox_operator::provider::docker::networks;
+    let env = TestEnv::new("tenancy-prune").await;
+    let namespace = unique("p");
+    let first = request_in(&env, &namespace, &env.name("one"));
+    let second = request_in(&env, &namespace, &env.name("two"));
+    started(&env, &first).await;
+    // Created, never started: it still holds the network.
+    env.provider.create(&second).await.unwrap();
+    let network = networks::for_owner(&env.provider.name().to_string(), &first.owner).name;
+    assert!(network_exists(&network).await, "{network} was created");
+
+    env.provider.destroy(&first.name).await.unwrap();
+    env.provider
+        .inventory(&env.instance_labels())
+        .await
+        .unwrap();
+    assert!(
+        network_exists(&network).await,
+        "{network} was removed while a sandbox was attached to it"
+    );
+    env.provider.destroy(&second.name).await.unwrap();
+    // Reclaimed once it is older than the minimum age, by a later pass.
+    wait_for(
+        &format!("a pass to reclaim the empty {network}"),
+        Duration::from_secs(networks::MIN_AGE_SECS as u64 + 60),
+        || async {
+            env.provider
+                .inventory(&env.instance_labels())
+                .await
+                .map_err(|e| e.to_string())?;
+            match network_exists(&network).await {
+                true => Err("still there".to_string()),
+                false => Ok(()),
+            }
+        },
+    )
+    .await;
+    // A later create in the namespace brings it back.
+    started(&env, &request_in(&env, &namespace, &env.name("three"))).await;
+    assert!(network_exists(&network).await, "{network} recreated");
 }

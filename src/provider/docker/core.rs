@@ -203,6 +203,14 @@ impl Provider for DockerProvider {
         {
             // 304 (already running) is a success in bollard.
             Ok(()) => Ok(()),
+            // Its namespace network was reclaimed between its create and this start.
+            Err(e) if super::networks::is_network_gone(&e) => {
+                self.restore_network_of(id).await?;
+                docker
+                    .start_container(id, None::<StartContainerOptions>)
+                    .await
+                    .map_err(|e| map_err(&format!("starting sandbox {id}"), e))
+            }
             Err(e) if is_not_found(&e) => Err(not_found(id, e)),
             Err(e) => {
                 // A paused container cannot be started; it can be unpaused into running.

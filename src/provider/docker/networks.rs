@@ -45,6 +45,10 @@ pub const ICC_OPTION: &str = "com.docker.network.bridge.enable_icc";
 /// The engine's bridge option that names the Linux bridge.
 const BRIDGE_NAME_OPTION: &str = "com.docker.network.bridge.name";
 
+/// Seconds a namespace network lives at least: one just ensured for a create whose container
+/// is not listed yet is never taken for empty.
+pub const MIN_AGE_SECS: i64 = 30;
+
 /// The networks this provider has ensured (shared by clones).
 #[derive(Default)]
 pub(crate) struct Known(Mutex<HashSet<String>>);
@@ -124,6 +128,26 @@ impl DockerProvider {
         Ok(())
     }
 
+    /// Ensures again the namespace network a container was created on (its start found the
+    /// network reclaimed: a container that never ran holds no endpoint the engine protects).
+    pub(crate) async fn restore_network_of(&self, id: &str) -> ProviderResult<()> {
+        let container = self
+            .inspect(id)
+            .await?
+            .ok_or_else(|| ProviderError::not_found(format!("sandbox {id} does not exist")))?;
+        let labels: BTreeMap<String, String> = container
+            .config
+            .and_then(|c| c.labels)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let owner = Owner::from_labels(&labels)
+            .ok_or_else(|| ProviderError::invalid(format!("sandbox {id} has no owner labels")))?;
+        let network = for_owner(&self.name, &owner);
+        self.forget_network(&network.name).await;
+        self.ensure_network(&network).await
+    }
+
     /// Forgets that a network exists (a create found it gone).
     pub(crate) async fn forget_network(&self, name: &str) {
         self.networks.0.lock().await.remove(name);
@@ -149,9 +173,10 @@ impl DockerProvider {
         Ok(true)
     }
 
-    /// Removes this instance's namespace networks that no container in `containers` (a
-    /// complete listing, every state) is attached to. The engine refuses a network with an
-    /// endpoint, which is left for the next pass.
+    /// Removes this instance's namespace networks older than [`MIN_AGE_SECS`] that no
+    /// container in `containers` (a complete listing, every state) is attached to or asks
+    /// for. The engine refuses a network with an endpoint, which is left for the next pass;
+    /// a container created into a network removed meanwhile restores it at its start.
     pub(crate) async fn prune_networks(
         &self,
         labels: &BTreeMap<String, String>,
@@ -176,8 +201,14 @@ impl DockerProvider {
             .await
             .map_err(|e| map_err("listing namespace networks", e))?;
         let used = attached(containers);
-        for name in listed.into_iter().filter_map(|n| n.name) {
-            if used.contains(name.as_str()) {
+        let settled = |created: Option<&str>| {
+            created
+                .and_then(super::core::parse_time)
+                .is_some_and(|t| chrono::Utc::now() - t >= chrono::Duration::seconds(MIN_AGE_SECS))
+        };
+        for network in listed {
+            let Some(name) = network.name else { continue };
+            if used.contains(name.as_str()) || !settled(network.created.as_deref()) {
                 continue;
             }
             self.forget_network(&name).await;
@@ -189,6 +220,17 @@ impl DockerProvider {
             }
         }
         Ok(())
+    }
+}
+
+/// Whether an engine error says a container's network does not exist.
+pub(crate) fn is_network_gone(err: &bollard::errors::Error) -> bool {
+    match err {
+        bollard::errors::Error::DockerResponseServerError {
+            status_code: 404,
+            message,
+        } => message.contains("network") && message.contains("not found"),
+        _ => false,
     }
 }
 
