@@ -177,7 +177,7 @@ async fn the_sweepers_pass_reclaims_a_namespace_network_only_once_no_sandbox_use
     started(&env, &first).await;
     // Created, never started: it still holds the network.
     env.provider.create(&second).await.unwrap();
-    let network = networks::for_owner(&env.provider.name().to_string(), &first.owner).name;
+    let network = networks::for_owner(env.provider.name(), &first.owner).name;
     assert!(network_exists(&network).await, "{network} was created");
 
     env.provider.destroy(&first.name).await.unwrap();
