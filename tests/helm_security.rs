@@ -184,3 +184,39 @@ async fn the_network_policy_passes_a_server_side_dry_run() {
     assert!(out.status.success(), "dry run: {}", text(&out));
     assert!(text(&out).contains("(server dry run)"), "{}", text(&out));
 }
+
+/// The default install's Docker provider gets the host-firewall path (issue 22): its
+/// configuration names the helper image the engine runs and does not opt out, and the
+/// operator's pod needs no privilege for it — no host network, no added capability.
+#[test]
+fn the_default_install_gets_the_host_firewall_through_the_engine_with_no_pod_privilege() {
+    let docs = render(&[]);
+    let config = &of_kind(&docs, "ConfigMap")
+        .into_iter()
+        .find(|c| c["data"]["config.yaml"].is_string())
+        .expect("the operator's ConfigMap")["data"]["config.yaml"];
+    let config: serde_yaml::Value =
+        serde_yaml::from_str(config.as_str().unwrap()).expect("config YAML");
+    let docker = config["providers"]
+        .as_sequence()
+        .unwrap()
+        .iter()
+        .find(|p| p["type"] == "docker")
+        .expect("a docker provider by default");
+    let hardening = &docker["docker"]["hardening"];
+    assert_ne!(
+        hardening["hostFirewall"].as_str(),
+        Some("off"),
+        "{hardening:?}"
+    );
+    assert_eq!(
+        hardening["firewallImage"].as_str(),
+        Some("busybox:1.36.1"),
+        "the helper image is rendered: {hardening:?}"
+    );
+    let pod = &of_kind(&docs, "Deployment")[0]["spec"]["template"]["spec"];
+    assert!(pod["hostNetwork"].is_null() || pod["hostNetwork"] == false);
+    let caps = &pod["containers"][0]["securityContext"]["capabilities"];
+    assert!(caps["add"].is_null(), "no capability added: {caps}");
+    assert_eq!(caps["drop"][0], "ALL");
+}

@@ -112,7 +112,7 @@ pub async fn provider(name: &str) -> DockerProvider {
     .expect("the Docker engine answers (run tests/setup/docker.sh)")
 }
 
-/// Removes every container (with its anonymous volumes), image and volume labelled
+/// Removes every container (with its anonymous volumes), image, volume and network labelled
 /// `key=value`. Uses the docker CLI because it runs from `Drop`, which cannot await and must
 /// work while a panic unwinds.
 pub fn remove_labelled(key: &str, value: &str) {
@@ -148,6 +148,11 @@ pub fn remove_labelled(key: &str, value: &str) {
     remove(
         &["volume", "rm", "-f"],
         list(&["volume", "ls", "-q", "--filter", &filter]),
+    );
+    // Namespace networks, once their containers are gone.
+    remove(
+        &["network", "rm"],
+        list(&["network", "ls", "-q", "--filter", &filter]),
     );
 }
 

@@ -123,6 +123,12 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- $_ := set $docker $key (index $d $key) }}
 {{- end }}
 {{- end }}
+{{- /* The host firewall's helper image (values: dockerFirewallImage), unless opted out. */}}
+{{- $hardening := deepCopy (default (dict) $d.hardening) }}
+{{- if and (ne (toString $hardening.hostFirewall) "off") (not $hardening.firewallImage) }}
+{{- $_ := set $hardening "firewallImage" $.Values.dockerFirewallImage }}
+{{- end }}
+{{- $_ := set $docker "hardening" $hardening }}
 {{- $_ := set $out "docker" $docker }}
 {{- else if eq $p.type "fly" }}
 {{- $f := $p.fly }}

@@ -11,8 +11,9 @@
 //!   `disk_enforced = false`. **memory** sets the swap ceiling to the same value, the same
 //!   as [`SetResources`](crate::provider::SetResources) does, so creation and update never
 //!   drift apart.
-//! - **egress**: `allowed_domains = Some([])` is network mode `none`, an honest full
-//!   cut-off; a non-empty allow-list puts the sandbox behind the provider's egress gateway
+//! - **egress**: absent `allowed_domains` is unrestricted, on the sandbox's namespace
+//!   network (see `networks`: no sandbox reaches another); `Some([])` is network mode
+//!   `none`, an honest full cut-off; a non-empty allow-list puts the sandbox behind the provider's egress gateway
 //!   (the `egress` module), and is `Unsupported` when none is configured (rule 10). There is no proxy in front of a container, so an idle policy other
 //!   than `Off` is `Unsupported` too.
 //! - **images** follow the request's `imagePullPolicy` (see the `pull` module): an image the
@@ -94,14 +95,20 @@ impl Provider for DockerProvider {
         super::hardening::apply(&mut body, &self.settings.hardening, &profile);
         self.settings.defaults.apply(&mut body);
         self.apply_runtime(&mut body);
-        if let Some(list) = request.allowed_domains.as_deref().filter(|l| !l.is_empty()) {
-            self.place_behind_gateway(&mut body, &request.name, list)
-                .await?;
-        }
+        let network = match request.allowed_domains.as_deref() {
+            Some([]) => None,
+            Some(list) => {
+                self.place_behind_gateway(&mut body, &request.name, list)
+                    .await?;
+                None
+            }
+            None => Some(self.place_in_namespace(&mut body, &request.owner).await?),
+        };
         let docker = self.engine().await?;
         let pulled = self.resolve_image(docker, request, &mut body).await?;
         require_volumes(docker, request).await?;
-        self.create_container(docker, request, body).await?;
+        self.create_on_network(docker, request, body, network.as_ref())
+            .await?;
         let mut created = self.describe(&request.name).await?.ok_or_else(|| {
             ProviderError::transient(format!(
                 "sandbox {:?} was created but disappeared before it could be described",
@@ -163,7 +170,8 @@ impl Provider for DockerProvider {
     /// label here), the volumes' attachment and the templates' use — so a sweep pass costs
     /// one container listing plus a volume and an image listing, not three container
     /// listings. Deleting a volume or a template still re-checks its users at that moment
-    /// (the engine refuses an attached volume; `remove_template` lists again).
+    /// (the engine refuses an attached volume; `remove_template` lists again). The same
+    /// complete listing lets the pass reclaim empty namespace networks (see `networks`).
     async fn inventory(&self, labels: &BTreeMap<String, String>) -> ProviderResult<Inventory> {
         let containers = self
             .all_containers()
@@ -174,6 +182,10 @@ impl Provider for DockerProvider {
             ..VolumeQuery::default()
         };
         let volumes = self.volumes_held_by(&volume_query, &containers).await?;
+        // The listing is complete here, so it is the sweeper's proof a network is unused.
+        if let Err(e) = self.prune_networks(labels, &containers).await {
+            tracing::warn!(provider = %self.name, error = %e, "namespace networks not pruned; next pass retries");
+        }
         let templates = self.templates_used_by(None, Some(&containers)).await?;
         let mut sandboxes: Vec<SandboxDescriptor> = containers
             .into_iter()
@@ -201,6 +213,14 @@ impl Provider for DockerProvider {
         {
             // 304 (already running) is a success in bollard.
             Ok(()) => Ok(()),
+            // Its namespace network was reclaimed between its create and this start.
+            Err(e) if super::networks::is_network_gone(&e) => {
+                self.restore_network_of(id).await?;
+                docker
+                    .start_container(id, None::<StartContainerOptions>)
+                    .await
+                    .map_err(|e| map_err(&format!("starting sandbox {id}"), e))
+            }
             Err(e) if is_not_found(&e) => Err(not_found(id, e)),
             Err(e) => {
                 // A paused container cannot be started; it can be unpaused into running.
@@ -392,6 +412,31 @@ impl DockerProvider {
                 self.name
             ))),
             Err(e) => Err(map_err(&format!("looking up template {template:?}"), e)),
+        }
+    }
+
+    /// Creates the container; when its namespace network vanished since it was ensured
+    /// (reclaimed by the sweeper), ensures it again and retries once.
+    async fn create_on_network(
+        &self,
+        docker: &Docker,
+        request: &CreateRequest,
+        body: ContainerCreateBody,
+        network: Option<&super::networks::NamespaceNetwork>,
+    ) -> ProviderResult<()> {
+        let Some(network) = network else {
+            return self.create_container(docker, request, body).await;
+        };
+        match self.create_container(docker, request, body.clone()).await {
+            Err(e)
+                if e.is(crate::provider::ErrorKind::NotFound)
+                    && e.message().contains(&network.name) =>
+            {
+                self.forget_network(&network.name).await;
+                self.ensure_network(network).await?;
+                self.create_container(docker, request, body).await
+            }
+            other => other,
         }
     }
 

@@ -1,27 +1,36 @@
-//! Host firewall rules that keep the cloud metadata endpoint and the engine's API out of
-//! every sandbox's reach, whatever its egress.
+//! Host firewall rules that keep the cloud metadata endpoint, the engine's API and every
+//! service of the engine's host out of every sandbox's reach, whatever its egress.
 //!
 //! Why iptables on the engine's host: a container's packets leave through the host's
 //! netfilter hooks — `FORWARD` (Docker's `DOCKER-USER` chain, which Docker promises never to
 //! touch) for anything off the host such as `169.254.169.254`, `INPUT` for the host's own
-//! addresses where a TCP-listening engine answers. Nothing inside the sandbox can undo them
-//! (it has no `NET_ADMIN`, and no access to the host's namespace), and they hold for every
-//! network a sandbox joins on that engine. The price: whoever installs them must run in the
-//! engine host's network namespace with `NET_ADMIN` — an operator next to dockerd (root
-//! there anyway: the Docker socket is root-equivalent), not one talking to a remote engine.
+//! addresses. Nothing inside the sandbox can undo them (it has no `NET_ADMIN`, and no access
+//! to the host's namespace), and they hold for every network a sandbox joins on that engine.
 //!
-//! The rules live in two chains of their own in the `filter` table, so they are found,
-//! audited and removed as a unit, and are only ever added (idempotently, `-C` before `-A`),
-//! never flushed: another operator on the same host may rely on them.
+//! Who installs them: the operator, through the engine (see `hostguard`; without a helper
+//! image, from its own process)
+//! below): a short-lived helper container in the host's network namespace with `NET_ADMIN`,
+//! `NET_RAW` and `SYS_CHROOT` only, the host's root mounted read-only, running the host's own
+//! `iptables` (so the rules land in the backend — legacy or nft — dockerd uses). The engine
+//! runs it wherever it is, so the rules hold in every install mode: an operator next to
+//! dockerd, one in a Kubernetes pod with the node's socket and no privilege of its own, one
+//! talking to a remote engine. Whoever holds the engine's API is root on its host already;
+//! the helper adds no privilege the operator did not have.
+//!
+//! The rules live in chains of their own in the `filter` table, so they are found, audited
+//! and removed as a unit, and are only ever added (idempotently, `-C` before `-A`), never
+//! flushed: another operator on the same host may rely on them.
 //!
 //! - [`DEST_CHAIN`], jumped to from `DOCKER-USER` (or `FORWARD` when Docker manages no
 //!   iptables) and `INPUT`: REJECT traffic from a container bridge to a blocked destination;
 //! - [`HOST_CHAIN`], jumped to from `INPUT` only: REJECT (TCP reset) traffic from a container
-//!   bridge to a blocked port of the host itself (the engine's API ports).
+//!   bridge to a blocked port of the host itself (the engine's API ports), and REJECT every
+//!   new connection from a sandbox bridge ([`SANDBOX_BRIDGES`]) to the host: nothing on the
+//!   host answers a sandbox (replies to connections the host opened still pass).
 //!
 //! Container bridges are matched by interface: `docker0` and `br-+` (every user-defined
-//! bridge network). REJECT rather than DROP, so a client inside fails at once instead of
-//! hanging until its timeout.
+//! bridge network) and [`SANDBOX_BRIDGES`] (the namespace networks, see `networks`). REJECT
+//! rather than DROP, so a client inside fails at once instead of hanging until its timeout.
 
 use std::net::IpAddr;
 
@@ -31,8 +40,12 @@ use tokio::process::Command;
 pub const DEST_CHAIN: &str = "SBX-GUARD";
 /// Chain of the host-port rules (both families).
 pub const HOST_CHAIN: &str = "SBX-GUARD-HOST";
+/// How the Linux bridges of the namespace networks begin.
+pub const SANDBOX_BRIDGE_PREFIX: &str = "sbxns-";
+/// The namespace networks' bridges, as an iptables interface match.
+pub const SANDBOX_BRIDGES: &str = "sbxns-+";
 /// Interfaces container traffic enters the host through.
-pub const BRIDGES: [&str; 2] = ["docker0", "br-+"];
+pub const BRIDGES: [&str; 3] = ["docker0", "br-+", SANDBOX_BRIDGES];
 
 /// IPv4 (`iptables`) or IPv6 (`ip6tables`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -75,7 +88,8 @@ pub fn parse_cidr(text: &str) -> Option<(IpAddr, u8)> {
     (prefix <= max).then_some((addr, prefix))
 }
 
-/// The rules for these blocked destinations and host ports, in order.
+/// The rules for these blocked destinations and host ports, in order, followed by the
+/// rules that close the host to sandbox bridges.
 pub fn rules(destinations: &[String], host_ports: &[u16]) -> Vec<Rule> {
     let mut out = Vec::new();
     for bridge in BRIDGES {
@@ -122,6 +136,33 @@ pub fn rules(destinations: &[String], host_ports: &[u16]) -> Vec<Rule> {
             }
         }
     }
+    out.extend(sandbox_host_rules());
+    out
+}
+
+/// Every new connection from a sandbox bridge to the host itself is refused; replies to what
+/// the host opened (exec streams, health checks) pass.
+fn sandbox_host_rules() -> Vec<Rule> {
+    let mut out = Vec::new();
+    for family in [Family::V4, Family::V6] {
+        let conntrack = [
+            "-i",
+            SANDBOX_BRIDGES,
+            "-m",
+            "conntrack",
+            "--ctstate",
+            "ESTABLISHED,RELATED",
+            "-j",
+            "RETURN",
+        ];
+        for rule in [&conntrack[..], &["-i", SANDBOX_BRIDGES, "-j", "REJECT"]] {
+            out.push(Rule {
+                family,
+                chain: HOST_CHAIN,
+                args: args(rule),
+            });
+        }
+    }
     out
 }
 
@@ -129,28 +170,45 @@ fn args(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|p| p.to_string()).collect()
 }
 
-/// Installs the chains, their jumps and the rules, adding only what is missing.
-pub async fn ensure(rules: &[Rule]) -> Result<(), String> {
+/// The shell script that installs the chains, their jumps and the rules, adding only what
+/// is missing (`-C` before `-A`), and fails (`set -e`) on the first rule it cannot add.
+pub fn script(rules: &[Rule]) -> String {
+    let mut out = vec!["set -e".to_string()];
     for family in [Family::V4, Family::V6] {
         let mine: Vec<&Rule> = rules.iter().filter(|r| r.family == family).collect();
         if mine.is_empty() {
             continue;
         }
-        ensure_chain(family, DEST_CHAIN).await?;
-        ensure_chain(family, HOST_CHAIN).await?;
-        let forward = if run(family, &["-n", "-L", "DOCKER-USER"]).await.is_ok() {
-            "DOCKER-USER"
-        } else {
-            "FORWARD"
-        };
-        ensure_jump(family, forward, DEST_CHAIN).await?;
-        ensure_jump(family, "INPUT", DEST_CHAIN).await?;
-        ensure_jump(family, "INPUT", HOST_CHAIN).await?;
+        let ipt = format!("{} -w", family.command());
+        for chain in [DEST_CHAIN, HOST_CHAIN] {
+            // A concurrent creator may win between the check and `-N`: check again.
+            out.push(format!(
+                "{ipt} -n -L {chain} >/dev/null 2>&1 || {ipt} -N {chain} 2>/dev/null || \
+                 {ipt} -n -L {chain} >/dev/null"
+            ));
+        }
+        out.push(format!(
+            "if {ipt} -n -L DOCKER-USER >/dev/null 2>&1; then F=DOCKER-USER; else F=FORWARD; fi"
+        ));
+        for (parent, chain) in [
+            ("$F", DEST_CHAIN),
+            ("INPUT", DEST_CHAIN),
+            ("INPUT", HOST_CHAIN),
+        ] {
+            out.push(format!(
+                "{ipt} -C {parent} -j {chain} 2>/dev/null || {ipt} -I {parent} 1 -j {chain}"
+            ));
+        }
         for rule in mine {
-            ensure_rule(rule).await?;
+            let quoted: Vec<String> = rule.args.iter().map(|a| format!("'{a}'")).collect();
+            let args = quoted.join(" ");
+            let chain = rule.chain;
+            out.push(format!(
+                "{ipt} -C {chain} {args} 2>/dev/null || {ipt} -A {chain} {args}"
+            ));
         }
     }
-    Ok(())
+    out.join("\n")
 }
 
 /// Removes these rules (not the chains or jumps): for tests that installed rules for
@@ -164,34 +222,6 @@ pub async fn remove(rules: &[Rule]) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-async fn ensure_chain(family: Family, chain: &str) -> Result<(), String> {
-    if run(family, &["-n", "-L", chain]).await.is_ok() {
-        return Ok(());
-    }
-    match run(family, &["-N", chain]).await {
-        Ok(()) => Ok(()),
-        // Created by a concurrent caller between the two calls.
-        Err(_) if run(family, &["-n", "-L", chain]).await.is_ok() => Ok(()),
-        Err(e) => Err(e),
-    }
-}
-
-async fn ensure_jump(family: Family, parent: &str, chain: &str) -> Result<(), String> {
-    if run(family, &["-C", parent, "-j", chain]).await.is_ok() {
-        return Ok(());
-    }
-    run(family, &["-I", parent, "1", "-j", chain]).await
-}
-
-async fn ensure_rule(rule: &Rule) -> Result<(), String> {
-    if check(rule).await {
-        return Ok(());
-    }
-    let mut argv = vec!["-A", rule.chain];
-    argv.extend(rule.args.iter().map(String::as_str));
-    run(rule.family, &argv).await
 }
 
 async fn check(rule: &Rule) -> bool {
@@ -225,6 +255,29 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_script_adds_each_rule_only_when_missing_and_closes_the_host_to_sandboxes() {
+        let r = rules(&["169.254.169.254/32".into()], &[2375]);
+        let text = script(&r);
+        assert!(text.starts_with("set -e\n"));
+        let line = "iptables -w -C SBX-GUARD '-i' 'docker0' '-d' '169.254.169.254/32' '-j' \
+                    'REJECT' 2>/dev/null || iptables -w -A SBX-GUARD '-i' 'docker0' '-d' \
+                    '169.254.169.254/32' '-j' 'REJECT'";
+        assert!(text.contains(line), "{text}");
+        for family in ["iptables", "ip6tables"] {
+            let established = format!(
+                "{family} -w -A SBX-GUARD-HOST '-i' 'sbxns-+' '-m' 'conntrack' '--ctstate' \
+                 'ESTABLISHED,RELATED' '-j' 'RETURN'"
+            );
+            let reject = format!("{family} -w -A SBX-GUARD-HOST '-i' 'sbxns-+' '-j' 'REJECT'");
+            let (e, j) = (text.find(&established), text.find(&reject));
+            assert!(
+                e.is_some() && e < j,
+                "replies pass before the reject: {text}"
+            );
+        }
+    }
+
+    #[test]
     fn cidrs_parse_with_and_without_prefix() {
         assert_eq!(
             parse_cidr("169.254.169.254"),
@@ -244,16 +297,16 @@ mod tests {
             &["169.254.169.254/32".into(), "fd00:ec2::254/128".into()],
             &[2375],
         );
-        assert_eq!(r.len(), 2 * (2 + 2));
+        assert_eq!(r.len(), 3 * (2 + 2) + 4);
         let v6: Vec<&Rule> = r
             .iter()
             .filter(|r| r.family == Family::V6 && r.chain == DEST_CHAIN)
             .collect();
-        assert_eq!(v6.len(), 2);
+        assert_eq!(v6.len(), 3);
         assert!(v6[0].args.contains(&"fd00:ec2::254/128".to_string()));
         assert!(
             r.iter()
-                .filter(|r| r.chain == HOST_CHAIN)
+                .filter(|r| r.chain == HOST_CHAIN && r.args.contains(&"--dport".to_string()))
                 .all(|r| r.args.contains(&"tcp-reset".to_string()))
         );
     }

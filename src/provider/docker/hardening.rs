@@ -22,7 +22,7 @@ use std::collections::BTreeSet;
 use bollard::models::ContainerCreateBody;
 use serde::{Deserialize, Serialize};
 
-use super::{DockerProvider, firewall};
+use super::DockerProvider;
 use crate::provider::{ProviderError, ProviderResult};
 use crate::validation::Issues;
 
@@ -121,22 +121,25 @@ pub struct HardeningSettings {
     pub blocked_destinations: Vec<String>,
     /// TCP ports of the engine's host no sandbox may reach: Docker's API ports by default.
     pub blocked_host_ports: Vec<u16>,
+    /// Image the host-firewall helper runs in (it needs only `chroot`, see `hostguard`);
+    /// absent = the provider's `defaultImage`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub firewall_image: Option<String>,
 }
 
-/// Who installs the host firewall rules that block [`HardeningSettings::blocked_destinations`]
-/// and [`HardeningSettings::blocked_host_ports`].
+/// Whether the host firewall that blocks [`HardeningSettings::blocked_destinations`],
+/// [`HardeningSettings::blocked_host_ports`] and the host itself is installed (through the
+/// engine, see `hostguard`, so in every install mode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "camelCase")]
 pub enum HostFirewall {
-    /// The operator when its engine is local and it can (it shares the engine host's network
-    /// namespace with `NET_ADMIN`); when it cannot, or the engine is remote, nobody — and the
-    /// profile in status says so (`unavailable`, `none-remote-engine`).
+    /// Installed before the first sandbox; while it cannot be, sandboxes are not created
+    /// (fail closed, retried by the next create).
     #[default]
     Auto,
-    /// The operator, always: a remote engine is a configuration error, and sandboxes are not
-    /// created while the rules cannot be installed.
+    /// The same as `auto` (kept so configurations that said it explicitly stay valid).
     Required,
-    /// Nobody: an explicit relaxation, reported in status.
+    /// Nobody installs it: an explicit relaxation by the platform team, reported in status.
     Off,
 }
 
@@ -149,6 +152,7 @@ impl Default for HardeningSettings {
             host_firewall: HostFirewall::Auto,
             blocked_destinations: vec!["169.254.169.254/32".into(), "fd00:ec2::254/128".into()],
             blocked_host_ports: vec![2375, 2376],
+            firewall_image: None,
         }
     }
 }
@@ -302,70 +306,32 @@ pub(crate) fn profile(settings: &HardeningSettings, runtime: &str, firewall: &st
 }
 
 impl DockerProvider {
-    /// The profile every sandbox created now gets, installing the host firewall first when
-    /// this provider is the one to install it (once per provider). Under `required` a
-    /// failure refuses the create (and is retried by the next one): the rules fail closed.
-    /// Under `auto` the outcome is final for this provider and reported in the profile
-    /// (`host-firewall=unavailable`), so an operator in a pod without the host's network
-    /// namespace still works and says what it could not do.
+    /// The profile every sandbox created now gets, installing the host firewall first (once
+    /// per provider). A failure refuses the create and is retried by the next one: the rules
+    /// fail closed, and only `hostFirewall: off` runs sandboxes without them.
     pub(crate) async fn isolation_profile(&self) -> ProviderResult<String> {
         let hardening = &self.settings.hardening;
-        let firewall = match (hardening.host_firewall, self.engine_is_local()) {
-            (HostFirewall::Off, _) => "off",
-            (HostFirewall::Auto, false) => "none-remote-engine",
-            (HostFirewall::Required, false) => {
-                return Err(ProviderError::invalid(
-                    "hardening.hostFirewall is required but the engine is remote: the operator can \
-                     only install firewall rules on its own host; install them on the engine's host \
-                     (README, Isolation) and set hostFirewall: off, or use a local engine",
-                ));
-            }
-            (HostFirewall::Required, true) => {
+        let firewall = match hardening.host_firewall {
+            HostFirewall::Off => "off",
+            HostFirewall::Auto | HostFirewall::Required => {
                 *self
                     .firewall
                     .get_or_try_init(|| async {
                         self.install_firewall().await.map(|()| "iptables").map_err(|e| {
                             ProviderError::unsupported(format!(
                                 "cannot install the host firewall that keeps sandboxes away from the \
-                                 metadata endpoint and the engine's API ({e}); run the operator on the \
-                                 engine's host with NET_ADMIN in its network namespace, or set \
-                                 hardening.hostFirewall: auto or off to accept the risk"
+                                 host, the metadata endpoint and the engine's API ({e}); fix the \
+                                 engine's host (the operator runs a helper container there with \
+                                 --network host and NET_ADMIN), set docker.hardening.firewallImage \
+                                 to an image with chroot, or set docker.hardening.hostFirewall: off \
+                                 to accept the risk"
                             ))
                         })
                     })
                     .await?
             }
-            (HostFirewall::Auto, true) => {
-                *self
-                    .firewall
-                    .get_or_init(|| async {
-                        match self.install_firewall().await {
-                            Ok(()) => "iptables",
-                            Err(e) => {
-                                tracing::warn!(
-                                    provider = %self.name,
-                                    error = %e,
-                                    "host firewall not installed: sandboxes can reach the metadata \
-                                     endpoint and the engine's API ports unless the host blocks them \
-                                     (hardening.hostFirewall: required refuses to run like this)"
-                                );
-                                "unavailable"
-                            }
-                        }
-                    })
-                    .await
-            }
         };
         Ok(profile(hardening, self.runtime_name(), firewall))
-    }
-
-    async fn install_firewall(&self) -> Result<(), String> {
-        let hardening = &self.settings.hardening;
-        let rules = firewall::rules(
-            &hardening.blocked_destinations,
-            &hardening.blocked_host_ports,
-        );
-        firewall::ensure(&rules).await
     }
 }
 

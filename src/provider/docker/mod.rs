@@ -34,6 +34,8 @@ pub mod firewall;
 pub mod hardening;
 mod hibernation;
 mod imageconfig;
+pub mod hostguard;
+pub mod networks;
 mod pull;
 mod resources;
 mod runtime;
@@ -102,6 +104,8 @@ pub struct DockerProvider {
     firewall: Arc<OnceCell<&'static str>>,
     /// The egress gateway, when the settings configure one (shared by clones).
     gateway: Option<Arc<egress::Gateway>>,
+    /// The namespace networks ensured so far (shared by clones; see `networks`).
+    networks: Arc<networks::Known>,
 }
 
 impl DockerProvider {
@@ -153,6 +157,7 @@ impl DockerProvider {
             negotiated: Arc::new(OnceCell::new()),
             pulls: Arc::new(pull::Pulls::new(pull_timeout)),
             firewall: Arc::new(OnceCell::new()),
+            networks: Arc::default(),
         })
     }
 

@@ -154,10 +154,14 @@ impl ProviderKind for DockerSettings {
         super::events::echo_words(change)
     }
 
+    /// Installs the host firewall at start-up already (a failure is logged here and refuses
+    /// each create until it succeeds), so no create pays for it.
     async fn build(&self, name: &str) -> ProviderResult<Arc<dyn Provider>> {
-        Ok(Arc::new(
-            super::DockerProvider::connect_negotiated(name, self.clone()).await?,
-        ))
+        let provider = super::DockerProvider::connect_negotiated(name, self.clone()).await?;
+        if let Err(e) = provider.isolation_profile().await {
+            tracing::warn!(provider = %name, error = %e, "host firewall not installed yet");
+        }
+        Ok(Arc::new(provider))
     }
 }
 

@@ -2,8 +2,8 @@
 //! observed verdict.
 //!
 //! Where a sandbox's traffic can go is decided at create by its allow-list and is fixed for
-//! the container's life ([`Placement`]): unrestricted sandboxes sit on the engine's default
-//! network as always; `allowedDomains: []` is network mode `none` (nothing at all); a
+//! the container's life ([`Placement`]): unrestricted sandboxes sit on their namespace's
+//! network (inter-container traffic off, see `networks`); `allowedDomains: []` is network mode `none` (nothing at all); a
 //! non-empty list puts the sandbox on the gateway's internal network with the gateway as its
 //! only resolver (see `gateway` and the `crate::gateway` module for what is enforced). A
 //! changed list within the gateway placement is applied in place by rewriting the sandbox's
@@ -22,7 +22,7 @@ pub use settings::EgressGatewaySettings;
 /// Where a sandbox's traffic goes, fixed at create.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Placement {
-    /// The engine's default network: unrestricted.
+    /// The namespace's network: unrestricted egress, no sandbox-to-sandbox traffic.
     Open,
     /// Network mode `none`: no egress at all.
     Cut,

@@ -1,0 +1,212 @@
+//! Tenancy on Docker, the network walls (issue 22, item 4): a sandbox of one namespace cannot
+//! connect to a sandbox of another, and nothing on the engine's host answers a sandbox.
+//!
+//! Real engine, real host firewall: the provider is driven directly (the namespace a sandbox
+//! belongs to is its owner's, exactly what the controller passes), and every probe is a TCP
+//! connect from inside a sandbox with a deadline. Each refusal is paired with a control that
+//! shows the same target answering someone who should reach it (the host itself), so a probe
+//! that fails for an unrelated reason cannot pass the test.
+//!
+//! Needs root (the host firewall), the engine and the base image.
+
+mod harness;
+
+use std::net::{IpAddr, TcpListener, TcpStream};
+use std::time::Duration;
+
+use harness::docker::TestEnv;
+use harness::{unique, wait_for};
+use sandbox_operator::provider::{CreateRequest, Provider};
+
+const DEADLINE: Duration = Duration::from_secs(60);
+
+/// An HTTP server on 8080 in perl (the base image has no nc or python).
+fn http_server() -> Vec<String> {
+    let script = "use IO::Socket::INET; my $s = IO::Socket::INET->new(LocalPort => 8080, \
+                  Listen => 16, ReuseAddr => 1) or die $!; while (my $c = $s->accept) { \
+                  print $c \"HTTP/1.0 200 OK\\r\\n\\r\\nhello\"; close $c }";
+    vec!["perl".into(), "-e".into(), script.into()]
+}
+
+/// A request of `env` for a sandbox of namespace `namespace`.
+fn request_in(env: &TestEnv, namespace: &str, name: &str) -> CreateRequest {
+    let mut request = env.request(name);
+    request.owner.namespace = namespace.into();
+    request
+}
+
+async fn started(env: &TestEnv, request: &CreateRequest) {
+    env.provider
+        .create(request)
+        .await
+        .unwrap_or_else(|e| panic!("create {}: {e}", request.name));
+    env.provider.start(&request.name).await.unwrap();
+}
+
+/// The container's addresses and its networks' gateways (the host's side of each bridge).
+async fn addresses(name: &str) -> (Vec<IpAddr>, Vec<IpAddr>) {
+    let c = harness::docker::engine()
+        .await
+        .inspect_container(
+            name,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .expect("inspect");
+    let networks = c
+        .network_settings
+        .and_then(|n| n.networks)
+        .unwrap_or_default();
+    let parse = |s: &Option<String>| s.as_deref().and_then(|s| s.parse::<IpAddr>().ok());
+    let ips = networks.values().filter_map(|e| parse(&e.ip_address));
+    let gateways = networks.values().filter_map(|e| parse(&e.gateway));
+    (ips.collect(), gateways.collect())
+}
+
+/// Whether a TCP connection from inside the sandbox to `addr:port` is established.
+async fn connects(env: &TestEnv, id: &str, addr: IpAddr, port: u16) -> bool {
+    let script = format!(
+        "if timeout 5 bash -c 'exec 3<>/dev/tcp/{addr}/{port}' 2>/dev/null; then echo open; \
+         else echo closed; fi"
+    );
+    env.sh(id, &script).await.trim() == "open"
+}
+
+/// The host reaches `addr:port` (the control that the target is up).
+async fn host_reaches(addr: IpAddr, port: u16) {
+    wait_for(
+        &format!("{addr}:{port} answering the host"),
+        DEADLINE,
+        || async {
+            TcpStream::connect_timeout(&(addr, port).into(), Duration::from_secs(2))
+                .map(drop)
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_cannot_connect_to_a_sandbox_of_another_namespace() {
+    let env = TestEnv::new("tenancy-net").await;
+    let (ns_a, ns_b) = (unique("a"), unique("b"));
+    let mut server = request_in(&env, &ns_a, &env.name("srv"));
+    server.command = Some(http_server());
+    started(&env, &server).await;
+    let neighbour = request_in(&env, &ns_a, &env.name("nbr"));
+    let stranger = request_in(&env, &ns_b, &env.name("str"));
+    started(&env, &neighbour).await;
+    started(&env, &stranger).await;
+
+    let (ips, _) = addresses(&server.name).await;
+    assert!(!ips.is_empty(), "the server sandbox has an address");
+    for ip in ips {
+        host_reaches(ip, 8080).await;
+        assert!(
+            !connects(&env, &stranger.name, ip, 8080).await,
+            "a sandbox of namespace b connected to {ip}:8080 of a sandbox of namespace a"
+        );
+        // Inter-container traffic is off within a namespace too (see the provider's
+        // `networks` module for why).
+        assert!(
+            !connects(&env, &neighbour.name, ip, 8080).await,
+            "a sandbox connected to {ip}:8080 of another sandbox of its own namespace"
+        );
+    }
+}
+
+/// The host's own addresses, loopback excluded (a sandbox has no route to it anyway), and
+/// the bridges of user-defined networks too: other tests create and remove those meanwhile
+/// (the sandbox's own bridge is probed through its gateway).
+fn host_addresses() -> Vec<IpAddr> {
+    let out = std::process::Command::new("ip")
+        .args(["-4", "-o", "addr", "show"])
+        .output()
+        .expect("ip addr");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| {
+            let interface = l.split_whitespace().nth(1).unwrap_or_default();
+            !interface.starts_with("br-") && !interface.starts_with("sbxns-")
+        })
+        .filter_map(|l| l.split_whitespace().nth(3))
+        .filter_map(|cidr| cidr.split('/').next()?.parse::<IpAddr>().ok())
+        .filter(|ip| !ip.is_loopback())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_on_the_host_answers_a_sandbox() {
+    let env = TestEnv::new("tenancy-host").await;
+    let listener = TcpListener::bind("0.0.0.0:0").expect("a host port on every address");
+    let port = listener.local_addr().unwrap().port();
+    let sandbox = request_in(&env, &unique("h"), &env.name("probe"));
+    started(&env, &sandbox).await;
+
+    let (_, gateways) = addresses(&sandbox.name).await;
+    assert!(!gateways.is_empty(), "the sandbox's network has a gateway");
+    let mut targets = gateways;
+    targets.extend(host_addresses());
+    targets.sort();
+    targets.dedup();
+    for ip in targets {
+        host_reaches(ip, port).await;
+        assert!(
+            !connects(&env, &sandbox.name, ip, port).await,
+            "the sandbox connected to the host at {ip}:{port}"
+        );
+    }
+}
+
+/// Whether the engine has a network of this name.
+async fn network_exists(name: &str) -> bool {
+    harness::docker::engine()
+        .await
+        .inspect_network(name, None)
+        .await
+        .is_ok()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_sweepers_pass_reclaims_a_namespace_network_only_once_no_sandbox_uses_it() {
+    use sandbox_operator::provider::docker::networks;
+    let env = TestEnv::new("tenancy-prune").await;
+    let namespace = unique("p");
+    let first = request_in(&env, &namespace, &env.name("one"));
+    let second = request_in(&env, &namespace, &env.name("two"));
+    started(&env, &first).await;
+    // Created, never started: it still holds the network.
+    env.provider.create(&second).await.unwrap();
+    let network = networks::for_owner(env.provider.name(), &first.owner).name;
+    assert!(network_exists(&network).await, "{network} was created");
+
+    env.provider.destroy(&first.name).await.unwrap();
+    env.provider
+        .inventory(&env.instance_labels())
+        .await
+        .unwrap();
+    assert!(
+        network_exists(&network).await,
+        "{network} was removed while a sandbox was attached to it"
+    );
+    env.provider.destroy(&second.name).await.unwrap();
+    // Reclaimed once it is older than the minimum age, by a later pass.
+    wait_for(
+        &format!("a pass to reclaim the empty {network}"),
+        Duration::from_secs(networks::MIN_AGE_SECS as u64 + 60),
+        || async {
+            env.provider
+                .inventory(&env.instance_labels())
+                .await
+                .map_err(|e| e.to_string())?;
+            match network_exists(&network).await {
+                true => Err("still there".to_string()),
+                false => Ok(()),
+            }
+        },
+    )
+    .await;
+    // A later create in the namespace brings it back.
+    started(&env, &request_in(&env, &namespace, &env.name("three"))).await;
+    assert!(network_exists(&network).await, "{network} recreated");
+}
