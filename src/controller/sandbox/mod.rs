@@ -9,6 +9,7 @@ pub mod act;
 pub mod apply;
 pub mod build;
 pub mod decide;
+pub mod images;
 pub mod lifetime;
 pub mod observe;
 pub mod pulling;

@@ -42,6 +42,7 @@ mod volumes;
 mod settings;
 
 mod bulk;
+mod cache;
 mod capacity;
 mod egress;
 mod events;
