@@ -1109,12 +1109,18 @@ templateStores:
     #[test]
     fn open_images_default_to_the_base_image_and_bad_entries_are_named() {
         let c = parse_ok("providers: [{name: d, type: docker}]\n");
-        assert_eq!(c.open_images, vec!["sandbox-operator/base:bookworm".to_string()]);
+        assert_eq!(
+            c.open_images,
+            vec!["sandbox-operator/base:bookworm".to_string()]
+        );
         let c = parse_ok(
             "providers: [{name: d, type: docker}]\nopenImages: [\"ghcr.io/team/*\", \"a/*/b\", \"\"]\n",
         );
         let issues = invalid(&c);
-        assert!(has_issue(&issues, "openImages[1]", "trailing"), "{issues:?}");
+        assert!(
+            has_issue(&issues, "openImages[1]", "trailing"),
+            "{issues:?}"
+        );
         assert!(has_issue(&issues, "openImages[2]", "empty"), "{issues:?}");
         assert_eq!(issues.len(), 2, "{issues:?}");
     }

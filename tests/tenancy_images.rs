@@ -46,7 +46,13 @@ struct Tenant {
 impl Drop for Tenant {
     fn drop(&mut self) {
         let _ = kubectl(
-            &["delete", "namespace", &self.ns, "--wait=true", "--timeout=60s"],
+            &[
+                "delete",
+                "namespace",
+                &self.ns,
+                "--wait=true",
+                "--timeout=60s",
+            ],
             None,
         );
     }
@@ -108,12 +114,19 @@ async fn assert_refused(t: &Tenant, name: &str, fixes: &[&str]) -> String {
         );
     };
     assert_eq!(stalled.reason, REFUSED, "{}", stalled.message);
-    assert!(stalled.message.contains("spec.image"), "{}", stalled.message);
+    assert!(
+        stalled.message.contains("spec.image"),
+        "{}",
+        stalled.message
+    );
     for fix in fixes {
         assert!(stalled.message.contains(fix), "{fix}: {}", stalled.message);
     }
     assert!(
-        s.status.as_ref().and_then(|st| st.sandbox_id.clone()).is_none(),
+        s.status
+            .as_ref()
+            .and_then(|st| st.sandbox_id.clone())
+            .is_none(),
         "a refused Sandbox creates nothing"
     );
     stalled.message.clone()
@@ -190,10 +203,16 @@ async fn an_image_pulled_with_a_secret_is_reused_only_with_a_credential_the_regi
     let digest = push_fresh_image(&docker, &base_image(), &r, &repo, "1", "tenant-a").await;
     let image = format!("{}/{repo}:1", r.addr);
     let _images = Images(vec![image.clone(), digest.clone()]);
-    let (a, b) = (tenant("img-pull-a", "").await, tenant("img-pull-b", "").await);
+    let (a, b) = (
+        tenant("img-pull-a", "").await,
+        tenant("img-pull-b", "").await,
+    );
 
     create_pull_secret(&a.ns, "regcred", &r, &r.password).await;
-    apply_yaml_ok(&sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")), &a.ns);
+    apply_yaml_ok(
+        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+        &a.ns,
+    );
     wait_ready_within(&a.api, "app", &a.op, TIMEOUT).await;
 
     // The engine holds the image now; b has no credential, or a wrong one.
@@ -210,13 +229,20 @@ async fn an_image_pulled_with_a_secret_is_reused_only_with_a_credential_the_regi
     // With a credential the registry accepts, b could have pulled it: it runs the cached copy.
     let gets_before = r.blob_gets(&repo);
     create_pull_secret(&b.ns, "regcred", &r, &r.password).await;
-    apply_yaml_ok(&sandbox_yaml("right", &image, "Never", Some("regcred")), &b.ns);
+    apply_yaml_ok(
+        &sandbox_yaml("right", &image, "Never", Some("regcred")),
+        &b.ns,
+    );
     let s = wait_ready_within(&b.api, "right", &b.op, TIMEOUT).await;
     assert_eq!(
         s.status.and_then(|st| st.image_digest).as_deref(),
         Some(digest.as_str())
     );
-    assert_eq!(r.blob_gets(&repo), gets_before, "verified, not pulled again");
+    assert_eq!(
+        r.blob_gets(&repo),
+        gets_before,
+        "verified, not pulled again"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -226,7 +252,10 @@ async fn open_images_run_in_every_namespace_and_unlisted_local_images_nowhere() 
     let unlisted = format!("{}:1", unique("tenancy-local/unlisted"));
     for reference in [&listed, &unlisted] {
         let (repo, tag) = reference.rsplit_once(':').expect("repo:tag");
-        let options = TagImageOptionsBuilder::default().repo(repo).tag(tag).build();
+        let options = TagImageOptionsBuilder::default()
+            .repo(repo)
+            .tag(tag)
+            .build();
         docker
             .tag_image(&base_image(), Some(options))
             .await

@@ -109,7 +109,9 @@ impl Context {
         resync: Duration,
     ) -> Arc<Self> {
         let images = sandbox::images::ImageRules::new(&crate::config::default_open_images());
-        Self::with_images(client, providers, templates, metrics, instance, resync, images)
+        Self::with_images(
+            client, providers, templates, metrics, instance, resync, images,
+        )
     }
 
     /// [`Context::new`] with the operator's image rules (its `openImages` setting).

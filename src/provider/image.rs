@@ -172,16 +172,18 @@ impl OpenImages {
     /// Whether `image` (as a Sandbox names it) is open to every namespace.
     pub fn allows(&self, image: &str) -> bool {
         let normal = parse(image).ok().map(|r| normalized(&r));
-        self.entries.iter().any(|entry| match entry.strip_suffix('*') {
-            Some(prefix) => {
-                image.starts_with(prefix) || normal.as_ref().is_some_and(|n| n.starts_with(prefix))
-            }
-            None => {
-                entry == image
-                    || normal.is_some()
-                        && parse(entry).ok().map(|r| normalized(&r)) == normal
-            }
-        })
+        self.entries
+            .iter()
+            .any(|entry| match entry.strip_suffix('*') {
+                Some(prefix) => {
+                    image.starts_with(prefix)
+                        || normal.as_ref().is_some_and(|n| n.starts_with(prefix))
+                }
+                None => {
+                    entry == image
+                        || normal.is_some() && parse(entry).ok().map(|r| normalized(&r)) == normal
+                }
+            })
     }
 }
 
@@ -205,7 +207,10 @@ pub fn check_open_image(entry: &str) -> Result<(), String> {
     let entry = entry.trim();
     let stem = entry.strip_suffix('*').unwrap_or(entry);
     if entry.is_empty() || entry.contains(char::is_whitespace) {
-        return Err("is empty or contains blanks; write an image reference or a prefix ending in `*`".into());
+        return Err(
+            "is empty or contains blanks; write an image reference or a prefix ending in `*`"
+                .into(),
+        );
     }
     if stem.contains('*') {
         return Err(format!(
@@ -429,7 +434,11 @@ mod tests {
         assert!(check_open_image("*").is_ok());
         assert!(check_open_image("").is_err());
         assert!(check_open_image("a b").is_err());
-        assert!(check_open_image("registry.example.com/*/x").unwrap_err().contains("trailing"));
+        assert!(
+            check_open_image("registry.example.com/*/x")
+                .unwrap_err()
+                .contains("trailing")
+        );
         assert!(check_open_image("Not A Reference").is_err());
     }
 
@@ -460,7 +469,10 @@ mod tests {
         ] {
             assert!(!in_repository(name, repo), "{name}");
         }
-        assert!(in_repository("registry.local/templates:x", "registry.local/templates"));
+        assert!(in_repository(
+            "registry.local/templates:x",
+            "registry.local/templates"
+        ));
     }
 
     #[test]

@@ -305,10 +305,7 @@ mod tests {
     fn answers_are_sorted_by_what_they_mean_for_the_sandbox() {
         let v = |s: u16| verdict(StatusCode::from_u16(s).unwrap(), "u");
         assert_eq!(v(200).unwrap(), Verdict::Allowed);
-        assert_eq!(
-            v(401).unwrap(),
-            Verdict::Refused(StatusCode::UNAUTHORIZED)
-        );
+        assert_eq!(v(401).unwrap(), Verdict::Refused(StatusCode::UNAUTHORIZED));
         assert_eq!(v(403).unwrap(), Verdict::Refused(StatusCode::FORBIDDEN));
         assert_eq!(v(404).unwrap(), Verdict::Absent);
         assert!(v(503).is_err() && v(500).is_err());

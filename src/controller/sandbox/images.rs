@@ -270,7 +270,10 @@ mod tests {
         let registry = cached(false, Some(&digest));
         let local = cached(false, None);
         assert_eq!(decide(&WHY, Never, Some(&local), true), Decision::Allow);
-        assert_eq!(decide(&WHY, Always, Some(&registry), false), Decision::Allow);
+        assert_eq!(
+            decide(&WHY, Always, Some(&registry), false),
+            Decision::Allow
+        );
         for policy in [IfNotPresent, Never] {
             match decide(&WHY, policy, Some(&registry), false) {
                 Decision::Verify(pinned) => assert_eq!(pinned.whole(), digest),
@@ -283,7 +286,12 @@ mod tests {
     #[test]
     fn refusals_name_the_fix() {
         let m = WHY.unverified("127.0.0.1:5000", "no credential", "refused it (401)");
-        for needle in ["spec.image", "spec.imagePullSecrets", "openImages", "127.0.0.1:5000"] {
+        for needle in [
+            "spec.image",
+            "spec.imagePullSecrets",
+            "openImages",
+            "127.0.0.1:5000",
+        ] {
             assert!(m.contains(needle), "{needle}: {m}");
         }
         assert!(WHY.template().contains("spec.templateRef"));
