@@ -14,77 +14,26 @@ mod harness;
 
 use std::time::Duration;
 
-use bollard::models::{ContainerConfig, ContainerCreateBody};
-use bollard::query_parameters::{
-    CommitContainerOptionsBuilder, CreateContainerOptions, RemoveContainerOptionsBuilder,
-    StartContainerOptions, TagImageOptionsBuilder, WaitContainerOptions,
-};
-use futures::StreamExt;
-use harness::cluster::*;
-use harness::docker::{Images, Purge, base_image, engine};
+use bollard::query_parameters::TagImageOptionsBuilder;
+use harness::docker::{Images, base_image, engine};
 use harness::objects::{Reconciled, describe_conditions, wait_object, wait_ready_within};
 use harness::operator::*;
-use harness::registry::{create_pull_secret, push_fresh_image, registry};
+use harness::registry::{commit_marked_image, create_pull_secret, push_fresh_image, registry};
+use harness::tenant::{Tenant, apply_sandboxes, image_sandbox};
 use harness::unique;
-use kube::Api;
 use sandbox_operator::api::{Sandbox, condition};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
-const IDLE: &str = r#"["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]"#;
 /// The reason of every refusal of an image.
 const REFUSED: &str = "ImageNotAllowed";
 
-/// One tenant: a namespace, its operator (instance = namespace) and its Sandbox API.
-/// Dropping it deletes the namespace while the operator still runs, then purges leftovers.
-struct Tenant {
-    ns: String,
-    op: Operator,
-    api: Api<Sandbox>,
-    _purge: Purge,
-}
-
-impl Drop for Tenant {
-    fn drop(&mut self) {
-        let _ = kubectl(
-            &[
-                "delete",
-                "namespace",
-                &self.ns,
-                "--wait=true",
-                "--timeout=60s",
-            ],
-            None,
-        );
-    }
-}
-
 /// A tenant whose operator's configuration ends with `extra` (top-level keys).
 async fn tenant(prefix: &str, extra: &str) -> Tenant {
-    let ns = namespace(prefix).await;
-    let _purge = Purge(ns.clone());
     let options = OperatorOptions {
         config_extra: format!("providers:\n  - name: docker\n    type: docker\n{extra}"),
         ..OperatorOptions::default()
     };
-    let op = Operator::start(&ns, &ns, &options);
-    let api = Api::namespaced(client().await, &ns);
-    Tenant {
-        ns,
-        op,
-        api,
-        _purge,
-    }
-}
-
-fn sandbox_yaml(name: &str, image: &str, policy: &str, secret: Option<&str>) -> String {
-    let secrets = secret.map_or(String::new(), |s| {
-        format!("  imagePullSecrets:\n    - name: {s}\n")
-    });
-    format!(
-        "apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: {name}\nspec:\n  \
-         image: {image:?}\n  imagePullPolicy: {policy}\n{secrets}  command: {IDLE}\n  \
-         restartPolicy: Always\n"
-    )
+    harness::tenant::tenant(prefix, &options).await
 }
 
 /// Waits until `name` is either Ready or Stalled (whichever comes first) and returns it, so
@@ -132,64 +81,20 @@ async fn assert_refused(t: &Tenant, name: &str, fixes: &[&str]) -> String {
     stalled.message.clone()
 }
 
-/// Commits a container of the base image holding `/secret.txt` into `reference`, as a
-/// template capture leaves it; returns the image id.
-async fn commit_image(reference: &str) -> String {
-    let docker = engine().await;
-    let (repo, tag) = reference.rsplit_once(':').expect("repo:tag");
-    let body = ContainerCreateBody {
-        image: Some(base_image()),
-        cmd: Some(vec![
-            "sh".into(),
-            "-c".into(),
-            "echo tenant-a-data > /secret.txt".into(),
-        ]),
-        ..Default::default()
-    };
-    let container = docker
-        .create_container(None::<CreateContainerOptions>, body)
-        .await
-        .expect("create")
-        .id;
-    docker
-        .start_container(&container, None::<StartContainerOptions>)
-        .await
-        .expect("start");
-    let _ = docker
-        .wait_container(&container, None::<WaitContainerOptions>)
-        .collect::<Vec<_>>()
-        .await;
-    let options = CommitContainerOptionsBuilder::default()
-        .container(&container)
-        .repo(repo)
-        .tag(tag)
-        .build();
-    let config = ContainerConfig {
-        cmd: Some(vec!["sleep".into(), "infinity".into()]),
-        ..Default::default()
-    };
-    let id = docker
-        .commit_container(options, config)
-        .await
-        .expect("commit")
-        .id;
-    let force = RemoveContainerOptionsBuilder::default().force(true).build();
-    let _ = docker.remove_container(&container, Some(force)).await;
-    id
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn another_namespace_cannot_boot_a_template_image_by_name_or_by_id() {
     let id = unique("tpl");
     let template = format!("sandbox-operator/template:{id}");
-    let image_id = commit_image(&template).await;
+    let docker = engine().await;
+    let repository = "sandbox-operator/template";
+    let image_id = commit_marked_image(&docker, &base_image(), repository, &id, "a-data").await;
     let _images = Images(vec![template.clone()]);
     let b = tenant("img-tpl-b", "").await;
-    let named = sandbox_yaml("named", &template, "Never", None);
-    let by_id = sandbox_yaml("by-id", &image_id, "Never", None);
+    let named = image_sandbox("named", &template, "Never", None);
+    let by_id = image_sandbox("by-id", &image_id, "Never", None);
     let hub = format!("docker.io/{template}");
-    let aliased = sandbox_yaml("aliased", &hub, "IfNotPresent", None);
-    apply_yaml_ok(&[named, by_id, aliased].join("---\n"), &b.ns);
+    let aliased = image_sandbox("aliased", &hub, "IfNotPresent", None);
+    apply_sandboxes(&[named, by_id, aliased].join("---\n"), &b.ns);
     for name in ["named", "by-id", "aliased"] {
         assert_refused(&b, name, &["templateRef"]).await;
     }
@@ -209,19 +114,19 @@ async fn an_image_pulled_with_a_secret_is_reused_only_with_a_credential_the_regi
     );
 
     create_pull_secret(&a.ns, "regcred", &r, &r.password).await;
-    apply_yaml_ok(
-        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+    apply_sandboxes(
+        &image_sandbox("app", &image, "IfNotPresent", Some("regcred")),
         &a.ns,
     );
     wait_ready_within(&a.api, "app", &a.op, TIMEOUT).await;
 
     // The engine holds the image now; b has no credential, or a wrong one.
     create_pull_secret(&b.ns, "wrong", &r, "not-the-password").await;
-    let none = sandbox_yaml("none", &image, "IfNotPresent", None);
-    let never = sandbox_yaml("never", &image, "Never", None);
-    let pinned = sandbox_yaml("pinned", &digest, "Never", None);
-    let wrong = sandbox_yaml("wrong", &image, "IfNotPresent", Some("wrong"));
-    apply_yaml_ok(&[none, never, pinned, wrong].join("---\n"), &b.ns);
+    let none = image_sandbox("none", &image, "IfNotPresent", None);
+    let never = image_sandbox("never", &image, "Never", None);
+    let pinned = image_sandbox("pinned", &digest, "Never", None);
+    let wrong = image_sandbox("wrong", &image, "IfNotPresent", Some("wrong"));
+    apply_sandboxes(&[none, never, pinned, wrong].join("---\n"), &b.ns);
     for name in ["none", "never", "pinned", "wrong"] {
         assert_refused(&b, name, &["imagePullSecrets", "openImages"]).await;
     }
@@ -229,8 +134,8 @@ async fn an_image_pulled_with_a_secret_is_reused_only_with_a_credential_the_regi
     // With a credential the registry accepts, b could have pulled it: it runs the cached copy.
     let gets_before = r.blob_gets(&repo);
     create_pull_secret(&b.ns, "regcred", &r, &r.password).await;
-    apply_yaml_ok(
-        &sandbox_yaml("right", &image, "Never", Some("regcred")),
+    apply_sandboxes(
+        &image_sandbox("right", &image, "Never", Some("regcred")),
         &b.ns,
     );
     let s = wait_ready_within(&b.api, "right", &b.op, TIMEOUT).await;
@@ -271,10 +176,10 @@ async fn open_images_run_in_every_namespace_and_unlisted_local_images_nowhere() 
         tenant("img-open-b", &open).await,
     );
     for t in [&a, &b] {
-        let base = sandbox_yaml("base", &base_image(), "Never", None);
-        let listed = sandbox_yaml("listed", &listed, "IfNotPresent", None);
-        let unlisted = sandbox_yaml("unlisted", &unlisted, "Never", None);
-        apply_yaml_ok(&[base, listed, unlisted].join("---\n"), &t.ns);
+        let base = image_sandbox("base", &base_image(), "Never", None);
+        let listed = image_sandbox("listed", &listed, "IfNotPresent", None);
+        let unlisted = image_sandbox("unlisted", &unlisted, "Never", None);
+        apply_sandboxes(&[base, listed, unlisted].join("---\n"), &t.ns);
     }
     for t in [&a, &b] {
         wait_ready_within(&t.api, "base", &t.op, TIMEOUT).await;
