@@ -142,6 +142,7 @@ start_operator() {
     echo "instance: $INSTANCE"
     echo "resyncSecs: $RESYNC"
     echo "providerConcurrency: $PCONC"
+    echo "openImages: [\"$IMAGE\"]"
     echo "providers:"
     echo "  - name: docker"
     echo "    type: docker"

@@ -106,6 +106,7 @@ start_operator() { # binary
   cat >"$CONFIG" <<EOF
 # Written by examples/demo.sh (format: src/config.rs).
 instance: $INSTANCE
+openImages: ["${SANDBOX_BASE_IMAGE:-sandbox-operator/base:bookworm}"]
 providers:
   - name: docker
     type: docker

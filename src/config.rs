@@ -84,9 +84,21 @@ pub struct OperatorConfig {
     pub provider_concurrency: usize,
     /// Timeout in seconds for any single provider call.
     pub provider_timeout_secs: u64,
+    /// Images every namespace may boot from a provider's shared image cache without proving
+    /// it could pull them (see `controller::sandbox::images`): references, or prefixes ending
+    /// in `*`. Default: the base image ([`DEFAULT_OPEN_IMAGES`]).
+    pub open_images: Vec<String>,
     /// Set when `instance` came from [`ENV_INSTANCE`], so validation messages point there.
     #[serde(skip)]
     instance_from_env: bool,
+}
+
+/// The default `openImages`: the base image every install builds or loads.
+pub const DEFAULT_OPEN_IMAGES: &[&str] = &["sandbox-operator/base:bookworm"];
+
+/// [`DEFAULT_OPEN_IMAGES`], owned.
+pub fn default_open_images() -> Vec<String> {
+    DEFAULT_OPEN_IMAGES.iter().map(|s| s.to_string()).collect()
 }
 
 impl Default for OperatorConfig {
@@ -100,6 +112,7 @@ impl Default for OperatorConfig {
             resync_secs: 600,
             provider_concurrency: 16,
             provider_timeout_secs: 120,
+            open_images: default_open_images(),
             instance_from_env: false,
         }
     }
@@ -253,6 +266,11 @@ impl OperatorConfig {
             &mut issues,
         );
         self.check_timing(&mut issues);
+        for (i, entry) in self.open_images.iter().enumerate() {
+            if let Err(why) = crate::provider::image::check_open_image(entry) {
+                issues.push(format!("openImages[{i}]"), why);
+            }
+        }
         if issues.is_empty() {
             Ok(())
         } else {
@@ -1086,5 +1104,24 @@ templateStores:
             "providers[0].docker.endpoint",
             "unix://"
         ));
+    }
+
+    #[test]
+    fn open_images_default_to_the_base_image_and_bad_entries_are_named() {
+        let c = parse_ok("providers: [{name: d, type: docker}]\n");
+        assert_eq!(
+            c.open_images,
+            vec!["sandbox-operator/base:bookworm".to_string()]
+        );
+        let c = parse_ok(
+            "providers: [{name: d, type: docker}]\nopenImages: [\"ghcr.io/team/*\", \"a/*/b\", \"\"]\n",
+        );
+        let issues = invalid(&c);
+        assert!(
+            has_issue(&issues, "openImages[1]", "trailing"),
+            "{issues:?}"
+        );
+        assert!(has_issue(&issues, "openImages[2]", "empty"), "{issues:?}");
+        assert_eq!(issues.len(), 2, "{issues:?}");
     }
 }

@@ -402,13 +402,14 @@ async fn lead(
 
 /// The leader-only tasks: the three controllers, and the sweeper when enabled.
 fn spawn_leader_tasks(tasks: &mut TaskSet, parts: &Parts, stop: &Trigger) {
-    let ctx = Context::new(
+    let ctx = Context::with_images(
         parts.client.clone(),
         parts.providers.clone(),
         parts.templates.clone(),
         parts.metrics.clone(),
         parts.config.instance.clone(),
         parts.config.resync(),
+        controller::sandbox::images::ImageRules::new(&parts.config.open_images),
     );
     let (sandbox_triggers, volume_triggers) = controller::triggers::provider_triggers(
         tasks,

@@ -8,122 +8,21 @@ mod harness;
 use std::time::Duration;
 
 use harness::cluster::*;
-use harness::docker::{Images, Purge, base_image, container_ids_owned_by, engine};
+use harness::docker::{Images, base_image, container_ids_owned_by, engine};
 use harness::objects::{Reconciled, describe_conditions, wait_object, wait_ready_within};
 use harness::operator::*;
 use harness::registry::{OwnRegistry, create_pull_secret, push_fresh_image, registry};
-use harness::{repo, unique};
+use harness::tenant::{Tenant, apply_sandboxes as apply, image_sandbox, tenant};
+use harness::unique;
 use kube::Api;
 use kube::api::{Patch, PatchParams};
 use sandbox_operator::api::{Sandbox, condition};
 
 /// Pulls from the test registry come on top of a create.
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
-const IDLE: &str = r#"["sh", "-c", "trap 'exit 0' TERM; while :; do sleep 1; done"]"#;
-
-/// One test's namespace, its operator and its Sandbox API. Dropping it deletes the namespace
-/// while the operator still runs (so the Sandboxes' finalizers are honoured and their
-/// containers removed), then stops the operator and purges anything left behind.
-struct World {
-    ns: String,
-    op: Operator,
-    api: Api<Sandbox>,
-    _purge: Purge,
-}
-
-impl Drop for World {
-    fn drop(&mut self) {
-        let _ = kubectl(
-            &[
-                "delete",
-                "namespace",
-                &self.ns,
-                "--wait=true",
-                "--timeout=60s",
-            ],
-            None,
-        );
-    }
-}
-
-/// Installs this branch's Sandbox CRD unless the installed one already has its image
-/// fields. The API server is shared by every branch's test runs, and one that installs a CRD
-/// without these fields makes the API server prune them from our objects.
-fn ensure_crd() {
-    let installed = kubectl(
-        &[
-            "get",
-            "crd",
-            "sandboxes.sandboxes.dev",
-            "-o",
-            "jsonpath={.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.imagePullSecrets.type}",
-        ],
-        None,
-    );
-    if String::from_utf8_lossy(&installed.stdout).trim() == "array" {
-        return;
-    }
-    let crd = repo().join("crds/sandboxes.sandboxes.dev.yaml");
-    let out = kubectl(
-        &[
-            "apply",
-            "--server-side",
-            "--force-conflicts",
-            "-f",
-            &crd.to_string_lossy(),
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = kubectl(
-        &[
-            "wait",
-            "--for=condition=Established",
-            "--timeout=60s",
-            "crd/sandboxes.sandboxes.dev",
-        ],
-        None,
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-/// Sets up a [`World`].
-async fn setup(prefix: &str) -> World {
-    ensure_crd();
-    let ns = namespace(prefix).await;
-    let _purge = Purge(ns.clone());
-    let op = Operator::start(&ns, &ns, &OperatorOptions::default());
-    let api = Api::namespaced(client().await, &ns);
-    World {
-        ns,
-        op,
-        api,
-        _purge,
-    }
-}
-
-fn sandbox_yaml(name: &str, image: &str, policy: &str, secret: Option<&str>) -> String {
-    let secrets = secret.map_or(String::new(), |s| {
-        format!("  imagePullSecrets:\n    - name: {s}\n")
-    });
-    format!(
-        "apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: {name}\nspec:\n  \
-         image: {image}\n  imagePullPolicy: {policy}\n{secrets}  command: {IDLE}\n  \
-         restartPolicy: Always\n"
-    )
-}
-
-fn apply(yaml: &str, ns: &str) {
-    ensure_crd();
-    apply_yaml_ok(yaml, ns);
+/// Sets up a [`Tenant`] with the default operator configuration.
+async fn setup(prefix: &str) -> Tenant {
+    tenant(prefix, &OperatorOptions::default()).await
 }
 
 /// Waits until `name` has condition `kind` True with `reason`; returns the object.
@@ -192,7 +91,7 @@ async fn a_private_image_is_pulled_with_its_secret_and_its_digest_recorded() {
     create_pull_secret(ns, "regcred", &r, &r.password).await;
 
     apply(
-        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+        &image_sandbox("app", &image, "IfNotPresent", Some("regcred")),
         ns,
     );
     let s = wait_ready_within(api, "app", op, READY_TIMEOUT).await;
@@ -231,7 +130,7 @@ async fn a_wrong_password_stalls_naming_the_secret_and_creates_nothing() {
     create_pull_secret(ns, "regcred", &r, wrong).await;
 
     apply(
-        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+        &image_sandbox("app", &image, "IfNotPresent", Some("regcred")),
         ns,
     );
     let s = wait_condition(api, "app", "Stalled", "ImagePullUnauthorized", op).await;
@@ -259,7 +158,7 @@ async fn a_missing_tag_stalls_naming_the_reference() {
     let image = format!("{}/{}:missing", r.addr, unique("e2e/missing"));
 
     apply(
-        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+        &image_sandbox("app", &image, "IfNotPresent", Some("regcred")),
         ns,
     );
     let s = wait_condition(api, "app", "Stalled", "ImageNotFound", op).await;
@@ -287,7 +186,7 @@ async fn a_stopped_registry_is_transient_and_the_sandbox_recovers_by_itself() {
 
     own.stop();
     apply(
-        &sandbox_yaml("app", &image, "IfNotPresent", Some("regcred")),
+        &image_sandbox("app", &image, "IfNotPresent", Some("regcred")),
         ns,
     );
     let s = wait_condition(api, "app", "Reconciling", "RegistryUnavailable", op).await;
@@ -322,11 +221,11 @@ async fn always_picks_up_a_new_digest_only_on_recreate_and_if_not_present_keeps_
     create_pull_secret(ns, "regcred", &r, &r.password).await;
 
     apply(
-        &sandbox_yaml("always", &image, "Always", Some("regcred")),
+        &image_sandbox("always", &image, "Always", Some("regcred")),
         ns,
     );
     apply(
-        &sandbox_yaml("pinned", &image, "IfNotPresent", Some("regcred")),
+        &image_sandbox("pinned", &image, "IfNotPresent", Some("regcred")),
         ns,
     );
     let a = wait_ready_within(api, "always", op, READY_TIMEOUT).await;
@@ -404,7 +303,7 @@ async fn twenty_sandboxes_of_one_new_image_cause_one_pull() {
     create_pull_secret(ns, "regcred", &r, &r.password).await;
 
     let manifests: Vec<String> = (0..20)
-        .map(|i| sandbox_yaml(&format!("app-{i}"), &image, "IfNotPresent", Some("regcred")))
+        .map(|i| image_sandbox(&format!("app-{i}"), &image, "IfNotPresent", Some("regcred")))
         .collect();
     apply(&manifests.join("---\n"), ns);
     for i in 0..20 {

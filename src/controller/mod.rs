@@ -72,6 +72,8 @@ pub struct Context {
     pub template_users: Arc<template_users::TemplateUsers>,
     /// Test-only crash points (`SANDBOX_OPERATOR_FAILPOINT`), see [`Context::failpoint`].
     pub failpoints: Vec<String>,
+    /// Which cached images a Sandbox may boot (`openImages`, registry verification).
+    pub images: Arc<sandbox::images::ImageRules>,
 }
 
 /// Maps kube-runtime's finalizer outcome onto ours, keeping the error category.
@@ -98,7 +100,7 @@ pub fn finalizer_outcome(
 }
 
 impl Context {
-    /// Builds the shared context.
+    /// Builds the shared context, with the default `openImages` (the base image).
     pub fn new(
         client: Client,
         providers: ProviderRegistry,
@@ -106,6 +108,23 @@ impl Context {
         metrics: Metrics,
         instance: String,
         resync: Duration,
+    ) -> Arc<Self> {
+        let images = sandbox::images::ImageRules::new(&crate::config::default_open_images());
+        Self::with_images(
+            client, providers, templates, metrics, instance, resync, images,
+        )
+    }
+
+    /// [`Context::new`] with the operator's image rules (its `openImages` setting).
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_images(
+        client: Client,
+        providers: ProviderRegistry,
+        templates: Arc<TemplateService>,
+        metrics: Metrics,
+        instance: String,
+        resync: Duration,
+        images: sandbox::images::ImageRules,
     ) -> Arc<Self> {
         let recorder = Recorder::new(
             client.clone(),
@@ -129,6 +148,7 @@ impl Context {
             echoes: Arc::default(),
             template_users: Arc::default(),
             failpoints,
+            images: Arc::new(images),
         })
     }
 

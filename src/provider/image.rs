@@ -53,6 +53,15 @@ pub fn same_repository(a: &Reference, b: &Reference) -> bool {
     registry_of(a) == registry_of(b) && a.repository() == b.repository()
 }
 
+/// Whether the reference `name` lies in `repository` (Docker Hub's aliases folded): how a
+/// template image is recognised under any of its names.
+pub fn in_repository(name: &str, repository: &str) -> bool {
+    match (parse(name), parse(repository)) {
+        (Ok(n), Ok(r)) => same_repository(&n, &r),
+        _ => false,
+    }
+}
+
 /// The credential to pull `reference` with, if any applies (see the module docs).
 pub fn credential_for<'a>(
     reference: &Reference,
@@ -122,6 +131,96 @@ fn host_matches(pattern: &str, host: &str) -> bool {
     let p: Vec<&str> = p_name.split('.').collect();
     let h: Vec<&str> = h_name.split('.').collect();
     p.len() == h.len() && p.iter().zip(&h).all(|(p, h)| *p == "*" || p == h)
+}
+
+/// A credential's identity without its value: a SHA-256 over its registry key and secrets,
+/// length-prefixed. Pulls and verifications are keyed by it, so two Secrets holding the same
+/// credential share them and nothing keyed by it can be turned back into the secret.
+pub fn fingerprint(credential: &RegistryCredential) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [
+        credential.registry.as_str(),
+        credential.username.as_str(),
+        credential.password.as_str(),
+        credential.identity_token.as_deref().unwrap_or(""),
+    ] {
+        h.update(part.len().to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    h.finalize().into()
+}
+
+/// The operator's `openImages` setting: images every namespace may boot from a provider's
+/// shared cache without proving it could pull them. An entry is a reference (`repo:tag`,
+/// `repo@sha256:…`; a missing tag means `latest`, Docker Hub's aliases are one registry) or a
+/// prefix ending in `*` (`registry.example.com/base/*`), matched against the reference as
+/// written and as Docker normalises it (`docker.io/library/busybox:latest`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct OpenImages {
+    entries: Vec<String>,
+}
+
+impl OpenImages {
+    /// The setting's entries (checked by [`check_open_image`] at start-up).
+    pub fn new(entries: &[String]) -> Self {
+        OpenImages {
+            entries: entries.iter().map(|e| e.trim().to_string()).collect(),
+        }
+    }
+
+    /// Whether `image` (as a Sandbox names it) is open to every namespace.
+    pub fn allows(&self, image: &str) -> bool {
+        let normal = parse(image).ok().map(|r| normalized(&r));
+        self.entries
+            .iter()
+            .any(|entry| match entry.strip_suffix('*') {
+                Some(prefix) => {
+                    image.starts_with(prefix)
+                        || normal.as_ref().is_some_and(|n| n.starts_with(prefix))
+                }
+                None => {
+                    entry == image
+                        || normal.is_some() && parse(entry).ok().map(|r| normalized(&r)) == normal
+                }
+            })
+    }
+}
+
+/// `registry/repository[:tag][@digest]` with the registry's aliases folded.
+fn normalized(reference: &Reference) -> String {
+    let mut out = format!("{}/{}", registry_of(reference), reference.repository());
+    if let Some(tag) = reference.tag() {
+        out.push(':');
+        out.push_str(tag);
+    }
+    if let Some(digest) = reference.digest() {
+        out.push('@');
+        out.push_str(digest);
+    }
+    out
+}
+
+/// Why an `openImages` entry cannot work, if it cannot: empty, blank inside, a `*` anywhere
+/// but at the end, or (without `*`) not an image reference.
+pub fn check_open_image(entry: &str) -> Result<(), String> {
+    let entry = entry.trim();
+    let stem = entry.strip_suffix('*').unwrap_or(entry);
+    if entry.is_empty() || entry.contains(char::is_whitespace) {
+        return Err(
+            "is empty or contains blanks; write an image reference or a prefix ending in `*`"
+                .into(),
+        );
+    }
+    if stem.contains('*') {
+        return Err(format!(
+            "{entry:?} has a `*` before its end; only a trailing `*` (a prefix) is supported"
+        ));
+    }
+    if stem.len() == entry.len() {
+        parse(entry)?;
+    }
+    Ok(())
 }
 
 #[derive(Deserialize)]
@@ -296,6 +395,84 @@ mod tests {
                 .unwrap_err();
         assert!(bad.contains("user:password"), "{bad}");
         assert!(credentials_from_docker_config(b"{}", "s").is_err());
+    }
+
+    #[test]
+    fn open_images_match_references_and_prefixes_like_docker_names_them() {
+        let open = OpenImages::new(&[
+            "sandbox-operator/base:bookworm".to_string(),
+            "registry.example.com/base/*".to_string(),
+            "busybox".to_string(),
+        ]);
+        for yes in [
+            "sandbox-operator/base:bookworm",
+            "docker.io/sandbox-operator/base:bookworm",
+            "index.docker.io/sandbox-operator/base:bookworm",
+            "registry.example.com/base/python:3.12",
+            "busybox:latest",
+            "docker.io/library/busybox",
+        ] {
+            assert!(open.allows(yes), "{yes}");
+        }
+        for no in [
+            "sandbox-operator/base:trixie",
+            "sandbox-operator/template:abc",
+            "registry.example.com/based/x:1",
+            "registry.example.com/team/app:1",
+            "busybox:1.36",
+            &format!("sha256:{}", "a".repeat(64)),
+        ] {
+            assert!(!open.allows(no), "{no}");
+        }
+        assert!(!OpenImages::default().allows("sandbox-operator/base:bookworm"));
+    }
+
+    #[test]
+    fn open_image_entries_are_checked() {
+        assert!(check_open_image("sandbox-operator/base:bookworm").is_ok());
+        assert!(check_open_image("registry.example.com/base/*").is_ok());
+        assert!(check_open_image("*").is_ok());
+        assert!(check_open_image("").is_err());
+        assert!(check_open_image("a b").is_err());
+        assert!(
+            check_open_image("registry.example.com/*/x")
+                .unwrap_err()
+                .contains("trailing")
+        );
+        assert!(check_open_image("Not A Reference").is_err());
+    }
+
+    #[test]
+    fn fingerprints_tell_credentials_apart_without_holding_them() {
+        let a = cred("r:5000", "s");
+        let mut b = a.clone();
+        b.password = "other".into();
+        assert_eq!(fingerprint(&a), fingerprint(&a.clone()));
+        assert_ne!(fingerprint(&a), fingerprint(&b));
+    }
+
+    #[test]
+    fn template_images_are_found_under_every_spelling_of_the_repository() {
+        let repo = "sandbox-operator/template";
+        for name in [
+            "sandbox-operator/template:abc",
+            "docker.io/sandbox-operator/template:abc",
+            "index.docker.io/sandbox-operator/template",
+            &format!("sandbox-operator/template@sha256:{}", "a".repeat(64)),
+        ] {
+            assert!(in_repository(name, repo), "{name}");
+        }
+        for name in [
+            "sandbox-operator/base:bookworm",
+            "sandbox-operator/template-x:1",
+            "registry.local/sandbox-operator/template:abc",
+        ] {
+            assert!(!in_repository(name, repo), "{name}");
+        }
+        assert!(in_repository(
+            "registry.local/templates:x",
+            "registry.local/templates"
+        ));
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod error;
 pub mod factory;
 pub mod fly;
 pub mod image;
+pub mod image_verify;
 pub mod kubernetes;
 pub mod labels;
 pub mod shellfs;
@@ -187,6 +188,11 @@ pub trait Provider: Send + Sync {
     }
     /// A stream of changes to managed resources, so drift is noticed without polling.
     fn events(&self) -> Option<&dyn ProviderEvents> {
+        None
+    }
+    /// An image cache shared by every namespace (one Docker engine): the controller then
+    /// lets a Sandbox boot a cached image only if it could have pulled it itself.
+    fn image_cache(&self) -> Option<&dyn ImageCache> {
         None
     }
 }
@@ -390,4 +396,28 @@ pub trait ProviderEvents: Send + Sync {
     /// Subscribes to changes of resources labelled with `instance`. The stream ends or
     /// yields `Err` when the connection drops; the caller resubscribes with backoff.
     fn subscribe(&self, instance: &str) -> BoxStream<'static, ProviderResult<ProviderEvent>>;
+}
+
+/// A provider's image cache, shared by every namespace it serves. A cached image carries no
+/// record of who pulled it or with which credential, so the controller decides from these
+/// facts whether a Sandbox may boot it (see `controller::sandbox::images`).
+#[async_trait]
+pub trait ImageCache: Send + Sync {
+    /// The repository holding the provider's own template images: never bootable through
+    /// `spec.image`, only through `spec.templateRef`.
+    fn template_repository(&self) -> &str;
+    /// What the cache holds for `image` (a reference or an image id, as the provider resolves
+    /// it at create), `None` when it holds nothing.
+    async fn cached(&self, image: &str) -> ProviderResult<Option<CachedImage>>;
+}
+
+/// One cached image, as far as deciding who may boot it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CachedImage {
+    /// It is one of the provider's template images (tagged into its template repository).
+    pub template: bool,
+    /// `repository@sha256:…` when a registry served it under the named repository (the
+    /// digest a create would boot), `None` for an image no registry is known to serve
+    /// (built or loaded on the engine, or named by its image id).
+    pub registry_digest: Option<String>,
 }

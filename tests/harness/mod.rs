@@ -17,6 +17,7 @@
 //! - [`objects`]: waiting on the objects a test applied (Ready, gone) and patching their spec;
 //! - [`metrics`]: reading the operator's Prometheus metrics;
 //! - [`dns`]: a stub DNS server whose answers the test decides;
+//! - [`tenant`]: one namespace with its own operator on the shared engine, for the image tests;
 //! - [`world`]: one end-to-end world (namespace, operator, configuration) around a provider's
 //!   far side, for the remote providers and Kubernetes.
 //!
@@ -36,6 +37,7 @@ pub mod objects;
 pub mod operator;
 pub mod registry;
 pub mod s3;
+pub mod tenant;
 pub mod tools;
 pub mod world;
 

@@ -51,6 +51,15 @@ impl Operator {
         } else {
             text.push_str(&opts.config_extra);
         }
+        // The base image the tests boot is open to every namespace, also when
+        // SANDBOX_BASE_IMAGE names another than the operator's default.
+        if !text.contains("openImages:") {
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            let base = super::docker::base_image();
+            text.push_str(&format!("openImages: [{base:?}]\n"));
+        }
         std::fs::write(&config, text).expect("write config");
         let log = dir.join(format!("{instance}-{port}.log"));
         let file = std::fs::File::create(&log).expect("log file");

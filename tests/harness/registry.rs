@@ -147,6 +147,39 @@ pub async fn push_fresh_image(
     marker: &str,
 ) -> String {
     let target = format!("{}/{repository}", registry.addr);
+    commit_marked_image(docker, base, &target, tag, marker).await;
+    docker
+        .push_image(
+            &target,
+            Some(PushImageOptionsBuilder::default().tag(tag).build()),
+            Some(registry.credentials()),
+        )
+        .try_collect::<Vec<_>>()
+        .await
+        .expect("push");
+    let pushed = format!("{target}:{tag}");
+    let digest = docker
+        .inspect_image(&pushed)
+        .await
+        .expect("inspect pushed")
+        .repo_digests
+        .unwrap_or_default()
+        .into_iter()
+        .find(|d| d.starts_with(&format!("{target}@")))
+        .expect("a repo digest after the push");
+    remove_image(docker, &pushed).await;
+    digest
+}
+
+/// Commits a container of `base` holding `/marker` (content `marker`) into `target:tag`, its
+/// command `sleep infinity`; returns the image id.
+pub async fn commit_marked_image(
+    docker: &Docker,
+    base: &str,
+    target: &str,
+    tag: &str,
+    marker: &str,
+) -> String {
     let container = docker
         .create_container(
             None::<CreateContainerOptions>,
@@ -171,11 +204,11 @@ pub async fn push_fresh_image(
         .wait_container(&container, None::<WaitContainerOptions>)
         .collect::<Vec<_>>()
         .await;
-    docker
+    let id = docker
         .commit_container(
             CommitContainerOptionsBuilder::default()
                 .container(&container)
-                .repo(&target)
+                .repo(target)
                 .tag(tag)
                 .build(),
             ContainerConfig {
@@ -184,34 +217,15 @@ pub async fn push_fresh_image(
             },
         )
         .await
-        .expect("commit");
+        .expect("commit")
+        .id;
     let _ = docker
         .remove_container(
             &container,
             Some(RemoveContainerOptionsBuilder::default().force(true).build()),
         )
         .await;
-    docker
-        .push_image(
-            &target,
-            Some(PushImageOptionsBuilder::default().tag(tag).build()),
-            Some(registry.credentials()),
-        )
-        .try_collect::<Vec<_>>()
-        .await
-        .expect("push");
-    let pushed = format!("{target}:{tag}");
-    let digest = docker
-        .inspect_image(&pushed)
-        .await
-        .expect("inspect pushed")
-        .repo_digests
-        .unwrap_or_default()
-        .into_iter()
-        .find(|d| d.starts_with(&format!("{target}@")))
-        .expect("a repo digest after the push");
-    remove_image(docker, &pushed).await;
-    digest
+    id
 }
 
 /// Removes an image reference from the engine (absent is fine), pruning its layers.

@@ -104,6 +104,9 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- $_ := set $cfg "resyncSecs" (int .Values.resyncSecs) }}
 {{- $_ := set $cfg "providerConcurrency" (int .Values.providerConcurrency) }}
 {{- $_ := set $cfg "providerTimeoutSecs" (int .Values.providerTimeoutSecs) }}
+{{- if kindIs "slice" .Values.openImages }}
+{{- $_ := set $cfg "openImages" .Values.openImages }}
+{{- end }}
 {{- $providers := list }}
 {{- range $i, $p := .Values.providers }}
 {{- $out := dict "name" $p.name "type" $p.type }}

@@ -22,7 +22,8 @@ use crate::registry::ProviderHandle;
 use super::SandboxContext;
 use super::act::{self, Target};
 use super::build::{self, Desired, Resolved};
-use super::decide::{self, EgressConvergence, Hold, Observed, Plan};
+use super::decide::{self, EgressConvergence, Hold, Observed, Plan, Step};
+use super::images;
 use super::lifetime::{self, Deadline};
 use super::observe::{self, observe, record};
 use super::resolve::{self, SelfDeliveredEnv};
@@ -80,7 +81,7 @@ async fn converge(
     let touched = record_external_name(r, &uid, added, pass).await?;
     let deadline = lifetime(r).await?;
     let (resolved, env) = dereference(sctx, sandbox, &handle).await?;
-    let desired = build(r, &resolved, &deadline)?;
+    let mut desired = build(r, &resolved, &deadline)?;
     let observed = if touched {
         observe_first(r, &handle, &pass.current, &uid).await?
     } else {
@@ -95,6 +96,9 @@ async fn converge(
         observed.as_ref(),
         pass,
     )?;
+    if plan.steps.contains(&Step::Create) {
+        images::admit(sandbox, r.ctx, &handle, &mut desired.request).await?;
+    }
     let on = Target {
         r,
         handle: &handle,

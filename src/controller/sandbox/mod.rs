@@ -10,6 +10,7 @@ pub mod apply;
 pub mod budget;
 pub mod build;
 pub mod decide;
+pub mod images;
 pub mod lifetime;
 pub mod observe;
 pub mod pulling;

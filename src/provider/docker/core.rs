@@ -351,6 +351,10 @@ impl Provider for DockerProvider {
     fn events(&self) -> Option<&dyn ProviderEvents> {
         Some(self)
     }
+
+    fn image_cache(&self) -> Option<&dyn crate::provider::ImageCache> {
+        Some(self)
+    }
 }
 
 /// The stages of [`Provider::create`] that talk to the engine.

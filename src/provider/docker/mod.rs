@@ -46,6 +46,7 @@ mod volumes;
 mod settings;
 
 mod bulk;
+mod cache;
 mod capacity;
 mod egress;
 mod events;

@@ -31,7 +31,6 @@ use bollard::models::ImageInspect;
 use bollard::query_parameters::CreateImageOptionsBuilder;
 use futures::TryStreamExt;
 use oci_spec::distribution::Reference;
-use sha2::{Digest, Sha256};
 
 use super::{DockerProvider, is_not_found, map_err};
 use crate::provider::image::{self, PULLING_IMAGE};
@@ -62,19 +61,7 @@ struct PullKey {
 
 impl PullKey {
     fn new(reference: &str, credential: Option<&RegistryCredential>) -> Self {
-        let credential = credential.map(|c| {
-            let mut h = Sha256::new();
-            for part in [
-                c.registry.as_str(),
-                c.username.as_str(),
-                c.password.as_str(),
-                c.identity_token.as_deref().unwrap_or(""),
-            ] {
-                h.update(part.len().to_le_bytes());
-                h.update(part.as_bytes());
-            }
-            h.finalize().into()
-        });
+        let credential = credential.map(image::fingerprint);
         PullKey {
             reference: reference.to_string(),
             credential,
@@ -238,7 +225,7 @@ impl DockerProvider {
     }
 
     /// The engine's record of an image, `None` when it does not have it.
-    async fn local_image(&self, image: &str) -> ProviderResult<Option<ImageInspect>> {
+    pub(super) async fn local_image(&self, image: &str) -> ProviderResult<Option<ImageInspect>> {
         match self.engine().await?.inspect_image(image).await {
             Ok(found) => Ok(Some(found)),
             Err(e) if is_not_found(&e) => Ok(None),
@@ -420,15 +407,10 @@ fn pulling(image: &str, policy: ImagePullPolicy) -> ProviderError {
 /// registry knows it under the same repository, else the image as named with the engine's id
 /// as its digest.
 fn boot(image: &str, local: &ImageInspect, pull: Option<ImagePull>) -> Boot {
-    let wanted = image::parse(image).ok();
-    let registry_digest = local.repo_digests.iter().flatten().find(|d| {
-        let parsed = image::parse(d).ok();
-        matches!((&wanted, &parsed), (Some(w), Some(p)) if image::same_repository(w, p))
-    });
-    match registry_digest {
+    match registry_digest(image, local) {
         Some(d) => Boot {
             reference: d.clone(),
-            digest: Some(d.clone()),
+            digest: Some(d),
             pull,
         },
         None => Boot {
@@ -437,6 +419,18 @@ fn boot(image: &str, local: &ImageInspect, pull: Option<ImagePull>) -> Boot {
             pull,
         },
     }
+}
+
+/// The engine's `repository@sha256:…` for `image` under the repository it names, if a
+/// registry served it there.
+pub(super) fn registry_digest(image: &str, local: &ImageInspect) -> Option<String> {
+    let wanted = image::parse(image).ok()?;
+    local
+        .repo_digests
+        .iter()
+        .flatten()
+        .find(|d| image::parse(d).is_ok_and(|p| image::same_repository(&wanted, &p)))
+        .cloned()
 }
 
 #[cfg(test)]
