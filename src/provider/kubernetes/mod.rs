@@ -143,6 +143,12 @@ impl Provider for KubernetesProvider {
         "kubernetes"
     }
 
+    /// The Pod limits a silent spec gets (`defaultResources`), so a namespace's budget counts
+    /// what the Pod may really take.
+    fn default_resources(&self) -> crate::provider::Resources {
+        self.settings.default_resources.resources()
+    }
+
     async fn create(
         &self,
         request: &crate::provider::CreateRequest,

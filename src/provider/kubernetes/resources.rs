@@ -60,6 +60,16 @@ impl Default for PodResourceDefaults {
 }
 
 impl PodResourceDefaults {
+    /// The limits as provider resources (a budget counts limits, the most a Pod may take).
+    pub fn resources(&self) -> Resources {
+        Resources {
+            cpu_millis: self.cpu.to_millis().ok(),
+            memory_bytes: self.memory.to_bytes().ok(),
+            disk_bytes: self.ephemeral_storage.to_bytes().ok(),
+            pids: None,
+        }
+    }
+
     /// Reports a quantity that does not parse, or a request above its limit, under `at`.
     pub fn validate(&self, at: &str, issues: &mut Issues) {
         let pairs = [
@@ -185,6 +195,9 @@ mod tests {
         };
         let r = requirements(&asked, &PodResourceDefaults::default());
         assert_eq!(quantities(r.limits.clone())["cpu"], "500m");
+        let counted = PodResourceDefaults::default().resources();
+        assert_eq!(counted.cpu_millis, Some(1000));
+        assert_eq!(counted.memory_bytes, Some(1 << 30));
         assert_eq!(quantities(r.requests.clone())["cpu"], "500m");
         assert_eq!(quantities(r.requests.clone())["memory"], "128Mi");
         let container = Container {
