@@ -26,7 +26,10 @@ use kube::runtime::{WatchStreamExt, watcher};
 use super::outcome::Outcome;
 use super::sandbox::budget::{self, Entry, Limit, Size, Standing, Verdict};
 use super::{Context, Error};
-use crate::api::{BudgetAmounts, BudgetUsage, Sandbox, SandboxBudget, SandboxBudgetStatus};
+use crate::api::{
+    BudgetAmounts, BudgetUsage, Sandbox, SandboxBudget, SandboxBudgetStatus, condition,
+};
+use crate::controller::status::READY;
 use crate::registry::ProviderRegistry;
 
 /// How long an admission waits for the first listing of the budgets.
@@ -205,6 +208,12 @@ impl Budgets {
     /// waiting Sandboxes.
     async fn refresh_namespace(&self, ctx: &Context, ns: &str) {
         self.prune();
+        // No budget, no queue: only Sandboxes that waited on a budget now gone are woken (a
+        // new Sandbox's own watch event reconciles it once, as without budgets).
+        if self.limits(ns).is_empty() {
+            self.wake_over_budget(ns);
+            return;
+        }
         let entries = match self.admitted.lock() {
             Ok(admitted) => self.entries(ns, &admitted, &ctx.providers, None),
             Err(_) => return,
@@ -229,6 +238,21 @@ impl Budgets {
             {
                 tracing::warn!(%err, budget = %b.name_any(), namespace = ns, "cannot write SandboxBudget status");
             }
+        }
+    }
+
+    /// Wakes the Sandboxes of `ns` whose Ready condition says they wait for a budget.
+    fn wake_over_budget(&self, ns: &str) {
+        let waiting = self.sandboxes.state().into_iter().filter(|s| {
+            let status = s.status.as_ref();
+            let ready = status.and_then(|st| condition(&st.conditions, READY));
+            s.namespace().as_deref() == Some(ns)
+                && ready.is_some_and(|c| c.reason == budget::OVER_BUDGET)
+        });
+        for s in waiting {
+            let _ = self
+                .wake
+                .unbounded_send(ObjectRef::new(&s.name_any()).within(ns));
         }
     }
 

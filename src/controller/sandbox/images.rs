@@ -87,11 +87,17 @@ pub async fn admit(
     if image::in_repository(&image, why.template_repository) {
         return Err(refuse(why.template()));
     }
+    let open = ctx.images.open.allows(&named);
+    // An open image named by reference needs no look at the cache: its name is not a template
+    // repository's (checked above), and anyone may boot it. An image id might be a template
+    // image's, so it is looked up.
+    if open && !is_image_id(&image) {
+        return Ok(());
+    }
     let cached = handle
         .call("inspect_image", cache.cached(&image))
         .await
         .map_err(Outcome::failed)?;
-    let open = ctx.images.open.allows(&named);
     match decide(&why, request.image_pull_policy, cached.as_ref(), open) {
         Decision::Allow => Ok(()),
         Decision::PullOwn => {
@@ -101,6 +107,16 @@ pub async fn admit(
         Decision::Refuse(message) => Err(refuse(message)),
         Decision::Verify(pinned) => verify(&why, ctx, &pinned, request).await,
     }
+}
+
+/// Whether `image` names an image by its id (`sha256:…`, or the bare hex id or a prefix of
+/// it) rather than by a reference.
+fn is_image_id(image: &str) -> bool {
+    let hex = image.strip_prefix("sha256:").unwrap_or(image);
+    !hex.is_empty()
+        && hex
+            .chars()
+            .all(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
 }
 
 /// The rules, given what the cache holds (see the module docs).
@@ -232,6 +248,14 @@ mod tests {
         provider: "docker",
         template_repository: "sandbox-operator/template",
     };
+
+    #[test]
+    fn ids_are_told_from_references() {
+        assert!(is_image_id("sha256:0123abcd"));
+        assert!(is_image_id("0123abcd"));
+        assert!(!is_image_id("sandbox-operator/base:bookworm"));
+        assert!(!is_image_id("busybox"));
+    }
 
     fn cached(template: bool, digest: Option<&str>) -> CachedImage {
         CachedImage {
