@@ -9,13 +9,17 @@
 //!
 //! Needs root (the host firewall), the engine and the base image.
 
+#[path = "egress/fakenet.rs"]
+mod fakenet;
 mod harness;
 
 use std::net::{IpAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-use harness::docker::TestEnv;
+use fakenet::{FakeNet, GatewayGuard, gateway_settings};
+use harness::docker::{TEST_LABEL, TestEnv, base_image};
 use harness::{unique, wait_for};
+use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::{CreateRequest, Provider};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -112,6 +116,78 @@ async fn a_sandbox_cannot_connect_to_a_sandbox_of_another_namespace() {
             !connects(&env, &neighbour.name, ip, 8080).await,
             "a sandbox connected to {ip}:8080 of another sandbox of its own namespace"
         );
+    }
+}
+
+/// `curl` of the fake internet's `allowed.test` from inside the sandbox, through the gateway.
+async fn reaches_allowed(env: &TestEnv, id: &str) -> Result<(), String> {
+    let out = env
+        .sh(id, "curl -s -m 5 http://allowed.test/ || echo failed")
+        .await;
+    match out.trim() {
+        "hello allowed.test" => Ok(()),
+        other => Err(format!("allowed.test from {id}: {other}")),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn allow_listed_sandboxes_of_two_namespaces_cannot_connect_to_each_other() {
+    // Dropped in reverse: sandboxes, gateway, fake internet (see tests/docker_egress.rs).
+    let gw = unique("tn-gw");
+    let net = FakeNet::start(&unique("tn-inet"), (TEST_LABEL, &gw)).await;
+    let _guard = GatewayGuard(gw.clone());
+    let env = TestEnv::new("tenancy-gw").await;
+    let provider = DockerProvider::connect_negotiated(
+        "docker-tenancy-gw",
+        DockerSettings {
+            default_image: Some(base_image()),
+            egress: Some(gateway_settings(&net, &gw, base_image(), 8)),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("a provider with an egress gateway");
+    let allowed = Some(vec!["allowed.test".to_string()]);
+    let mut server = request_in(&env, &unique("a"), &env.name("gsrv"));
+    server.command = Some(http_server());
+    server.allowed_domains = allowed.clone();
+    let mut stranger = request_in(&env, &unique("b"), &env.name("gstr"));
+    stranger.allowed_domains = allowed;
+    for request in [&server, &stranger] {
+        provider.create(request).await.expect("create");
+        provider.start(&request.name).await.expect("start");
+    }
+
+    // Controls: both reach their allowed destination through the gateway, and the server
+    // answers on its address (from itself: the host has no address on the gateway's network).
+    for id in [&server.name, &stranger.name] {
+        wait_for("allowed.test through the gateway", DEADLINE, || {
+            reaches_allowed(&env, id)
+        })
+        .await;
+    }
+    let (ips, _) = addresses(&server.name).await;
+    assert!(!ips.is_empty(), "the server sandbox has an address");
+    for ip in ips {
+        wait_for(
+            &format!("the server answering on {ip}:8080"),
+            DEADLINE,
+            || async {
+                match connects(&env, &server.name, ip, 8080).await {
+                    true => Ok(()),
+                    false => Err("closed".to_string()),
+                }
+            },
+        )
+        .await;
+        assert!(
+            !connects(&env, &stranger.name, ip, 8080).await,
+            "an allow-listed sandbox of namespace b connected to {ip}:8080 of an allow-listed \
+             sandbox of namespace a"
+        );
+    }
+    for request in [&stranger, &server] {
+        provider.destroy(&request.name).await.expect("destroy");
     }
 }
 
