@@ -286,3 +286,84 @@ async fn the_sweepers_pass_reclaims_a_namespace_network_only_once_no_sandbox_use
     started(&env, &request_in(&env, &namespace, &env.name("three"))).await;
     assert!(network_exists(&network).await, "{network} recreated");
 }
+
+/// Whether the network has inter-container traffic off.
+async fn icc_off(name: &str) -> bool {
+    let network = harness::docker::engine()
+        .await
+        .inspect_network(name, None)
+        .await
+        .expect("inspect network");
+    let options = network.options.unwrap_or_default();
+    options.get(sandbox_operator::provider::docker::networks::ICC_OPTION)
+        == Some(&"false".to_string())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_network_with_inter_container_traffic_on_is_recreated_only_once_unused() {
+    use bollard::models::{NetworkConnectRequest, NetworkCreateRequest, NetworkDisconnectRequest};
+    use sandbox_operator::provider::ErrorKind;
+    let gw = unique("tn-old");
+    let net = FakeNet::start(&unique("tn-oinet"), (TEST_LABEL, &gw)).await;
+    let _guard = GatewayGuard(gw.clone());
+    let env = TestEnv::new("tenancy-oldgw").await;
+    // What an older version left: the gateway's network, internal, inter-container traffic on.
+    let old = format!("{gw}-net");
+    let docker = harness::docker::engine().await;
+    let request = NetworkCreateRequest {
+        name: old.clone(),
+        internal: Some(true),
+        ..Default::default()
+    };
+    docker
+        .create_network(request)
+        .await
+        .expect("the old network");
+    let squatter = request_in(&env, &unique("o"), &env.name("osq"));
+    started(&env, &squatter).await;
+    let connect = NetworkConnectRequest {
+        container: squatter.name.clone(),
+        endpoint_config: None,
+    };
+    docker
+        .connect_network(&old, connect)
+        .await
+        .expect("connect");
+    let provider = DockerProvider::connect_negotiated(
+        "docker-tenancy-oldgw",
+        DockerSettings {
+            default_image: Some(base_image()),
+            egress: Some(gateway_settings(&net, &gw, base_image(), 600)),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("a provider with an egress gateway");
+    let mut sandbox = request_in(&env, &unique("o"), &env.name("onew"));
+    sandbox.allowed_domains = Some(vec!["allowed.test".to_string()]);
+
+    let err = provider.create(&sandbox).await.unwrap_err();
+    assert!(err.is(ErrorKind::Unsupported), "{err}");
+    assert!(err.message().contains(&squatter.name), "{err}");
+    assert!(!icc_off(&old).await, "the used network was left as it was");
+
+    let disconnect = NetworkDisconnectRequest {
+        container: squatter.name.clone(),
+        force: Some(true),
+    };
+    docker
+        .disconnect_network(&old, disconnect)
+        .await
+        .expect("disconnect");
+    provider.create(&sandbox).await.expect("create once unused");
+    provider.start(&sandbox.name).await.expect("start");
+    assert!(
+        icc_off(&old).await,
+        "{old} recreated with inter-container traffic off"
+    );
+    wait_for("allowed.test through the new gateway", DEADLINE, || {
+        reaches_allowed(&env, &sandbox.name)
+    })
+    .await;
+    provider.destroy(&sandbox.name).await.expect("destroy");
+}
