@@ -130,6 +130,20 @@ async fn reaches_allowed(env: &TestEnv, id: &str) -> Result<(), String> {
     }
 }
 
+/// A provider whose egress gateway `gw` forwards to the fake internet `net`.
+async fn gateway_provider(name: &str, net: &FakeNet, gw: &str) -> DockerProvider {
+    DockerProvider::connect_negotiated(
+        name,
+        DockerSettings {
+            default_image: Some(base_image()),
+            egress: Some(gateway_settings(net, gw, base_image(), 8)),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("a provider with an egress gateway")
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn allow_listed_sandboxes_of_two_namespaces_cannot_connect_to_each_other() {
     // Dropped in reverse: sandboxes, gateway, fake internet (see tests/docker_egress.rs).
@@ -137,16 +151,7 @@ async fn allow_listed_sandboxes_of_two_namespaces_cannot_connect_to_each_other()
     let net = FakeNet::start(&unique("tn-inet"), (TEST_LABEL, &gw)).await;
     let _guard = GatewayGuard(gw.clone());
     let env = TestEnv::new("tenancy-gw").await;
-    let provider = DockerProvider::connect_negotiated(
-        "docker-tenancy-gw",
-        DockerSettings {
-            default_image: Some(base_image()),
-            egress: Some(gateway_settings(&net, &gw, base_image(), 8)),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("a provider with an egress gateway");
+    let provider = gateway_provider("docker-tenancy-gw", &net, &gw).await;
     let allowed = Some(vec!["allowed.test".to_string()]);
     let mut server = request_in(&env, &unique("a"), &env.name("gsrv"));
     server.command = Some(http_server());
@@ -329,16 +334,7 @@ async fn a_gateway_network_with_inter_container_traffic_on_is_recreated_only_onc
         .connect_network(&old, connect)
         .await
         .expect("connect");
-    let provider = DockerProvider::connect_negotiated(
-        "docker-tenancy-oldgw",
-        DockerSettings {
-            default_image: Some(base_image()),
-            egress: Some(gateway_settings(&net, &gw, base_image(), 600)),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("a provider with an egress gateway");
+    let provider = gateway_provider("docker-tenancy-oldgw", &net, &gw).await;
     let mut sandbox = request_in(&env, &unique("o"), &env.name("onew"));
     sandbox.allowed_domains = Some(vec!["allowed.test".to_string()]);
 
