@@ -9,13 +9,17 @@
 //!
 //! Needs root (the host firewall), the engine and the base image.
 
+#[path = "egress/fakenet.rs"]
+mod fakenet;
 mod harness;
 
 use std::net::{IpAddr, TcpListener, TcpStream};
 use std::time::Duration;
 
-use harness::docker::TestEnv;
+use fakenet::{FakeNet, GatewayGuard, gateway_settings};
+use harness::docker::{TEST_LABEL, TestEnv, base_image};
 use harness::{unique, wait_for};
+use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::{CreateRequest, Provider};
 
 const DEADLINE: Duration = Duration::from_secs(60);
@@ -115,6 +119,83 @@ async fn a_sandbox_cannot_connect_to_a_sandbox_of_another_namespace() {
     }
 }
 
+/// `curl` of the fake internet's `allowed.test` from inside the sandbox, through the gateway.
+async fn reaches_allowed(env: &TestEnv, id: &str) -> Result<(), String> {
+    let out = env
+        .sh(id, "curl -s -m 5 http://allowed.test/ || echo failed")
+        .await;
+    match out.trim() {
+        "hello allowed.test" => Ok(()),
+        other => Err(format!("allowed.test from {id}: {other}")),
+    }
+}
+
+/// A provider whose egress gateway `gw` forwards to the fake internet `net`.
+async fn gateway_provider(name: &str, net: &FakeNet, gw: &str) -> DockerProvider {
+    DockerProvider::connect_negotiated(
+        name,
+        DockerSettings {
+            default_image: Some(base_image()),
+            egress: Some(gateway_settings(net, gw, base_image(), 8)),
+            ..Default::default()
+        },
+    )
+    .await
+    .expect("a provider with an egress gateway")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn allow_listed_sandboxes_of_two_namespaces_cannot_connect_to_each_other() {
+    // Dropped in reverse: sandboxes, gateway, fake internet (see tests/docker_egress.rs).
+    let gw = unique("tn-gw");
+    let net = FakeNet::start(&unique("tn-inet"), (TEST_LABEL, &gw)).await;
+    let _guard = GatewayGuard(gw.clone());
+    let env = TestEnv::new("tenancy-gw").await;
+    let provider = gateway_provider("docker-tenancy-gw", &net, &gw).await;
+    let allowed = Some(vec!["allowed.test".to_string()]);
+    let mut server = request_in(&env, &unique("a"), &env.name("gsrv"));
+    server.command = Some(http_server());
+    server.allowed_domains = allowed.clone();
+    let mut stranger = request_in(&env, &unique("b"), &env.name("gstr"));
+    stranger.allowed_domains = allowed;
+    for request in [&server, &stranger] {
+        provider.create(request).await.expect("create");
+        provider.start(&request.name).await.expect("start");
+    }
+
+    // Controls: both reach their allowed destination through the gateway, and the server
+    // answers on its address (from itself: the host has no address on the gateway's network).
+    for id in [&server.name, &stranger.name] {
+        wait_for("allowed.test through the gateway", DEADLINE, || {
+            reaches_allowed(&env, id)
+        })
+        .await;
+    }
+    let (ips, _) = addresses(&server.name).await;
+    assert!(!ips.is_empty(), "the server sandbox has an address");
+    for ip in ips {
+        wait_for(
+            &format!("the server answering on {ip}:8080"),
+            DEADLINE,
+            || async {
+                match connects(&env, &server.name, ip, 8080).await {
+                    true => Ok(()),
+                    false => Err("closed".to_string()),
+                }
+            },
+        )
+        .await;
+        assert!(
+            !connects(&env, &stranger.name, ip, 8080).await,
+            "an allow-listed sandbox of namespace b connected to {ip}:8080 of an allow-listed \
+             sandbox of namespace a"
+        );
+    }
+    for request in [&stranger, &server] {
+        provider.destroy(&request.name).await.expect("destroy");
+    }
+}
+
 /// The host's own addresses, loopback excluded (a sandbox has no route to it anyway), and
 /// the bridges of user-defined networks too: other tests create and remove those meanwhile
 /// (the sandbox's own bridge is probed through its gateway).
@@ -209,4 +290,76 @@ async fn the_sweepers_pass_reclaims_a_namespace_network_only_once_no_sandbox_use
     // A later create in the namespace brings it back.
     started(&env, &request_in(&env, &namespace, &env.name("three"))).await;
     assert!(network_exists(&network).await, "{network} recreated");
+}
+
+/// Whether the network has inter-container traffic off.
+async fn icc_off(name: &str) -> bool {
+    let network = harness::docker::engine()
+        .await
+        .inspect_network(name, None)
+        .await
+        .expect("inspect network");
+    let options = network.options.unwrap_or_default();
+    options.get(sandbox_operator::provider::docker::networks::ICC_OPTION)
+        == Some(&"false".to_string())
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_gateway_network_with_inter_container_traffic_on_is_recreated_only_once_unused() {
+    use bollard::models::{NetworkConnectRequest, NetworkCreateRequest, NetworkDisconnectRequest};
+    use sandbox_operator::provider::ErrorKind;
+    let gw = unique("tn-old");
+    let net = FakeNet::start(&unique("tn-oinet"), (TEST_LABEL, &gw)).await;
+    let _guard = GatewayGuard(gw.clone());
+    let env = TestEnv::new("tenancy-oldgw").await;
+    // What an older version left: the gateway's network, internal, inter-container traffic on.
+    let old = format!("{gw}-net");
+    let docker = harness::docker::engine().await;
+    let request = NetworkCreateRequest {
+        name: old.clone(),
+        internal: Some(true),
+        ..Default::default()
+    };
+    docker
+        .create_network(request)
+        .await
+        .expect("the old network");
+    let squatter = request_in(&env, &unique("o"), &env.name("osq"));
+    started(&env, &squatter).await;
+    let connect = NetworkConnectRequest {
+        container: squatter.name.clone(),
+        endpoint_config: None,
+    };
+    docker
+        .connect_network(&old, connect)
+        .await
+        .expect("connect");
+    let provider = gateway_provider("docker-tenancy-oldgw", &net, &gw).await;
+    let mut sandbox = request_in(&env, &unique("o"), &env.name("onew"));
+    sandbox.allowed_domains = Some(vec!["allowed.test".to_string()]);
+
+    let err = provider.create(&sandbox).await.unwrap_err();
+    assert!(err.is(ErrorKind::Unsupported), "{err}");
+    assert!(err.message().contains(&squatter.name), "{err}");
+    assert!(!icc_off(&old).await, "the used network was left as it was");
+
+    let disconnect = NetworkDisconnectRequest {
+        container: squatter.name.clone(),
+        force: Some(true),
+    };
+    docker
+        .disconnect_network(&old, disconnect)
+        .await
+        .expect("disconnect");
+    provider.create(&sandbox).await.expect("create once unused");
+    provider.start(&sandbox.name).await.expect("start");
+    assert!(
+        icc_off(&old).await,
+        "{old} recreated with inter-container traffic off"
+    );
+    wait_for("allowed.test through the new gateway", DEADLINE, || {
+        reaches_allowed(&env, &sandbox.name)
+    })
+    .await;
+    provider.destroy(&sandbox.name).await.expect("destroy");
 }

@@ -28,11 +28,17 @@
 //!   new connection from a sandbox bridge ([`SANDBOX_BRIDGES`]) to the host: nothing on the
 //!   host answers a sandbox (replies to connections the host opened still pass).
 //!
+//! - [`GATEWAY_CHAIN`], jumped to from `DOCKER-USER` (or `FORWARD`): ACCEPT what sandboxes
+//!   behind the egress gateway send to the gateway's DNS and proxy ports, and the gateway's
+//!   replies. Their network has inter-container traffic off, and Docker's drop for that sits
+//!   after `DOCKER-USER`, so these rules are the one exception to it: sandbox to gateway,
+//!   never sandbox to sandbox (see `gateway_rules`).
+//!
 //! Container bridges are matched by interface: `docker0` and `br-+` (every user-defined
 //! bridge network) and [`SANDBOX_BRIDGES`] (the namespace networks, see `networks`). REJECT
 //! rather than DROP, so a client inside fails at once instead of hanging until its timeout.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr};
 
 use tokio::process::Command;
 
@@ -40,6 +46,9 @@ use tokio::process::Command;
 pub const DEST_CHAIN: &str = "SBX-GUARD";
 /// Chain of the host-port rules (both families).
 pub const HOST_CHAIN: &str = "SBX-GUARD-HOST";
+/// Chain of the rules that let sandboxes reach the egress gateway (IPv4 only: the gateway
+/// listens on its IPv4 address).
+pub const GATEWAY_CHAIN: &str = "SBX-GATEWAY";
 /// How the Linux bridges of the namespace networks begin.
 pub const SANDBOX_BRIDGE_PREFIX: &str = "sbxns-";
 /// The namespace networks' bridges, as an iptables interface match.
@@ -181,34 +190,113 @@ pub fn script(rules: &[Rule]) -> String {
         }
         let ipt = format!("{} -w", family.command());
         for chain in [DEST_CHAIN, HOST_CHAIN] {
-            // A concurrent creator may win between the check and `-N`: check again.
-            out.push(format!(
-                "{ipt} -n -L {chain} >/dev/null 2>&1 || {ipt} -N {chain} 2>/dev/null || \
-                 {ipt} -n -L {chain} >/dev/null"
-            ));
+            out.push(ensure_chain(&ipt, chain));
         }
-        out.push(format!(
-            "if {ipt} -n -L DOCKER-USER >/dev/null 2>&1; then F=DOCKER-USER; else F=FORWARD; fi"
-        ));
+        out.push(forward_chain(&ipt));
         for (parent, chain) in [
             ("$F", DEST_CHAIN),
             ("INPUT", DEST_CHAIN),
             ("INPUT", HOST_CHAIN),
         ] {
-            out.push(format!(
-                "{ipt} -C {parent} -j {chain} 2>/dev/null || {ipt} -I {parent} 1 -j {chain}"
-            ));
+            out.push(ensure_jump(&ipt, parent, chain));
         }
-        for rule in mine {
-            let quoted: Vec<String> = rule.args.iter().map(|a| format!("'{a}'")).collect();
-            let args = quoted.join(" ");
-            let chain = rule.chain;
-            out.push(format!(
-                "{ipt} -C {chain} {args} 2>/dev/null || {ipt} -A {chain} {args}"
-            ));
-        }
+        out.extend(mine.into_iter().map(|rule| append(&ipt, rule)));
     }
     out.join("\n")
+}
+
+/// The rules that let sandboxes on the gateway's network (Linux bridge `bridge`) reach the
+/// gateway at `gateway`: its DNS (UDP 53) and its proxy `ports`, and the gateway's replies.
+/// Both ends are pinned to that bridge and the gateway's address, so a sandbox listening on
+/// one of those ports is still out of every other sandbox's reach.
+pub fn gateway_rules(bridge: &str, gateway: Ipv4Addr, ports: &[u16]) -> Vec<Rule> {
+    let gateway = format!("{gateway}/32");
+    let to_gateway = ["-i", bridge, "-o", bridge, "-d", gateway.as_str()];
+    let mut out = vec![Rule {
+        family: Family::V4,
+        chain: GATEWAY_CHAIN,
+        args: args(
+            &[
+                &to_gateway[..],
+                &["-p", "udp", "--dport", "53", "-j", "ACCEPT"],
+            ]
+            .concat(),
+        ),
+    }];
+    for port in ports {
+        let port = port.to_string();
+        let rule = [
+            &to_gateway[..],
+            &["-p", "tcp", "--dport", &port, "-j", "ACCEPT"],
+        ]
+        .concat();
+        out.push(Rule {
+            family: Family::V4,
+            chain: GATEWAY_CHAIN,
+            args: args(&rule),
+        });
+    }
+    let replies = [
+        "-i",
+        bridge,
+        "-o",
+        bridge,
+        "-s",
+        gateway.as_str(),
+        "-m",
+        "conntrack",
+        "--ctstate",
+        "ESTABLISHED,RELATED",
+        "-j",
+        "ACCEPT",
+    ];
+    out.push(Rule {
+        family: Family::V4,
+        chain: GATEWAY_CHAIN,
+        args: args(&replies),
+    });
+    out
+}
+
+/// The script that installs [`GATEWAY_CHAIN`], its jump and these rules (from
+/// [`gateway_rules`]), adding only what is missing.
+pub fn gateway_script(rules: &[Rule]) -> String {
+    let ipt = format!("{} -w", Family::V4.command());
+    let mut out = vec![
+        "set -e".to_string(),
+        ensure_chain(&ipt, GATEWAY_CHAIN),
+        forward_chain(&ipt),
+        ensure_jump(&ipt, "$F", GATEWAY_CHAIN),
+    ];
+    out.extend(rules.iter().map(|rule| append(&ipt, rule)));
+    out.join("\n")
+}
+
+/// Creates `chain` unless it exists; a concurrent creator may win between the check and
+/// `-N`, so it checks again.
+fn ensure_chain(ipt: &str, chain: &str) -> String {
+    format!(
+        "{ipt} -n -L {chain} >/dev/null 2>&1 || {ipt} -N {chain} 2>/dev/null || \
+         {ipt} -n -L {chain} >/dev/null"
+    )
+}
+
+/// Sets `F` to the chain forwarded container traffic is filtered in first.
+fn forward_chain(ipt: &str) -> String {
+    format!("if {ipt} -n -L DOCKER-USER >/dev/null 2>&1; then F=DOCKER-USER; else F=FORWARD; fi")
+}
+
+/// Jumps from the top of `parent` to `chain` unless it already does.
+fn ensure_jump(ipt: &str, parent: &str, chain: &str) -> String {
+    format!("{ipt} -C {parent} -j {chain} 2>/dev/null || {ipt} -I {parent} 1 -j {chain}")
+}
+
+/// Appends `rule` unless it is there.
+fn append(ipt: &str, rule: &Rule) -> String {
+    let quoted: Vec<String> = rule.args.iter().map(|a| format!("'{a}'")).collect();
+    let args = quoted.join(" ");
+    let chain = rule.chain;
+    format!("{ipt} -C {chain} {args} 2>/dev/null || {ipt} -A {chain} {args}")
 }
 
 /// Removes these rules (not the chains or jumps): for tests that installed rules for
@@ -275,6 +363,35 @@ mod tests {
                 "replies pass before the reject: {text}"
             );
         }
+    }
+
+    #[test]
+    fn the_gateway_rules_accept_only_its_ports_on_its_bridge_and_its_replies() {
+        let r = gateway_rules("br-0123456789ab", Ipv4Addr::new(10, 9, 0, 2), &[80, 443]);
+        assert_eq!(r.len(), 4);
+        assert!(
+            r.iter()
+                .all(|r| r.family == Family::V4 && r.chain == GATEWAY_CHAIN)
+        );
+        for rule in &r[..3] {
+            let text = rule.args.join(" ");
+            assert!(
+                text.starts_with("-i br-0123456789ab -o br-0123456789ab -d 10.9.0.2/32 -p "),
+                "{text}"
+            );
+        }
+        assert!(r[0].args.join(" ").ends_with("udp --dport 53 -j ACCEPT"));
+        assert!(r[2].args.join(" ").ends_with("tcp --dport 443 -j ACCEPT"));
+        assert!(r[3].args.join(" ").contains("-s 10.9.0.2/32 -m conntrack"));
+        let text = gateway_script(&r);
+        assert!(text.starts_with("set -e\n"));
+        assert!(
+            text.contains(
+                "iptables -w -C $F -j SBX-GATEWAY 2>/dev/null || iptables -w -I $F 1 -j SBX-GATEWAY"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("ip6tables"), "{text}");
     }
 
     #[test]

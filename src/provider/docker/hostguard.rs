@@ -13,6 +13,11 @@
 //! (`hardening.firewallImage`, else the provider's `defaultImage`). With neither, the
 //! operator runs the script with its own shell, which works only when it is itself root on
 //! the engine's host (a development setup); otherwise the create fails closed.
+//!
+//! The same helper opens the egress gateway to the sandboxes behind it
+//! (`firewall::gateway_rules`) once per gateway network, whatever `hostFirewall` says:
+//! without those rules the gateway's isolated network reaches nothing, so a failure refuses
+//! the create.
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{
@@ -21,8 +26,9 @@ use bollard::query_parameters::{
 };
 use futures::StreamExt;
 
-use super::egress::COMPONENT_LABEL;
+use super::egress::{COMPONENT_LABEL, Gateway, Reach};
 use super::{DockerProvider, firewall, is_not_found};
+use crate::provider::{ProviderError, ProviderResult};
 
 /// [`COMPONENT_LABEL`] value of the helper container.
 pub const COMPONENT: &str = "host-firewall";
@@ -37,14 +43,45 @@ impl DockerProvider {
             &hardening.blocked_destinations,
             &hardening.blocked_host_ports,
         );
-        let script = firewall::script(&rules);
+        self.run_firewall_script(&firewall::script(&rules)).await
+    }
+
+    /// Lets sandboxes on the gateway's network reach the gateway (once per network and
+    /// address; see `egress::isolation`).
+    pub(crate) async fn open_gateway(
+        &self,
+        gateway: &Gateway,
+        reach: &Reach,
+    ) -> ProviderResult<()> {
+        let mut opened = gateway.opened.lock().await;
+        if opened.as_ref() == Some(reach) {
+            return Ok(());
+        }
+        let rules = firewall::gateway_rules(&reach.bridge, reach.ip, gateway.ports());
+        self.run_firewall_script(&firewall::gateway_script(&rules))
+            .await
+            .map_err(|e| {
+                ProviderError::unsupported(format!(
+                    "cannot open the egress gateway to the sandboxes behind it ({e}); fix the \
+                     engine's host (the operator runs a helper container there with --network \
+                     host and NET_ADMIN) or set docker.hardening.firewallImage to an image with \
+                     chroot"
+                ))
+            })?;
+        *opened = Some(reach.clone());
+        Ok(())
+    }
+
+    /// Runs a firewall script in the helper container (or, without a helper image, here).
+    async fn run_firewall_script(&self, script: &str) -> Result<(), String> {
+        let hardening = &self.settings.hardening;
         let image = hardening.firewall_image.as_ref();
         let Some(image) = image.or(self.settings.default_image.as_ref()) else {
-            return run_here(&script).await;
+            return run_here(script).await;
         };
         self.ensure_helper_image(image).await?;
         let name = format!("sandbox-firewall-{}-{:08x}", self.name, fastrand::u32(..));
-        let outcome = self.run_helper(&name, helper_body(image, &script)).await;
+        let outcome = self.run_helper(&name, helper_body(image, script)).await;
         let docker = self.engine().await.map_err(|e| e.to_string())?;
         let remove = RemoveContainerOptionsBuilder::default().force(true).build();
         if let Err(e) = docker.remove_container(&name, Some(remove)).await

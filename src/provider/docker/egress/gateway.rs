@@ -2,7 +2,8 @@
 //!
 //! Per provider there is one internal network (`internal: true`, and the bridge gets no
 //! address on the host — `inhibit_ipv4` — so a sandbox on it reaches neither the outside nor
-//! the host), one gateway container on it at a fixed address (base+2 of the subnet; the
+//! the host; inter-container traffic off, so sandboxes on it reach only the gateway — see
+//! `isolation`), one gateway container on it at a fixed address (base+2 of the subnet; the
 //! engine hands sandboxes addresses from the upper half only) and also on an outside network,
 //! and one named volume holding the policy files. All three carry the
 //! [`COMPONENT_LABEL`] and NO `sandboxes.dev/managed-by` label: the sweeper only ever
@@ -32,6 +33,7 @@ use bollard::query_parameters::{
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 
+use super::isolation::{self, Reach};
 use super::settings::{EgressGatewaySettings, IMAGE_BINARY, layout};
 use crate::provider::docker::{is_not_found, map_err, status_of};
 use crate::provider::{ProviderError, ProviderResult};
@@ -55,9 +57,11 @@ const GATEWAY_USER: &str = "65532:65532";
 pub(crate) struct Gateway {
     provider: String,
     settings: EgressGatewaySettings,
-    /// Serialises ensure passes; holds the gateway's address once known.
-    state: Mutex<Option<Ipv4Addr>>,
+    /// Serialises ensure passes; holds where sandboxes reach the gateway once known.
+    state: Mutex<Option<Reach>>,
     supervised: AtomicBool,
+    /// Where the firewall already lets sandboxes reach the gateway (see `isolation`).
+    pub(crate) opened: Mutex<Option<Reach>>,
 }
 
 impl Gateway {
@@ -67,6 +71,7 @@ impl Gateway {
             settings,
             state: Mutex::new(None),
             supervised: AtomicBool::new(false),
+            opened: Mutex::new(None),
         }
     }
 
@@ -81,6 +86,11 @@ impl Gateway {
     /// The internal network sandboxes with an allow-list sit on.
     pub(crate) fn network(&self) -> String {
         format!("{}-net", self.container())
+    }
+
+    /// The TCP ports the gateway proxies (it also answers DNS on UDP 53).
+    pub(crate) fn ports(&self) -> &[u16] {
+        &self.settings.ports
     }
 
     fn volume(&self) -> String {
@@ -103,34 +113,36 @@ impl Gateway {
         ])
     }
 
-    /// Makes sure network, volume and a running gateway exist; returns the gateway's
-    /// address on the internal network. Starts the supervisor on first success.
-    pub(crate) async fn ensure(self: &Arc<Self>, docker: &Docker) -> ProviderResult<Ipv4Addr> {
-        let ip = self.ensure_once(docker).await?;
+    /// Makes sure network, volume and a running gateway exist; returns where sandboxes
+    /// reach it. Starts the supervisor on first success.
+    pub(crate) async fn ensure(self: &Arc<Self>, docker: &Docker) -> ProviderResult<Reach> {
+        let reach = self.ensure_once(docker).await?;
         if !self.supervised.swap(true, Ordering::SeqCst) {
             let every = Duration::from_secs(self.settings.check_interval_seconds.max(1));
             tokio::spawn(supervise(Arc::downgrade(self), docker.clone(), every));
         }
-        Ok(ip)
+        Ok(reach)
     }
 
     /// One pass of [`ensure`](Self::ensure), without the supervisor.
-    async fn ensure_once(&self, docker: &Docker) -> ProviderResult<Ipv4Addr> {
+    async fn ensure_once(&self, docker: &Docker) -> ProviderResult<Reach> {
         let mut state = self.state.lock().await;
-        let ip = self.ensure_network(docker).await?;
+        let reach = self.ensure_network(docker).await?;
         self.ensure_volume(docker).await?;
-        self.ensure_container(docker, ip).await?;
-        *state = Some(ip);
-        Ok(ip)
+        self.ensure_container(docker, reach.ip).await?;
+        *state = Some(reach.clone());
+        Ok(reach)
     }
 
-    /// The internal network's gateway address, creating the network when missing.
-    async fn ensure_network(&self, docker: &Docker) -> ProviderResult<Ipv4Addr> {
+    /// Where sandboxes reach the gateway on the internal network, creating the network when
+    /// missing and recreating one with inter-container traffic on (see `isolation`).
+    async fn ensure_network(&self, docker: &Docker) -> ProviderResult<Reach> {
         let name = self.network();
-        if let Some(subnet) = self.subnet_of(docker, &name).await? {
-            return layout(&subnet)
-                .map(|l| l.gateway)
-                .map_err(|e| ProviderError::invalid(format!("network {name}: {e}")));
+        if let Some(found) = isolation::inspect(docker, &name, &self.container()).await? {
+            if found.isolated {
+                return found.reach(&name);
+            }
+            self.retire(docker, &found).await?;
         }
         let subnet = match &self.settings.subnet {
             Some(s) => s.clone(),
@@ -150,23 +162,26 @@ impl Gateway {
                 }]),
                 ..Default::default()
             }),
-            options: Some(HashMap::from([(
-                "com.docker.network.bridge.inhibit_ipv4".to_string(),
-                "true".to_string(),
-            )])),
+            options: Some(isolation::options()),
             labels: Some(self.labels()),
             ..Default::default()
         };
-        match docker.create_network(request).await {
-            Ok(_) => Ok(l.gateway),
-            // Created concurrently by someone else: use theirs.
-            Err(e) if status_of(&e) == Some(409) => match self.subnet_of(docker, &name).await? {
-                Some(subnet) => layout(&subnet)
-                    .map(|l| l.gateway)
-                    .map_err(ProviderError::invalid),
-                None => Err(map_err(&format!("creating network {name}"), e)),
-            },
-            Err(e) => Err(map_err(&format!("creating the egress network {name}"), e)),
+        let created = docker.create_network(request).await;
+        // Created by us, or concurrently by someone else (409): use what is there.
+        if let Err(e) = created
+            && status_of(&e) != Some(409)
+        {
+            return Err(map_err(&format!("creating the egress network {name}"), e));
+        }
+        match isolation::inspect(docker, &name, &self.container()).await? {
+            Some(found) if found.isolated => found.reach(&name),
+            Some(_) => Err(ProviderError::unsupported(format!(
+                "network {name} was just created with inter-container traffic on by someone \
+                 else; remove it and the operator recreates it isolated"
+            ))),
+            None => Err(ProviderError::transient(format!(
+                "network {name} vanished right after its create"
+            ))),
         }
     }
 

@@ -11,12 +11,14 @@
 //! the controller's spec hash through [`EgressPolicy::placement`]).
 
 mod gateway;
+mod isolation;
 mod policy;
 mod settings;
 mod verdict;
 
 pub(crate) use gateway::Gateway;
 pub use gateway::{COMPONENT, COMPONENT_LABEL};
+pub(crate) use isolation::Reach;
 pub use settings::EgressGatewaySettings;
 
 /// Where a sandbox's traffic goes, fixed at create.

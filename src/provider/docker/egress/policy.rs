@@ -52,10 +52,11 @@ impl DockerProvider {
             ));
         }
         let docker = self.engine().await?;
-        let ip = gateway.ensure(docker).await?;
+        let reach = gateway.ensure(docker).await?;
+        self.open_gateway(gateway, &reach).await?;
         self.write_policy(gateway, name, allowed).await?;
         host.network_mode = Some(gateway.network());
-        host.dns = Some(vec![ip.to_string()]);
+        host.dns = Some(vec![reach.ip.to_string()]);
         Ok(())
     }
 
@@ -246,7 +247,8 @@ impl EgressPolicy for DockerProvider {
             (Placement::Gateway, Some(list)) => {
                 check_list(list)?;
                 let gateway = self.gateway()?;
-                gateway.ensure(self.engine().await?).await?;
+                let reach = gateway.ensure(self.engine().await?).await?;
+                self.open_gateway(gateway, &reach).await?;
                 self.write_policy(gateway, id, list).await
             }
             // Unrestricted stays unrestricted, none stays none: nothing to change.
