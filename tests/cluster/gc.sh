@@ -52,6 +52,11 @@ gc_docker() {
     log "removing ${#dead[@]} leftover test volume(s)"
     docker volume rm -f "${dead[@]}" >/dev/null || log "some volumes could not be removed"
   fi
+  # Per-namespace sandbox networks that no container uses any more (tests that drive the
+  # provider directly leave them; each takes one of the engine's address pools). A network in
+  # use is never removed, and the provider recreates one it finds gone.
+  docker network prune -f --filter "label=sandboxes.dev/component=namespace-network" >/dev/null ||
+    log "could not prune unused sandbox networks"
 }
 gc_docker
 

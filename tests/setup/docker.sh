@@ -18,16 +18,26 @@ set -euo pipefail
 log() { printf 'docker.sh: %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-docker_ok() { docker info >/dev/null 2>&1; }
+CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/sandbox-operator"
+LOG_FILE="$CACHE_DIR/dockerd.log"
+PID_FILE="$CACHE_DIR/dockerd.pid"
+
+# Answering, and not a dockerd of ours started (by an older version of this script) without
+# the address pools below: every test namespace takes a network of its own now, and the
+# engine's built-in pools hold about thirty.
+pools_ok() {
+    local pid
+    pid="$(cat "$PID_FILE" 2>/dev/null || true)"
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
+    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- '--default-address-pool'
+}
+docker_ok() { docker info >/dev/null 2>&1 && pools_ok; }
 
 # Fast path: nothing to do.
 if command -v docker >/dev/null 2>&1 && docker_ok; then
     exit 0
 fi
 
-CACHE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/sandbox-operator"
-LOG_FILE="$CACHE_DIR/dockerd.log"
-PID_FILE="$CACHE_DIR/dockerd.pid"
 LOCK_FILE="$CACHE_DIR/docker.lock"
 TIMEOUT="${SANDBOX_DOCKER_TIMEOUT:-60}"
 mkdir -p "$CACHE_DIR"
@@ -102,6 +112,17 @@ if [ -s "$PID_FILE" ]; then
     fi
 fi
 
+# Ours, but without the address pools (see pools_ok): restart it once (its containers are test
+# leftovers; the set-up scripts recreate what they need).
+if [ -n "$running_pid" ] && ! pools_ok; then
+    log "restarting dockerd (pid $running_pid): it lacks --default-address-pool"
+    "${SUDO[@]}" kill "$running_pid" || true
+    stop_deadline=$((SECONDS + 60))
+    while kill -0 "$running_pid" 2>/dev/null && [ "$SECONDS" -lt "$stop_deadline" ]; do sleep 0.2; done
+    kill -0 "$running_pid" 2>/dev/null && die "dockerd (pid $running_pid) did not stop within 60s"
+    running_pid=""
+fi
+
 # A dockerd we did not start (systemd, another script, another DOCKER_HOST): never start a
 # second one next to it (they would fight over /var/lib/docker and docker0); wait for it instead.
 if [ -z "$running_pid" ]; then
@@ -137,6 +158,7 @@ if [ -z "$running_pid" ]; then
     "${SUDO[@]}" setsid nohup dockerd \
         --storage-driver overlay2 \
         --pidfile "$PID_FILE" \
+        --default-address-pool base=10.192.0.0/12,size=24 \
         "${DOCKERD_HOST_ARGS[@]}" \
         "${extra[@]}" \
         </dev/null >>"$LOG_FILE" 2>&1 9>&- &
