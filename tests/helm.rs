@@ -1527,7 +1527,7 @@ fn fresh_cluster_install_creates_the_crds_and_the_documented_upgrade_path_update
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(
         text(&out).matches("serverside-applied").count(),
-        3,
+        CRD_NAMES.len(),
         "{}",
         text(&out)
     );
@@ -1706,8 +1706,11 @@ async fn image_runs_the_charts_pod_spec_with_only_the_charts_rbac() {
         &format!(
             "watchNamespace: {ns}\nreplicas: 1\nimage: {{repository: {repository}, tag: {image_tag}, pullPolicy: Never}}\n\
              metrics: {{port: {port}, bindAddress: 127.0.0.1}}\nleaseDurationSeconds: 6\n\
+             dockerFirewallImage: {firewall}\n\
              providers:\n  - name: docker\n    type: docker\n    docker:\n      socket: {{hostPath: {}, groupId: {gid}}}\n",
-            socket.display()
+            socket.display(),
+            // No registry is reachable here: the host-firewall helper runs from the base image.
+            firewall = base_image(),
         ),
     );
     let _release = install(&release, &ns, &["-f", &values]);

@@ -24,12 +24,15 @@ PID_FILE="$CACHE_DIR/dockerd.pid"
 
 # Answering, and not a dockerd of ours started (by an older version of this script) without
 # the address pools below: every test namespace takes a network of its own now, and the
-# engine's built-in pools hold about thirty.
+# engine's built-in pools hold about thirty. `--bip` keeps docker0 (where s3.sh listens) at
+# the engine's usual address, outside those pools.
 pools_ok() {
     local pid
     pid="$(cat "$PID_FILE" 2>/dev/null || true)"
     [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 0
-    tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- '--default-address-pool'
+    local args
+    args="$(tr '\0' ' ' <"/proc/$pid/cmdline")"
+    [[ "$args" == *--default-address-pool* && "$args" == *--bip* ]]
 }
 docker_ok() { docker info >/dev/null 2>&1 && pools_ok; }
 
@@ -115,7 +118,7 @@ fi
 # Ours, but without the address pools (see pools_ok): restart it once (its containers are test
 # leftovers; the set-up scripts recreate what they need).
 if [ -n "$running_pid" ] && ! pools_ok; then
-    log "restarting dockerd (pid $running_pid): it lacks --default-address-pool"
+    log "restarting dockerd (pid $running_pid): it lacks --default-address-pool or --bip"
     "${SUDO[@]}" kill "$running_pid" || true
     stop_deadline=$((SECONDS + 60))
     while kill -0 "$running_pid" 2>/dev/null && [ "$SECONDS" -lt "$stop_deadline" ]; do sleep 0.2; done
@@ -158,6 +161,7 @@ if [ -z "$running_pid" ]; then
     "${SUDO[@]}" setsid nohup dockerd \
         --storage-driver overlay2 \
         --pidfile "$PID_FILE" \
+        --bip 172.17.0.1/16 \
         --default-address-pool base=10.192.0.0/12,size=24 \
         "${DOCKERD_HOST_ARGS[@]}" \
         "${extra[@]}" \
