@@ -1564,7 +1564,7 @@ fn fresh_cluster_install_creates_the_crds_and_the_documented_upgrade_path_update
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(
         text(&out).matches("serverside-applied").count(),
-        3,
+        CRD_NAMES.len(),
         "{}",
         text(&out)
     );

@@ -121,8 +121,7 @@ async fn release(r: &Report<'_, Sandbox>) -> Result<Action, Outcome> {
             return Err(Outcome::cleanup_blocked(&what, Error::Dependency(msg)));
         }
     };
-    let known = owned_known(r, &handle, status.sandbox_id.as_deref()).await?;
-    destroy_owned(ctx, &handle, &uid, known.as_deref()).await?;
+    let known = destroy_owned(r, &handle, status.sandbox_id.as_deref()).await?;
     // Confirm: only a provider that no longer holds anything releases the finalizer.
     let left = observe::observe(&handle, known.as_deref(), &uid)
         .await
@@ -148,17 +147,15 @@ async fn release(r: &Report<'_, Sandbox>) -> Result<Action, Outcome> {
     Ok(Action::await_change())
 }
 
-/// The sandbox id status records, when the provider still holds it and it carries this
-/// object's owner-uid label. Status is never authority: an id naming someone else's sandbox
-/// is left alone, with a Warning, and deletion goes on with what the labels prove is ours.
+/// The sandbox id status records, when it is not among those the owner label found: kept
+/// when the provider still holds it and it carries this object's owner-uid label. Status is
+/// never authority: an id naming someone else's sandbox is left alone, with a Warning, and
+/// deletion goes on with what the labels prove is ours.
 async fn owned_known(
     r: &Report<'_, Sandbox>,
     handle: &ProviderHandle,
-    known: Option<&str>,
+    id: &str,
 ) -> Result<Option<String>, Outcome> {
-    let Some(id) = known else {
-        return Ok(None);
-    };
     let uid = r.object.uid().unwrap_or_default();
     let described = handle
         .call("describe", handle.provider.describe(id))
@@ -179,16 +176,17 @@ async fn owned_known(
     }
 }
 
-/// Destroys every sandbox labelled with the owner `uid`, and the one status names.
+/// Destroys every sandbox labelled with the object's owner uid, and the one status names when
+/// it is provably the object's own (see [`owned_known`]); returns that one, for the confirm.
 async fn destroy_owned(
-    ctx: &Context,
+    r: &Report<'_, Sandbox>,
     handle: &ProviderHandle,
-    uid: &str,
     known: Option<&str>,
-) -> Result<(), Outcome> {
+) -> Result<Option<String>, Outcome> {
+    let (ctx, uid) = (r.ctx, r.object.uid().unwrap_or_default());
     let provider = handle.name();
     let mut ids: Vec<String> = handle
-        .call("find", handle.provider.find(&observe::owned_by(uid)))
+        .call("find", handle.provider.find(&observe::owned_by(&uid)))
         .await
         .map_err(|e| {
             let what =
@@ -198,11 +196,16 @@ async fn destroy_owned(
         .into_iter()
         .map(|d| d.id)
         .collect();
-    ids.extend(known.map(str::to_string));
+    let known = match known {
+        Some(id) if ids.iter().any(|i| i == id) => Some(id.to_string()),
+        Some(id) => owned_known(r, handle, id).await?,
+        None => None,
+    };
+    ids.extend(known.clone());
     ids.sort();
     ids.dedup();
     for id in &ids {
-        ctx.echoes.expect(uid, decide::Step::Destroy);
+        ctx.echoes.expect(&uid, decide::Step::Destroy);
         handle
             .call("destroy", handle.provider.destroy(id))
             .await
@@ -211,7 +214,7 @@ async fn destroy_owned(
                 Outcome::cleanup_blocked(&what, e)
             })?;
     }
-    Ok(())
+    Ok(known)
 }
 
 /// The annotation that asks for a reconcile now (any new value), as Flux's

@@ -24,9 +24,8 @@
 //! - [`DEST_CHAIN`], jumped to from `DOCKER-USER` (or `FORWARD` when Docker manages no
 //!   iptables) and `INPUT`: REJECT traffic from a container bridge to a blocked destination;
 //! - [`HOST_CHAIN`], jumped to from `INPUT` only: REJECT (TCP reset) traffic from a container
-//!   bridge to a blocked port of the host itself (the engine's API ports), and REJECT every
-//!   new connection from a sandbox bridge ([`SANDBOX_BRIDGES`]) to the host: nothing on the
-//!   host answers a sandbox (replies to connections the host opened still pass).
+//!   bridge to a blocked port of the host itself (the engine's API ports). The rest of the
+//!   host is not closed wholesale (see [`rules`]).
 //!
 //! - [`GATEWAY_CHAIN`], jumped to from `DOCKER-USER` (or `FORWARD`): ACCEPT what sandboxes
 //!   behind the egress gateway send to the gateway's DNS and proxy ports, and the gateway's
@@ -97,8 +96,10 @@ pub fn parse_cidr(text: &str) -> Option<(IpAddr, u8)> {
     (prefix <= max).then_some((addr, prefix))
 }
 
-/// The rules for these blocked destinations and host ports, in order, followed by the
-/// rules that close the host to sandbox bridges.
+/// The rules for these blocked destinations and host ports, in order. The host is not closed
+/// to sandbox bridges wholesale: sandboxes must reach a template store that may run on the
+/// engine's host (a presigned download or upload from inside the sandbox), and the rules are
+/// host-wide, so one provider's wholesale block would cut every other provider's store.
 pub fn rules(destinations: &[String], host_ports: &[u16]) -> Vec<Rule> {
     let mut out = Vec::new();
     for bridge in BRIDGES {
@@ -143,33 +144,6 @@ pub fn rules(destinations: &[String], host_ports: &[u16]) -> Vec<Rule> {
                     ]),
                 });
             }
-        }
-    }
-    out.extend(sandbox_host_rules());
-    out
-}
-
-/// Every new connection from a sandbox bridge to the host itself is refused; replies to what
-/// the host opened (exec streams, health checks) pass.
-fn sandbox_host_rules() -> Vec<Rule> {
-    let mut out = Vec::new();
-    for family in [Family::V4, Family::V6] {
-        let conntrack = [
-            "-i",
-            SANDBOX_BRIDGES,
-            "-m",
-            "conntrack",
-            "--ctstate",
-            "ESTABLISHED,RELATED",
-            "-j",
-            "RETURN",
-        ];
-        for rule in [&conntrack[..], &["-i", SANDBOX_BRIDGES, "-j", "REJECT"]] {
-            out.push(Rule {
-                family,
-                chain: HOST_CHAIN,
-                args: args(rule),
-            });
         }
     }
     out
@@ -343,7 +317,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_script_adds_each_rule_only_when_missing_and_closes_the_host_to_sandboxes() {
+    fn the_script_adds_each_rule_only_when_missing() {
         let r = rules(&["169.254.169.254/32".into()], &[2375]);
         let text = script(&r);
         assert!(text.starts_with("set -e\n"));
@@ -351,18 +325,6 @@ mod tests {
                     'REJECT' 2>/dev/null || iptables -w -A SBX-GUARD '-i' 'docker0' '-d' \
                     '169.254.169.254/32' '-j' 'REJECT'";
         assert!(text.contains(line), "{text}");
-        for family in ["iptables", "ip6tables"] {
-            let established = format!(
-                "{family} -w -A SBX-GUARD-HOST '-i' 'sbxns-+' '-m' 'conntrack' '--ctstate' \
-                 'ESTABLISHED,RELATED' '-j' 'RETURN'"
-            );
-            let reject = format!("{family} -w -A SBX-GUARD-HOST '-i' 'sbxns-+' '-j' 'REJECT'");
-            let (e, j) = (text.find(&established), text.find(&reject));
-            assert!(
-                e.is_some() && e < j,
-                "replies pass before the reject: {text}"
-            );
-        }
     }
 
     #[test]
@@ -414,7 +376,7 @@ mod tests {
             &["169.254.169.254/32".into(), "fd00:ec2::254/128".into()],
             &[2375],
         );
-        assert_eq!(r.len(), 3 * (2 + 2) + 4);
+        assert_eq!(r.len(), 3 * (2 + 2));
         let v6: Vec<&Rule> = r
             .iter()
             .filter(|r| r.family == Family::V6 && r.chain == DEST_CHAIN)
