@@ -5,6 +5,7 @@
 //! its implementations. Kubernetes I/O lives only in the controllers; the provider seam and
 //! domain types know nothing of it.
 
+pub mod access;
 pub mod api;
 pub mod config;
 pub mod controller;

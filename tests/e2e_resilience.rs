@@ -403,12 +403,16 @@ async fn only_the_leader_acts_and_a_killed_leader_is_replaced_within_the_lease()
     let first = wait_ready(&api, "first", &ops[leader]).await;
     // The counter moves when the reconcile returns, just after its status write made the
     // object Ready: wait for it rather than read it once.
-    wait_for("the leader to count its reconcile", EVENT_TIMEOUT, || async {
-        match sandbox_reconciles(&ops[leader]) {
-            Some(n) if n >= 1.0 => Ok(()),
-            other => Err(format!("leader's reconciles: {other:?}")),
-        }
-    })
+    wait_for(
+        "the leader to count its reconcile",
+        EVENT_TIMEOUT,
+        || async {
+            match sandbox_reconciles(&ops[leader]) {
+                Some(n) if n >= 1.0 => Ok(()),
+                other => Err(format!("leader's reconciles: {other:?}")),
+            }
+        },
+    )
     .await;
     assert_eq!(leader_gauge(&ops[follower]), Some(0.0), "still following");
     assert_eq!(leader_gauge(&ops[leader]), Some(1.0), "still leading");

@@ -21,6 +21,7 @@ pub mod kubernetes;
 pub mod labels;
 pub mod shellfs;
 pub mod sprites;
+pub mod stream;
 pub mod tarsafe;
 pub mod types;
 pub mod validate;
@@ -193,6 +194,18 @@ pub trait Provider: Send + Sync {
     /// An image cache shared by every namespace (one Docker engine): the controller then
     /// lets a Sandbox boot a cached image only if it could have pulled it itself.
     fn image_cache(&self) -> Option<&dyn ImageCache> {
+        None
+    }
+    /// Interactive processes (stdin, TTY, signals), for the access layer.
+    fn streaming_exec(&self) -> Option<&dyn stream::StreamingExec> {
+        None
+    }
+    /// The main process's log, with follow.
+    fn logs(&self) -> Option<&dyn stream::Logs> {
+        None
+    }
+    /// TCP connections to a port inside a sandbox.
+    fn port_forward(&self) -> Option<&dyn stream::PortForward> {
         None
     }
 }
