@@ -123,3 +123,8 @@ impl AccessServer {
         }
     }
 }
+
+#[cfg(test)]
+mod fake;
+#[cfg(test)]
+mod tests;
