@@ -322,3 +322,58 @@ pub async fn exec(
 pub fn user(prefix: &str) -> String {
     unique(prefix)
 }
+
+/// Applies the chart's aggregated ClusterRoles (`edit` gets exec/attach/portforward/files,
+/// `view` gets log), rendered by helm from the chart itself.
+pub fn apply_chart_roles() {
+    let chart = super::repo().join("charts/sandbox-operator");
+    let out = super::tools::helm(&[
+        "template",
+        "sandbox-access-test",
+        &chart.to_string_lossy(),
+        "--namespace",
+        SERVICE_NAMESPACE,
+        "--show-only",
+        "templates/access-roles.yaml",
+    ]);
+    assert!(
+        out.status.success(),
+        "helm template: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    kubectl_ok(
+        &["apply", "-f", "-"],
+        Some(&String::from_utf8_lossy(&out.stdout)),
+    );
+}
+
+/// Binds `user` to the built-in ClusterRole `role` in `namespace`.
+pub fn bind(user: &str, role: &str, namespace: &str) {
+    kubectl_ok(
+        &[
+            "create",
+            "rolebinding",
+            &format!("{role}-{user}"),
+            &format!("--clusterrole={role}"),
+            &format!("--user={user}"),
+            "-n",
+            namespace,
+        ],
+        None,
+    );
+}
+
+/// A Sandbox on Docker that prints a line to its log and then idles.
+pub fn sandbox_yaml(name: &str) -> String {
+    format!(
+        r#"apiVersion: sandboxes.dev/v1alpha1
+kind: Sandbox
+metadata: {{name: {name}}}
+spec:
+  provider: docker
+  image: {image}
+  command: ["sh", "-c", "echo hello from {name}; exec sleep infinity"]
+"#,
+        image = super::docker::base_image()
+    )
+}
