@@ -56,3 +56,22 @@ impl AccessConfig {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::config::OperatorConfig;
+
+    #[test]
+    fn the_charts_access_section_parses_and_names_missing_files() {
+        let text = "instance: r\nproviders:\n  - name: docker\n    type: docker\naccess:\n  address: 0.0.0.0:8443\n  enabled: true\n  maxUploadBytes: 1073741824\n  tlsCertFile: /etc/a/tls.crt\n  tlsKeyFile: /etc/a/tls.key\n";
+        let config = OperatorConfig::from_yaml(text).unwrap();
+        config.validate().unwrap();
+        assert!(config.access.enabled);
+        assert_eq!(config.access.address.port(), 8443);
+        assert!(config.access.tls_files().is_ok());
+        let bare = OperatorConfig::from_yaml("access: {enabled: true}").unwrap();
+        let why = bare.access.tls_files().unwrap_err();
+        assert!(why.contains("access.tlsCertFile"), "{why}");
+        assert!(!OperatorConfig::default().access.enabled);
+    }
+}

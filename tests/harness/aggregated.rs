@@ -333,6 +333,8 @@ pub fn apply_chart_roles() {
         &chart.to_string_lossy(),
         "--namespace",
         SERVICE_NAMESPACE,
+        "--set",
+        "access.enabled=true",
         "--show-only",
         "templates/access-roles.yaml",
     ]);
