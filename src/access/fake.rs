@@ -13,10 +13,13 @@ use tokio::sync::{mpsc, oneshot};
 use crate::provider::stream::*;
 use crate::provider::*;
 
+/// Every upload: (path, archive).
+pub type Uploads = Arc<Mutex<Vec<(String, Vec<u8>)>>>;
+
 /// The fake; `capable: false` has no access capability at all.
 pub struct Fake {
     pub capable: bool,
-    pub uploaded: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+    pub uploaded: Uploads,
 }
 
 fn receiver_stream(rx: mpsc::Receiver<Bytes>) -> BoxStream<'static, ProviderResult<Bytes>> {

@@ -14,7 +14,7 @@ use tokio_tungstenite::tungstenite::client::IntoClientRequest;
 use super::authn::{FrontProxy, Peer, UserInfo};
 use super::authz::{Attributes, Authorizer};
 use super::channel::{self, Outcome};
-use super::fake::Fake;
+use super::fake::{Fake, Uploads};
 use super::lookup::{Directory, Need, Target};
 use super::routes::{AccessState, FrontProxyCell, router};
 use super::status::AccessError;
@@ -65,7 +65,7 @@ impl Authorizer for Rbac {
     }
 }
 
-fn handle(capable: bool, uploaded: &Arc<Mutex<Vec<(String, Vec<u8>)>>>) -> ProviderHandle {
+fn handle(capable: bool, uploaded: &Uploads) -> ProviderHandle {
     let fake = Fake {
         capable,
         uploaded: uploaded.clone(),
@@ -75,7 +75,7 @@ fn handle(capable: bool, uploaded: &Arc<Mutex<Vec<(String, Vec<u8>)>>>) -> Provi
 
 struct Server {
     addr: SocketAddr,
-    uploaded: Arc<Mutex<Vec<(String, Vec<u8>)>>>,
+    uploaded: Uploads,
 }
 
 /// The router on a plain socket whose connections carry `cn` as the verified peer.
