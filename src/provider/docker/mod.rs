@@ -44,6 +44,7 @@ pub mod tls;
 mod volumes;
 
 mod settings;
+mod socket;
 
 mod bulk;
 mod cache;
