@@ -156,7 +156,9 @@ mod tests {
             ..Default::default()
         };
         let provider = DockerProvider::connect("d", settings).unwrap();
-        let err = provider.engine().await.err().expect("no engine listens");
+        let Err(err) = provider.engine().await else {
+            panic!("no engine listens, yet the engine answered")
+        };
         let msg = err.to_string();
         assert!(msg.contains("connection refused on"), "{msg}");
         assert!(msg.contains("negotiating the Docker API version"), "{msg}");
