@@ -125,7 +125,9 @@ where
                 Ok(0) => None,
                 Ok(_) => Some((Ok(buffer.freeze()), Some(reader))),
                 Err(e) => Some((
-                    Err(ProviderError::transient(format!("{what}: the stream broke ({e})"))),
+                    Err(ProviderError::transient(format!(
+                        "{what}: the stream broke ({e})"
+                    ))),
                     None,
                 )),
             }

@@ -29,7 +29,9 @@ const CONNECT_BOUND: Duration = Duration::from_secs(10);
 impl PortForward for DockerProvider {
     async fn connect(&self, id: &str, port: u16) -> ProviderResult<TunnelStream> {
         let container = self.inspect(id).await?.ok_or_else(|| {
-            ProviderError::not_found(format!("sandbox {id} does not exist; nothing to forward to"))
+            ProviderError::not_found(format!(
+                "sandbox {id} does not exist; nothing to forward to"
+            ))
         })?;
         let state = container
             .state

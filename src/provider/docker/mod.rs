@@ -31,11 +31,11 @@
 mod core;
 pub mod defaults;
 pub mod firewall;
+mod forward;
 pub mod hardening;
 mod hibernation;
 pub mod hostguard;
 mod imageconfig;
-mod forward;
 mod interactive;
 mod logs;
 pub mod networks;
