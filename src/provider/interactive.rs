@@ -133,6 +133,7 @@ where
             }
         }
     })
+    .fuse()
     .boxed()
 }
 
@@ -142,6 +143,7 @@ pub fn queue_stream<T: Send + 'static>(queue: mpsc::Receiver<T>) -> BoxStream<'s
         let item = queue.recv().await?;
         Some((item, queue))
     })
+    .fuse()
     .boxed()
 }
 
