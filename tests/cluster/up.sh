@@ -11,8 +11,12 @@
 #   pki/ (CA, serving cert, SA key; generated once), tokens.csv, admin.token,
 #   etcd/ (data), etcd.log, kube-apiserver.log, *.pid, kubeconfig
 #
-# Ports (loopback only; override with env): SANDBOX_ETCD_PORT=23790 (client),
-# SANDBOX_ETCD_PEER_PORT=23800, SANDBOX_APISERVER_PORT=16443.
+# Ports (override with env): SANDBOX_ETCD_PORT=23790 (client, loopback),
+# SANDBOX_ETCD_PEER_PORT=23800 (loopback), SANDBOX_APISERVER_PORT=16443. The API server
+# listens on every address and advertises this host's IP (SANDBOX_NODE_IP, default: the
+# source address towards the default route), so that Pods on the test nodes reach it
+# through the `kubernetes` Service (an operator installed with Helm runs as such a Pod;
+# Endpoints refuse loopback addresses).
 # Readiness deadline: SANDBOX_UP_TIMEOUT seconds (default 180).
 #
 # stdout is exactly one line: `export KUBECONFIG=<path>`; messages go to stderr.
@@ -31,6 +35,7 @@ TIMEOUT="${SANDBOX_UP_TIMEOUT:-180}"
 SERVER="https://127.0.0.1:$API_PORT"
 ETCD_URL="http://127.0.0.1:$ETCD_PORT"
 KUBECONFIG_OUT="$DIR/kubeconfig"
+NODE_IP="${SANDBOX_NODE_IP:-$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')}"
 
 log() { echo "up.sh: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -70,8 +75,8 @@ print_result() {
 # share one host, so their host names do not tell them apart).
 # An API server already running with other flags is restarted (a few seconds).
 API_ARGS=(
-  --bind-address=127.0.0.1
-  --advertise-address=127.0.0.1
+  --bind-address=0.0.0.0
+  --advertise-address="${NODE_IP:-127.0.0.1}"
   --secure-port="$API_PORT"
   --etcd-servers="$ETCD_URL"
   --tls-cert-file="$PKI/apiserver.crt"
