@@ -80,7 +80,7 @@ async fn a_view_user_reads_logs_but_cannot_exec() {
     let message = format!("{:?}", denied.expect_err("a view user must not exec"));
     assert!(message.contains("403"), "{message}");
     assert!(
-        message.contains("cannot create resource \\\"sandboxes/exec\\\"")
+        message.contains(r#"cannot create resource "sandboxes/exec""#)
             || message.contains("sandboxes/exec"),
         "{message}"
     );
@@ -119,6 +119,63 @@ async fn a_user_bound_to_one_namespace_cannot_exec_into_anothers_sandbox() {
     let message = format!("{:?}", denied.expect_err("an outsider must not exec"));
     assert!(
         message.contains("403") && message.contains(&ns),
+        "{message}"
+    );
+}
+
+/// The operator's own SubjectAccessReview, not only the API server's check in front of it: a
+/// user allowed through by the API server (a grant in `subresources.sandboxes.dev`) but
+/// without `create` on `sandboxes/exec` in `sandboxes.dev` is refused by the operator.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_operator_reviews_each_request_itself() {
+    let (ns, _api, _purge) = world("access-sar").await;
+    let proxied_only = user("proxied");
+    let role = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: proxied-only}
+rules:
+  - apiGroups: ["subresources.sandboxes.dev"]
+    resources: ["sandboxes/exec"]
+    verbs: ["get", "create"]
+"#;
+    apply_yaml_ok(role, &ns);
+    kubectl_ok(
+        &[
+            "create",
+            "rolebinding",
+            "proxied-only",
+            "--role=proxied-only",
+            &format!("--user={proxied_only}"),
+            "-n",
+            &ns,
+        ],
+        None,
+    );
+    let as_user = client_as(&proxied_only, &["system:authenticated"]).await;
+    let message = harness::wait_for(
+        "the operator's review to refuse",
+        Duration::from_secs(30),
+        || {
+            let (c, ns) = (as_user.clone(), ns.clone());
+            async move {
+                match exec(&c, &ns, "box", &["true"]).await {
+                    Ok(run) => Err(format!("exec ran: {run:?}")),
+                    Err(e) => {
+                        let m = e.to_string();
+                        // the API server's own refusal names its group; wait for the operator's
+                        if m.contains("API group \"sandboxes.dev\"") {
+                            Ok(m)
+                        } else {
+                            Err(m)
+                        }
+                    }
+                }
+            }
+        },
+    )
+    .await;
+    assert!(
+        message.contains("403") && message.contains(r#"cannot create resource "sandboxes/exec""#),
         "{message}"
     );
 }
