@@ -105,23 +105,29 @@ impl Aggregated {
         )
         .await;
         register(port, &me.ca_pem);
-        wait_available(&me.operator).await;
+        wait_available().await;
         me
     }
 }
 
 impl Drop for Aggregated {
+    /// Deletes the APIService, retrying for a while when the API server does not answer (a
+    /// left-over APIService without a backend blocks every namespace deletion).
     fn drop(&mut self) {
-        let _ = kubectl(
-            &[
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let args = [
                 "delete",
                 "apiservice",
                 APISERVICE,
                 "--ignore-not-found",
                 "--wait=false",
-            ],
-            None,
-        );
+            ];
+            if kubectl(&args, None).status.success() || std::time::Instant::now() > deadline {
+                return;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
     }
 }
 
@@ -216,7 +222,7 @@ pub fn available() -> String {
 
 /// Waits until the APIService is Available and discovery answers through the API server
 /// (the second proves the aggregator reaches this operator, not an earlier one).
-async fn wait_available(operator: &Operator) {
+async fn wait_available() {
     let admin = super::cluster::client().await;
     wait_for(
         "the APIService to be Available",
@@ -240,7 +246,6 @@ async fn wait_available(operator: &Operator) {
         },
     )
     .await;
-    let _ = operator;
 }
 
 /// A client of the test cluster that impersonates `user` in `groups`.
