@@ -216,7 +216,6 @@ fn host_addresses() -> Vec<IpAddr> {
         .collect()
 }
 
-#[ignore = "the host is not closed to sandboxes wholesale: a template store on the engine's host must stay reachable (issue 22, open)"]
 #[tokio::test(flavor = "multi_thread")]
 async fn nothing_on_the_host_answers_a_sandbox() {
     let env = TestEnv::new("tenancy-host").await;
