@@ -33,6 +33,7 @@ pub mod defaults;
 pub mod firewall;
 pub mod hardening;
 mod hibernation;
+pub mod hostclose;
 pub mod hostguard;
 mod imageconfig;
 pub mod networks;
