@@ -94,6 +94,18 @@ API_ARGS=(
   --kubelet-preferred-address-types=InternalIP,Hostname,ExternalIP
   --allow-privileged=true
   --profiling=false
+  # The aggregation layer (subresources.sandboxes.dev, served by the operator): the
+  # front proxy's CA and client certificate, the headers it asserts the user in, and
+  # routing to the APIService's endpoint IP (the operator runs as a host process).
+  --requestheader-client-ca-file="$PKI/front-proxy/ca.crt"
+  --requestheader-allowed-names=front-proxy-client
+  --requestheader-username-headers=X-Remote-User
+  --requestheader-group-headers=X-Remote-Group
+  --requestheader-extra-headers-prefix=X-Remote-Extra-
+  --requestheader-uid-headers=X-Remote-Uid
+  --proxy-client-cert-file="$PKI/front-proxy/front-proxy-client.crt"
+  --proxy-client-key-file="$PKI/front-proxy/front-proxy-client.key"
+  --enable-aggregator-routing=true
 )
 
 # true when the running kube-apiserver has exactly API_ARGS
@@ -145,6 +157,9 @@ EOF
 source "$here/pki.sh"
 # the API server's identity towards kubelets (bound to system:kubelet-api-admin by node.sh)
 issue_client_cert "$PKI" apiserver-kubelet-client kube-apiserver-kubelet-client
+# the front proxy's own CA and the client certificate it presents to aggregated APIs
+issue_ca "$PKI/front-proxy" front-proxy-ca
+issue_client_cert "$PKI/front-proxy" front-proxy-client front-proxy-client
 
 if [ ! -f "$DIR/tokens.csv" ] || [ ! -f "$DIR/admin.token" ]; then
   (

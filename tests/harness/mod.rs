@@ -26,6 +26,7 @@
 
 #![allow(dead_code)]
 
+pub mod aggregated;
 pub mod cluster;
 pub mod dns;
 pub mod docker;
