@@ -85,7 +85,12 @@ pub async fn load_config(
 
 impl Target {
     /// A client for `config`, acting in `namespace` (or the config's default namespace).
-    pub fn new(config: Config, namespace: Option<String>) -> Result<Target, PluginError> {
+    ///
+    /// kube's default retry of 429/503/504 is off: it backs off for minutes (15 tries up to
+    /// 1000 s apart), which for an unavailable APIService would hang the command instead of
+    /// saying what is wrong.
+    pub fn new(mut config: Config, namespace: Option<String>) -> Result<Target, PluginError> {
+        config.default_retry = false;
         let namespace = namespace.unwrap_or_else(|| config.default_namespace.clone());
         let client = Client::try_from(config)
             .map_err(|e| PluginError::Config(format!("building the API client: {e}")))?;

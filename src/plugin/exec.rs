@@ -12,7 +12,7 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 
 use super::api::Subresource;
 use super::cli::{AttachArgs, ExecArgs};
-use super::connect::{At, Target, upgrade};
+use super::connect::{At, Socket, Target, upgrade};
 use super::errors::PluginError;
 use super::terminal;
 use crate::access::channel::{self, CLOSE, ERROR, Outcome, RESIZE, STDERR, STDIN, STDOUT, Version};
@@ -62,6 +62,8 @@ where
             Ok(Message::Binary(data)) => data,
             Ok(Message::Close(_)) => break,
             Ok(_) => continue,
+            // The status came: however the connection ends now, the process has ended.
+            Err(_) if outcome.is_some() => break,
             Err(e) => return Err(PluginError::Transport(format!("the session broke: {e}"))),
         };
         match channel::split(&data) {
@@ -177,6 +179,21 @@ pub async fn attach(target: &Target, args: &AttachArgs) -> Result<i32, PluginErr
     interactive(target, at, &[], args.stdin, args.tty).await
 }
 
+/// Opens an exec (or attach) WebSocket for `command`; returns it with the protocol version
+/// the server chose.
+pub async fn open(
+    target: &Target,
+    at: At<'_>,
+    command: &[String],
+    stdin: bool,
+    tty: bool,
+) -> Result<(Socket, Version), PluginError> {
+    let url = at.url(&query(command, stdin, tty));
+    let (socket, protocol) = upgrade(&target.client, at, url, &channel::EXEC_PROTOCOLS).await?;
+    let version = Version::negotiate([protocol.as_str()]).unwrap_or(Version::V4);
+    Ok((socket, version))
+}
+
 /// Connects, puts the terminal in raw mode for a TTY with stdin, and runs the session.
 async fn interactive(
     target: &Target,
@@ -189,9 +206,7 @@ async fn interactive(
         eprintln!("Unable to use a TTY - input is not a terminal or the right kind of file");
         tty = false;
     }
-    let url = at.url(&query(command, stdin, tty));
-    let (socket, protocol) = upgrade(&target.client, at, url, &channel::EXEC_PROTOCOLS).await?;
-    let version = Version::negotiate([protocol.as_str()]).unwrap_or(Version::V4);
+    let (socket, version) = open(target, at, command, stdin, tty).await?;
     let resizes = if tty {
         Some(terminal::resizes().map_err(|e| PluginError::local("watching SIGWINCH", e))?)
     } else {

@@ -114,7 +114,12 @@ async fn serve(
 }
 
 /// Opens the WebSocket for one connection and relays it.
-async fn forward_one<T>(target: &Target, name: &str, remote: u16, tcp: T) -> Result<(), PluginError>
+pub async fn forward_one<T>(
+    target: &Target,
+    name: &str,
+    remote: u16,
+    tcp: T,
+) -> Result<(), PluginError>
 where
     T: AsyncRead + AsyncWrite + Send + 'static,
 {
@@ -144,6 +149,8 @@ where
             Ok(Message::Binary(data)) => data,
             Ok(Message::Close(_)) => break,
             Ok(_) => continue,
+            // The local side ended and we closed: however the server ends it now is fine.
+            Err(_) if uplink.is_finished() => break,
             Err(e) => {
                 result = Err(PluginError::Transport(format!("the connection broke: {e}")));
                 break;
