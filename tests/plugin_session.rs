@@ -5,6 +5,9 @@
 //! fix, and a port-forward relay with its port prefixes. No cluster: the client is kube's,
 //! pointed at the server over plain HTTP.
 
+// tungstenite's handshake callback returns its `ErrorResponse` by value (its signature, not ours).
+#![allow(clippy::result_large_err)]
+
 use std::io;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
