@@ -139,11 +139,17 @@ impl Refusal {
 /// What a refused request for `sub` of Sandbox `ns/name` means for the user.
 pub fn refusal(r: Refusal, ns: &str, name: &str, sub: Subresource) -> PluginError {
     let (ns, name) = (ns.to_string(), name.to_string());
+    let said = r.message.to_ascii_lowercase();
     match r.code {
         404 if r.details_name.is_some() || r.message.contains(&format!("\"{name}\"")) => {
             PluginError::NoSandbox { ns, name }
         }
-        404 => PluginError::ApiMissing,
+        // The API server itself: no APIService routes the group.
+        404 if said.contains("could not find the requested resource")
+            || said.contains("page not found") =>
+        {
+            PluginError::ApiMissing
+        }
         409 => PluginError::NotReady {
             ns,
             name,
@@ -163,7 +169,13 @@ pub fn refusal(r: Refusal, ns: &str, name: &str, sub: Subresource) -> PluginErro
             what: sub.capability(),
             message: r.message,
         },
-        502..=504 if r.reason.is_empty() || r.reason == "ServiceUnavailable" => {
+        // The aggregation layer: the APIService is not Available or its backend not reached
+        // (our API's own 503s carry a Status with a message of their own).
+        502..=504
+            if r.reason.is_empty()
+                || said.contains("service unavailable")
+                || said.contains("trying to reach service") =>
+        {
             PluginError::ApiUnavailable { message: r.message }
         }
         code => PluginError::Api {
@@ -251,6 +263,39 @@ mod tests {
             Subresource::Exec,
         );
         assert!(m.contains("cannot run an interactive process"), "{m}");
+    }
+
+    #[test]
+    fn the_aggregated_apis_own_messages_are_told_apart_from_the_api_servers() {
+        let body = status(
+            404,
+            "NotFound",
+            "sandboxes.sandboxes.dev \"demo\" not found in namespace \"a\"",
+            None,
+        );
+        assert!(said(404, &body, Subresource::Exec).contains("kubectl get sandboxes -n a"));
+        let body = status(
+            404,
+            "NotFound",
+            "sandbox a/demo is gone at its provider",
+            None,
+        );
+        let m = said(404, &body, Subresource::Exec);
+        assert_eq!(
+            m,
+            "the API server answered 404: sandbox a/demo is gone at its provider"
+        );
+        let body = status(
+            503,
+            "ServiceUnavailable",
+            "exec: the Docker engine is unreachable",
+            None,
+        );
+        let m = said(503, &body, Subresource::Exec);
+        assert!(
+            m.starts_with("the API server answered 503: exec: the Docker"),
+            "{m}"
+        );
     }
 
     #[test]
