@@ -388,3 +388,23 @@ async fn port_forward_relays_one_connection_with_the_port_prefixes() {
         Some(Version::V4)
     );
 }
+
+#[tokio::test]
+async fn an_unreachable_api_server_is_named_with_the_os_cause() {
+    let port = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let (result, _, _) = run_exec(&format!("http://127.0.0.1:{port}"), &["true"], None, None).await;
+    let e = result.unwrap_err().to_string();
+    assert!(
+        e.contains(&format!(
+            "cannot reach the API server at http://127.0.0.1:{port}"
+        )),
+        "{e}"
+    );
+    assert!(e.contains("Connection refused"), "{e}");
+    assert!(e.contains("--context"), "{e}");
+}

@@ -37,6 +37,8 @@ pub struct Target {
     pub client: Client,
     /// `-n`, else the context's namespace, else `default`.
     pub namespace: String,
+    /// The API server's URL, for messages.
+    pub server: String,
 }
 
 /// One Sandbox's subresource: what a request is about (for its URL and its error messages).
@@ -92,23 +94,32 @@ impl Target {
     pub fn new(mut config: Config, namespace: Option<String>) -> Result<Target, PluginError> {
         config.default_retry = false;
         let namespace = namespace.unwrap_or_else(|| config.default_namespace.clone());
+        let server = config.cluster_url.to_string();
         let client = Client::try_from(config)
             .map_err(|e| PluginError::Config(format!("building the API client: {e}")))?;
-        Ok(Target { client, namespace })
+        Ok(Target {
+            client,
+            namespace,
+            server,
+        })
     }
 }
 
 /// Sends `request` and returns a successful (2xx or 101) response; any other answer becomes
 /// the [`PluginError`] that says what to do about it.
 pub async fn send(
-    client: &Client,
+    target: &Target,
     at: At<'_>,
     request: Request<Body>,
 ) -> Result<Response<Body>, PluginError> {
-    let response = client
-        .send(request)
-        .await
-        .map_err(|e| PluginError::Transport(format!("reaching the API server: {e}")))?;
+    let response = target.client.send(request).await.map_err(|e| {
+        PluginError::Transport(format!(
+            "cannot reach the API server at {}: {}; is the cluster up, and is it the \
+             kubeconfig's current context (pick another with --context)?",
+            target.server,
+            causes(&e)
+        ))
+    })?;
     let status = response.status();
     if status.is_success() || status == StatusCode::SWITCHING_PROTOCOLS {
         return Ok(response);
@@ -127,10 +138,25 @@ pub async fn send(
     ))
 }
 
+/// An error and its sources, outermost first (the OS cause, e.g. "Connection refused", is
+/// usually the last).
+fn causes(e: &dyn std::error::Error) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut source = e.source();
+    while let Some(s) = source {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        source = s.source();
+    }
+    parts.join(": ")
+}
+
 /// Opens a WebSocket to `url` offering `protocols` (most preferred first); returns it with the
 /// subprotocol the server chose.
 pub async fn upgrade(
-    client: &Client,
+    target: &Target,
     at: At<'_>,
     url: String,
     protocols: &[&str],
@@ -144,7 +170,7 @@ pub async fn upgrade(
         .header(SEC_WEBSOCKET_PROTOCOL, protocols.join(", "))
         .body(Body::from(Vec::new()))
         .map_err(|e| PluginError::Usage(format!("building the request: {e}")))?;
-    let response = send(client, at, request).await?;
+    let response = send(target, at, request).await?;
     let protocol = check_upgrade(&response, &key, protocols)?;
     let upgraded = hyper::upgrade::on(response)
         .await

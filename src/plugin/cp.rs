@@ -147,7 +147,7 @@ async fn upload(
         .header(http::header::CONTENT_TYPE, "application/x-tar")
         .body(Body::from(archive))
         .map_err(|e| PluginError::Usage(format!("building the request: {e}")))?;
-    send(&target.client, at, request).await?;
+    send(target, at, request).await?;
     Ok(())
 }
 
@@ -186,7 +186,7 @@ async fn download(
     let request = Request::get(at.url(&[("path", remote)]))
         .body(Body::from(Vec::new()))
         .map_err(|e| PluginError::Usage(format!("building the request: {e}")))?;
-    let response = send(&target.client, at, request).await?;
+    let response = send(target, at, request).await?;
     let body = response
         .into_body()
         .collect()

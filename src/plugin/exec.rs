@@ -189,7 +189,7 @@ pub async fn open(
     tty: bool,
 ) -> Result<(Socket, Version), PluginError> {
     let url = at.url(&query(command, stdin, tty));
-    let (socket, protocol) = upgrade(&target.client, at, url, &channel::EXEC_PROTOCOLS).await?;
+    let (socket, protocol) = upgrade(target, at, url, &channel::EXEC_PROTOCOLS).await?;
     let version = Version::negotiate([protocol.as_str()]).unwrap_or(Version::V4);
     Ok((socket, version))
 }

@@ -129,7 +129,7 @@ where
         sub: Subresource::PortForward,
     };
     let url = at.url(&[("ports", remote.to_string())]);
-    let (socket, _) = upgrade(&target.client, at, url, &[PORT_FORWARD_PROTOCOL]).await?;
+    let (socket, _) = upgrade(target, at, url, &[PORT_FORWARD_PROTOCOL]).await?;
     relay(socket, tcp, remote).await
 }
 

@@ -39,7 +39,7 @@ pub async fn logs(target: &Target, args: &LogsArgs) -> Result<i32, PluginError> 
     let request = Request::get(at.url(&query(args)))
         .body(Body::from(Vec::new()))
         .map_err(|e| PluginError::Usage(format!("building the request: {e}")))?;
-    let response = send(&target.client, at, request).await?;
+    let response = send(target, at, request).await?;
     copy_body(response.into_body(), &mut tokio::io::stdout()).await?;
     Ok(0)
 }
