@@ -310,6 +310,69 @@ mod tests {
         assert!(split_remote("/tmp/..").is_err());
     }
 
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    fn chmod(p: &Path, m: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+
+    #[test]
+    fn a_packed_tree_unpacks_under_a_new_name_with_its_modes() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("src");
+        std::fs::create_dir_all(src.join("sub")).unwrap();
+        std::fs::write(src.join("run.sh"), b"#!/bin/sh\n").unwrap();
+        std::fs::write(src.join("sub/secret"), b"s").unwrap();
+        std::os::unix::fs::symlink("run.sh", src.join("link")).unwrap();
+        chmod(&src.join("run.sh"), 0o755);
+        chmod(&src.join("sub/secret"), 0o600);
+        chmod(&src.join("sub"), 0o750);
+        let archive = pack(&src, "tree").unwrap();
+        let out = dir.path().join("copy");
+        unpack(&archive, "tree", &out).unwrap();
+        assert_eq!(mode(&out.join("run.sh")), 0o755);
+        assert_eq!(mode(&out.join("sub/secret")), 0o600);
+        assert_eq!(mode(&out.join("sub")), 0o750);
+        assert_eq!(
+            std::fs::read_link(out.join("link")).unwrap(),
+            Path::new("run.sh")
+        );
+        // Into an existing directory: under the source's own name, merged.
+        unpack(&archive, "tree", dir.path()).unwrap();
+        assert_eq!(
+            std::fs::read(dir.path().join("tree/sub/secret")).unwrap(),
+            b"s"
+        );
+    }
+
+    #[test]
+    fn a_sandbox_archive_with_more_than_was_asked_or_setuid_bits_is_tamed() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(1);
+        h.set_mode(0o4755);
+        b.append_data(&mut h, "tree/suid", &b"x"[..]).unwrap();
+        let suid = b.into_inner().unwrap();
+        unpack(&suid, "tree", &dir.path().join("t")).unwrap();
+        assert_eq!(mode(&dir.path().join("t/suid")), 0o755);
+        let mut b = tar::Builder::new(Vec::new());
+        let mut h = tar::Header::new_gnu();
+        h.set_size(1);
+        h.set_mode(0o644);
+        b.append_data(&mut h, "other/file", &b"x"[..]).unwrap();
+        let e = unpack(&b.into_inner().unwrap(), "tree", &dir.path().join("u")).unwrap_err();
+        assert!(
+            e.to_string().contains("other/file is not under tree/"),
+            "{e}"
+        );
+        assert!(!dir.path().join("other").exists() && !dir.path().join("u").exists());
+    }
+
     #[test]
     fn a_trailing_slash_copies_into() {
         let dir = tempfile::tempdir().unwrap();
