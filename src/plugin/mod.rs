@@ -34,13 +34,17 @@ pub fn main() -> i32 {
             return 1;
         }
     };
-    match runtime.block_on(run(cli)) {
+    let code = match runtime.block_on(run(cli)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e}");
             1
         }
-    }
+    };
+    // Stdin is read on a blocking thread that may wait for a key press forever after the
+    // remote process ended; dropping the runtime would wait for it.
+    runtime.shutdown_background();
+    code
 }
 
 /// Loads the kubeconfig and runs the command.
