@@ -12,7 +12,7 @@ use sandbox_operator::provider::stream::{
     ExecInput, ExecSession, LogRequest, Logs, PortForward, Signal, StreamExecRequest,
     StreamingExec, TermSize,
 };
-use sandbox_operator::provider::{ErrorKind, ProviderResult};
+use sandbox_operator::provider::{ErrorKind, ProviderResult, SandboxState};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, timeout};
 
@@ -494,9 +494,13 @@ async fn http_get(forward: &dyn PortForward, id: &str) -> Result<String, String>
 /// `Conflict` for exec and port-forward (never started on the caller's behalf).
 pub async fn stream_capabilities_refuse_absent_and_idle_sandboxes(fx: &Fixture) -> Check {
     let absent = format!("sbx-absent-{}", unique_hex());
-    let idle = create(fx, &fx.request()).await?.id;
+    let (exec, forward) = (exec_of(fx)?, forward_of(fx)?);
+    let idle = match exec.is_some() || forward.is_some() {
+        true => not_running(fx).await?,
+        false => String::new(),
+    };
     let req = request(&["true"]);
-    if let Some(exec) = exec_of(fx)? {
+    if let Some(exec) = exec {
         expect_kind(
             exec.exec_stream(&absent, &req).await.map(|_| ()),
             &[ErrorKind::NotFound],
@@ -505,14 +509,14 @@ pub async fn stream_capabilities_refuse_absent_and_idle_sandboxes(fx: &Fixture) 
         expect_kind(
             exec.exec_stream(&idle, &req).await.map(|_| ()),
             &[ErrorKind::Conflict],
-            "exec_stream on a never-started sandbox",
+            "exec_stream on a sandbox that is not running",
         )?;
     }
     if let Some(logs) = logs_of(fx)? {
         let result = logs.logs(&absent, &LogRequest::default()).await.map(|_| ());
         expect_kind(result, &[ErrorKind::NotFound], "logs of an absent sandbox")?;
     }
-    if let Some(forward) = forward_of(fx)? {
+    if let Some(forward) = forward {
         expect_kind(
             forward.connect(&absent, 80).await.map(|_| ()),
             &[ErrorKind::NotFound],
@@ -521,8 +525,18 @@ pub async fn stream_capabilities_refuse_absent_and_idle_sandboxes(fx: &Fixture) 
         expect_kind(
             forward.connect(&idle, 80).await.map(|_| ()),
             &[ErrorKind::Conflict],
-            "port-forward to a never-started sandbox",
+            "port-forward to a sandbox that is not running",
         )?;
     }
     Ok(())
+}
+
+/// A sandbox that exists and does not run: created, and stopped if the provider started it
+/// as it created it.
+async fn not_running(fx: &Fixture) -> Result<String, String> {
+    let created = create(fx, &fx.request()).await?;
+    if created.state == SandboxState::Running {
+        fx.provider.stop(&created.id).await.or_fail("stop")?;
+    }
+    Ok(created.id)
 }
