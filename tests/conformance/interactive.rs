@@ -356,10 +356,13 @@ pub async fn stream_exec_holds_a_fast_producer_for_a_slow_reader(fx: &Fixture) -
     read_until(&mut session.stdout, &mut seen, "\n").await?;
     // Not a synchronisation: time in which an unbounded buffer would have taken it all.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let blocked = sh(fx, &id, &format!("test ! -e {done} && echo blocked")).await?;
+    let probe = format!("if [ -e {done} ]; then echo finished; else echo blocked; fi");
+    let state = sh(fx, &id, &probe).await?;
     ensure!(
-        blocked.trim() == "blocked",
-        "the producer finished while nobody read its output"
+        state.trim() == "blocked",
+        "the producer ran to its end while nobody read its output ({}): its 31 MB were \
+         buffered somewhere instead of holding it back",
+        state.trim()
     );
     while let Some(chunk) = timeout(SESSION_BOUND, session.stdout.next())
         .await
