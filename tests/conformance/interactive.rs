@@ -494,11 +494,12 @@ async fn http_get(forward: &dyn PortForward, id: &str) -> Result<String, String>
 }
 
 /// An absent sandbox is `NotFound` for every capability; one that is not running is
-/// `Conflict` for exec and port-forward (never started on the caller's behalf).
+/// `Conflict` for exec and port-forward (never started on the caller's behalf), and its log
+/// is either what it wrote or `Conflict`.
 pub async fn stream_capabilities_refuse_absent_and_idle_sandboxes(fx: &Fixture) -> Check {
     let absent = format!("sbx-absent-{}", unique_hex());
-    let (exec, forward) = (exec_of(fx)?, forward_of(fx)?);
-    let idle = match exec.is_some() || forward.is_some() {
+    let (exec, logs, forward) = (exec_of(fx)?, logs_of(fx)?, forward_of(fx)?);
+    let idle = match exec.is_some() || logs.is_some() || forward.is_some() {
         true => not_running(fx).await?,
         false => String::new(),
     };
@@ -515,9 +516,17 @@ pub async fn stream_capabilities_refuse_absent_and_idle_sandboxes(fx: &Fixture) 
             "exec_stream on a sandbox that is not running",
         )?;
     }
-    if let Some(logs) = logs_of(fx)? {
+    if let Some(logs) = logs {
         let result = logs.logs(&absent, &LogRequest::default()).await.map(|_| ());
         expect_kind(result, &[ErrorKind::NotFound], "logs of an absent sandbox")?;
+        // What it wrote before it stopped, or a refusal saying to start it.
+        if let Err(e) = logs.logs(&idle, &LogRequest::default()).await {
+            ensure!(
+                e.is(ErrorKind::Conflict),
+                "logs of a sandbox that is not running: {:?}: {e}",
+                e.kind()
+            );
+        }
     }
     if let Some(forward) = forward {
         expect_kind(
