@@ -11,13 +11,13 @@
 mod harness;
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener};
 use std::time::Duration;
 
 use harness::cluster::{client, create_secret, get_json};
-use harness::docker::idle;
+use harness::docker::{http_server, idle};
 use harness::kubernetes::Kubernetes;
-use harness::wait_for;
+use harness::{host_reaches, wait_for};
 use k8s_openapi::api::core::v1::{Node, Secret, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
@@ -255,14 +255,6 @@ async fn a_silent_spec_gets_default_requests_limits_and_ephemeral_storage() {
     assert_eq!(applied.disk.as_deref(), Some("2147483648"));
 }
 
-/// An HTTP server on 8080 in perl (the base image has no nc or python).
-fn http_server() -> Vec<String> {
-    let script = "use IO::Socket::INET; my $s = IO::Socket::INET->new(LocalPort => 8080, \
-                  Listen => 16, ReuseAddr => 1) or die $!; while (my $c = $s->accept) { \
-                  print $c \"HTTP/1.0 200 OK\\r\\n\\r\\nhello\"; close $c }";
-    vec!["perl".into(), "-e".into(), script.into()]
-}
-
 /// A sandbox of tenant `namespace` in this world's operator instance, running `command`.
 fn request_of(w: &World, namespace: &str, name: &str, command: Vec<String>) -> CreateRequest {
     CreateRequest {
@@ -325,20 +317,6 @@ async fn connects(provider: &KubernetesProvider, id: &str, addr: IpAddr, port: u
         .expect("exec");
     assert_eq!(out.exit_code, 0, "{out:?}");
     String::from_utf8_lossy(&out.stdout).trim() == "open"
-}
-
-/// This host (every test node) reaches `addr:port`: the control that the target is up.
-async fn host_reaches(addr: IpAddr, port: u16) {
-    wait_for(
-        &format!("{addr}:{port} answering the node"),
-        DEADLINE,
-        || async {
-            TcpStream::connect_timeout(&(addr, port).into(), Duration::from_secs(2))
-                .map(drop)
-                .map_err(|e| e.to_string())
-        },
-    )
-    .await;
 }
 
 /// The test nodes' address (they all share this host's), as the API server knows it.
