@@ -373,11 +373,26 @@ async fn a_sandbox_pod_of_one_namespace_cannot_connect_to_a_sandbox_pod_of_anoth
 
     // The node reaches the server (the kubelet's probes come from there), so it is up.
     host_reaches(ip, 8080).await;
-    assert!(
-        !connects(&provider, &stranger, ip, 8080).await,
-        "a sandbox Pod of namespace team-b connected to {ip}:8080 of a sandbox Pod of \
-         namespace team-a"
-    );
+    // A policy controller programs a new Pod's rules after it starts (asynchronously, as
+    // NetworkPolicy allows), so the wall must stand within a deadline, then hold.
+    let wall = || async {
+        match connects(&provider, &stranger, ip, 8080).await {
+            false => Ok(()),
+            true => Err(format!(
+                "a sandbox Pod of namespace team-b connected to {ip}:8080 of a sandbox Pod of \
+                 namespace team-a"
+            )),
+        }
+    };
+    wait_for(
+        "the wall between the two namespaces' sandbox Pods",
+        DEADLINE,
+        wall,
+    )
+    .await;
+    if let Err(breach) = wall().await {
+        panic!("the wall did not hold: {breach}");
+    }
 
     // What the policy allows still passes: egress to an address outside its excepted
     // ranges. The nodes' own address is the one such address here (no internet); when it
