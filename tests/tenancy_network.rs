@@ -13,24 +13,16 @@
 mod fakenet;
 mod harness;
 
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener};
 use std::time::Duration;
 
 use fakenet::{FakeNet, GatewayGuard, gateway_settings};
-use harness::docker::{TEST_LABEL, TestEnv, base_image};
-use harness::{unique, wait_for};
+use harness::docker::{TEST_LABEL, TestEnv, base_image, http_server};
+use harness::{host_reaches, unique, wait_for};
 use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::{CreateRequest, Provider};
 
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// An HTTP server on 8080 in perl (the base image has no nc or python).
-fn http_server() -> Vec<String> {
-    let script = "use IO::Socket::INET; my $s = IO::Socket::INET->new(LocalPort => 8080, \
-                  Listen => 16, ReuseAddr => 1) or die $!; while (my $c = $s->accept) { \
-                  print $c \"HTTP/1.0 200 OK\\r\\n\\r\\nhello\"; close $c }";
-    vec!["perl".into(), "-e".into(), script.into()]
-}
 
 /// A request of `env` for a sandbox of namespace `namespace`.
 fn request_in(env: &TestEnv, namespace: &str, name: &str) -> CreateRequest {
@@ -74,20 +66,6 @@ async fn connects(env: &TestEnv, id: &str, addr: IpAddr, port: u16) -> bool {
          else echo closed; fi"
     );
     env.sh(id, &script).await.trim() == "open"
-}
-
-/// The host reaches `addr:port` (the control that the target is up).
-async fn host_reaches(addr: IpAddr, port: u16) {
-    wait_for(
-        &format!("{addr}:{port} answering the host"),
-        DEADLINE,
-        || async {
-            TcpStream::connect_timeout(&(addr, port).into(), Duration::from_secs(2))
-                .map(drop)
-                .map_err(|e| e.to_string())
-        },
-    )
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]

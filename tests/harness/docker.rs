@@ -44,6 +44,15 @@ pub fn idle() -> Vec<String> {
     IDLE.iter().map(|s| s.to_string()).collect()
 }
 
+/// A main process serving HTTP on 8080, in perl (the base image has no nc or python): the
+/// target of the network walls' probes.
+pub fn http_server() -> Vec<String> {
+    let script = "use IO::Socket::INET; my $s = IO::Socket::INET->new(LocalPort => 8080, \
+                  Listen => 16, ReuseAddr => 1) or die $!; while (my $c = $s->accept) { \
+                  print $c \"HTTP/1.0 200 OK\\r\\n\\r\\nhello\"; close $c }";
+    vec!["perl".into(), "-e".into(), script.into()]
+}
+
 /// A raw engine client (API version negotiated: Debian's engine speaks 1.41), to set things
 /// up behind the provider's back and to check what the engine holds independently of it.
 pub async fn engine() -> bollard::Docker {
