@@ -4,11 +4,14 @@
 #
 #   examples/demo.sh             build the operator, start Docker + the base image, use the
 #                                cluster in $KUBECONFIG (when set and reachable) or start the
-#                                test control plane, install the CRDs, (re)start the operator,
-#                                apply examples/sandbox.yaml, wait for Ready, run a command
-#                                inside it and reach its published port.
+#                                test control plane, install the CRDs, (re)start the operator
+#                                serving the aggregated API (subresources.sandboxes.dev,
+#                                registered by an APIService), apply examples/sandbox.yaml,
+#                                wait for Ready, run commands inside it with the
+#                                `kubectl sandbox` plugin (built here, put on PATH) and reach
+#                                its published port.
 #   examples/demo.sh down        delete the Sandbox (the operator removes its container before
-#                                the finalizer goes), stop the operator. The control plane and
+#                                the finalizer goes), delete the APIService, stop the operator. The control plane and
 #                                dockerd keep running.
 #   examples/demo.sh down --all  the same, then stop the test control plane (tests/cluster/down.sh)
 #                                when the demo started it. dockerd is left running.
@@ -17,10 +20,14 @@
 # on the fresh binary and re-applies the unchanged Sandbox.
 #
 # State: ${SANDBOX_CACHE:-~/.cache/sandbox-operator}/demo/ — operator.log, operator.pid,
-# config.yaml, kubeconfig (the path of the cluster the demo used).
+# config.yaml, kubeconfig (the path of the cluster the demo used), access.crt/access.key (the
+# aggregated API's self-signed serving certificate), bin/kubectl-sandbox (the plugin).
 #
 # Env:
 #   SANDBOX_DEMO_METRICS_ADDR  operator /metrics, /healthz, /readyz (default 127.0.0.1:18080)
+#   SANDBOX_DEMO_ACCESS_PORT   the aggregated API's port on every address (default 18443)
+#   SANDBOX_NODE_IP            this host's address the API server dials (default: the source
+#                              address towards the default route)
 #   SANDBOX_DEMO_RELEASE=1     build and run the release binary instead of the debug one
 #   RUST_LOG                   operator log filter (e.g. info,sandbox_operator=debug)
 #   DEMO_DOWN_ALL=1            same as `down --all` (so `make demo-down DEMO_DOWN_ALL=1` works)
@@ -39,6 +46,14 @@ NS=default           # examples/sandbox.yaml's namespace
 NAME=demo            # examples/sandbox.yaml's name
 MANIFEST="$REPO/examples/sandbox.yaml"
 CRDS=(crd/sandboxes.sandboxes.dev crd/sandboxvolumes.sandboxes.dev crd/sandboxtemplates.sandboxes.dev)
+# The aggregated API (kubectl sandbox's server), served by the operator as a host process.
+ACCESS_PORT="${SANDBOX_DEMO_ACCESS_PORT:-18443}"
+APISERVICE=v1alpha1.subresources.sandboxes.dev
+ACCESS_NS=sandbox-demo-access
+ACCESS_SVC=sandbox-operator-access
+ACCESS_CERT="$DEMO_DIR/access.crt"
+ACCESS_KEY="$DEMO_DIR/access.key"
+PLUGIN_DIR="$DEMO_DIR/bin"
 
 if [ -t 1 ]; then B=$'\e[1m'; G=$'\e[32m'; Y=$'\e[33m'; R=$'\e[31m'; N=$'\e[0m'; else B='' G='' Y='' R='' N=''; fi
 step_no=0
@@ -110,6 +125,11 @@ openImages: ["${SANDBOX_BASE_IMAGE:-sandbox-operator/base:bookworm}"]
 providers:
   - name: docker
     type: docker
+access:
+  enabled: true
+  address: "0.0.0.0:$ACCESS_PORT"
+  tlsCertFile: $ACCESS_CERT
+  tlsKeyFile: $ACCESS_KEY
 EOF
   {
     echo
@@ -147,6 +167,87 @@ operator_binary() {
   if [ "${SANDBOX_DEMO_RELEASE:-0}" = 1 ]; then echo "$target/release/sandbox-operator"; else echo "$target/debug/sandbox-operator"; fi
 }
 
+# ---- the aggregated API (what `kubectl sandbox` talks to) -------------------------------------
+# This host's address towards the default route: the API server dials it (Endpoints refuse
+# loopback addresses, so the operator's listener is registered at this address).
+host_ip() {
+  if [ -n "${SANDBOX_NODE_IP:-}" ]; then echo "$SANDBOX_NODE_IP"; return; fi
+  ip -4 route get 1.1.1.1 2>/dev/null | awk '{ for (i = 1; i < NF; i++) if ($i == "src") { print $(i + 1); exit } }'
+}
+
+# A self-signed serving certificate for the Service name the aggregator verifies (kept across runs).
+serving_cert() {
+  [ -s "$ACCESS_CERT" ] && [ -s "$ACCESS_KEY" ] && return 0
+  command -v openssl >/dev/null 2>&1 || die "openssl is needed to make the aggregated API's serving certificate"
+  local dns="$ACCESS_SVC.$ACCESS_NS.svc"
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes -days 3650 \
+    -subj "/CN=$dns" -addext "subjectAltName=DNS:$dns" \
+    -keyout "$ACCESS_KEY" -out "$ACCESS_CERT" >/dev/null 2>&1 || die "openssl could not make a serving certificate"
+  ok "serving certificate for $dns: $ACCESS_CERT"
+}
+
+# Registers the operator's listener: a selector-less Service whose Endpoints/EndpointSlice is
+# this host, and the APIService trusting our certificate; waits until it is Available.
+register_access() {
+  local ip ca
+  ip="$(host_ip)"
+  [ -n "$ip" ] || die "cannot tell this host's address; set SANDBOX_NODE_IP"
+  ca="$(base64 -w0 <"$ACCESS_CERT")"
+  info "APIService $APISERVICE -> $ip:$ACCESS_PORT (Service $ACCESS_NS/$ACCESS_SVC)"
+  k apply -f - >/dev/null <<EOF || die "registering the APIService failed"
+apiVersion: v1
+kind: Namespace
+metadata: {name: $ACCESS_NS}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: $ACCESS_SVC, namespace: $ACCESS_NS}
+spec:
+  ports: [{name: https, port: 443, targetPort: $ACCESS_PORT, protocol: TCP}]
+---
+apiVersion: v1
+kind: Endpoints
+metadata: {name: $ACCESS_SVC, namespace: $ACCESS_NS}
+subsets:
+  - addresses: [{ip: "$ip"}]
+    ports: [{name: https, port: $ACCESS_PORT, protocol: TCP}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: $ACCESS_SVC-host
+  namespace: $ACCESS_NS
+  labels: {kubernetes.io/service-name: $ACCESS_SVC}
+addressType: IPv4
+endpoints: [{addresses: ["$ip"], conditions: {ready: true}}]
+ports: [{name: https, port: $ACCESS_PORT, protocol: TCP}]
+---
+apiVersion: apiregistration.k8s.io/v1
+kind: APIService
+metadata: {name: $APISERVICE}
+spec:
+  group: subresources.sandboxes.dev
+  version: v1alpha1
+  groupPriorityMinimum: 1000
+  versionPriority: 15
+  service: {namespace: $ACCESS_NS, name: $ACCESS_SVC, port: 443}
+  caBundle: $ca
+EOF
+  if ! run kubectl wait --for=condition=Available "apiservice/$APISERVICE" --timeout=90s; then
+    kubectl get apiservice "$APISERVICE" -o jsonpath='{.status.conditions[*].message}{"\n"}' 2>&1 | sed 's/^/      /'
+    tail -n 20 "$LOG" | sed 's/^/      /' >&2
+    die "the aggregated API is not Available (the API server must reach $ip:$ACCESS_PORT; see $LOG)"
+  fi
+  ok "aggregated API subresources.sandboxes.dev is Available"
+}
+
+# An APIService whose backend is gone blocks namespace deletion cluster-wide: it goes with the operator.
+unregister_access() {
+  k delete apiservice "$APISERVICE" --ignore-not-found >/dev/null 2>&1 || true
+  k delete namespace "$ACCESS_NS" --ignore-not-found --wait=false >/dev/null 2>&1 || true
+  ok "APIService $APISERVICE removed"
+}
+
 # =================================================================================================
 down() {
   local all=0
@@ -181,6 +282,7 @@ down() {
       || die "the Sandbox was not deleted within 90 s; see $LOG and 'kubectl describe sbx $NAME -n $NS'"
     ok "Sandbox deleted"
   fi
+  [ "$up" = 0 ] || unregister_access
   local left
   left="$(docker ps -aq --filter "label=sandboxes.dev/managed-by=$INSTANCE" 2>/dev/null | wc -l || true)"
   if [ "${left:-0}" -eq 0 ]; then
@@ -222,17 +324,22 @@ up() {
   [ $# -eq 0 ] || die "usage: $0 [down [--all]]"
   local t0=$SECONDS
 
-  step "Building the operator"
+  step "Building the operator and the kubectl sandbox plugin"
   command -v cargo >/dev/null 2>&1 || die "cargo is not installed (https://rustup.rs); the operator is built from this checkout"
   local bin
   bin="$(operator_binary)"
   if [ "${SANDBOX_DEMO_RELEASE:-0}" = 1 ]; then
-    run cargo build --release --bin sandbox-operator || die "cargo build failed"
+    run cargo build --release --bin sandbox-operator --bin kubectl-sandbox || die "cargo build failed"
   else
-    run cargo build --bin sandbox-operator || die "cargo build failed"
+    run cargo build --bin sandbox-operator --bin kubectl-sandbox || die "cargo build failed"
   fi
   [ -x "$bin" ] || die "no binary at $bin after the build"
   ok "$("$bin" version)  ($bin)"
+  mkdir -p "$PLUGIN_DIR"
+  ln -sf "$(dirname "$bin")/kubectl-sandbox" "$PLUGIN_DIR/kubectl-sandbox"
+  [ -x "$PLUGIN_DIR/kubectl-sandbox" ] || die "no plugin binary at $(dirname "$bin")/kubectl-sandbox after the build"
+  export PATH="$PLUGIN_DIR:$PATH"   # kubectl finds plugins on PATH by their name
+  ok "kubectl sandbox: $(command -v kubectl-sandbox)"
 
   step "Docker engine and the base image"
   bash "$REPO/tests/setup/docker.sh" || die "tests/setup/docker.sh failed"
@@ -262,9 +369,11 @@ up() {
   run k apply --server-side --force-conflicts --field-manager=sandbox-operator-demo -f "$REPO/crds/" || die "installing the CRDs failed"
   run kubectl wait --for=condition=Established --timeout=60s "${CRDS[@]}" || die "CRDs are not Established"
 
-  step "Starting the operator in the background"
+  step "Starting the operator in the background (it also serves the aggregated API on :$ACCESS_PORT)"
+  serving_cert
   stop_operator
   start_operator "$bin"
+  register_access
 
   step "Applying examples/sandbox.yaml"
   run k apply -f "$MANIFEST" || die "kubectl apply failed"
@@ -288,15 +397,19 @@ up() {
   k get sbx "$NAME" -n "$NS" \
     -o jsonpath='{range .status.conditions[*]}{.type}={.status} ({.reason}): {.message}{"\n"}{end}' | sed 's/^/      /'
 
-  step "Running commands inside the sandbox (docker exec $ext …)"
-  [ -n "$ext" ] || die "status.externalName is empty"
-  run docker exec "$ext" uname -a || die "docker exec failed"
-  printf '    $ docker exec %s cat /proc/1/cmdline   (NUL-separated argv of the main process)\n' "$ext"
-  docker exec "$ext" cat /proc/1/cmdline | tr '\0' '\n' | sed -n '1,4p' | sed 's/^/      /'
+  step "Running commands inside the sandbox (kubectl sandbox exec $NAME …, your own identity through the API server)"
+  run kubectl sandbox exec "$NAME" -n "$NS" -- uname -a || die "kubectl sandbox exec failed"
+  printf '    $ kubectl sandbox exec %s -- cat /proc/1/cmdline   (NUL-separated argv of the main process)\n' "$NAME"
+  kubectl sandbox exec "$NAME" -n "$NS" -- cat /proc/1/cmdline | tr '\0' '\n' | sed -n '1,4p' | sed 's/^/      /'
   info "  … (the perl script of examples/sandbox.yaml follows)"
   # shellcheck disable=SC2016 # shown as typed: the sandbox's shell expands it
-  printf '    $ docker exec %s sh -c '"'"'echo "GREETING=$GREETING APP_ENV=$APP_ENV"; id'"'"'\n' "$ext"
-  docker exec "$ext" sh -c 'echo "GREETING=$GREETING APP_ENV=$APP_ENV"; id' 2>&1 | sed 's/^/      /'
+  printf '    $ kubectl sandbox exec %s -- sh -c '"'"'echo "GREETING=$GREETING APP_ENV=$APP_ENV"; id'"'"'\n' "$NAME"
+  kubectl sandbox exec "$NAME" -n "$NS" -- sh -c 'echo "GREETING=$GREETING APP_ENV=$APP_ENV"; id' 2>&1 | sed 's/^/      /'
+  local code=0
+  printf '    $ kubectl sandbox exec %s -- sh -c '"'"'exit 3'"'"'; echo $?\n' "$NAME"
+  kubectl sandbox exec "$NAME" -n "$NS" -- sh -c 'exit 3' || code=$?
+  printf '      %s\n' "$code"
+  if [ "$code" = 3 ]; then ok "the remote exit code is kubectl sandbox's"; else warn "expected exit code 3, got $code"; fi
   info "container labels (set by the operator on every provider resource):"
   docker inspect "$ext" --format '{{range $k, $v := .Config.Labels}}{{$k}}={{$v}}{{"\n"}}{{end}}' \
     | grep '^sandboxes.dev/' | sed 's/^/      /'
@@ -322,15 +435,19 @@ up() {
   step "Done in $((SECONDS - t0)) s"
   cat <<EOF
     Try:
-      export KUBECONFIG=$KUBECONFIG PATH=$(dirname "$(command -v kubectl)"):\$PATH
+      export KUBECONFIG=$KUBECONFIG PATH=$PLUGIN_DIR:$(dirname "$(command -v kubectl)"):\$PATH
       kubectl get sbx -o wide
+      kubectl sandbox exec -it $NAME -- sh      # a shell in the sandbox (a TTY, resizes follow)
+      kubectl sandbox cp ./some-dir $NAME:/tmp/some-dir   # and back: kubectl sandbox cp $NAME:/tmp/x ./x
+      kubectl sandbox port-forward $NAME 9090:8080        # then: curl localhost:9090
       kubectl describe sbx $NAME           # conditions and events
       kubectl patch sbx $NAME --type=merge -p '{"spec":{"state":"Sleeping"}}'   # pause it
       docker ps --filter label=sandboxes.dev/managed-by=$INSTANCE
       tail -f $LOG
 
     Stop it all:
-      make demo-down                     # deletes the Sandbox (and its container), stops the operator;
+      make demo-down                     # deletes the Sandbox (and its container) and the APIService,
+                                         # stops the operator;
                                          # the control plane and dockerd keep running
       bash examples/demo.sh down --all   # the same, and stops the test control plane too
 EOF

@@ -14,6 +14,7 @@ pub mod jitter;
 pub mod kube_client;
 pub mod leader;
 pub mod metrics;
+pub mod plugin;
 pub mod provider;
 pub mod registry;
 pub mod run;

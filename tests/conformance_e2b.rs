@@ -28,7 +28,8 @@ use sandbox_operator::provider::{
 };
 use sandbox_operator::secret::SecretSource;
 
-/// What the E2B provider offers: hibernation, files, bulk files and events; a domain
+/// What the E2B provider offers: hibernation, files, bulk files and events (no streaming
+/// exec, logs or port-forward yet: envd's process service could carry the first); a domain
 /// allow-list and "no egress" are enforced by E2B's network policy; command and resource
 /// ceilings are refused (E2B sets them per template).
 fn expect() -> Expect {
@@ -192,6 +193,16 @@ conformance_suite!(@each fixture;
     egress::capability_egress,
     events::capability_events,
     sweep::sweep_never_deletes_a_started_sandbox_of_a_live_owner,
+    interactive::stream_exec_delivers_stdin_and_its_end,
+    interactive::stream_exec_passes_the_exit_code_through,
+    interactive::stream_exec_keeps_stdout_and_stderr_apart,
+    interactive::stream_exec_tty_has_its_size_and_resizes,
+    interactive::stream_exec_delivers_signals,
+    interactive::stream_exec_carries_a_large_stream,
+    interactive::stream_exec_holds_a_fast_producer_for_a_slow_reader,
+    interactive::logs_follow_new_lines,
+    interactive::port_forward_reaches_an_http_server,
+    interactive::stream_capabilities_refuse_absent_and_idle_sandboxes,
 );
 
 /// Runs an E2B-specific check like the suite runs its own.

@@ -27,7 +27,9 @@ conformance_suite!(fixture);
 /// (whole MiB); a domain allow-list and "no egress" (stored as the sprite's network policy,
 /// which the real service enforces; the double only stores it); no command (a sprite has no
 /// main process), no fractional CPU (the suite asks for 500m; whole CPUs are accepted), no
-/// pids; and the service parks sprites by itself, so stop and sleep are refused.
+/// pids; and the service parks sprites by itself, so stop and sleep are refused. No
+/// streaming exec yet (the exec WebSocket with its TTY could carry it), no logs (no main
+/// process), no port-forward.
 fn expect() -> Expect {
     Expect {
         files: true,

@@ -447,6 +447,16 @@ async fn no_egress_is_network_mode_none_and_domains_are_refused_by_name() {
         !interfaces.contains("eth0"),
         "no network interface but loopback: {interfaces}"
     );
+    // Port-forward reaches a port through the sandbox's network: without one, it says so.
+    let forward = env.provider.port_forward().expect("Docker forwards ports");
+    let err = match forward.connect(&name, 8080).await {
+        Ok(_) => panic!("a port of a sandbox without a network was reached"),
+        Err(e) => e,
+    };
+    assert!(
+        err.is(ErrorKind::Unsupported) && err.message().contains("no network address"),
+        "{err}"
+    );
 }
 
 /// Not a correctness test: measures create+start through the provider against

@@ -5,7 +5,9 @@
 //! machine to set: the image tag, the Docker socket's group and a firewall helper image the
 //! engine has (no registry is reachable here). The operator runs as the chart's Pods on the
 //! test nodes, reaches the API server through the `kubernetes` Service and the engine through
-//! the node's socket, and reconciles a Sandbox to Ready and back to nothing.
+//! the node's socket, and reconciles a Sandbox to Ready and back to nothing. With
+//! `access.enabled`, its Pods serve the aggregated API: `kubectl sandbox exec` reaches the
+//! Sandbox through the real kube-apiserver aggregation layer.
 
 mod harness;
 
@@ -18,7 +20,7 @@ use harness::docker::base_image;
 use harness::image::{Image, NodeImage, build_image, import_into_nodes, node_image_name};
 use harness::objects::{Logged, delete_and_wait_gone, wait_ready_within};
 use harness::tools::helm;
-use harness::{node, repo, unique, wait_for};
+use harness::{aggregated, node, repo, unique, wait_for};
 use kube::Api;
 use sandbox_operator::api::Sandbox;
 
@@ -67,6 +69,7 @@ fn values(tag: &str, gid: u32) -> String {
     format!(
         "image: {{repository: {repository}, tag: {image_tag}, pullPolicy: Never}}\n\
          dockerFirewallImage: {}\n\
+         access: {{enabled: true}}\n\
          providers:\n\
          - name: docker\n  type: docker\n  docker:\n    socket: {{hostPath: {SOCKET}, groupId: {gid}}}\n",
         base_image()
@@ -99,6 +102,8 @@ fn pods() -> String {
 #[tokio::test(flavor = "multi_thread")]
 async fn the_readme_install_runs_the_operator_as_pods_on_the_test_nodes() {
     let nodes = node::ensure();
+    // The chart registers the cluster-wide APIService: one test at a time holds it.
+    let _apiservice = aggregated::lock();
     let tag = format!("sandbox-operator:{}", unique("nodes"));
     build_image(&tag);
     let _image = Image(tag.clone());
@@ -198,6 +203,51 @@ async fn sandbox_round_trip() {
         "the Sandbox's container runs on the node's engine: {}",
         text(&inspect)
     );
+    exec_through_the_aggregator(&ns).await;
     delete_and_wait_gone(&api, "demo").await;
     let _ = kubectl(&["delete", "namespace", &ns, "--wait=false"], None);
+}
+
+/// `kubectl sandbox exec` through the aggregation layer to the chart's Pods: the output and the
+/// exit code come back.
+async fn exec_through_the_aggregator(ns: &str) {
+    wait_for(
+        "the chart's APIService to be Available",
+        Duration::from_secs(120),
+        || async {
+            let state = aggregated::available();
+            if state.starts_with("True") {
+                Ok(())
+            } else {
+                Err(format!("{state}\n{}", pods()))
+            }
+        },
+    )
+    .await;
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-sandbox"))
+        .env("KUBECONFIG", harness::cluster::kubeconfig())
+        .args([
+            "exec",
+            "-n",
+            ns,
+            "demo",
+            "--",
+            "sh",
+            "-c",
+            "echo from-a-pod; exit 3",
+        ])
+        .output()
+        .expect("run kubectl-sandbox");
+    assert_eq!(
+        out.status.code(),
+        Some(3),
+        "the remote exit code: {}",
+        text(&out)
+    );
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "from-a-pod\n",
+        "{}",
+        text(&out)
+    );
 }

@@ -3,22 +3,33 @@
 //! sandboxes namespace has a default-deny NetworkPolicy, and a Sandbox that says nothing
 //! about resources still gets requests, limits and an ephemeral-storage limit.
 //!
-//! The test nodes' bridge CNI does not enforce NetworkPolicy, so the policy's shape is what
-//! is checked here, against the real API server (which validates it); what it blocks depends
-//! on the cluster's CNI.
+//! The policy's shape is checked against the real API server (which validates it), and what
+//! it does on the test nodes, whose bridge CNI is joined by kube-router's firewall to enforce
+//! NetworkPolicy (`tests/setup/node.sh`): a sandbox Pod of one namespace cannot connect to
+//! one of another, and the egress the policy allows still passes.
 
 mod harness;
 
 use std::collections::BTreeMap;
+use std::net::{IpAddr, TcpListener};
 use std::time::Duration;
 
 use harness::cluster::{client, create_secret, get_json};
+use harness::docker::{http_server, idle};
 use harness::kubernetes::Kubernetes;
-use k8s_openapi::api::core::v1::Secret;
+use harness::{host_reaches, wait_for};
+use k8s_openapi::api::core::v1::{Node, Secret, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use kube::Api;
-use sandbox_operator::provider::{ExecRequest, Provider};
+use sandbox_operator::provider::kubernetes::KubernetesProvider;
+use sandbox_operator::provider::labels::Owner;
+use sandbox_operator::provider::{
+    CreateRequest, ExecRequest, ImagePullPolicy, Provider, Resources, RestartPolicy,
+};
 use serde_json::{Value, json};
+
+/// How long a probe's target may take to answer.
+const DEADLINE: Duration = Duration::from_secs(60);
 
 type World = harness::world::World<Kubernetes>;
 
@@ -242,4 +253,161 @@ async fn a_silent_spec_gets_default_requests_limits_and_ephemeral_storage() {
     assert_eq!(applied.cpu.as_deref(), Some("1000m"));
     assert_eq!(applied.memory.as_deref(), Some("1073741824"));
     assert_eq!(applied.disk.as_deref(), Some("2147483648"));
+}
+
+/// A sandbox of tenant `namespace` in this world's operator instance, running `command`.
+fn request_of(w: &World, namespace: &str, name: &str, command: Vec<String>) -> CreateRequest {
+    CreateRequest {
+        name: harness::unique(name),
+        owner: Owner {
+            instance: w.ns.clone(),
+            kind: "Sandbox".into(),
+            namespace: namespace.into(),
+            name: name.into(),
+            uid: harness::unique("uid"),
+        },
+        image: Some(harness::docker::base_image()),
+        template: None,
+        command: Some(command),
+        restart_policy: RestartPolicy::Never,
+        env: BTreeMap::new(),
+        labels: BTreeMap::new(),
+        resources: Resources::default(),
+        ports: vec![],
+        volumes: vec![],
+        allowed_domains: None,
+        idle_action: None,
+        image_pull_policy: ImagePullPolicy::IfNotPresent,
+        registry_credentials: Vec::new(),
+        secret_env_keys: Default::default(),
+    }
+}
+
+/// Creates and starts the sandbox; its id (the Pod's name).
+async fn started(provider: &KubernetesProvider, request: &CreateRequest) -> String {
+    let created = provider
+        .create(request)
+        .await
+        .unwrap_or_else(|e| panic!("create {}: {e}", request.name));
+    provider.start(&created.id).await.expect("start");
+    created.id
+}
+
+/// The Pod's IP, once it has one.
+async fn pod_ip(w: &World, id: &str) -> IpAddr {
+    let pods = w.pods().await;
+    wait_for(&format!("an IP for Pod {id}"), DEADLINE, || async {
+        let pod = pods.get(id).await.map_err(|e| e.to_string())?;
+        let ip = pod.status.and_then(|s| s.pod_ip);
+        ip.and_then(|ip| ip.parse::<IpAddr>().ok())
+            .ok_or_else(|| "no IP yet".to_string())
+    })
+    .await
+}
+
+/// Whether a TCP connection from inside sandbox `id` to `addr:port` is established.
+async fn connects(provider: &KubernetesProvider, id: &str, addr: IpAddr, port: u16) -> bool {
+    let script = format!(
+        "if timeout 5 bash -c 'exec 3<>/dev/tcp/{addr}/{port}' 2>/dev/null; then echo open; \
+         else echo closed; fi"
+    );
+    let out = provider
+        .exec(id, &ExecRequest::shell(script, Duration::from_secs(30)))
+        .await
+        .expect("exec");
+    assert_eq!(out.exit_code, 0, "{out:?}");
+    String::from_utf8_lossy(&out.stdout).trim() == "open"
+}
+
+/// The test nodes' address (they all share this host's), as the API server knows it.
+async fn node_ip() -> IpAddr {
+    let node = Api::<Node>::all(client().await)
+        .get(&harness::node::ensure()[0])
+        .await
+        .expect("the first test node");
+    let addresses = node.status.and_then(|s| s.addresses).unwrap_or_default();
+    addresses
+        .iter()
+        .find(|a| a.type_ == "InternalIP")
+        .and_then(|a| a.address.parse().ok())
+        .expect("the node's InternalIP")
+}
+
+/// Whether the shipped policy denies egress to `ip` (one of its excepted ranges holds it).
+fn denied_by_policy(ip: IpAddr) -> bool {
+    use sandbox_operator::provider::kubernetes::network_policy::{DENIED_V4, DENIED_V6};
+    let within = |cidr: &str| {
+        let (net, prefix) = cidr.split_once('/').expect("a CIDR");
+        let prefix: u32 = prefix.parse().expect("a prefix");
+        match (ip, net.parse::<IpAddr>().expect("an address")) {
+            (IpAddr::V4(ip), IpAddr::V4(net)) => {
+                let mask = u32::MAX.checked_shl(32 - prefix).unwrap_or(0);
+                u32::from(ip) & mask == u32::from(net) & mask
+            }
+            (IpAddr::V6(ip), IpAddr::V6(net)) => {
+                let mask = u128::MAX.checked_shl(128 - prefix).unwrap_or(0);
+                u128::from(ip) & mask == u128::from(net) & mask
+            }
+            _ => false,
+        }
+    };
+    DENIED_V4.iter().chain(DENIED_V6.iter()).any(|c| within(c))
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_sandbox_pod_of_one_namespace_cannot_connect_to_a_sandbox_pod_of_another() {
+    let w = World::kubernetes("ten-k8s-wall").await;
+    let provider = w.provider().await;
+    // Pods of a namespace are admitted once its default ServiceAccount exists.
+    let accounts = Api::<ServiceAccount>::namespaced(client().await, &w.pods_ns);
+    wait_for("the default ServiceAccount", DEADLINE, || async {
+        match accounts.get_opt("default").await {
+            Ok(Some(_)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    let server = started(&provider, &request_of(&w, "team-a", "srv", http_server())).await;
+    let stranger = started(&provider, &request_of(&w, "team-b", "probe", idle())).await;
+    let ip = pod_ip(&w, &server).await;
+
+    // The node reaches the server (the kubelet's probes come from there), so it is up.
+    host_reaches(ip, 8080).await;
+    // A policy controller programs a new Pod's rules after it starts (asynchronously, as
+    // NetworkPolicy allows), so the wall must stand within a deadline, then hold.
+    let wall = || async {
+        match connects(&provider, &stranger, ip, 8080).await {
+            false => Ok(()),
+            true => Err(format!(
+                "a sandbox Pod of namespace team-b connected to {ip}:8080 of a sandbox Pod of \
+                 namespace team-a"
+            )),
+        }
+    };
+    wait_for(
+        "the wall between the two namespaces' sandbox Pods",
+        DEADLINE,
+        wall,
+    )
+    .await;
+    if let Err(breach) = wall().await {
+        panic!("the wall did not hold: {breach}");
+    }
+
+    // What the policy allows still passes: egress to an address outside its excepted
+    // ranges. The nodes' own address is the one such address here (no internet); when it
+    // lies in an excepted range, the same probe must be refused instead.
+    let node = node_ip().await;
+    let listener = TcpListener::bind((node, 0)).expect("a port on the node's address");
+    let port = listener.local_addr().expect("addr").port();
+    host_reaches(node, port).await;
+    let allowed = !denied_by_policy(node);
+    assert_eq!(
+        connects(&provider, &stranger, node, port).await,
+        allowed,
+        "egress from a sandbox Pod to {node}:{port} (allowed by the policy: {allowed})"
+    );
+    for id in [&server, &stranger] {
+        provider.destroy(id).await.expect("destroy");
+    }
 }

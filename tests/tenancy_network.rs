@@ -13,24 +13,16 @@
 mod fakenet;
 mod harness;
 
-use std::net::{IpAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener};
 use std::time::Duration;
 
 use fakenet::{FakeNet, GatewayGuard, gateway_settings};
-use harness::docker::{TEST_LABEL, TestEnv, base_image};
-use harness::{unique, wait_for};
+use harness::docker::{TEST_LABEL, TestEnv, base_image, http_server};
+use harness::{host_reaches, unique, wait_for};
 use sandbox_operator::provider::docker::{DockerProvider, DockerSettings};
 use sandbox_operator::provider::{CreateRequest, Provider};
 
 const DEADLINE: Duration = Duration::from_secs(60);
-
-/// An HTTP server on 8080 in perl (the base image has no nc or python).
-fn http_server() -> Vec<String> {
-    let script = "use IO::Socket::INET; my $s = IO::Socket::INET->new(LocalPort => 8080, \
-                  Listen => 16, ReuseAddr => 1) or die $!; while (my $c = $s->accept) { \
-                  print $c \"HTTP/1.0 200 OK\\r\\n\\r\\nhello\"; close $c }";
-    vec!["perl".into(), "-e".into(), script.into()]
-}
 
 /// A request of `env` for a sandbox of namespace `namespace`.
 fn request_in(env: &TestEnv, namespace: &str, name: &str) -> CreateRequest {
@@ -74,20 +66,6 @@ async fn connects(env: &TestEnv, id: &str, addr: IpAddr, port: u16) -> bool {
          else echo closed; fi"
     );
     env.sh(id, &script).await.trim() == "open"
-}
-
-/// The host reaches `addr:port` (the control that the target is up).
-async fn host_reaches(addr: IpAddr, port: u16) {
-    wait_for(
-        &format!("{addr}:{port} answering the host"),
-        DEADLINE,
-        || async {
-            TcpStream::connect_timeout(&(addr, port).into(), Duration::from_secs(2))
-                .map(drop)
-                .map_err(|e| e.to_string())
-        },
-    )
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -216,7 +194,6 @@ fn host_addresses() -> Vec<IpAddr> {
         .collect()
 }
 
-#[ignore = "the host is not closed to sandboxes wholesale: a template store on the engine's host must stay reachable (issue 22, open)"]
 #[tokio::test(flavor = "multi_thread")]
 async fn nothing_on_the_host_answers_a_sandbox() {
     let env = TestEnv::new("tenancy-host").await;
@@ -236,6 +213,57 @@ async fn nothing_on_the_host_answers_a_sandbox() {
         assert!(
             !connects(&env, &sandbox.name, ip, port).await,
             "the sandbox connected to the host at {ip}:{port}"
+        );
+    }
+}
+
+/// Deletes a firewall opening a test added for a port of its own, so the host's rules do not
+/// grow by one stand-in port per run (also when the test fails).
+struct Opening(sandbox_operator::provider::docker::firewall::Rule);
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        let rule = &self.0;
+        let _ = std::process::Command::new(rule.family.command())
+            .args(["-w", "-D", rule.chain])
+            .args(&rule.args)
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_host_service_answers_a_sandbox_at_its_address_and_port_only() {
+    use sandbox_operator::provider::docker::hostclose;
+    let open = TcpListener::bind("0.0.0.0:0").expect("the open service's port");
+    let closed = TcpListener::bind("0.0.0.0:0").expect("another port");
+    let (port, other) = (
+        open.local_addr().unwrap().port(),
+        closed.local_addr().unwrap().port(),
+    );
+    let addr = *host_addresses().first().expect("a host address");
+    let mut settings = harness::docker::settings();
+    settings.hardening.open_host_services = vec![format!("{addr}:{port}")];
+    let _opening = Opening(hostclose::service_rule((addr, port).into()));
+    let env = TestEnv::with_settings("tenancy-open", settings).await;
+    let sandbox = request_in(&env, &unique("o"), &env.name("probe"));
+    started(&env, &sandbox).await;
+
+    host_reaches(addr, port).await;
+    assert!(
+        connects(&env, &sandbox.name, addr, port).await,
+        "the sandbox did not reach the open host service {addr}:{port}"
+    );
+    host_reaches(addr, other).await;
+    assert!(
+        !connects(&env, &sandbox.name, addr, other).await,
+        "the sandbox connected to {addr}:{other}, a port of the host that is not open"
+    );
+    let (_, gateways) = addresses(&sandbox.name).await;
+    for gateway in gateways.into_iter().filter(|g| *g != addr) {
+        host_reaches(gateway, port).await;
+        assert!(
+            !connects(&env, &sandbox.name, gateway, port).await,
+            "the sandbox connected to the open port {port} at {gateway}, not the open address"
         );
     }
 }

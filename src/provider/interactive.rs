@@ -18,12 +18,14 @@
 //! then fails and says why.
 
 use bytes::{Bytes, BytesMut};
+use futures::FutureExt;
+use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
-use super::stream::{Signal, TermSize};
-use super::{ProviderError, ProviderResult};
+use super::stream::{ExitStatus, Signal, TermSize};
+use super::{ExecOutput, ProviderError, ProviderResult};
 
 /// Bytes read from a process's output at a time, and the size of a pipe buffer between the
 /// provider's connection and the caller.
@@ -135,6 +137,37 @@ where
     })
     .fuse()
     .boxed()
+}
+
+/// The session's exit future: what the task that saw the process end sends, or `Transient`
+/// when that task ended without a word.
+pub fn exit_future(
+    id: &str,
+    exit: oneshot::Receiver<ProviderResult<ExitStatus>>,
+) -> BoxFuture<'static, ProviderResult<ExitStatus>> {
+    let id = id.to_string();
+    exit.map(move |r| {
+        r.unwrap_or_else(|_| {
+            Err(ProviderError::transient(format!(
+                "exec in sandbox {id}: the session ended without an exit status"
+            )))
+        })
+    })
+    .boxed()
+}
+
+/// The verdict on a helper exec (a signal, a clean-up): a non-zero exit is `Transient`,
+/// carrying the helper's stderr (the signaller says why it could not signal).
+pub fn helper_verdict(id: &str, argv: &[String], out: &ExecOutput) -> ProviderResult<()> {
+    if out.exit_code != 0 {
+        return Err(ProviderError::transient(format!(
+            "exec in sandbox {id}: {:?} exited {}: {}",
+            argv.last(),
+            out.exit_code,
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(())
 }
 
 /// The receiving end of a bounded queue as a stream (it ends when every sender is gone).

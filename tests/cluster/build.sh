@@ -15,7 +15,8 @@
 #
 # tools: kubernetes (kube-apiserver, kubectl), etcd, helm — the default set,
 # which up.sh needs — and kubernetes-node (kubelet, kube-scheduler,
-# kube-controller-manager, kube-proxy), which only tests/setup/node.sh asks for.
+# kube-controller-manager, kube-proxy) and kube-router (the nodes' NetworkPolicy
+# enforcer), which only tests/setup/node.sh asks for.
 # --force rebuilds the named (or default) tools.
 set -euo pipefail
 
@@ -29,9 +30,9 @@ RECIPE=1
 
 # tool name -> version, output binaries
 declare -A VERSION=([kubernetes]="$KUBERNETES_VERSION" [etcd]="$ETCD_VERSION" [helm]="$HELM_VERSION"
-  [kubernetes-node]="$KUBERNETES_NODE_VERSION")
+  [kubernetes-node]="$KUBERNETES_NODE_VERSION" [kube-router]="$KUBE_ROUTER_VERSION")
 declare -A OUTPUTS=([kubernetes]="kube-apiserver kubectl" [etcd]="etcd" [helm]="helm"
-  [kubernetes-node]="kubelet kube-scheduler kube-controller-manager kube-proxy")
+  [kubernetes-node]="kubelet kube-scheduler kube-controller-manager kube-proxy" [kube-router]="kube-router")
 
 usage() { echo "usage: $0 [--force] [${!VERSION[*]}]..." >&2; exit 2; }
 force=0
@@ -131,6 +132,9 @@ build_tool() {
       ldflags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1"
       ldflags+=" -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$kminor"
       pkgs="helm.sh/helm/v3/cmd/helm" ;;
+    kube-router)
+      ldflags+=" -X github.com/cloudnativelabs/kube-router/v2/pkg/version.Version=$v"
+      pkgs="github.com/cloudnativelabs/kube-router/v2/cmd/kube-router" ;;
   esac
 
   rm -rf "$out" && mkdir -p "$out"

@@ -12,7 +12,7 @@ use sandbox_operator::provider::stream::{
     ExecInput, ExecSession, LogRequest, Logs, PortForward, Signal, StreamExecRequest,
     StreamingExec, TermSize,
 };
-use sandbox_operator::provider::{ErrorKind, ProviderResult};
+use sandbox_operator::provider::{ErrorKind, ProviderResult, SandboxState};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::{Instant, timeout};
 
@@ -356,10 +356,13 @@ pub async fn stream_exec_holds_a_fast_producer_for_a_slow_reader(fx: &Fixture) -
     read_until(&mut session.stdout, &mut seen, "\n").await?;
     // Not a synchronisation: time in which an unbounded buffer would have taken it all.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let blocked = sh(fx, &id, &format!("test ! -e {done} && echo blocked")).await?;
+    let probe = format!("if [ -e {done} ]; then echo finished; else echo blocked; fi");
+    let state = sh(fx, &id, &probe).await?;
     ensure!(
-        blocked.trim() == "blocked",
-        "the producer finished while nobody read its output"
+        state.trim() == "blocked",
+        "the producer ran to its end while nobody read its output ({}): its 31 MB were \
+         buffered somewhere instead of holding it back",
+        state.trim()
     );
     while let Some(chunk) = timeout(SESSION_BOUND, session.stdout.next())
         .await
@@ -491,12 +494,17 @@ async fn http_get(forward: &dyn PortForward, id: &str) -> Result<String, String>
 }
 
 /// An absent sandbox is `NotFound` for every capability; one that is not running is
-/// `Conflict` for exec and port-forward (never started on the caller's behalf).
+/// `Conflict` for exec and port-forward (never started on the caller's behalf), and its log
+/// is either what it wrote or `Conflict`.
 pub async fn stream_capabilities_refuse_absent_and_idle_sandboxes(fx: &Fixture) -> Check {
     let absent = format!("sbx-absent-{}", unique_hex());
-    let idle = create(fx, &fx.request()).await?.id;
+    let (exec, logs, forward) = (exec_of(fx)?, logs_of(fx)?, forward_of(fx)?);
+    let idle = match exec.is_some() || logs.is_some() || forward.is_some() {
+        true => not_running(fx).await?,
+        false => String::new(),
+    };
     let req = request(&["true"]);
-    if let Some(exec) = exec_of(fx)? {
+    if let Some(exec) = exec {
         expect_kind(
             exec.exec_stream(&absent, &req).await.map(|_| ()),
             &[ErrorKind::NotFound],
@@ -505,14 +513,22 @@ pub async fn stream_capabilities_refuse_absent_and_idle_sandboxes(fx: &Fixture) 
         expect_kind(
             exec.exec_stream(&idle, &req).await.map(|_| ()),
             &[ErrorKind::Conflict],
-            "exec_stream on a never-started sandbox",
+            "exec_stream on a sandbox that is not running",
         )?;
     }
-    if let Some(logs) = logs_of(fx)? {
+    if let Some(logs) = logs {
         let result = logs.logs(&absent, &LogRequest::default()).await.map(|_| ());
         expect_kind(result, &[ErrorKind::NotFound], "logs of an absent sandbox")?;
+        // What it wrote before it stopped, or a refusal saying to start it.
+        if let Err(e) = logs.logs(&idle, &LogRequest::default()).await {
+            ensure!(
+                e.is(ErrorKind::Conflict),
+                "logs of a sandbox that is not running: {:?}: {e}",
+                e.kind()
+            );
+        }
     }
-    if let Some(forward) = forward_of(fx)? {
+    if let Some(forward) = forward {
         expect_kind(
             forward.connect(&absent, 80).await.map(|_| ()),
             &[ErrorKind::NotFound],
@@ -521,8 +537,18 @@ pub async fn stream_capabilities_refuse_absent_and_idle_sandboxes(fx: &Fixture) 
         expect_kind(
             forward.connect(&idle, 80).await.map(|_| ()),
             &[ErrorKind::Conflict],
-            "port-forward to a never-started sandbox",
+            "port-forward to a sandbox that is not running",
         )?;
     }
     Ok(())
+}
+
+/// A sandbox that exists and does not run: created, and stopped if the provider started it
+/// as it created it.
+async fn not_running(fx: &Fixture) -> Result<String, String> {
+    let created = create(fx, &fx.request()).await?;
+    if created.state == SandboxState::Running {
+        fx.provider.stop(&created.id).await.or_fail("stop")?;
+    }
+    Ok(created.id)
 }

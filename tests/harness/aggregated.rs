@@ -132,7 +132,8 @@ impl Drop for Aggregated {
 }
 
 /// The one APIService, held across test processes for the whole test.
-fn lock() -> Flock<File> {
+/// Holds the cluster-wide APIService for one test at a time (across test processes).
+pub fn lock() -> Flock<File> {
     let path = cache().join("aggregated-api.lock");
     let file = File::create(&path).expect("lock file");
     Flock::lock(file, FlockArg::LockExclusive).expect("lock the APIService")

@@ -94,3 +94,18 @@ where
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Waits until this host connects to `addr:port`: the control that a probe's target is up
+/// before a test asserts that a sandbox cannot reach it.
+pub async fn host_reaches(addr: std::net::IpAddr, port: u16) {
+    wait_for(
+        &format!("{addr}:{port} answering this host"),
+        Duration::from_secs(60),
+        || async {
+            std::net::TcpStream::connect_timeout(&(addr, port).into(), Duration::from_secs(2))
+                .map(drop)
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+}

@@ -13,11 +13,13 @@
 #   - a pause image built here (tests/cluster/tools/pause) and the local base
 #     image (sandbox-operator/base:bookworm) imported into every node's
 #     containerd, so Pods start with imagePullPolicy IfNotPresent or Never;
-#   - the RuntimeClass `runc` (handler runc).
+#   - the RuntimeClass `runc` (handler runc);
+#   - NetworkPolicy enforced by kube-router's firewall (build.sh kube-router, ipset).
 #
 # Nodes: sbx-node-1 .. sbx-node-$SANDBOX_NODE_COUNT (default 2), all on this
 # host and its IP. Node i: kubelet port 10250+10(i-1), pod CIDR 10.244.(i-1).0/24
-# on bridge sbxbr<i>; pod IPs are routed from the host (no kube-proxy).
+# on bridge sbxbr<i>; pod IPs are routed from the host. One kube-proxy and one
+# kube-router (NetworkPolicy only) serve every node.
 #
 # Env: SANDBOX_CACHE (default ~/.cache/sandbox-operator), SANDBOX_NODE_COUNT,
 # SANDBOX_NODE_IP (default: the host's source address towards the default
@@ -43,6 +45,7 @@ SCHEDULER_PORT=10259
 CONTROLLER_MANAGER_PORT=10257
 PROXY_HEALTHZ_PORT=10256
 PROXY_METRICS_PORT=10249
+NETPOL_HEALTHZ_PORT=20244
 CNI_BIN=/usr/lib/cni
 # Bump when the pause image recipe changes, to force a rebuild.
 PAUSE_RECIPE=1
@@ -70,7 +73,7 @@ kubectl() { "$BIN/kubectl" --kubeconfig "$ADMIN_KUBECONFIG" "$@"; }
 packages_present() {
   command -v containerd >/dev/null && command -v ctr >/dev/null && command -v runc >/dev/null &&
     command -v containerd-shim-runc-v2 >/dev/null && [ -x "$CNI_BIN/bridge" ] &&
-    command -v iptables >/dev/null
+    command -v iptables >/dev/null && command -v ipset >/dev/null
 }
 install_packages() {
   packages_present && return 0
@@ -79,7 +82,7 @@ install_packages() {
   exec 7>"$CACHE/apt.lock"
   flock -w 900 7 || die "timed out waiting for $CACHE/apt.lock"
   if ! packages_present; then
-    local pkgs=(containerd runc containernetworking-plugins iptables)
+    local pkgs=(containerd runc containernetworking-plugins iptables ipset)
     log "installing ${pkgs[*]} with apt-get ..."
     export DEBIAN_FRONTEND=noninteractive
     apt-get install -y --no-install-recommends "${pkgs[@]}" >>"$CACHE/apt.log" 2>&1 ||
@@ -446,6 +449,26 @@ start_proxy() {
     --conntrack-max-per-core=0 --conntrack-tcp-timeout-established=0 --v=1
 }
 
+# ---- NetworkPolicy --------------------------------------------------------------------
+# The bridge CNI enforces no NetworkPolicy, so kube-router's firewall alone (no routing,
+# no service proxy) does: iptables chains KUBE-ROUTER-* and KUBE-POD-FW-*, and ipsets, in
+# this host's namespace. One for the host, like kube-proxy: every node shares this network
+# namespace and IP, and kube-router takes every Pod whose hostIP is its node's IP for its
+# own, so one instance covers the Pods of every node. Its RBAC is applied in main.
+netpol_healthy() { curl -sf --max-time 2 "http://127.0.0.1:$NETPOL_HEALTHZ_PORT/healthz" >/dev/null 2>&1; }
+
+start_netpol() {
+  local changed
+  issue_client_cert "$PKI" kube-router system:kube-router
+  changed=0
+  kubeconfig kube-router | put_file "$DIR/kube-router.kubeconfig" 600 && changed=1
+  ensure_daemon kube-router "$changed" netpol_healthy "$BIN/kube-router" \
+    --kubeconfig="$DIR/kube-router.kubeconfig" --hostname-override="$(node_name 1)" \
+    --run-firewall=true --run-router=false --run-service-proxy=false \
+    --service-cluster-ip-range=10.0.0.0/24 --health-port="$NETPOL_HEALTHZ_PORT" \
+    --metrics-port=0 --v=1
+}
+
 node_ready() { # name
   [ "$(kubectl get node "$1" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}' 2>/dev/null)" = True ]
 }
@@ -456,7 +479,7 @@ install_packages
 bash "$here/docker.sh"
 bash "$here/base-image.sh" >/dev/null
 bash "$cluster/up.sh" >/dev/null
-bash "$cluster/build.sh" kubernetes-node
+bash "$cluster/build.sh" kubernetes-node kube-router
 mkdir -p "$BIN" "$DIR" "$RUN"
 build_pause
 SERVER="https://127.0.0.1:${SANDBOX_APISERVER_PORT:-16443}"
@@ -477,6 +500,33 @@ subjects:
 - {apiGroup: rbac.authorization.k8s.io, kind: User, name: kube-apiserver-kubelet-client}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: system:kubelet-api-admin}
 ---
+# kube-router's firewall (start_netpol) reads Pods, Namespaces, NetworkPolicies and its Node.
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: sandbox-test:kube-router
+rules:
+- apiGroups: [""]
+  resources: [pods, namespaces, nodes, services, endpoints]
+  verbs: [get, list, watch]
+- apiGroups: [discovery.k8s.io]
+  resources: [endpointslices]
+  verbs: [get, list, watch]
+- apiGroups: [networking.k8s.io]
+  resources: [networkpolicies]
+  verbs: [get, list, watch]
+- apiGroups: ["", events.k8s.io]
+  resources: [events]
+  verbs: [create, patch, update]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: sandbox-test:kube-router
+subjects:
+- {apiGroup: rbac.authorization.k8s.io, kind: User, name: system:kube-router}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: sandbox-test:kube-router}
+---
 apiVersion: node.k8s.io/v1
 kind: RuntimeClass
 metadata:
@@ -488,6 +538,7 @@ start_controllers
 netns_dir
 for i in $(seq 1 "$NODE_COUNT"); do start_node "$i"; done
 start_proxy
+start_netpol
 
 deadline=$((SECONDS + TIMEOUT))
 for i in $(seq 1 "$NODE_COUNT"); do

@@ -11,6 +11,7 @@
 //! sandbox until the sandbox stops. Callers that need a hard stop wrap the command in the
 //! image's own `timeout(1)`.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bollard::Docker;
@@ -89,22 +90,8 @@ impl DockerProvider {
         deadline: Instant,
     ) -> ProviderResult<ExecOutput> {
         let docker = self.engine().await?;
-        let created = docker
-            .create_exec(id, exec_options(request, stdin.is_some()))
-            .await
-            .map_err(|e| exec_error(id, "creating an exec", e))?;
-        let started = docker
-            .start_exec(
-                &created.id,
-                Some(StartExecOptions {
-                    detach: false,
-                    tty: false,
-                    // Frames are read whole; the capacity only sizes the read buffer.
-                    output_capacity: Some(64 * 1024),
-                }),
-            )
-            .await
-            .map_err(|e| exec_error(id, "starting an exec", e))?;
+        let (exec_id, started) =
+            start_attached(docker, id, exec_options(request, stdin.is_some())).await?;
         let (stdout, stderr) = match started {
             StartExecResults::Attached { output, input } => {
                 write_input(id, request, input, stdin).await?;
@@ -112,7 +99,7 @@ impl DockerProvider {
             }
             StartExecResults::Detached => (Vec::new(), Vec::new()),
         };
-        let exit_code = exit_code(docker, &created.id, id, request, deadline).await?;
+        let exit_code = exit_code(docker, &exec_id, id, request, deadline).await?;
         Ok(ExecOutput {
             stdout,
             stderr,
@@ -121,22 +108,62 @@ impl DockerProvider {
     }
 }
 
+/// Creates an exec in sandbox `id` and starts it attached (a TTY when `options` asks for
+/// one); returns the exec's id and its connection.
+pub(crate) async fn start_attached(
+    docker: &Docker,
+    id: &str,
+    options: CreateExecOptions<String>,
+) -> ProviderResult<(String, StartExecResults)> {
+    let tty = options.tty == Some(true);
+    let created = docker
+        .create_exec(id, options)
+        .await
+        .map_err(|e| exec_error(id, "creating an exec", e))?;
+    let started = docker
+        .start_exec(
+            &created.id,
+            Some(StartExecOptions {
+                detach: false,
+                tty,
+                // Frames are read whole; the capacity only sizes the read buffer.
+                output_capacity: Some(64 * 1024),
+            }),
+        )
+        .await
+        .map_err(|e| exec_error(id, "starting an exec", e))?;
+    Ok((created.id, started))
+}
+
 /// The exec's configuration: output always attached and untouched by a terminal, stdin only
 /// when there is input to send.
 fn exec_options(request: &ExecRequest, with_stdin: bool) -> CreateExecOptions<String> {
-    let env: Vec<String> = request
-        .env
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
+    attached_options(
+        request.argv.clone(),
+        &request.env,
+        request.cwd.clone(),
+        with_stdin,
+        false,
+    )
+}
+
+/// An exec of `argv` with stdout and stderr attached, stdin when `stdin`, a TTY when `tty`.
+pub(crate) fn attached_options(
+    argv: Vec<String>,
+    env: &BTreeMap<String, String>,
+    cwd: Option<String>,
+    stdin: bool,
+    tty: bool,
+) -> CreateExecOptions<String> {
+    let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
     CreateExecOptions::<String> {
-        attach_stdin: Some(with_stdin),
+        attach_stdin: Some(stdin),
         attach_stdout: Some(true),
         attach_stderr: Some(true),
-        tty: Some(false),
+        tty: Some(tty),
         env: (!env.is_empty()).then_some(env),
-        cmd: Some(request.argv.clone()),
-        working_dir: request.cwd.clone(),
+        cmd: Some(argv),
+        working_dir: cwd,
         ..Default::default()
     }
 }

@@ -24,15 +24,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use bollard::Docker;
 use bollard::container::LogOutput;
-use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecOptions, StartExecResults};
+use bollard::exec::{ResizeExecOptions, StartExecResults};
 use bytes::Bytes;
-use futures::{FutureExt, Stream, StreamExt};
+use futures::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
 use super::DockerProvider;
-use super::exec::exec_error;
-use crate::provider::interactive::{self, CHUNK, QUEUE, Wrapped, queue_stream};
+use super::exec::{attached_options, exec_error, start_attached};
+use crate::provider::interactive::{self, QUEUE, Wrapped, queue_stream};
 use crate::provider::stream::{
     ExecInput, ExecSession, ExitStatus, Signal, StreamExecRequest, StreamingExec, TermSize,
 };
@@ -59,21 +59,14 @@ impl StreamingExec for DockerProvider {
         interactive::check_argv(id, &request.argv)?;
         let docker = self.engine().await?.clone();
         let wrapped = interactive::wrap(&request.argv, request.tty);
-        let created = docker
-            .create_exec(id, exec_options(request, &wrapped))
-            .await
-            .map_err(|e| exec_error(id, "creating an exec", e))?;
-        let started = docker
-            .start_exec(
-                &created.id,
-                Some(StartExecOptions {
-                    detach: false,
-                    tty: request.tty.is_some(),
-                    output_capacity: Some(CHUNK),
-                }),
-            )
-            .await
-            .map_err(|e| exec_error(id, "starting an exec", e))?;
+        let options = attached_options(
+            wrapped.argv.clone(),
+            &request.env,
+            request.cwd.clone(),
+            request.stdin,
+            request.tty.is_some(),
+        );
+        let (exec_id, started) = start_attached(&docker, id, options).await?;
         let StartExecResults::Attached { output, input } = started else {
             return Err(ProviderError::transient(format!(
                 "exec in sandbox {id}: the engine started the exec detached"
@@ -83,29 +76,10 @@ impl StreamingExec for DockerProvider {
             provider: self.clone(),
             docker,
             id: id.to_string(),
-            exec_id: created.id,
+            exec_id,
             wrapped,
         };
         Ok(session.run(request, output, input))
-    }
-}
-
-/// The exec's configuration: every stream attached, the wrapped argv, env and cwd.
-fn exec_options(request: &StreamExecRequest, wrapped: &Wrapped) -> CreateExecOptions<String> {
-    let env: Vec<String> = request
-        .env
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    CreateExecOptions::<String> {
-        attach_stdin: Some(request.stdin),
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        tty: Some(request.tty.is_some()),
-        env: (!env.is_empty()).then_some(env),
-        cmd: Some(wrapped.argv.clone()),
-        working_dir: request.cwd.clone(),
-        ..Default::default()
     }
 }
 
@@ -142,20 +116,11 @@ impl Session {
                 .await
                 .ok();
         });
-        let id = self.id.clone();
         ExecSession {
             input: input_tx,
             stdout: queue_stream(stdout_rx),
             stderr: stderr_rx.map(queue_stream),
-            exit: exit_rx
-                .map(move |r| {
-                    r.unwrap_or_else(|_| {
-                        Err(ProviderError::transient(format!(
-                            "exec in sandbox {id}: the session ended without an exit status"
-                        )))
-                    })
-                })
-                .boxed(),
+            exit: interactive::exit_future(&self.id, exit_rx),
         }
     }
 
@@ -227,16 +192,7 @@ impl Session {
             timeout: HELPER_BOUND,
         };
         let out = self.provider.run_exec(&self.id, &request).await?;
-        if out.exit_code != 0 {
-            return Err(ProviderError::transient(format!(
-                "exec in sandbox {}: {:?} exited {}: {}",
-                self.id,
-                request.argv.last(),
-                out.exit_code,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(())
+        interactive::helper_verdict(&self.id, &request.argv, &out)
     }
 
     /// The exit code, once the engine has recorded it (a moment after the output ends).

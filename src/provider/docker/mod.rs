@@ -34,6 +34,7 @@ pub mod firewall;
 mod forward;
 pub mod hardening;
 mod hibernation;
+pub mod hostclose;
 pub mod hostguard;
 mod imageconfig;
 mod interactive;

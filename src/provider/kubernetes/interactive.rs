@@ -11,7 +11,6 @@
 //! dropped stream ends the connection). Dropping [`ExecSession::input`] closes stdin.
 
 use async_trait::async_trait;
-use futures::FutureExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{AttachParams, AttachedProcess, TerminalSize};
@@ -122,20 +121,11 @@ impl Session {
                 .await
                 .ok();
         });
-        let id = self.id.clone();
         ExecSession {
             input: input_tx,
             stdout: stdout.unwrap_or_else(|| futures::StreamExt::boxed(futures::stream::empty())),
             stderr,
-            exit: exit_rx
-                .map(move |r| {
-                    r.unwrap_or_else(|_| {
-                        Err(ProviderError::transient(format!(
-                            "exec in sandbox {id}: the session ended without an exit status"
-                        )))
-                    })
-                })
-                .boxed(),
+            exit: interactive::exit_future(&self.id, exit_rx),
         }
     }
 
@@ -172,16 +162,7 @@ impl Session {
     /// carrying its stderr.
     async fn helper(&self, argv: Vec<String>) -> ProviderResult<()> {
         let out = bounded_exec(&self.pods, &self.id, &argv, None, HELPER_BOUND).await?;
-        if out.exit_code != 0 {
-            return Err(ProviderError::transient(format!(
-                "exec in sandbox {}: {:?} exited {}: {}",
-                self.id,
-                argv.last(),
-                out.exit_code,
-                String::from_utf8_lossy(&out.stderr).trim()
-            )));
-        }
-        Ok(())
+        interactive::helper_verdict(&self.id, &argv, &out)
     }
 }
 

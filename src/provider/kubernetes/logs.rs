@@ -2,8 +2,8 @@
 //! container's stdout and stderr, interleaved), through the `log` subresource.
 //!
 //! A stopped sandbox has no log: stopping deletes its Pod (see the module docs of the
-//! provider), and the gated successor never ran. Its log call is refused by the API server
-//! (`Invalid`, "waiting to start").
+//! provider), and the gated successor never ran. The API server refuses its log call as a
+//! bad request ("waiting to start"), which is returned as `Conflict`: start it first.
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -15,7 +15,7 @@ use super::KubernetesProvider;
 use super::errors::from_kube;
 use super::pod::CONTAINER;
 use crate::provider::stream::{LogRequest, Logs};
-use crate::provider::{ProviderError, ProviderResult};
+use crate::provider::{ErrorKind, ProviderError, ProviderResult};
 
 #[async_trait]
 impl Logs for KubernetesProvider {
@@ -26,11 +26,19 @@ impl Logs for KubernetesProvider {
     ) -> ProviderResult<BoxStream<'static, ProviderResult<Bytes>>> {
         self.must_get_pod(id).await?;
         let what = format!("reading the log of sandbox {id}");
-        let reader = self
-            .pods()
-            .log_stream(id, &params(request))
-            .await
-            .map_err(|e| from_kube(e, &what))?;
+        let reader =
+            self.pods()
+                .log_stream(id, &params(request))
+                .await
+                .map_err(|e| match from_kube(e, &what) {
+                    // The API server's answer for a container that has not started (a stopped
+                    // sandbox's gated successor): a state to change, not a bad request.
+                    e if e.is(ErrorKind::Invalid) => ProviderError::conflict(format!(
+                        "{}; the sandbox has not run since it was (re)started: start it",
+                        e.message()
+                    )),
+                    e => e,
+                })?;
         Ok(chunks(Box::pin(reader), what))
     }
 }
