@@ -88,6 +88,8 @@ pub struct OperatorConfig {
     /// it could pull them (see `controller::sandbox::images`): references, or prefixes ending
     /// in `*`. Default: the base image ([`DEFAULT_OPEN_IMAGES`]).
     pub open_images: Vec<String>,
+    /// The aggregated API (`subresources.sandboxes.dev`): off unless enabled.
+    pub access: crate::access::AccessConfig,
     /// Set when `instance` came from [`ENV_INSTANCE`], so validation messages point there.
     #[serde(skip)]
     instance_from_env: bool,
@@ -113,6 +115,7 @@ impl Default for OperatorConfig {
             provider_concurrency: 16,
             provider_timeout_secs: 120,
             open_images: default_open_images(),
+            access: crate::access::AccessConfig::default(),
             instance_from_env: false,
         }
     }

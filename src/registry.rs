@@ -90,6 +90,13 @@ impl ProviderHandle {
     }
 }
 
+/// The endpoint of the template store provider `p` names, as the store's client resolves it
+/// (see `run::template_service`), so the provider can let its sandboxes reach it.
+fn store_endpoint(config: &OperatorConfig, p: &ProviderConfig) -> Option<String> {
+    let store = config.template_store(p.template_store.as_deref()?)?;
+    crate::templates::store::endpoint_of(store, |k| std::env::var(k).ok())
+}
+
 /// All configured providers and which one a Sandbox without `spec.provider` uses.
 #[derive(Clone, Default)]
 pub struct ProviderRegistry {
@@ -115,7 +122,10 @@ impl ProviderRegistry {
                 name: p.name.clone(),
                 message,
             };
-            let settings = p.settings().map_err(|needs| failed(needs.to_string()))?;
+            let mut settings = p.settings().map_err(|needs| failed(needs.to_string()))?;
+            if let Some(endpoint) = store_endpoint(config, p) {
+                settings.kind_mut().open_template_store(&endpoint);
+            }
             let provider = crate::provider::build(&p.name, &settings)
                 .await
                 .map_err(|e| failed(e.to_string()))?;

@@ -98,6 +98,9 @@ pub enum RunError {
         /// What is wrong.
         message: String,
     },
+    /// The aggregated API could not start.
+    #[error(transparent)]
+    Access(#[from] crate::access::AccessStartError),
     /// Leader election settings.
     #[error(transparent)]
     Leader(#[from] crate::leader::LeaderError),
@@ -199,6 +202,9 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     });
     let providers = ProviderRegistry::from_config(&config, &metrics).await?;
     let templates = Arc::new(template_service(&config)?);
+    let access =
+        crate::access::AccessServer::bind(&config.access, client.clone(), providers.clone())
+            .await?;
     let leader_config = LeaderConfig::for_instance(&config.instance, args.lease_duration_secs);
     let elector =
         LeaderElector::new(client.clone(), leader_config.clone())?.with_metrics(metrics.clone());
@@ -227,6 +233,10 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let process_stop = Trigger::new();
     let mut process = TaskSet::new();
     spawn_process_tasks(&mut process, &parts, &health, listener, &process_stop);
+    if let Some(access) = access {
+        // Every replica serves the aggregated API, leader or not.
+        process.spawn("aggregated API server", access.run(process_stop.fired()));
+    }
 
     // Leader election: only the Lease holder reconciles. The elector stops (and releases the
     // Lease) only after the controllers have stopped.

@@ -72,7 +72,7 @@ async fn a_machine_that_ran_listed_without_events_survives_a_sweep() {
 }
 
 /// What the Fly provider offers: hibernation, volumes, set_resources, files, bulk files and
-/// drift events; no templates (the templates service does them over exec), no capacity, no
+/// drift events; no templates, no streaming exec, logs or port-forward (the templates service does them over exec), no capacity, no
 /// egress observation. `command` and whole-CPU/256 MB-step memory ceilings are enforced; a
 /// CPU fraction, a process limit and every egress restriction are refused.
 fn expect() -> Expect {
@@ -96,6 +96,11 @@ fn expect() -> Expect {
         parks_itself: false,
         memory_step_mib: 256,
         unlabelled_volumes: true,
+        // The Machines exec API runs a command to completion (no stdin, TTY or signal), and
+        // the provider reads no log and forwards no port.
+        streaming_exec: false,
+        logs: false,
+        port_forward: false,
     }
 }
 

@@ -37,6 +37,9 @@ fn expect() -> Expect {
         command: true,
         cpu: true,
         memory: true,
+        streaming_exec: true,
+        logs: true,
+        port_forward: true,
         ..Expect::default()
     }
 }

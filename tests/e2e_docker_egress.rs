@@ -179,15 +179,9 @@ async fn an_allow_list_is_enforced_replaced_in_place_and_observed() {
         .expect("docker inspect");
     let mode = String::from_utf8_lossy(&out.stdout).trim().to_string();
     assert!(mode.starts_with(&format!("sbx-{ns}-")), "network {mode:?}");
-    // Unrestricted: it reaches the (host-served) fake internet. The host is not closed to
-    // sandboxes wholesale yet (docs/architecture.md, Tenants).
-    reaches(
-        &open,
-        &format!("http://{}/", net.host),
-        &net.host.to_string(),
-    )
-    .await
-    .unwrap();
+    refused(&open, &format!("http://{}/", net.host))
+        .await
+        .unwrap();
 
     delete_and_wait_gone(&api, "walled").await;
     drop(op);

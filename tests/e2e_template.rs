@@ -731,10 +731,10 @@ async fn without_native_templates_a_sandbox_boots_the_base_image_and_is_restored
     let _objects = PurgePrefix(prefix.clone());
     let docker = sandbox_operator::provider::docker::DockerProvider::connect_negotiated(
         "nonative",
-        sandbox_operator::provider::docker::DockerSettings {
+        harness::s3::reaching_store(sandbox_operator::provider::docker::DockerSettings {
             default_image: Some(base_image()),
             ..Default::default()
-        },
+        }),
     )
     .await
     .expect("engine");
@@ -893,11 +893,11 @@ async fn a_fetched_template_is_swept_once_its_sandbox_template_is_gone() {
     let _images = Repository(repo.clone());
     let docker = DockerProvider::connect_negotiated(
         "docker",
-        DockerSettings {
+        harness::s3::reaching_store(DockerSettings {
             default_image: Some(base_image()),
             template_repository: repo.clone(),
             ..Default::default()
-        },
+        }),
     )
     .await
     .expect("engine");

@@ -23,6 +23,7 @@ use std::time::{Duration, Instant};
 
 use harness::cluster::*;
 use harness::docker::*;
+use harness::image::{Image, build_image};
 use harness::operator::*;
 use harness::tools::*;
 use harness::{cache, repo, unique, wait_for};
@@ -1588,56 +1589,11 @@ fn fresh_cluster_install_creates_the_crds_and_the_documented_upgrade_path_update
 
 // ---- the image, running the chart's pod -----------------------------------------------------
 
-/// Builds the image from the test build's binary, the way `make image` does from the release
-/// build (strip into target/image/, then the Dockerfile), in a scratch build context.
-fn build_image(tag: &str) {
-    let ctx = tempfile::tempdir().unwrap();
-    let staged = ctx.path().join("target/image");
-    std::fs::create_dir_all(&staged).unwrap();
-    let out = Command::new("strip")
-        .args(["-o"])
-        .arg(staged.join("sandbox-operator"))
-        .arg(env!("CARGO_BIN_EXE_sandbox-operator"))
-        .output()
-        .expect("run strip");
-    assert!(out.status.success(), "strip: {}", text(&out));
-    // The build stage first, under a tag of its own: the classic builder would leave it
-    // untagged (a few hundred MB per run); tagged, `Image` removes it. The full build then
-    // takes it from the cache.
-    for (target, tag) in [(Some("rootfs"), stage_tag(tag)), (None, tag.to_string())] {
-        let out = Command::new("docker")
-            .args(["build", "--build-arg"])
-            .arg(format!("BASE_IMAGE={}", base_image()))
-            .args(target.map(|t| ["--target", t]).iter().flatten())
-            .args(["-t", &tag, "-f"])
-            .arg(repo().join("Dockerfile"))
-            .arg(ctx.path())
-            .output()
-            .expect("run docker build");
-        assert!(out.status.success(), "docker build failed:\n{}", text(&out));
-    }
-}
-
-/// The tag of an image's build stage (see `build_image`).
-fn stage_tag(tag: &str) -> String {
-    format!("{tag}-rootfs")
-}
-
 struct Container(String);
 
 impl Drop for Container {
     fn drop(&mut self) {
         let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
-    }
-}
-
-struct Image(String);
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = Command::new("docker")
-            .args(["rmi", "-f", &self.0, &stage_tag(&self.0)])
-            .output();
     }
 }
 

@@ -67,11 +67,11 @@ fn service(store: Option<Arc<TemplateStore>>) -> TemplateService {
 async fn other_host() -> DockerProvider {
     DockerProvider::connect_negotiated(
         "docker-other",
-        DockerSettings {
+        harness::s3::reaching_store(DockerSettings {
             default_image: Some(harness::docker::base_image()),
             template_repository: unique("sandbox-operator/template-other"),
             ..Default::default()
-        },
+        }),
     )
     .await
     .expect("engine")
@@ -300,7 +300,7 @@ enum Expect {
 #[tokio::test(flavor = "multi_thread")]
 async fn hostile_archives_are_refused_or_neutralised_and_nothing_lands_outside() {
     use tar::EntryType as E;
-    let env = TestEnv::new("hostile").await;
+    let env = TestEnv::with_store("hostile").await;
     let prefix = unique("t-hostile");
     let store = store(&prefix, None);
     let _objects = PurgePrefix(prefix.clone());
@@ -481,7 +481,7 @@ async fn hostile_archives_are_refused_or_neutralised_and_nothing_lands_outside()
 #[tokio::test(flavor = "multi_thread")]
 async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
     use tar::EntryType as E;
-    let env = TestEnv::new("refusedfetch").await;
+    let env = TestEnv::with_store("refusedfetch").await;
     let prefix = unique("t-refused");
     let store = store(&prefix, None);
     let _objects = PurgePrefix(prefix.clone());
@@ -527,7 +527,7 @@ async fn a_refused_fetch_destroys_its_sandbox_and_tags_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn fetch_is_none_when_absent_and_an_error_when_the_store_cannot_be_read() {
-    let env = TestEnv::new("fetchlookup").await;
+    let env = TestEnv::with_store("fetchlookup").await;
     let prefix = unique("t-lookup");
     let owner = env.owner("SandboxTemplate", "lookup");
     let good = service(Some(store(&prefix, None)));
@@ -594,7 +594,7 @@ done"#;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn capture_publish_fetch_boot_round_trip_keeps_contents_and_modes() {
-    let env = TestEnv::new("roundtrip").await;
+    let env = TestEnv::with_store("roundtrip").await;
     let prefix = unique("t-roundtrip");
     let store = store(&prefix, None);
     let _objects = PurgePrefix(prefix.clone());
@@ -698,7 +698,7 @@ async fn capture_publish_fetch_boot_round_trip_keeps_contents_and_modes() {
 #[tokio::test(flavor = "multi_thread")]
 async fn without_native_templates_capture_goes_over_exec_and_boot_restores_after_start() {
     use tar::EntryType as E;
-    let env = TestEnv::new("nonative").await;
+    let env = TestEnv::with_store("nonative").await;
     let prefix = format!("t-nonative-{:08x}", fastrand::u32(..));
     let store = store(&prefix, None);
     let _objects = PurgePrefix(prefix.clone());
@@ -814,7 +814,7 @@ echo done > /workspace/app/.installed
 
 #[tokio::test(flavor = "multi_thread")]
 async fn boot_from_template_versus_building_from_scratch() {
-    let env = TestEnv::new("timing").await;
+    let env = TestEnv::with_store("timing").await;
     let prefix = unique("t-timing");
     let store = store(&prefix, None);
     let _objects = PurgePrefix(prefix.clone());

@@ -216,7 +216,6 @@ fn host_addresses() -> Vec<IpAddr> {
         .collect()
 }
 
-#[ignore = "the host is not closed to sandboxes wholesale: a template store on the engine's host must stay reachable (issue 22, open)"]
 #[tokio::test(flavor = "multi_thread")]
 async fn nothing_on_the_host_answers_a_sandbox() {
     let env = TestEnv::new("tenancy-host").await;
@@ -236,6 +235,57 @@ async fn nothing_on_the_host_answers_a_sandbox() {
         assert!(
             !connects(&env, &sandbox.name, ip, port).await,
             "the sandbox connected to the host at {ip}:{port}"
+        );
+    }
+}
+
+/// Deletes a firewall opening a test added for a port of its own, so the host's rules do not
+/// grow by one stand-in port per run (also when the test fails).
+struct Opening(sandbox_operator::provider::docker::firewall::Rule);
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        let rule = &self.0;
+        let _ = std::process::Command::new(rule.family.command())
+            .args(["-w", "-D", rule.chain])
+            .args(&rule.args)
+            .output();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_open_host_service_answers_a_sandbox_at_its_address_and_port_only() {
+    use sandbox_operator::provider::docker::hostclose;
+    let open = TcpListener::bind("0.0.0.0:0").expect("the open service's port");
+    let closed = TcpListener::bind("0.0.0.0:0").expect("another port");
+    let (port, other) = (
+        open.local_addr().unwrap().port(),
+        closed.local_addr().unwrap().port(),
+    );
+    let addr = *host_addresses().first().expect("a host address");
+    let mut settings = harness::docker::settings();
+    settings.hardening.open_host_services = vec![format!("{addr}:{port}")];
+    let _opening = Opening(hostclose::service_rule((addr, port).into()));
+    let env = TestEnv::with_settings("tenancy-open", settings).await;
+    let sandbox = request_in(&env, &unique("o"), &env.name("probe"));
+    started(&env, &sandbox).await;
+
+    host_reaches(addr, port).await;
+    assert!(
+        connects(&env, &sandbox.name, addr, port).await,
+        "the sandbox did not reach the open host service {addr}:{port}"
+    );
+    host_reaches(addr, other).await;
+    assert!(
+        !connects(&env, &sandbox.name, addr, other).await,
+        "the sandbox connected to {addr}:{other}, a port of the host that is not open"
+    );
+    let (_, gateways) = addresses(&sandbox.name).await;
+    for gateway in gateways.into_iter().filter(|g| *g != addr) {
+        host_reaches(gateway, port).await;
+        assert!(
+            !connects(&env, &sandbox.name, gateway, port).await,
+            "the sandbox connected to the open port {port} at {gateway}, not the open address"
         );
     }
 }

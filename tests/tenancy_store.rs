@@ -66,7 +66,7 @@ struct World {
 
 impl World {
     async fn new(test: &str) -> World {
-        let env = TestEnv::new(test).await;
+        let env = TestEnv::with_store(test).await;
         let prefix = unique(&format!("t-{test}"));
         let store = Arc::new(store(&prefix, None));
         let (a, b) = (owner(&env, "team-a"), owner(&env, "team-b"));

@@ -73,6 +73,12 @@ pub trait ProviderKind: fmt::Debug + Send + Sync {
         &[]
     }
 
+    /// The provider's sandboxes transfer templates with the store at `endpoint` (a URL):
+    /// they download and upload archives themselves through presigned URLs. A provider that
+    /// closes its engine's host to its sandboxes opens exactly that service, since the store
+    /// may run there; one whose sandboxes live elsewhere needs nothing.
+    fn open_template_store(&mut self, _endpoint: &str) {}
+
     /// Builds the provider `name`, contacting it where that is cheap (Docker negotiates its
     /// API version), so a provider that cannot work fails at start-up with its settings named
     /// rather than at the first reconcile.
@@ -173,6 +179,13 @@ macro_rules! register {
             pub fn kind(&self) -> &dyn ProviderKind {
                 match self {
                     $( ProviderSettings::$variant(s) => &**s, )+
+                }
+            }
+
+            /// The settings as what the factory needs of them, to adjust before the build.
+            pub fn kind_mut(&mut self) -> &mut dyn ProviderKind {
+                match self {
+                    $( ProviderSettings::$variant(s) => &mut **s, )+
                 }
             }
         }

@@ -17,6 +17,7 @@ pub mod factory;
 pub mod fly;
 pub mod image;
 pub mod image_verify;
+pub mod interactive;
 pub mod kubernetes;
 pub mod labels;
 pub mod shellfs;

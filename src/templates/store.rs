@@ -136,10 +136,7 @@ impl StoreSettings {
             (Some(bucket), Some(access_key_id), Some(secret_access_key)) => Ok(StoreSettings {
                 name: store,
                 bucket,
-                endpoint: config
-                    .endpoint
-                    .clone()
-                    .or_else(|| env("AWS_ENDPOINT_URL_S3")),
+                endpoint: endpoint_of(config, &env),
                 region: config
                     .region
                     .clone()
@@ -162,6 +159,18 @@ impl StoreSettings {
             }),
         }
     }
+}
+
+/// The endpoint URL of a store: its setting, else `AWS_ENDPOINT_URL_S3` from `env`; `None`
+/// means AWS itself.
+pub fn endpoint_of(
+    config: &TemplateStoreConfig,
+    env: impl Fn(&str) -> Option<String>,
+) -> Option<String> {
+    config
+        .endpoint
+        .clone()
+        .or_else(|| env("AWS_ENDPOINT_URL_S3"))
 }
 
 /// One stored object's metadata.

@@ -11,8 +11,12 @@
 #   pki/ (CA, serving cert, SA key; generated once), tokens.csv, admin.token,
 #   etcd/ (data), etcd.log, kube-apiserver.log, *.pid, kubeconfig
 #
-# Ports (loopback only; override with env): SANDBOX_ETCD_PORT=23790 (client),
-# SANDBOX_ETCD_PEER_PORT=23800, SANDBOX_APISERVER_PORT=16443.
+# Ports (override with env): SANDBOX_ETCD_PORT=23790 (client, loopback),
+# SANDBOX_ETCD_PEER_PORT=23800 (loopback), SANDBOX_APISERVER_PORT=16443. The API server
+# listens on every address and advertises this host's IP (SANDBOX_NODE_IP, default: the
+# source address towards the default route), so that Pods on the test nodes reach it
+# through the `kubernetes` Service (an operator installed with Helm runs as such a Pod;
+# Endpoints refuse loopback addresses).
 # Readiness deadline: SANDBOX_UP_TIMEOUT seconds (default 180).
 #
 # stdout is exactly one line: `export KUBECONFIG=<path>`; messages go to stderr.
@@ -31,6 +35,7 @@ TIMEOUT="${SANDBOX_UP_TIMEOUT:-180}"
 SERVER="https://127.0.0.1:$API_PORT"
 ETCD_URL="http://127.0.0.1:$ETCD_PORT"
 KUBECONFIG_OUT="$DIR/kubeconfig"
+NODE_IP="${SANDBOX_NODE_IP:-$(ip -4 route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')}"
 
 log() { echo "up.sh: $*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -70,8 +75,8 @@ print_result() {
 # share one host, so their host names do not tell them apart).
 # An API server already running with other flags is restarted (a few seconds).
 API_ARGS=(
-  --bind-address=127.0.0.1
-  --advertise-address=127.0.0.1
+  --bind-address=0.0.0.0
+  --advertise-address="${NODE_IP:-127.0.0.1}"
   --secure-port="$API_PORT"
   --etcd-servers="$ETCD_URL"
   --tls-cert-file="$PKI/apiserver.crt"
@@ -89,6 +94,18 @@ API_ARGS=(
   --kubelet-preferred-address-types=InternalIP,Hostname,ExternalIP
   --allow-privileged=true
   --profiling=false
+  # The aggregation layer (subresources.sandboxes.dev, served by the operator): the
+  # front proxy's CA and client certificate, the headers it asserts the user in, and
+  # routing to the APIService's endpoint IP (the operator runs as a host process).
+  --requestheader-client-ca-file="$PKI/front-proxy/ca.crt"
+  --requestheader-allowed-names=front-proxy-client
+  --requestheader-username-headers=X-Remote-User
+  --requestheader-group-headers=X-Remote-Group
+  --requestheader-extra-headers-prefix=X-Remote-Extra-
+  --requestheader-uid-headers=X-Remote-Uid
+  --proxy-client-cert-file="$PKI/front-proxy/front-proxy-client.crt"
+  --proxy-client-key-file="$PKI/front-proxy/front-proxy-client.key"
+  --enable-aggregator-routing=true
 )
 
 # true when the running kube-apiserver has exactly API_ARGS
@@ -140,6 +157,9 @@ EOF
 source "$here/pki.sh"
 # the API server's identity towards kubelets (bound to system:kubelet-api-admin by node.sh)
 issue_client_cert "$PKI" apiserver-kubelet-client kube-apiserver-kubelet-client
+# the front proxy's own CA and the client certificate it presents to aggregated APIs
+issue_ca "$PKI/front-proxy" front-proxy-ca
+issue_client_cert "$PKI/front-proxy" front-proxy-client front-proxy-client
 
 if [ ! -f "$DIR/tokens.csv" ] || [ ! -f "$DIR/admin.token" ]; then
   (

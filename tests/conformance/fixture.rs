@@ -81,6 +81,12 @@ pub struct Expect {
     /// absent sandbox), and the checks that need a stopped or sleeping sandbox assert that
     /// refusal instead.
     pub parks_itself: bool,
+    /// `streaming_exec()` is `Some` (stdin, TTY, signals, separate streams, exit code).
+    pub streaming_exec: bool,
+    /// `logs()` is `Some` (the main process's log, with follow).
+    pub logs: bool,
+    /// `port_forward()` is `Some` (TCP connections to a port inside a sandbox).
+    pub port_forward: bool,
 }
 
 impl Expect {
@@ -96,6 +102,9 @@ impl Expect {
             bulk_files: true,
             egress: true,
             events: true,
+            streaming_exec: true,
+            logs: true,
+            port_forward: true,
             ..Expect::default()
         }
     }

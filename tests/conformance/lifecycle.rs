@@ -37,6 +37,13 @@ pub async fn capabilities_are_exactly_the_declared_set(fx: &Fixture) -> Check {
                 p.egress_policy().is_some(),
                 e.egress_policy,
             ),
+            (
+                "streaming_exec",
+                p.streaming_exec().is_some(),
+                e.streaming_exec,
+            ),
+            ("logs", p.logs().is_some(), e.logs),
+            ("port_forward", p.port_forward().is_some(), e.port_forward),
         ];
         for (name, got, want) in offered {
             ensure!(

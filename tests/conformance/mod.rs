@@ -25,6 +25,7 @@ pub mod events;
 pub mod files;
 pub mod fixture;
 pub mod hibernation;
+pub mod interactive;
 pub mod lifecycle;
 pub mod resources;
 pub mod rules;
@@ -98,6 +99,16 @@ macro_rules! conformance_suite {
             egress::capability_egress_policy,
             events::capability_events,
             sweep::sweep_never_deletes_a_started_sandbox_of_a_live_owner,
+            interactive::stream_exec_delivers_stdin_and_its_end,
+            interactive::stream_exec_passes_the_exit_code_through,
+            interactive::stream_exec_keeps_stdout_and_stderr_apart,
+            interactive::stream_exec_tty_has_its_size_and_resizes,
+            interactive::stream_exec_delivers_signals,
+            interactive::stream_exec_carries_a_large_stream,
+            interactive::stream_exec_holds_a_fast_producer_for_a_slow_reader,
+            interactive::logs_follow_new_lines,
+            interactive::port_forward_reaches_an_http_server,
+            interactive::stream_capabilities_refuse_absent_and_idle_sandboxes,
         );
     };
     (@each $factory:path; $($module:ident :: $check:ident),* $(,)?) => {

@@ -101,15 +101,22 @@ pub fn container_ids_owned_by(uid: &str) -> Vec<String> {
 
 /// A provider on the local engine (API version negotiated) with the base image as default.
 pub async fn provider(name: &str) -> DockerProvider {
-    DockerProvider::connect_negotiated(
-        name,
-        DockerSettings {
-            default_image: Some(base_image()),
-            ..Default::default()
-        },
-    )
-    .await
-    .expect("the Docker engine answers (run tests/setup/docker.sh)")
+    provider_with(name, settings()).await
+}
+
+/// The settings of [`provider`]: the base image as default.
+pub fn settings() -> DockerSettings {
+    DockerSettings {
+        default_image: Some(base_image()),
+        ..Default::default()
+    }
+}
+
+/// A provider on the local engine (API version negotiated) with these settings.
+pub async fn provider_with(name: &str, settings: DockerSettings) -> DockerProvider {
+    DockerProvider::connect_negotiated(name, settings)
+        .await
+        .expect("the Docker engine answers (run tests/setup/docker.sh)")
 }
 
 /// Removes every container (with its anonymous volumes), image, volume and network labelled
@@ -196,6 +203,22 @@ impl TestEnv {
         let instance = unique(&format!("t-{test}"));
         TestEnv {
             provider: provider("docker-test").await,
+            _purge: Purge(instance.clone()),
+            instance,
+        }
+    }
+
+    /// Like [`TestEnv::new`], with a provider whose sandboxes reach the test S3 store on the
+    /// host (templates published or fetched through it).
+    pub async fn with_store(test: &str) -> TestEnv {
+        TestEnv::with_settings(test, super::s3::reaching_store(settings())).await
+    }
+
+    /// Like [`TestEnv::new`], with a provider of these settings.
+    pub async fn with_settings(test: &str, settings: DockerSettings) -> TestEnv {
+        let instance = unique(&format!("t-{test}"));
+        TestEnv {
+            provider: provider_with("docker-test", settings).await,
             _purge: Purge(instance.clone()),
             instance,
         }

@@ -13,6 +13,7 @@
 //! - [`registry`]: the test image registry, images pushed to it, and its access log;
 //! - [`kubernetes`]: the Kubernetes provider on the real test node(s), a namespace per test;
 //! - [`node`]: real Kubernetes nodes (kubelet + containerd) for Pods (`tests/setup/node.sh`);
+//! - [`image`]: the operator image from the test build, and loaded into the test nodes;
 //! - [`engine_proxy`]: a counting proxy in front of the Docker engine (requests by path);
 //! - [`objects`]: waiting on the objects a test applied (Ready, gone) and patching their spec;
 //! - [`metrics`]: reading the operator's Prometheus metrics;
@@ -25,10 +26,12 @@
 
 #![allow(dead_code)]
 
+pub mod aggregated;
 pub mod cluster;
 pub mod dns;
 pub mod docker;
 pub mod engine_proxy;
+pub mod image;
 pub mod kubernetes;
 pub mod metrics;
 pub mod no_native_templates;

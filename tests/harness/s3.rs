@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use sandbox_operator::config::TemplateStoreConfig;
+use sandbox_operator::provider::docker::DockerSettings;
 use sandbox_operator::templates::manifest::{Keys, MANIFEST_SCHEMA, Manifest, ManifestOwner};
 use sandbox_operator::templates::store::{StoreError, StoreSettings, TemplateStore};
 
@@ -41,6 +42,15 @@ pub fn s3_env() -> HashMap<String, String> {
         env
     })
     .clone()
+}
+
+/// Docker settings whose sandboxes reach the test store on the host through the host
+/// firewall, as the operator makes them for a provider whose `templateStore` it is.
+pub fn reaching_store(mut settings: DockerSettings) -> DockerSettings {
+    settings
+        .hardening
+        .open_template_store(&s3_env()["SANDBOX_S3_ENDPOINT"]);
+    settings
 }
 
 /// The S3 test store under `prefix` (`templateStores`), with the keys by environment

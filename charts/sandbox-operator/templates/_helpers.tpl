@@ -196,6 +196,9 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- end }}
 {{- $sw := .Values.sweeper }}
 {{- $_ := set $cfg "sweeper" (dict "enabled" $sw.enabled "intervalSecs" (int $sw.intervalSecs) "graceSecs" (int $sw.graceSecs) "dryRun" $sw.dryRun "maxDeletionsPerPass" (int $sw.maxDeletionsPerPass)) }}
+{{- if .Values.access.enabled }}
+{{- $_ := set $cfg "access" (dict "enabled" true "address" (printf "0.0.0.0:%d" (int .Values.access.port)) "tlsCertFile" "/etc/sandbox-operator-access/tls.crt" "tlsKeyFile" "/etc/sandbox-operator-access/tls.key" "maxUploadBytes" (int64 .Values.access.maxUploadBytes)) }}
+{{- end }}
 {{- toYaml $cfg }}
 {{- end }}
 

@@ -355,6 +355,19 @@ impl Provider for DockerProvider {
     fn image_cache(&self) -> Option<&dyn crate::provider::ImageCache> {
         Some(self)
     }
+
+    fn streaming_exec(&self) -> Option<&dyn crate::provider::stream::StreamingExec> {
+        Some(self)
+    }
+
+    fn logs(&self) -> Option<&dyn crate::provider::stream::Logs> {
+        Some(self)
+    }
+
+    /// Needs the engine's container networks reachable from the operator (see `forward`).
+    fn port_forward(&self) -> Option<&dyn crate::provider::stream::PortForward> {
+        Some(self)
+    }
 }
 
 /// The stages of [`Provider::create`] that talk to the engine.

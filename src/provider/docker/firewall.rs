@@ -24,8 +24,10 @@
 //! - [`DEST_CHAIN`], jumped to from `DOCKER-USER` (or `FORWARD` when Docker manages no
 //!   iptables) and `INPUT`: REJECT traffic from a container bridge to a blocked destination;
 //! - [`HOST_CHAIN`], jumped to from `INPUT` only: REJECT (TCP reset) traffic from a container
-//!   bridge to a blocked port of the host itself (the engine's API ports). The rest of the
-//!   host is not closed wholesale (see [`rules`]).
+//!   bridge to a blocked port of the host itself (the engine's API ports);
+//! - `hostclose::CLOSED_CHAIN`, jumped to from `INPUT` only: REJECT everything else a
+//!   namespace network sends to the host, except replies, the template store and the
+//!   engine's resolvers when they run on the host (see `hostclose`).
 //!
 //! - [`GATEWAY_CHAIN`], jumped to from `DOCKER-USER` (or `FORWARD`): ACCEPT what sandboxes
 //!   behind the egress gateway send to the gateway's DNS and proxy ports, and the gateway's
@@ -96,10 +98,8 @@ pub fn parse_cidr(text: &str) -> Option<(IpAddr, u8)> {
     (prefix <= max).then_some((addr, prefix))
 }
 
-/// The rules for these blocked destinations and host ports, in order. The host is not closed
-/// to sandbox bridges wholesale: sandboxes must reach a template store that may run on the
-/// engine's host (a presigned download or upload from inside the sandbox), and the rules are
-/// host-wide, so one provider's wholesale block would cut every other provider's store.
+/// The rules for these blocked destinations and host ports, in order (closing the rest of the
+/// host to namespace networks is `hostclose`'s, with its exceptions).
 pub fn rules(destinations: &[String], host_ports: &[u16]) -> Vec<Rule> {
     let mut out = Vec::new();
     for bridge in BRIDGES {
@@ -248,7 +248,7 @@ pub fn gateway_script(rules: &[Rule]) -> String {
 
 /// Creates `chain` unless it exists; a concurrent creator may win between the check and
 /// `-N`, so it checks again.
-fn ensure_chain(ipt: &str, chain: &str) -> String {
+pub(super) fn ensure_chain(ipt: &str, chain: &str) -> String {
     format!(
         "{ipt} -n -L {chain} >/dev/null 2>&1 || {ipt} -N {chain} 2>/dev/null || \
          {ipt} -n -L {chain} >/dev/null"
@@ -261,12 +261,12 @@ fn forward_chain(ipt: &str) -> String {
 }
 
 /// Jumps from the top of `parent` to `chain` unless it already does.
-fn ensure_jump(ipt: &str, parent: &str, chain: &str) -> String {
+pub(super) fn ensure_jump(ipt: &str, parent: &str, chain: &str) -> String {
     format!("{ipt} -C {parent} -j {chain} 2>/dev/null || {ipt} -I {parent} 1 -j {chain}")
 }
 
 /// Appends `rule` unless it is there.
-fn append(ipt: &str, rule: &Rule) -> String {
+pub(super) fn append(ipt: &str, rule: &Rule) -> String {
     let quoted: Vec<String> = rule.args.iter().map(|a| format!("'{a}'")).collect();
     let args = quoted.join(" ");
     let chain = rule.chain;

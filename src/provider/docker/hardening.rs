@@ -125,6 +125,12 @@ pub struct HardeningSettings {
     /// absent = the provider's `defaultImage`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub firewall_image: Option<String>,
+    /// Services of the engine's host (`host:port`, TCP) that sandboxes on namespace networks
+    /// may still reach, the host being otherwise closed to them (see `hostclose`). The
+    /// operator adds the endpoint of the provider's own template store (`templateStore`)
+    /// itself; list here only what else sandboxes must reach on the host.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub open_host_services: Vec<String>,
 }
 
 /// Whether the host firewall that blocks [`HardeningSettings::blocked_destinations`],
@@ -153,6 +159,7 @@ impl Default for HardeningSettings {
             blocked_destinations: vec!["169.254.169.254/32".into(), "fd00:ec2::254/128".into()],
             blocked_host_ports: vec![2375, 2376],
             firewall_image: None,
+            open_host_services: Vec::new(),
         }
     }
 }
@@ -195,6 +202,32 @@ impl HardeningSettings {
                 format!("{at}.blockedHostPorts"),
                 "port 0 cannot be blocked; list TCP ports 1-65535",
             );
+        }
+        self.validate_open_host_services(at, issues);
+    }
+
+    fn validate_open_host_services(&self, at: &str, issues: &mut Issues) {
+        for (i, service) in self.open_host_services.iter().enumerate() {
+            if super::hostclose::parse_service(service).is_none() {
+                issues.push(
+                    format!("{at}.openHostServices[{i}]"),
+                    format!(
+                        "`{service}` is not a host:port service; use one such as \
+                         `172.17.0.1:9000` or `minio.internal:9000`"
+                    ),
+                );
+            }
+        }
+    }
+
+    /// Opens the service of a template store's URL endpoint (see
+    /// [`HardeningSettings::open_host_services`]); an endpoint that names no host is left out
+    /// (the store client refuses it anyway).
+    pub fn open_template_store(&mut self, endpoint: &str) {
+        if let Some(service) = super::hostclose::service_of_url(endpoint)
+            && !self.open_host_services.contains(&service)
+        {
+            self.open_host_services.push(service);
         }
     }
 

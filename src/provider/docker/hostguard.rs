@@ -27,7 +27,7 @@ use bollard::query_parameters::{
 use futures::StreamExt;
 
 use super::egress::{COMPONENT_LABEL, Gateway, Reach};
-use super::{DockerProvider, firewall, is_not_found};
+use super::{DockerProvider, firewall, hostclose, is_not_found};
 use crate::provider::{ProviderError, ProviderResult};
 
 /// [`COMPONENT_LABEL`] value of the helper container.
@@ -43,7 +43,10 @@ impl DockerProvider {
             &hardening.blocked_destinations,
             &hardening.blocked_host_ports,
         );
-        self.run_firewall_script(&firewall::script(&rules)).await
+        let services = hostclose::resolve(&hardening.open_host_services).await?;
+        let closed = hostclose::script(&hostclose::opening_rules(&services));
+        let script = format!("{}\n{closed}", firewall::script(&rules));
+        self.run_firewall_script(&script).await
     }
 
     /// Lets sandboxes on the gateway's network reach the gateway (once per network and

@@ -31,10 +31,14 @@
 mod core;
 pub mod defaults;
 pub mod firewall;
+mod forward;
 pub mod hardening;
 mod hibernation;
+pub mod hostclose;
 pub mod hostguard;
 mod imageconfig;
+mod interactive;
+mod logs;
 pub mod networks;
 mod pull;
 mod resources;
@@ -44,6 +48,7 @@ pub mod tls;
 mod volumes;
 
 mod settings;
+mod socket;
 
 mod bulk;
 mod cache;

@@ -154,6 +154,10 @@ impl ProviderKind for DockerSettings {
         super::events::echo_words(change)
     }
 
+    fn open_template_store(&mut self, endpoint: &str) {
+        self.hardening.open_template_store(endpoint);
+    }
+
     /// Installs the host firewall at start-up already (a failure is logged here and refuses
     /// each create until it succeeds), so no create pays for it.
     async fn build(&self, name: &str) -> ProviderResult<Arc<dyn Provider>> {

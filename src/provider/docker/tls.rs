@@ -102,7 +102,9 @@ impl DockerProvider {
         err: bollard::errors::Error,
     ) -> ProviderError {
         if self.settings.tls.is_none() {
-            return super::map_err(context, err);
+            return self
+                .socket_cause(context, &err)
+                .unwrap_or_else(|| super::map_err(context, err));
         }
         let mut chain = Vec::new();
         let mut cause: Option<&dyn std::error::Error> = Some(&err);

@@ -7,7 +7,9 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Status;
+use kube::Api;
 use kube::api::AttachParams;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 
@@ -42,67 +44,85 @@ impl KubernetesProvider {
         stdin: Option<&[u8]>,
         timeout: Duration,
     ) -> ProviderResult<ExecOutput> {
+        self.must_be_running(id, "exec").await?;
+        bounded_exec(&self.pods(), id, argv, stdin, timeout).await
+    }
+
+    /// `NotFound` for an absent sandbox, `Conflict` for one whose Pod does not run; `what`
+    /// names the operation refused.
+    pub(super) async fn must_be_running(&self, id: &str, what: &str) -> ProviderResult<()> {
         let pod = self.must_get_pod(id).await?;
         let state = pod::state(&pod);
         if state != SandboxState::Running {
             return Err(ProviderError::conflict(format!(
-                "exec in sandbox {id}: it is not running ({state:?}); start it first"
+                "{what} in sandbox {id}: it is not running ({state:?}); start it first"
             )));
         }
-        match tokio::time::timeout(timeout, self.attach(id, argv, stdin)).await {
-            Ok(result) => result,
-            Err(_) => Err(ProviderError::transient(format!(
-                "exec of {:?} in sandbox {id} did not finish within {timeout:?}",
-                argv.join(" ")
-            ))),
-        }
+        Ok(())
     }
+}
 
-    async fn attach(
-        &self,
-        id: &str,
-        argv: &[String],
-        stdin: Option<&[u8]>,
-    ) -> ProviderResult<ExecOutput> {
-        let params = AttachParams::default()
-            .container(CONTAINER)
-            .stdin(stdin.is_some())
-            .stdout(true)
-            .stderr(true);
-        let what = format!("exec of {:?} in sandbox {id}", argv.join(" "));
-        let mut process = self
-            .pods()
-            .exec(id, argv.to_vec(), &params)
-            .await
-            .map_err(|e| from_kube(e, &what))?;
-        let status = process.take_status();
-        let input = process.stdin();
-        let feed = async move {
-            if let (Some(mut writer), Some(data)) = (input, stdin) {
-                writer.write_all(data).await?;
-                writer.shutdown().await?;
-            }
-            Ok::<(), std::io::Error>(())
-        };
-        let (fed, stdout, stderr) =
-            tokio::join!(feed, read_all(process.stdout()), read_all(process.stderr()));
-        let io = |e: std::io::Error| {
-            ProviderError::transient(format!("{what}: the stream broke ({e})")).with_source(e)
-        };
-        fed.map_err(io)?;
-        let (stdout, stderr) = (stdout.map_err(io)?, stderr.map_err(io)?);
-        let status = match status {
-            Some(status) => status.await,
-            None => None,
-        };
-        let exit_code = exit_code(status.as_ref())
-            .map_err(|why| ProviderError::transient(format!("{what}: {why}")))?;
-        Ok(ExecOutput {
-            stdout,
-            stderr,
-            exit_code,
-        })
+/// One exec of `argv` through `pods`, run to completion within `timeout` (past it:
+/// `Transient`, naming the command). No check of the Pod's state.
+pub(super) async fn bounded_exec(
+    pods: &Api<Pod>,
+    id: &str,
+    argv: &[String],
+    stdin: Option<&[u8]>,
+    timeout: Duration,
+) -> ProviderResult<ExecOutput> {
+    match tokio::time::timeout(timeout, attach(pods, id, argv, stdin)).await {
+        Ok(result) => result,
+        Err(_) => Err(ProviderError::transient(format!(
+            "exec of {:?} in sandbox {id} did not finish within {timeout:?}",
+            argv.join(" ")
+        ))),
     }
+}
+
+async fn attach(
+    pods: &Api<Pod>,
+    id: &str,
+    argv: &[String],
+    stdin: Option<&[u8]>,
+) -> ProviderResult<ExecOutput> {
+    let params = AttachParams::default()
+        .container(CONTAINER)
+        .stdin(stdin.is_some())
+        .stdout(true)
+        .stderr(true);
+    let what = format!("exec of {:?} in sandbox {id}", argv.join(" "));
+    let mut process = pods
+        .exec(id, argv.to_vec(), &params)
+        .await
+        .map_err(|e| from_kube(e, &what))?;
+    let status = process.take_status();
+    let input = process.stdin();
+    let feed = async move {
+        if let (Some(mut writer), Some(data)) = (input, stdin) {
+            writer.write_all(data).await?;
+            writer.shutdown().await?;
+        }
+        Ok::<(), std::io::Error>(())
+    };
+    let (fed, stdout, stderr) =
+        tokio::join!(feed, read_all(process.stdout()), read_all(process.stderr()));
+    let io = |e: std::io::Error| {
+        ProviderError::transient(format!("{what}: the stream broke ({e})")).with_source(e)
+    };
+    fed.map_err(io)?;
+    let (stdout, stderr) = (stdout.map_err(io)?, stderr.map_err(io)?);
+    let status = match status {
+        Some(status) => status.await,
+        None => None,
+    };
+    let exit_code = exit_code(status.as_ref())
+        .map_err(|why| ProviderError::transient(format!("{what}: {why}")))?;
+    Ok(ExecOutput {
+        stdout,
+        stderr,
+        exit_code,
+    })
 }
 
 async fn read_all(reader: Option<impl AsyncRead + Unpin>) -> std::io::Result<Vec<u8>> {
@@ -116,7 +136,7 @@ async fn read_all(reader: Option<impl AsyncRead + Unpin>) -> std::io::Result<Vec
 /// The exit code the status channel reports: `Success` is 0, a `NonZeroExitCode` carries
 /// its code as an `ExitCode` cause, and a program the runtime could not start is 127 (not
 /// found) or 126 (not executable), as a shell would say.
-fn exit_code(status: Option<&Status>) -> Result<i64, String> {
+pub(super) fn exit_code(status: Option<&Status>) -> Result<i64, String> {
     let Some(status) = status else {
         return Err("the connection ended without an exit status".into());
     };

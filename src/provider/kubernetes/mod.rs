@@ -30,7 +30,10 @@
 mod errors;
 mod exec;
 mod files;
+mod forward;
+mod interactive;
 mod lifecycle;
+mod logs;
 pub mod network_policy;
 pub mod pod;
 mod pull;
@@ -205,6 +208,18 @@ impl Provider for KubernetesProvider {
     }
 
     fn bulk_files(&self) -> Option<&dyn BulkFiles> {
+        Some(self)
+    }
+
+    fn streaming_exec(&self) -> Option<&dyn crate::provider::stream::StreamingExec> {
+        Some(self)
+    }
+
+    fn logs(&self) -> Option<&dyn crate::provider::stream::Logs> {
+        Some(self)
+    }
+
+    fn port_forward(&self) -> Option<&dyn crate::provider::stream::PortForward> {
         Some(self)
     }
 }

@@ -1,0 +1,136 @@
+//! Which sandbox a request reaches: the Sandbox named by the URL's namespace and name (never
+//! an id the client sends), its provider through the registry, and the provider's id from
+//! its status — acted on only once the provider confirms that the resource under that id
+//! belongs to this very object (its owner-uid label), because status is never authority.
+
+use async_trait::async_trait;
+use kube::{Api, Client};
+
+use super::status::AccessError;
+use crate::api::common::{CONDITION_READY, condition};
+use crate::api::sandbox::Sandbox;
+use crate::provider::SandboxState;
+use crate::provider::labels::OWNER_UID;
+use crate::registry::{ProviderHandle, ProviderRegistry};
+
+/// What a subresource needs of the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Need {
+    /// Ready and running: exec, attach, port-forward, files.
+    Running,
+    /// Only that it exists at the provider: its log is readable whatever its state (a
+    /// crashed sandbox's log is what its owner wants to read).
+    Existing,
+}
+
+/// The sandbox a request reaches.
+#[derive(Clone)]
+pub struct Target {
+    /// Its provider.
+    pub handle: ProviderHandle,
+    /// The provider's id.
+    pub id: String,
+}
+
+/// Finds sandboxes by namespace and name.
+#[async_trait]
+pub trait Directory: Send + Sync {
+    /// The sandbox `namespace/name`: 404 when there is none, 409 when it is not in the state
+    /// `need` asks for.
+    async fn find(&self, namespace: &str, name: &str, need: Need) -> Result<Target, AccessError>;
+}
+
+/// Sandboxes read from the API server, providers from the registry.
+pub struct Sandboxes {
+    client: Client,
+    providers: ProviderRegistry,
+}
+
+impl Sandboxes {
+    /// A directory over `client` and `providers`.
+    pub fn new(client: Client, providers: ProviderRegistry) -> Self {
+        Sandboxes { client, providers }
+    }
+
+    async fn get(&self, namespace: &str, name: &str) -> Result<Sandbox, AccessError> {
+        let api: Api<Sandbox> = Api::namespaced(self.client.clone(), namespace);
+        api.get_opt(name)
+            .await
+            .map_err(|e| AccessError::Unavailable(format!("cannot read the Sandbox: {e}")))?
+            .ok_or_else(|| {
+                AccessError::NotFound(format!(
+                    "sandboxes.sandboxes.dev {name:?} not found in namespace {namespace:?}"
+                ))
+            })
+    }
+}
+
+/// 409 unless the Sandbox's `Ready` condition is true.
+fn check_ready(sandbox: &Sandbox, what: &str) -> Result<(), AccessError> {
+    let conditions = sandbox
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    match condition(conditions, CONDITION_READY) {
+        Some(c) if c.is_true() => Ok(()),
+        Some(c) => Err(AccessError::Conflict(format!(
+            "sandbox {what} is not Ready ({}: {}); wait for it with `kubectl wait --for=condition=Ready sandbox/{}`",
+            c.reason,
+            c.message,
+            sandbox.metadata.name.as_deref().unwrap_or_default()
+        ))),
+        None => Err(AccessError::Conflict(format!(
+            "sandbox {what} is not Ready yet (the operator has not reported on it)"
+        ))),
+    }
+}
+
+#[async_trait]
+impl Directory for Sandboxes {
+    async fn find(&self, namespace: &str, name: &str, need: Need) -> Result<Target, AccessError> {
+        let what = format!("{namespace}/{name}");
+        let sandbox = self.get(namespace, name).await?;
+        if need == Need::Running {
+            check_ready(&sandbox, &what)?;
+        }
+        let status = sandbox.status.as_ref();
+        let provider = status
+            .and_then(|s| s.provider.as_deref())
+            .or(sandbox.spec.provider.as_deref());
+        let handle = self
+            .providers
+            .resolve(provider)
+            .map_err(AccessError::Conflict)?
+            .clone();
+        let id = status.and_then(|s| s.sandbox_id.clone()).ok_or_else(|| {
+            AccessError::Conflict(format!("sandbox {what} has no provider id yet"))
+        })?;
+        let uid = sandbox.metadata.uid.clone().unwrap_or_default();
+        let target = Target { handle, id };
+        confirm(&target, &uid, &what, need).await?;
+        Ok(target)
+    }
+}
+
+/// Asks the provider what is under the id, and accepts it only when it is this object's
+/// (and running, when `need` says so).
+async fn confirm(target: &Target, uid: &str, what: &str, need: Need) -> Result<(), AccessError> {
+    let described = target
+        .handle
+        .call("describe", target.handle.provider.describe(&target.id))
+        .await
+        .map_err(|e| AccessError::from_provider(&format!("sandbox {what}"), &e))?;
+    let gone = || AccessError::NotFound(format!("sandbox {what} is gone at its provider"));
+    let d = described.ok_or_else(gone)?;
+    if uid.is_empty() || d.labels.get(OWNER_UID).map(String::as_str) != Some(uid) {
+        return Err(gone());
+    }
+    if need == Need::Running && d.state != SandboxState::Running {
+        return Err(AccessError::Conflict(format!(
+            "sandbox {what} is not running (it is {:?}); set spec.state: Running",
+            d.state
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,291 @@
+//! Interactive processes ([`StreamingExec`]) through Docker's exec API, attached.
+//!
+//! One exec per session: created with stdin, stdout and stderr attached (and a TTY when asked
+//! for), started attached (the engine hijacks the connection: multiplexed output one way,
+//! raw stdin the other), resized with the exec resize call, and its exit code read from
+//! `inspect` once the output has ended. Signals go through the shared pid-file wrapper (see
+//! [`crate::provider::interactive`]): Docker has no call that signals an exec.
+//!
+//! Three tasks run per session, each bounded: the *pump* moves output frames from the
+//! connection into one queue per stream ([`QUEUE`] chunks each; when a queue is full the pump
+//! stops reading, the engine stops copying, and the process blocks on its full pipe — a slow
+//! reader never makes us buffer), then reads the exit code; the *feeder* applies the caller's
+//! input in order (stdin bytes, EOF as a half-close of our side of the connection — the engine
+//! then closes the process's stdin —, resizes, signals) and ends with the process; the pid
+//! file is removed once the process has ended.
+//!
+//! The caller should read both output streams (or drop the one it does not want, whose
+//! output is then discarded): a full, unread stderr queue holds stdout back too, as a full
+//! pipe would. Dropping [`ExecSession::input`] closes the process's stdin.
+
+use std::pin::Pin;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bollard::Docker;
+use bollard::container::LogOutput;
+use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecOptions, StartExecResults};
+use bytes::Bytes;
+use futures::{FutureExt, Stream, StreamExt};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
+use tokio::sync::{mpsc, oneshot};
+
+use super::DockerProvider;
+use super::exec::exec_error;
+use crate::provider::interactive::{self, CHUNK, QUEUE, Wrapped, queue_stream};
+use crate::provider::stream::{
+    ExecInput, ExecSession, ExitStatus, Signal, StreamExecRequest, StreamingExec, TermSize,
+};
+use crate::provider::{ExecRequest, ProviderError, ProviderResult};
+
+/// How long the engine may take to record an exec's exit after its output ended.
+const EXIT_BOUND: Duration = Duration::from_secs(30);
+/// How often the exit is re-read meanwhile.
+const EXIT_POLL: Duration = Duration::from_millis(20);
+/// Bound on the exec that delivers a signal or removes the pid file.
+const HELPER_BOUND: Duration = Duration::from_secs(15);
+
+type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+type Input = Pin<Box<dyn AsyncWrite + Send>>;
+type Queue = mpsc::Sender<ProviderResult<Bytes>>;
+
+#[async_trait]
+impl StreamingExec for DockerProvider {
+    async fn exec_stream(
+        &self,
+        id: &str,
+        request: &StreamExecRequest,
+    ) -> ProviderResult<ExecSession> {
+        interactive::check_argv(id, &request.argv)?;
+        let docker = self.engine().await?.clone();
+        let wrapped = interactive::wrap(&request.argv, request.tty);
+        let created = docker
+            .create_exec(id, exec_options(request, &wrapped))
+            .await
+            .map_err(|e| exec_error(id, "creating an exec", e))?;
+        let started = docker
+            .start_exec(
+                &created.id,
+                Some(StartExecOptions {
+                    detach: false,
+                    tty: request.tty.is_some(),
+                    output_capacity: Some(CHUNK),
+                }),
+            )
+            .await
+            .map_err(|e| exec_error(id, "starting an exec", e))?;
+        let StartExecResults::Attached { output, input } = started else {
+            return Err(ProviderError::transient(format!(
+                "exec in sandbox {id}: the engine started the exec detached"
+            )));
+        };
+        let session = Session {
+            provider: self.clone(),
+            docker,
+            id: id.to_string(),
+            exec_id: created.id,
+            wrapped,
+        };
+        Ok(session.run(request, output, input))
+    }
+}
+
+/// The exec's configuration: every stream attached, the wrapped argv, env and cwd.
+fn exec_options(request: &StreamExecRequest, wrapped: &Wrapped) -> CreateExecOptions<String> {
+    let env: Vec<String> = request
+        .env
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    CreateExecOptions::<String> {
+        attach_stdin: Some(request.stdin),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        tty: Some(request.tty.is_some()),
+        env: (!env.is_empty()).then_some(env),
+        cmd: Some(wrapped.argv.clone()),
+        working_dir: request.cwd.clone(),
+        ..Default::default()
+    }
+}
+
+/// One running exec and what its tasks need.
+#[derive(Clone)]
+struct Session {
+    provider: DockerProvider,
+    docker: Docker,
+    id: String,
+    exec_id: String,
+    wrapped: Wrapped,
+}
+
+impl Session {
+    /// Spawns the pump and the feeder and hands the caller its ends.
+    fn run(self, request: &StreamExecRequest, output: Output, input: Input) -> ExecSession {
+        let (stdout_tx, stdout_rx) = mpsc::channel(QUEUE);
+        let (stderr_tx, stderr_rx) = if request.tty.is_some() {
+            (None, None)
+        } else {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            (Some(tx), Some(rx))
+        };
+        let (input_tx, input_rx) = mpsc::channel(QUEUE);
+        let (exit_tx, exit_rx) = oneshot::channel();
+        let feeder = tokio::spawn(self.clone().feed(input_rx, input, request.stdin));
+        let pump = self.clone();
+        tokio::spawn(async move {
+            pump.pump(output, stdout_tx, stderr_tx).await;
+            let exit = pump.exit_code().await;
+            feeder.abort();
+            let _ = exit_tx.send(exit);
+            pump.helper(interactive::cleanup_argv(&pump.wrapped.pid_file))
+                .await
+                .ok();
+        });
+        let id = self.id.clone();
+        ExecSession {
+            input: input_tx,
+            stdout: queue_stream(stdout_rx),
+            stderr: stderr_rx.map(queue_stream),
+            exit: exit_rx
+                .map(move |r| {
+                    r.unwrap_or_else(|_| {
+                        Err(ProviderError::transient(format!(
+                            "exec in sandbox {id}: the session ended without an exit status"
+                        )))
+                    })
+                })
+                .boxed(),
+        }
+    }
+
+    /// Moves output frames into the queues until the connection ends. A queue whose reader
+    /// is gone is skipped, so the other stream still flows.
+    async fn pump(&self, mut output: Output, stdout: Queue, stderr: Option<Queue>) {
+        while let Some(frame) = output.next().await {
+            let (queue, message) = match frame {
+                Ok(LogOutput::StdErr { message }) => (stderr.as_ref().unwrap_or(&stdout), message),
+                Ok(LogOutput::StdOut { message } | LogOutput::Console { message }) => {
+                    (&stdout, message)
+                }
+                Ok(LogOutput::StdIn { .. }) => continue,
+                Err(e) => {
+                    let broke = ProviderError::transient(format!(
+                        "exec in sandbox {}: the output stream broke ({e})",
+                        self.id
+                    ));
+                    let _ = stdout.send(Err(broke)).await;
+                    return;
+                }
+            };
+            let _ = queue.send(Ok(message)).await;
+        }
+    }
+
+    /// Applies the caller's input in order until it hangs up (which closes stdin) or the
+    /// process ends (the pump aborts this task). A failed step is logged: the caller's input
+    /// queue has no answer channel, and the process's own output says the rest.
+    async fn feed(self, mut inputs: mpsc::Receiver<ExecInput>, stdin: Input, attached: bool) {
+        let mut stdin = attached.then_some(stdin);
+        while let Some(input) = inputs.recv().await {
+            let step = match input {
+                ExecInput::Stdin(bytes) => write(&mut stdin, &bytes).await,
+                ExecInput::CloseStdin => close(&mut stdin).await,
+                ExecInput::Resize(size) => self.resize(size).await,
+                ExecInput::Signal(signal) => self.signal(signal).await,
+            };
+            if let Err(e) = step {
+                tracing::warn!(sandbox = %self.id, error = %e, "interactive exec input failed");
+            }
+        }
+        let _ = close(&mut stdin).await;
+    }
+
+    async fn resize(&self, size: TermSize) -> ProviderResult<()> {
+        let options = ResizeExecOptions {
+            height: size.rows,
+            width: size.cols,
+        };
+        self.docker
+            .resize_exec(&self.exec_id, options)
+            .await
+            .map_err(|e| exec_error(&self.id, "resizing an exec's terminal", e))
+    }
+
+    async fn signal(&self, signal: Signal) -> ProviderResult<()> {
+        self.helper(interactive::signal_argv(&self.wrapped.pid_file, signal))
+            .await
+    }
+
+    /// Runs a helper command (signal, clean-up) to completion; a non-zero exit is an error
+    /// carrying its stderr.
+    async fn helper(&self, argv: Vec<String>) -> ProviderResult<()> {
+        let request = ExecRequest {
+            argv,
+            cwd: None,
+            env: Default::default(),
+            timeout: HELPER_BOUND,
+        };
+        let out = self.provider.run_exec(&self.id, &request).await?;
+        if out.exit_code != 0 {
+            return Err(ProviderError::transient(format!(
+                "exec in sandbox {}: {:?} exited {}: {}",
+                self.id,
+                request.argv.last(),
+                out.exit_code,
+                String::from_utf8_lossy(&out.stderr).trim()
+            )));
+        }
+        Ok(())
+    }
+
+    /// The exit code, once the engine has recorded it (a moment after the output ends).
+    async fn exit_code(&self) -> ProviderResult<ExitStatus> {
+        let deadline = tokio::time::Instant::now() + EXIT_BOUND;
+        loop {
+            let inspected = self
+                .docker
+                .inspect_exec(&self.exec_id)
+                .await
+                .map_err(|e| exec_error(&self.id, "reading an exec's exit code", e))?;
+            if inspected.running != Some(true)
+                && let Some(code) = inspected.exit_code
+            {
+                return Ok(ExitStatus { code });
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ProviderError::transient(format!(
+                    "exec in sandbox {}: the engine did not report an exit code within {:?} \
+                     of the output's end",
+                    self.id, EXIT_BOUND
+                )));
+            }
+            tokio::time::sleep(EXIT_POLL).await;
+        }
+    }
+}
+
+/// Writes `bytes` to the process's stdin; dropped after EOF or without attached stdin.
+async fn write(stdin: &mut Option<Input>, bytes: &[u8]) -> ProviderResult<()> {
+    let Some(writer) = stdin.as_mut() else {
+        return Ok(());
+    };
+    let written = async {
+        writer.write_all(bytes).await?;
+        writer.flush().await
+    };
+    written
+        .await
+        .map_err(|e| ProviderError::transient(format!("writing to the process's stdin: {e}")))
+}
+
+/// Half-closes our side of the connection: the engine closes the process's stdin (EOF).
+async fn close(stdin: &mut Option<Input>) -> ProviderResult<()> {
+    let Some(mut writer) = stdin.take() else {
+        return Ok(());
+    };
+    writer
+        .shutdown()
+        .await
+        .map_err(|e| ProviderError::transient(format!("closing the process's stdin: {e}")))
+}

@@ -1,0 +1,180 @@
+//! What the providers' interactive capabilities ([`super::stream`]) share: the one rule for
+//! signalling an interactive process, and reading a byte pipe as a bounded stream.
+//!
+//! # Signals
+//!
+//! Neither Docker's exec API nor the Pod `exec` subresource can signal the process they
+//! started, and the pid the engine reports is a host pid, which an operator in a Pod cannot
+//! reach. So the argv runs under a small `sh` wrapper that writes its own pid (`$$`) into a
+//! pid file named by a random token and then `exec`s the argv — the program keeps that pid.
+//! A signal is a second, ordinary exec in the same sandbox: `kill -s NAME <pid>`. The wrapper
+//! also sets the initial terminal size with `stty` when a TTY is asked for: a resize sent
+//! beside the start may reach the terminal after the program read its size (Docker's API
+//! before 1.42 has no size at exec creation at all), while the wrapper's `stty` runs before
+//! the program does.
+//!
+//! The sandbox's image needs `sh`, `cat`, `kill` and, for a TTY, `stty` (every Debian-based
+//! image has them). A pid file that cannot be written does not stop the program: the signal
+//! then fails and says why.
+
+use bytes::{Bytes, BytesMut};
+use futures::stream::{self, BoxStream, StreamExt};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::mpsc;
+
+use super::stream::{Signal, TermSize};
+use super::{ProviderError, ProviderResult};
+
+/// Bytes read from a process's output at a time, and the size of a pipe buffer between the
+/// provider's connection and the caller.
+pub const CHUNK: usize = 64 * 1024;
+
+/// Capacity of the input queue ([`super::stream::ExecSession::input`]) and of each output
+/// queue, in messages: at most this many chunks wait for a slow side, so nothing is buffered
+/// without limit.
+pub const QUEUE: usize = 8;
+
+/// Directory of the pid files (world-writable in every image).
+const PID_DIR: &str = "/tmp";
+
+/// The wrapper: `$0` is the pid file, `$1` and `$2` the terminal's rows and columns (empty
+/// without a TTY), the rest the program's argv.
+const WRAPPER: &str = r#"echo $$ >"$0" 2>/dev/null
+if [ -n "$1" ]; then stty rows "$1" cols "$2" 2>/dev/null; fi
+shift 2
+exec "$@""#;
+
+/// The signaller: waits (bounded, inside the sandbox) for the wrapper to have written its
+/// pid, then signals it. `$0` is the pid file, `$1` the signal's name.
+const SIGNALLER: &str = r#"i=0
+while [ ! -s "$0" ] && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i+1)); done
+pid=$(cat "$0") || { echo "the process's pid file $0 is missing (is /tmp writable?)" >&2; exit 1; }
+kill -s "$1" "$pid""#;
+
+/// An argv wrapped for signals (see the module docs).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Wrapped {
+    /// What to run instead of the caller's argv.
+    pub argv: Vec<String>,
+    /// Where the process's pid is recorded.
+    pub pid_file: String,
+}
+
+/// Wraps `argv` so that it can be signalled, with the initial terminal size `tty`.
+pub fn wrap(argv: &[String], tty: Option<TermSize>) -> Wrapped {
+    let pid_file = format!("{PID_DIR}/.sandbox-exec-{:016x}.pid", fastrand::u64(..));
+    let (rows, cols) = match tty {
+        Some(size) => (size.rows.to_string(), size.cols.to_string()),
+        None => (String::new(), String::new()),
+    };
+    let mut wrapped = vec![
+        "sh".to_string(),
+        "-c".into(),
+        WRAPPER.into(),
+        pid_file.clone(),
+        rows,
+        cols,
+    ];
+    wrapped.extend(argv.iter().cloned());
+    Wrapped {
+        argv: wrapped,
+        pid_file,
+    }
+}
+
+/// The argv that delivers `signal` to the process wrapped with `pid_file`.
+pub fn signal_argv(pid_file: &str, signal: Signal) -> Vec<String> {
+    vec![
+        "sh".into(),
+        "-c".into(),
+        SIGNALLER.into(),
+        pid_file.into(),
+        signal.name().into(),
+    ]
+}
+
+/// The argv that removes `pid_file` once its process has ended, so a later pid reuse is
+/// never signalled.
+pub fn cleanup_argv(pid_file: &str) -> Vec<String> {
+    vec!["rm".into(), "-f".into(), pid_file.into()]
+}
+
+/// An empty argv is `Invalid`, naming the sandbox.
+pub fn check_argv(id: &str, argv: &[String]) -> ProviderResult<()> {
+    if argv.is_empty() {
+        return Err(ProviderError::invalid(format!(
+            "exec in sandbox {id}: the command is empty; give at least the program to run"
+        )));
+    }
+    Ok(())
+}
+
+/// Reads `reader` as a stream of chunks of at most [`CHUNK`] bytes, ending at its end of
+/// file. Nothing is read ahead of the consumer: a slow consumer leaves the bytes in the pipe,
+/// so the writer behind it waits. A read error ends the stream with `Transient` naming `what`.
+pub fn read_stream<R>(reader: R, what: String) -> BoxStream<'static, ProviderResult<Bytes>>
+where
+    R: AsyncRead + Send + Unpin + 'static,
+{
+    stream::unfold(Some(reader), move |state| {
+        let what = what.clone();
+        async move {
+            let mut reader = state?;
+            let mut buffer = BytesMut::with_capacity(CHUNK);
+            match reader.read_buf(&mut buffer).await {
+                Ok(0) => None,
+                Ok(_) => Some((Ok(buffer.freeze()), Some(reader))),
+                Err(e) => Some((
+                    Err(ProviderError::transient(format!(
+                        "{what}: the stream broke ({e})"
+                    ))),
+                    None,
+                )),
+            }
+        }
+    })
+    .fuse()
+    .boxed()
+}
+
+/// The receiving end of a bounded queue as a stream (it ends when every sender is gone).
+pub fn queue_stream<T: Send + 'static>(queue: mpsc::Receiver<T>) -> BoxStream<'static, T> {
+    stream::unfold(queue, |mut queue| async move {
+        let item = queue.recv().await?;
+        Some((item, queue))
+    })
+    .fuse()
+    .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_wrapper_keeps_the_argv_whole_and_names_a_fresh_pid_file() {
+        let argv = vec!["printf".to_string(), "%s\n".into(), "a b".into()];
+        let a = wrap(&argv, None);
+        let b = wrap(&argv, Some(TermSize { cols: 80, rows: 24 }));
+        assert_ne!(a.pid_file, b.pid_file);
+        assert_eq!(a.argv[3], a.pid_file);
+        assert_eq!(&a.argv[4..6], ["", ""]);
+        assert_eq!(&b.argv[4..6], ["24", "80"]);
+        assert_eq!(&a.argv[6..], argv.as_slice());
+        let kill = signal_argv(&a.pid_file, Signal::Terminate);
+        assert_eq!(&kill[3..], [a.pid_file.as_str(), "TERM"]);
+    }
+
+    #[tokio::test]
+    async fn a_pipe_reads_as_chunks_until_its_end() {
+        let data = vec![7u8; 3 * CHUNK + 5];
+        let chunks: Vec<_> = read_stream(std::io::Cursor::new(data.clone()), "t".into())
+            .collect()
+            .await;
+        let joined: Vec<u8> = chunks
+            .into_iter()
+            .flat_map(|c| c.map(|b| b.to_vec()).unwrap_or_default())
+            .collect();
+        assert_eq!(joined, data);
+    }
+}
