@@ -408,3 +408,58 @@ async fn an_unreachable_api_server_is_named_with_the_os_cause() {
     assert!(e.contains("Connection refused"), "{e}");
     assert!(e.contains("--context"), "{e}");
 }
+
+/// A kubeconfig whose current context points at `url` with namespace `ns`.
+fn kubeconfig_for(url: &str, ns: &str) -> tempfile::NamedTempFile {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let yaml = format!(
+        "apiVersion: v1\nkind: Config\n\
+         clusters: [{{name: fake, cluster: {{server: \"{url}\"}}}}]\n\
+         users: [{{name: u, user: {{}}}}]\n\
+         contexts: [{{name: c, context: {{cluster: fake, user: u, namespace: {ns}}}}}]\n\
+         current-context: c\n"
+    );
+    std::fs::write(file.path(), yaml).unwrap();
+    file
+}
+
+/// The built binary, with stdin left open, exits with the remote exit code as soon as the
+/// process ends (its stdin reader must not hold it), in the context's namespace.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_binary_exits_with_the_remote_code_while_its_stdin_is_still_open() {
+    let (url, seen) = serve_one(&channel::EXEC_PROTOCOLS, None, |mut ws| async move {
+        send(&mut ws, channel::STDOUT, b"done\n").await;
+        send(&mut ws, channel::ERROR, channel::exit_status(4).as_bytes()).await;
+        let _ = ws.close(None).await;
+    })
+    .await;
+    let kubeconfig = kubeconfig_for(&url, "from-context");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-sandbox"))
+        .env("KUBECONFIG", kubeconfig.path())
+        .args(["exec", "-i", "demo", "--", "cat"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let _open_stdin = child.stdin.take();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("kubectl-sandbox did not exit after the remote process ended");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.code(), Some(4));
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    assert_eq!(out, "done\n");
+    let uri = seen.await.unwrap().uri;
+    assert!(
+        uri.contains("/namespaces/from-context/sandboxes/demo/exec?"),
+        "{uri}"
+    );
+}

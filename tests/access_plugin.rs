@@ -1,0 +1,366 @@
+//! `kubectl sandbox` (the built `kubectl-sandbox` binary) end to end: through the real
+//! kube-apiserver's aggregation layer to an operator serving `subresources.sandboxes.dev`
+//! (`harness::aggregated`), on sandboxes on the real Docker engine. Exec with stdin and a TTY
+//! (on a pseudo-terminal, `stty size` before and after a resize), an exit code passed
+//! through, `logs -f` following new lines, `cp` of a tree with its modes both ways, and
+//! port-forward reaching an HTTP server in the sandbox.
+
+mod harness;
+
+use std::io::{Read, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use harness::aggregated::{Aggregated, sandbox_yaml};
+use harness::cluster::{apply_yaml_ok, client, kubeconfig, namespace};
+use harness::docker::Purge;
+use harness::objects::wait_ready;
+use harness::wait_for;
+use kube::Api;
+use sandbox_operator::api::Sandbox;
+
+/// A namespace with a Ready Sandbox `box` (it printed `hello from box` and idles) and an
+/// operator serving the aggregated API.
+async fn world(prefix: &str) -> (String, Aggregated, Purge) {
+    let ns = namespace(prefix).await;
+    let purge = Purge(ns.clone());
+    let api = Aggregated::start(&ns).await;
+    apply_yaml_ok(&sandbox_yaml("box"), &ns);
+    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
+    wait_ready(&sandboxes, "box", &api.operator).await;
+    (ns, api, purge)
+}
+
+/// The plugin, in `ns`, with the test cluster's kubeconfig.
+fn plugin(ns: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubectl-sandbox"));
+    cmd.env("KUBECONFIG", kubeconfig())
+        .arg("-n")
+        .arg(ns)
+        .args(args);
+    cmd
+}
+
+/// Runs the plugin to its end with `stdin`; (exit code, stdout, stderr).
+fn run(ns: &str, args: &[&str], stdin: &[u8]) -> (i32, String, String) {
+    let mut child = plugin(ns, args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kubectl-sandbox");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin)
+        .expect("write stdin");
+    let out = child.wait_with_output().expect("kubectl-sandbox");
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    (
+        out.status.code().unwrap_or(-1),
+        text(&out.stdout),
+        text(&out.stderr),
+    )
+}
+
+/// Collects everything `reader` yields into a shared string, on a thread.
+fn collect(mut reader: impl Read + Send + 'static) -> Arc<Mutex<String>> {
+    let seen = Arc::new(Mutex::new(String::new()));
+    let sink = seen.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = reader.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    seen
+}
+
+async fn wait_text(what: &str, seen: &Arc<Mutex<String>>, needle: &str) {
+    wait_for(what, Duration::from_secs(30), || {
+        let text = seen.lock().unwrap().clone();
+        let found = text.contains(needle);
+        async move { if found { Ok(()) } else { Err(text) } }
+    })
+    .await;
+}
+
+async fn wait_exit(child: &mut Child) -> i32 {
+    wait_for("kubectl-sandbox to exit", Duration::from_secs(30), || {
+        let r = child.try_wait();
+        async move {
+            match r {
+                Ok(Some(status)) => Ok(status.code().unwrap_or(-1)),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_passes_stdin_and_its_end_and_the_exit_code_through() {
+    let (ns, api, _purge) = world("plugin-exec").await;
+    let script = "cat; echo to-stderr >&2; exit 5";
+    let (code, out, err) = run(
+        &ns,
+        &["exec", "-i", "box", "--", "sh", "-c", script],
+        b"hello\n",
+    );
+    assert_eq!(
+        code,
+        5,
+        "stdout {out:?} stderr {err:?}\n{}",
+        api.operator.log_tail()
+    );
+    assert_eq!(out, "hello\n");
+    assert_eq!(err, "to-stderr\n");
+    let (code, _, err) = run(&ns, &["exec", "box", "--", "true"], b"");
+    assert_eq!(code, 0, "{err}");
+    let (code, _, err) = run(&ns, &["exec", "nope", "--", "true"], b"");
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(&format!("kubectl get sandboxes -n {ns}")),
+        "{err}"
+    );
+}
+
+/// A pseudo-terminal: (master, the slave's path).
+fn pty(rows: u16, cols: u16) -> (std::fs::File, std::path::PathBuf) {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("openpt");
+    grantpt(&master).expect("grantpt");
+    unlockpt(&master).expect("unlockpt");
+    let name = ptsname(&master, Vec::new()).expect("ptsname");
+    resize(&master, rows, cols);
+    let path = std::path::PathBuf::from(name.to_string_lossy().into_owned());
+    (std::fs::File::from(master), path)
+}
+
+fn resize(master: &impl std::os::fd::AsFd, rows: u16, cols: u16) {
+    let size = rustix::termios::Winsize {
+        ws_row: rows,
+        ws_col: cols,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    rustix::termios::tcsetwinsize(master, size).expect("TIOCSWINSZ");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_with_a_tty_follows_a_resize() {
+    let (ns, api, _purge) = world("plugin-tty").await;
+    let (mut master, slave_path) = pty(24, 80);
+    let slave = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&slave_path)
+        .expect("open the pty's slave");
+    let mut child = plugin(&ns, &["exec", "-it", "box", "--", "sh"])
+        .stdin(slave.try_clone().expect("slave"))
+        .stdout(slave.try_clone().expect("slave"))
+        .stderr(slave)
+        .spawn()
+        .expect("start kubectl-sandbox");
+    let seen = collect(master.try_clone().expect("master"));
+    master.write_all(b"stty size\n").expect("type");
+    wait_text("stty size of the initial terminal", &seen, "24 80").await;
+    resize(&master, 40, 120);
+    // The pty is not the plugin's controlling terminal: deliver the SIGWINCH a shell would.
+    let winch = Command::new("kill")
+        .args(["-WINCH", &child.id().to_string()])
+        .status()
+        .expect("kill -WINCH");
+    assert!(winch.success());
+    wait_for(
+        "stty size after the resize",
+        Duration::from_secs(30),
+        || {
+            let text = seen.lock().unwrap().clone();
+            let done = text.contains("40 120");
+            if !done {
+                let _ = master.write_all(b"stty size\n");
+            }
+            async move { if done { Ok(()) } else { Err(text) } }
+        },
+    )
+    .await;
+    master.write_all(b"exit 3\n").expect("type");
+    let code = wait_exit(&mut child).await;
+    assert_eq!(
+        code,
+        3,
+        "{}\n{}",
+        seen.lock().unwrap(),
+        api.operator.log_tail()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn logs_follow_prints_new_lines() {
+    let (ns, api, _purge) = world("plugin-logs").await;
+    let mut follower = plugin(&ns, &["logs", "-f", "box"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kubectl-sandbox logs -f");
+    let seen = collect(follower.stdout.take().expect("stdout"));
+    wait_text("the log so far", &seen, "hello from box").await;
+    let line = "echo a-later-line > /proc/1/fd/1";
+    let (code, _, err) = run(&ns, &["exec", "box", "--", "sh", "-c", line], b"");
+    assert_eq!(code, 0, "{err}\n{}", api.operator.log_tail());
+    wait_text("the followed new line", &seen, "a-later-line").await;
+    assert_eq!(
+        follower.try_wait().expect("try_wait"),
+        None,
+        "-f must keep following"
+    );
+    let _ = follower.kill();
+    let _ = follower.wait();
+}
+
+/// A small tree with distinct modes: (relative path, mode, content; `None` for a directory).
+const TREE: &[(&str, u32, Option<&str>)] = &[
+    ("bin", 0o750, None),
+    ("bin/run.sh", 0o755, Some("#!/bin/sh\necho run\n")),
+    ("data", 0o700, None),
+    ("data/secret", 0o600, Some("s3cret\n")),
+    ("data/readonly", 0o444, Some("ro\n")),
+];
+
+fn write_tree(root: &std::path::Path) {
+    std::fs::create_dir(root).expect("root");
+    for (path, _, content) in TREE {
+        let p = root.join(path);
+        match content {
+            None => std::fs::create_dir(&p).expect("dir"),
+            Some(c) => std::fs::write(&p, c).expect("file"),
+        }
+    }
+    for (path, mode, _) in TREE.iter().rev() {
+        let p = root.join(path);
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(*mode)).expect("chmod");
+    }
+}
+
+fn assert_tree(root: &std::path::Path) {
+    for (path, mode, content) in TREE {
+        let p = root.join(path);
+        let meta = std::fs::metadata(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()));
+        assert_eq!(meta.permissions().mode() & 0o7777, *mode, "{path}");
+        if let Some(c) = content {
+            assert_eq!(std::fs::read_to_string(&p).expect("read"), *c, "{path}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cp_copies_a_tree_with_its_modes_both_ways() {
+    let (ns, api, _purge) = world("plugin-cp").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let local = dir.path().join("tree");
+    write_tree(&local);
+    let remote = format!("{ns}/box:/tmp/copied");
+    let (code, _, err) = run(&ns, &["cp", &local.to_string_lossy(), &remote], b"");
+    assert_eq!(code, 0, "{err}\n{}", api.operator.log_tail());
+    let listing = "cd /tmp/copied && stat -c '%a %n' bin bin/run.sh data data/secret data/readonly";
+    let (code, out, err) = run(&ns, &["exec", "box", "--", "sh", "-c", listing], b"");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "750 bin\n755 bin/run.sh\n700 data\n600 data/secret\n444 data/readonly\n"
+    );
+    let back = dir.path().join("back");
+    let (code, _, err) = run(
+        &ns,
+        &["cp", "box:/tmp/copied", &back.to_string_lossy()],
+        b"",
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_tree(&back);
+}
+
+/// A Sandbox serving `hello from web` over HTTP on 8080 (perl-base only).
+fn web_yaml() -> String {
+    format!(
+        r#"apiVersion: sandboxes.dev/v1alpha1
+kind: Sandbox
+metadata: {{name: web}}
+spec:
+  provider: docker
+  image: {image}
+  command:
+    - perl
+    - -MIO::Socket::INET
+    - -e
+    - |
+      my $s = IO::Socket::INET->new(LocalPort => 8080, Listen => 16, ReuseAddr => 1) or die "$!";
+      while (my $c = $s->accept) {{
+        while (my $l = <$c>) {{ last if $l =~ /^\r?\n$/ }}
+        print $c "HTTP/1.1 200 OK\r\nContent-Length: 15\r\nConnection: close\r\n\r\nhello from web\n";
+        close $c;
+      }}
+"#,
+        image = harness::docker::base_image()
+    )
+}
+
+/// One HTTP GET of `/` at `port` on loopback; the whole answer.
+fn http_get(port: u16) -> Result<String, String> {
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(|e| e.to_string())?;
+    tcp.write_all(b"GET / HTTP/1.1\r\nHost: web\r\n\r\n")
+        .map_err(|e| e.to_string())?;
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).map_err(|e| e.to_string())?;
+    Ok(answer)
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn port_forward_reaches_an_http_server_in_the_sandbox() {
+    let (ns, api, _purge) = world("plugin-pf").await;
+    apply_yaml_ok(&web_yaml(), &ns);
+    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
+    wait_ready(&sandboxes, "web", &api.operator).await;
+    let mut forwarder = plugin(&ns, &["port-forward", "web", ":8080"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start kubectl-sandbox port-forward");
+    let said = collect(forwarder.stdout.take().expect("stdout"));
+    wait_text("the local listener", &said, " -> 8080").await;
+    let text = said.lock().unwrap().clone();
+    let port: u16 = text
+        .split_once("127.0.0.1:")
+        .and_then(|(_, rest)| rest.split_once(' '))
+        .and_then(|(p, _)| p.parse().ok())
+        .unwrap_or_else(|| panic!("no local port in {text:?}"));
+    // Ready means the process runs; poll until perl has bound its socket.
+    let answer = wait_for(
+        "an HTTP answer through the forward",
+        Duration::from_secs(30),
+        || {
+            let r = http_get(port).and_then(|a| {
+                if a.contains("hello from web") {
+                    Ok(a)
+                } else {
+                    Err(a)
+                }
+            });
+            async move { r }
+        },
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
+    let _ = forwarder.kill();
+    let _ = forwarder.wait();
+}
