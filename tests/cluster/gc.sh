@@ -62,6 +62,15 @@ gc_docker
 
 kubectl version --request-timeout=5s >/dev/null 2>&1 || { log "no control plane; nothing to do"; exit 0; }
 
+# The aggregated API's APIService left by an aborted test: one whose backend does not answer
+# blocks the deletion of every namespace, so it goes first unless it is Available.
+APISERVICE=v1alpha1.subresources.sandboxes.dev
+if [ "$(kubectl get apiservice "$APISERVICE" --ignore-not-found \
+  -o jsonpath='{.status.conditions[?(@.type=="Available")].status}' 2>/dev/null)" = False ]; then
+  log "removing the unavailable APIService $APISERVICE"
+  kubectl delete apiservice "$APISERVICE" --wait=false >/dev/null 2>&1 || true
+fi
+
 doomed=()
 while read -r ns pid; do
   [ -n "$ns" ] || continue
