@@ -190,16 +190,8 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     telemetry::init(args.log_format, &args.log_filter)?;
     install_crypto_provider();
     let config = OperatorConfig::load(args.config.as_deref())?;
-    let metrics = Metrics::new();
+    let metrics = initialised_metrics();
     let client = crate::kube_client::counted(&metrics).await?;
-    let sweep_categories = controller::sweeper::decide::Category::ALL.map(|c| c.as_str());
-    metrics.initialise(&crate::metrics::KnownLabels {
-        kinds: &["Sandbox", "SandboxVolume", "SandboxTemplate"],
-        error_categories: controller::error::CATEGORIES,
-        sweep_categories: &sweep_categories,
-        sweep_outcomes: controller::sweeper::DELETION_OUTCOMES,
-        sweep_abort_reasons: controller::sweeper::ABORT_REASONS,
-    });
     let providers = ProviderRegistry::from_config(&config, &metrics).await?;
     let templates = Arc::new(template_service(&config)?);
     let access =
@@ -272,6 +264,21 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     log_stops(process.stop_within(Duration::from_secs(5)).await);
     tracing::info!(?end, "stopped");
     end.into_result()
+}
+
+/// The metrics, every known label combination present from the start (at zero), so a
+/// dashboard shows a series before its first event.
+fn initialised_metrics() -> Metrics {
+    let metrics = Metrics::new();
+    let sweep_categories = controller::sweeper::decide::Category::ALL.map(|c| c.as_str());
+    metrics.initialise(&crate::metrics::KnownLabels {
+        kinds: &["Sandbox", "SandboxVolume", "SandboxTemplate"],
+        error_categories: controller::error::CATEGORIES,
+        sweep_categories: &sweep_categories,
+        sweep_outcomes: controller::sweeper::DELETION_OUTCOMES,
+        sweep_abort_reasons: controller::sweeper::ABORT_REASONS,
+    });
+    metrics
 }
 
 /// A trigger fired on SIGTERM or SIGINT.
