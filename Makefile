@@ -51,6 +51,7 @@ bench:
 	bash bench/run.sh
 	bash bench/runtimes.sh
 	bash bench/egress.sh
+	bash bench/access.sh
 
 ## The operator image, built locally (no registry needed): the release binary is compiled on
 ## the host and stripped into target/image/, then the multi-stage Dockerfile (FROM the local

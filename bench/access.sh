@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Access-layer bench: `kubectl sandbox exec` and `kubectl sandbox cp` through the real API
+# server's aggregation layer, against `docker exec` and `docker cp` of the same container, in
+# one run. Brings the demo up (examples/demo.sh: the operator with the aggregated API
+# registered, the demo Sandbox Ready), measures, and takes the demo down again.
+#
+# Figures (printed, and appended to target/bench/results.md when that directory exists):
+#   exec: median of N runs of `kubectl sandbox exec demo -- true` / of `docker exec ID true`
+#   cp:   median of 5 uploads of a 64 MiB file, MiB/s, kubectl sandbox cp / docker cp
+set -euo pipefail
+cd "$(dirname "$0")/.."
+N=${BENCH_ACCESS_N:-30}
+NS=default
+NAME=demo
+WORK=$(mktemp -d)
+trap 'bash examples/demo.sh down >/dev/null 2>&1 || true; rm -rf "$WORK"' EXIT
+
+bash examples/demo.sh >"$WORK/demo.log" 2>&1 || { tail -n 30 "$WORK/demo.log" >&2; exit 1; }
+export KUBECONFIG=${KUBECONFIG:-$HOME/.cache/sandbox-operator/cluster/kubeconfig}
+export PATH="$HOME/.cache/sandbox-operator/demo/bin:$PATH"
+ID=$(kubectl get sbx "$NAME" -n "$NS" -o jsonpath='{.status.sandboxId}')
+[[ -n $ID ]] || { echo "the demo Sandbox has no sandboxId" >&2; exit 1; }
+
+# median of the seconds each run of "$@" took, over $1 runs
+median() {
+  local runs=$1 t0 t1
+  shift
+  for _ in $(seq "$runs"); do
+    t0=$(date +%s.%N)
+    "$@" >/dev/null
+    t1=$(date +%s.%N)
+    awk -v a="$t1" -v b="$t0" 'BEGIN {print a - b}'
+  done | sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : (a[NR/2] + a[NR/2+1]) / 2}'
+}
+
+exec_plugin=$(median "$N" kubectl sandbox exec "$NAME" -n "$NS" -- true)
+exec_docker=$(median "$N" docker exec "$ID" true)
+head -c $((64 << 20)) /dev/urandom >"$WORK/blob"
+cp_plugin=$(median 5 kubectl sandbox cp "$WORK/blob" "$NS/$NAME:/tmp/blob")
+cp_docker=$(median 5 docker cp "$WORK/blob" "$ID:/tmp/blob")
+
+report=$(awk -v ep="$exec_plugin" -v ed="$exec_docker" -v cpp="$cp_plugin" -v cpd="$cp_docker" 'BEGIN {
+  printf "access: kubectl sandbox exec -- true %.3f s vs docker exec %.3f s: %.2fx (target <= 1.3x)\n", ep, ed, ep / ed
+  printf "access: kubectl sandbox cp 64 MiB %.1f MiB/s vs docker cp %.1f MiB/s: %.2fx of its throughput (target >= 0.5x)\n", 64 / cpp, 64 / cpd, cpd / cpp
+}')
+echo "$report"
+[[ -d target/bench ]] && printf '\n%s\n' "$report" >>target/bench/results.md
+exit 0
