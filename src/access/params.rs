@@ -56,6 +56,24 @@ impl Subresource {
         }
     }
 
+    /// The smallest aggregated role that grants it: `view` gets log, `edit` the rest.
+    pub fn role(self) -> &'static str {
+        match self {
+            Subresource::Log => "view",
+            _ => "edit",
+        }
+    }
+
+    /// What a provider without the capability cannot do, for an error message.
+    pub fn capability(self) -> &'static str {
+        match self {
+            Subresource::Exec | Subresource::Attach => "run an interactive process",
+            Subresource::Log => "stream its main process's logs",
+            Subresource::PortForward => "forward ports",
+            Subresource::Files => "transfer files",
+        }
+    }
+
     /// What the sandbox must be for this subresource.
     pub fn need(self) -> Need {
         match self {

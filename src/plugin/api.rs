@@ -3,66 +3,11 @@
 
 use url::form_urlencoded;
 
-/// The aggregated API's group.
-pub const GROUP: &str = "subresources.sandboxes.dev";
-/// Its version.
-pub const VERSION: &str = "v1alpha1";
+pub use crate::access::discovery::{GROUP, VERSION};
+pub use crate::access::params::Subresource;
+
 /// The APIService that registers it (`<version>.<group>`), named in errors.
 pub const API_SERVICE: &str = "v1alpha1.subresources.sandboxes.dev";
-
-/// A subresource of `sandboxes/{name}`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Subresource {
-    /// Run a process (WebSocket, exec channels).
-    Exec,
-    /// Attach to the main process (WebSocket, exec channels).
-    Attach,
-    /// The main process's output (streaming GET).
-    Log,
-    /// TCP port-forward (WebSocket, port-forward channels).
-    PortForward,
-    /// A tar stream of a path, down (GET) or up (PUT).
-    Files,
-}
-
-impl Subresource {
-    /// The URL segment, also the RBAC subresource (`sandboxes/<this>`).
-    pub fn segment(self) -> &'static str {
-        match self {
-            Subresource::Exec => "exec",
-            Subresource::Attach => "attach",
-            Subresource::Log => "log",
-            Subresource::PortForward => "portforward",
-            Subresource::Files => "files",
-        }
-    }
-
-    /// The RBAC verb the API server checks: `get` for log, `create` for the rest.
-    pub fn verb(self) -> &'static str {
-        match self {
-            Subresource::Log => "get",
-            _ => "create",
-        }
-    }
-
-    /// The smallest aggregated role that grants it: `view` gets log, `edit` the rest.
-    pub fn role(self) -> &'static str {
-        match self {
-            Subresource::Log => "view",
-            _ => "edit",
-        }
-    }
-
-    /// What a provider without the capability cannot do, for an error message.
-    pub fn capability(self) -> &'static str {
-        match self {
-            Subresource::Exec | Subresource::Attach => "run an interactive process",
-            Subresource::Log => "stream its main process's logs",
-            Subresource::PortForward => "forward ports",
-            Subresource::Files => "transfer files",
-        }
-    }
-}
 
 /// The path and query of a Sandbox's subresource; `query` pairs are encoded and kept in
 /// order (a repeated key, like exec's `command`, stays repeated).
@@ -71,7 +16,7 @@ pub fn subresource_url(ns: &str, name: &str, sub: Subresource, query: &[(&str, S
         "/apis/{GROUP}/{VERSION}/namespaces/{}/sandboxes/{}/{}",
         encode_segment(ns),
         encode_segment(name),
-        sub.segment()
+        sub.name()
     );
     if !query.is_empty() {
         let mut q = form_urlencoded::Serializer::new(String::new());

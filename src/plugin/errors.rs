@@ -157,7 +157,7 @@ pub fn refusal(r: Refusal, ns: &str, name: &str, sub: Subresource) -> PluginErro
         },
         403 => PluginError::Forbidden {
             verb: sub.verb(),
-            sub: sub.segment(),
+            sub: sub.name(),
             role: sub.role(),
             ns,
             message: r.message,
