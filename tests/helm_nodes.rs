@@ -16,7 +16,7 @@ use std::process::Output;
 use std::time::Duration;
 
 use harness::cluster::{client, kubectl, kubectl_ok, namespace};
-use harness::docker::base_image;
+use harness::docker::{Purge, base_image};
 use harness::image::{Image, NodeImage, build_image, import_into_nodes, node_image_name};
 use harness::objects::{Logged, delete_and_wait_gone, wait_ready_within};
 use harness::tools::helm;
@@ -114,6 +114,15 @@ async fn the_readme_install_runs_the_operator_as_pods_on_the_test_nodes() {
     };
     // A release left by an aborted run would make `install` fail.
     let _ = helm(&["uninstall", RELEASE, "-n", NAMESPACE, "--wait"]);
+    // The chart's defaults watch every namespace: objects earlier test binaries left would
+    // be adopted and get containers of this instance. Remove them first, and everything of
+    // the instance at the end.
+    let gc = std::process::Command::new("bash")
+        .arg(repo().join("tests/cluster/gc.sh"))
+        .output()
+        .expect("run tests/cluster/gc.sh");
+    assert!(gc.status.success(), "gc.sh: {}", text(&gc));
+    let _instance = Purge(RELEASE.to_string());
     let gid = socket_gid();
     assert_ne!(
         gid, 0,
