@@ -66,14 +66,21 @@ pub struct Aggregated {
 }
 
 impl Aggregated {
-    /// Starts an operator watching `namespace` with the aggregated API on, registers it and
-    /// waits until the APIService is Available and answers through the API server.
+    /// Starts an operator watching `namespace` with the Docker provider and the aggregated API
+    /// on, registers it and waits until the APIService is Available and answers through the
+    /// API server.
     pub async fn start(namespace: &str) -> Aggregated {
+        Self::start_with(namespace, "providers:\n  - name: docker\n    type: docker\n").await
+    }
+
+    /// As [`Aggregated::start`], with the operator's `providers:` section (YAML, ending in a
+    /// newline) given: the same access layer in front of another provider or a double.
+    pub async fn start_with(namespace: &str, providers_yaml: &str) -> Aggregated {
         let lock = lock();
         let (cert, key, ca_pem) = serving_files(namespace);
         let port = free_port();
         let extra = format!(
-            "providers:\n  - name: docker\n    type: docker\naccess:\n  enabled: true\n  address: \"0.0.0.0:{port}\"\n  tlsCertFile: {}\n  tlsKeyFile: {}\n",
+            "{providers_yaml}access:\n  enabled: true\n  address: \"0.0.0.0:{port}\"\n  tlsCertFile: {}\n  tlsKeyFile: {}\n",
             cert.display(),
             key.display()
         );
