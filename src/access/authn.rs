@@ -73,7 +73,7 @@ pub struct Peer {
 }
 
 /// The user the front proxy asserts.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash)]
 pub struct UserInfo {
     /// User name.
     pub name: String,

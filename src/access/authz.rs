@@ -14,7 +14,7 @@ use super::authn::UserInfo;
 use super::status::AccessError;
 
 /// What is asked: `verb` on `sandboxes/<subresource>` named `name` in `namespace`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Attributes {
     /// `create` or `get`.
     pub verb: &'static str,

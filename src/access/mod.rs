@@ -10,12 +10,13 @@
 //! - [`listener`]: HTTPS, the front proxy's client certificate, one [`authn::Peer`] per
 //!   connection;
 //! - [`routes`]: discovery and the subresources, each request authenticated ([`authn`]),
-//!   authorized ([`authz`]) and looked up ([`lookup`]) before it is served by [`exec`],
+//!   authorized ([`authz`], its decisions kept briefly by [`authz_cache`]) and looked up ([`lookup`]) before it is served by [`exec`],
 //!   [`log`], [`portforward`] or [`files`];
 //! - [`channel`]: the Pod exec/port-forward channel codec, shared with the plugin.
 
 pub mod authn;
 pub mod authz;
+pub mod authz_cache;
 pub mod channel;
 pub mod discovery;
 pub mod exec;
@@ -93,7 +94,9 @@ impl AccessServer {
                 })?;
         let state = routes::AccessState {
             directory: Arc::new(lookup::Sandboxes::new(client.clone(), providers)),
-            authorizer: Arc::new(authz::SubjectAccessReviews::new(client.clone())),
+            authorizer: Arc::new(authz_cache::CachedAuthorizer::new(Arc::new(
+                authz::SubjectAccessReviews::new(client.clone()),
+            ))),
             front: trust.front.clone(),
             max_upload_bytes: config.max_upload_bytes,
         };
