@@ -488,15 +488,14 @@ impl AccessWorld {
         }
     }
 
-    /// Waits for the Sandbox `name` to be Ready, within the provider's bound.
+    /// Waits for the Sandbox `name` to be Ready, within the provider's bound, and asserts
+    /// that it runs on this world's provider.
     pub async fn wait_ready(&self, name: &str) -> Sandbox {
         let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &self.ns);
-        wait_ready_within(
-            &sandboxes,
-            name,
-            &self.api.operator,
-            self.on.ready_timeout(),
-        )
-        .await
+        let timeout = self.on.ready_timeout();
+        let sandbox = wait_ready_within(&sandboxes, name, &self.api.operator, timeout).await;
+        let provider = sandbox.status.as_ref().and_then(|s| s.provider.as_deref());
+        assert_eq!(provider, Some(self.on.provider()), "{name} runs elsewhere");
+        sandbox
     }
 }
