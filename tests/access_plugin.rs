@@ -49,6 +49,7 @@ on_each_provider!(
     logs_follow_prints_new_lines,
     cp_copies_a_tree_with_its_modes_both_ways,
     port_forward_reaches_an_http_server_in_the_sandbox,
+    attach_is_refused_naming_exec_instead,
 );
 
 /// A namespace with a Ready Sandbox `box` on `on`'s provider (it printed `hello from box`
@@ -386,4 +387,21 @@ async fn port_forward_reaches_an_http_server_in_the_sandbox(on: On) {
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     let _ = forwarder.kill();
     let _ = forwarder.wait();
+}
+
+/// No provider attaches to a sandbox's main process yet: `attach` says that this provider
+/// cannot attach and names the `kubectl sandbox exec` that works, rather than claiming the
+/// provider cannot run interactive processes at all.
+async fn attach_is_refused_naming_exec_instead(on: On) {
+    let w = world(on, "plugin-attach").await;
+    let (code, out, err) = run(&w.ns, &["attach", "box"], b"");
+    assert_eq!(code, 1, "stdout {out:?} stderr {err:?}");
+    let provider = on.provider();
+    assert!(
+        err.contains(&format!("provider {provider} cannot attach")),
+        "{err}"
+    );
+    let instead = format!("kubectl sandbox exec -it box -n {} -- sh", w.ns);
+    assert!(err.contains(&instead), "{err}");
+    assert!(!err.contains("cannot run an interactive process"), "{err}");
 }
