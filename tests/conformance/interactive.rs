@@ -439,20 +439,31 @@ pub async fn port_forward_reaches_an_http_server(fx: &Fixture) -> Check {
     let Some(forward) = forward_of(fx)? else {
         return Ok(());
     };
-    let id = running(fx).await?;
-    let token = unique_hex();
-    sh(fx, &id, &http_server(&token)).await?;
+    let (id, token) = serving(fx).await?;
     for _ in 0..2 {
-        let answer = wait_until("the sandbox's HTTP server to answer", fx.patience, || {
-            http_get(forward, &id)
-        })
-        .await?;
+        let answer = answered(fx, forward, &id).await?;
         ensure!(
             answer.starts_with("HTTP/1.0 200") && answer.ends_with(&format!("hello-{token}\n")),
             "the server answered {answer:?}"
         );
     }
     Ok(())
+}
+
+/// A running sandbox serving HTTP on port 8080: (its id, the token the server answers).
+async fn serving(fx: &Fixture) -> Result<(String, String), String> {
+    let id = running(fx).await?;
+    let token = unique_hex();
+    sh(fx, &id, &http_server(&token)).await?;
+    Ok((id, token))
+}
+
+/// The first answer of the sandbox's HTTP server through `forward`, once it listens.
+async fn answered(fx: &Fixture, forward: &dyn PortForward, id: &str) -> Result<String, String> {
+    wait_until("the sandbox's HTTP server to answer", fx.patience, || {
+        http_get(forward, id)
+    })
+    .await
 }
 
 /// A port with nothing listening is a `Transient` error at connect, not a tunnel that ends
@@ -462,13 +473,8 @@ pub async fn port_forward_to_a_closed_port_is_transient_at_connect(fx: &Fixture)
     let Some(forward) = forward_of(fx)? else {
         return Ok(());
     };
-    let id = running(fx).await?;
-    let token = unique_hex();
-    sh(fx, &id, &http_server(&token)).await?;
-    wait_until("the sandbox's HTTP server to answer", fx.patience, || {
-        http_get(forward, &id)
-    })
-    .await?;
+    let (id, _) = serving(fx).await?;
+    answered(fx, forward, &id).await?;
     expect_kind(
         forward.connect(&id, 8081).await.map(|_| ()),
         &[ErrorKind::Transient],
