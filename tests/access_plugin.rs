@@ -1,9 +1,13 @@
 //! `kubectl sandbox` (the built `kubectl-sandbox` binary) end to end: through the real
 //! kube-apiserver's aggregation layer to an operator serving `subresources.sandboxes.dev`
-//! (`harness::aggregated`), on sandboxes on the real Docker engine. Exec with stdin and a TTY
-//! (on a pseudo-terminal, `stty size` before and after a resize), an exit code passed
-//! through, `logs -f` following new lines, `cp` of a tree with its modes both ways, and
-//! port-forward reaching an HTTP server in the sandbox.
+//! (`harness::aggregated`), on sandboxes on the real Docker engine and on Pods on the test
+//! kubelets (the Kubernetes provider). Exec with stdin and a TTY (on a pseudo-terminal,
+//! `stty size` before and after a resize), an exit code passed through, `logs -f` following
+//! new lines, `cp` of a tree with its modes both ways, and port-forward reaching an HTTP
+//! server in the sandbox.
+//!
+//! Each check is one body taking the provider ([`On`]); `on_each_provider!` gives it one
+//! test per provider, `docker::<check>` and `kubernetes::<check>`.
 
 mod harness;
 
@@ -13,24 +17,48 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use harness::aggregated::{Aggregated, sandbox_yaml};
-use harness::cluster::{apply_yaml_ok, client, kubeconfig, namespace};
-use harness::docker::Purge;
-use harness::objects::wait_ready;
+use harness::aggregated::{AccessWorld, On, sandbox_yaml_on};
+use harness::cluster::{apply_yaml_ok, kubeconfig};
 use harness::wait_for;
-use kube::Api;
-use sandbox_operator::api::Sandbox;
 
-/// A namespace with a Ready Sandbox `box` (it printed `hello from box` and idles) and an
-/// operator serving the aggregated API.
-async fn world(prefix: &str) -> (String, Aggregated, Purge) {
-    let ns = namespace(prefix).await;
-    let purge = Purge(ns.clone());
-    let api = Aggregated::start(&ns).await;
-    apply_yaml_ok(&sandbox_yaml("box"), &ns);
-    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    wait_ready(&sandboxes, "box", &api.operator).await;
-    (ns, api, purge)
+/// One test per provider for each named check (`async fn check(on: On)`).
+macro_rules! on_each_provider {
+    ($($check:ident),* $(,)?) => {
+        mod docker {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $check() {
+                    super::$check(super::On::Docker).await;
+                }
+            )*
+        }
+        mod kubernetes {
+            $(
+                #[tokio::test(flavor = "multi_thread")]
+                async fn $check() {
+                    super::$check(super::On::Kubernetes).await;
+                }
+            )*
+        }
+    };
+}
+
+on_each_provider!(
+    exec_passes_stdin_and_its_end_and_the_exit_code_through,
+    exec_with_a_tty_follows_a_resize,
+    logs_follow_prints_new_lines,
+    cp_copies_a_tree_with_its_modes_both_ways,
+    port_forward_reaches_an_http_server_in_the_sandbox,
+    attach_is_refused_naming_exec_instead,
+);
+
+/// A namespace with a Ready Sandbox `box` on `on`'s provider (it printed `hello from box`
+/// and idles) and an operator serving the aggregated API.
+async fn world(on: On, prefix: &str) -> AccessWorld {
+    let w = AccessWorld::start(on, prefix).await;
+    apply_yaml_ok(&sandbox_yaml_on("box", on), &w.ns);
+    w.wait_ready("box").await;
+    w
 }
 
 /// The plugin, in `ns`, with the test cluster's kubeconfig.
@@ -106,12 +134,12 @@ async fn wait_exit(child: &mut Child) -> i32 {
     .await
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn exec_passes_stdin_and_its_end_and_the_exit_code_through() {
-    let (ns, api, _purge) = world("plugin-exec").await;
+async fn exec_passes_stdin_and_its_end_and_the_exit_code_through(on: On) {
+    let w = world(on, "plugin-exec").await;
+    let (ns, api) = (&w.ns, &w.api);
     let script = "cat; echo to-stderr >&2; exit 5";
     let (code, out, err) = run(
-        &ns,
+        ns,
         &["exec", "-i", "box", "--", "sh", "-c", script],
         b"hello\n",
     );
@@ -123,9 +151,9 @@ async fn exec_passes_stdin_and_its_end_and_the_exit_code_through() {
     );
     assert_eq!(out, "hello\n");
     assert_eq!(err, "to-stderr\n");
-    let (code, _, err) = run(&ns, &["exec", "box", "--", "true"], b"");
+    let (code, _, err) = run(ns, &["exec", "box", "--", "true"], b"");
     assert_eq!(code, 0, "{err}");
-    let (code, _, err) = run(&ns, &["exec", "nope", "--", "true"], b"");
+    let (code, _, err) = run(ns, &["exec", "nope", "--", "true"], b"");
     assert_eq!(code, 1);
     assert!(
         err.contains(&format!("kubectl get sandboxes -n {ns}")),
@@ -155,16 +183,16 @@ fn resize(master: &impl std::os::fd::AsFd, rows: u16, cols: u16) {
     rustix::termios::tcsetwinsize(master, size).expect("TIOCSWINSZ");
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn exec_with_a_tty_follows_a_resize() {
-    let (ns, api, _purge) = world("plugin-tty").await;
+async fn exec_with_a_tty_follows_a_resize(on: On) {
+    let w = world(on, "plugin-tty").await;
+    let (ns, api) = (&w.ns, &w.api);
     let (mut master, slave_path) = pty(24, 80);
     let slave = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open(&slave_path)
         .expect("open the pty's slave");
-    let mut child = plugin(&ns, &["exec", "-it", "box", "--", "sh"])
+    let mut child = plugin(ns, &["exec", "-it", "box", "--", "sh"])
         .stdin(slave.try_clone().expect("slave"))
         .stdout(slave.try_clone().expect("slave"))
         .stderr(slave)
@@ -204,10 +232,10 @@ async fn exec_with_a_tty_follows_a_resize() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn logs_follow_prints_new_lines() {
-    let (ns, api, _purge) = world("plugin-logs").await;
-    let mut follower = plugin(&ns, &["logs", "-f", "box"])
+async fn logs_follow_prints_new_lines(on: On) {
+    let w = world(on, "plugin-logs").await;
+    let (ns, api) = (&w.ns, &w.api);
+    let mut follower = plugin(ns, &["logs", "-f", "box"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -215,7 +243,7 @@ async fn logs_follow_prints_new_lines() {
     let seen = collect(follower.stdout.take().expect("stdout"));
     wait_text("the log so far", &seen, "hello from box").await;
     let line = "echo a-later-line > /proc/1/fd/1";
-    let (code, _, err) = run(&ns, &["exec", "box", "--", "sh", "-c", line], b"");
+    let (code, _, err) = run(ns, &["exec", "box", "--", "sh", "-c", line], b"");
     assert_eq!(code, 0, "{err}\n{}", api.operator.log_tail());
     wait_text("the followed new line", &seen, "a-later-line").await;
     assert_eq!(
@@ -262,40 +290,36 @@ fn assert_tree(root: &std::path::Path) {
     }
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn cp_copies_a_tree_with_its_modes_both_ways() {
-    let (ns, api, _purge) = world("plugin-cp").await;
+async fn cp_copies_a_tree_with_its_modes_both_ways(on: On) {
+    let w = world(on, "plugin-cp").await;
+    let (ns, api) = (&w.ns, &w.api);
     let dir = tempfile::tempdir().expect("tempdir");
     let local = dir.path().join("tree");
     write_tree(&local);
     let remote = format!("{ns}/box:/tmp/copied");
-    let (code, _, err) = run(&ns, &["cp", &local.to_string_lossy(), &remote], b"");
+    let (code, _, err) = run(ns, &["cp", &local.to_string_lossy(), &remote], b"");
     assert_eq!(code, 0, "{err}\n{}", api.operator.log_tail());
     let listing = "cd /tmp/copied && stat -c '%a %n' bin bin/run.sh data data/secret data/readonly";
-    let (code, out, err) = run(&ns, &["exec", "box", "--", "sh", "-c", listing], b"");
+    let (code, out, err) = run(ns, &["exec", "box", "--", "sh", "-c", listing], b"");
     assert_eq!(code, 0, "{err}");
     assert_eq!(
         out,
         "750 bin\n755 bin/run.sh\n700 data\n600 data/secret\n444 data/readonly\n"
     );
     let back = dir.path().join("back");
-    let (code, _, err) = run(
-        &ns,
-        &["cp", "box:/tmp/copied", &back.to_string_lossy()],
-        b"",
-    );
+    let (code, _, err) = run(ns, &["cp", "box:/tmp/copied", &back.to_string_lossy()], b"");
     assert_eq!(code, 0, "{err}");
     assert_tree(&back);
 }
 
-/// A Sandbox serving `hello from web` over HTTP on 8080 (perl-base only).
-fn web_yaml() -> String {
+/// A Sandbox on `on`'s provider serving `hello from web` over HTTP on 8080 (perl-base only).
+fn web_yaml(on: On) -> String {
     format!(
         r#"apiVersion: sandboxes.dev/v1alpha1
 kind: Sandbox
 metadata: {{name: web}}
 spec:
-  provider: docker
+  provider: {provider}
   image: {image}
   command:
     - perl
@@ -309,6 +333,7 @@ spec:
         close $c;
       }}
 "#,
+        provider = on.provider(),
         image = harness::docker::base_image()
     )
 }
@@ -325,13 +350,12 @@ fn http_get(port: u16) -> Result<String, String> {
     Ok(answer)
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn port_forward_reaches_an_http_server_in_the_sandbox() {
-    let (ns, api, _purge) = world("plugin-pf").await;
-    apply_yaml_ok(&web_yaml(), &ns);
-    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    wait_ready(&sandboxes, "web", &api.operator).await;
-    let mut forwarder = plugin(&ns, &["port-forward", "web", ":8080"])
+async fn port_forward_reaches_an_http_server_in_the_sandbox(on: On) {
+    let w = world(on, "plugin-pf").await;
+    let ns = &w.ns;
+    apply_yaml_ok(&web_yaml(on), ns);
+    w.wait_ready("web").await;
+    let mut forwarder = plugin(ns, &["port-forward", "web", ":8080"])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -363,4 +387,21 @@ async fn port_forward_reaches_an_http_server_in_the_sandbox() {
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     let _ = forwarder.kill();
     let _ = forwarder.wait();
+}
+
+/// No provider attaches to a sandbox's main process yet: `attach` says that this provider
+/// cannot attach and names the `kubectl sandbox exec` that works, rather than claiming the
+/// provider cannot run interactive processes at all.
+async fn attach_is_refused_naming_exec_instead(on: On) {
+    let w = world(on, "plugin-attach").await;
+    let (code, out, err) = run(&w.ns, &["attach", "box"], b"");
+    assert_eq!(code, 1, "stdout {out:?} stderr {err:?}");
+    let provider = on.provider();
+    assert!(
+        err.contains(&format!("provider {provider} cannot attach")),
+        "{err}"
+    );
+    let instead = format!("kubectl sandbox exec -it box -n {} -- sh", w.ns);
+    assert!(err.contains(&instead), "{err}");
+    assert!(!err.contains("cannot run an interactive process"), "{err}");
 }

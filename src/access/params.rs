@@ -67,7 +67,8 @@ impl Subresource {
     /// What a provider without the capability cannot do, for an error message.
     pub fn capability(self) -> &'static str {
         match self {
-            Subresource::Exec | Subresource::Attach => "run an interactive process",
+            Subresource::Exec => "run an interactive process",
+            Subresource::Attach => "attach to its main process",
             Subresource::Log => "stream its main process's logs",
             Subresource::PortForward => "forward ports",
             Subresource::Files => "transfer files",

@@ -51,15 +51,14 @@ pub enum PluginError {
     )]
     Unauthorized { message: String },
     /// 501: the Sandbox's provider lacks the capability.
-    #[error(
-        "the provider of Sandbox {ns}/{name} cannot {what} ({message}); use a Sandbox on a \
-         provider that can (Docker or Kubernetes)"
-    )]
+    #[error("the provider of Sandbox {ns}/{name} cannot {what} ({message}); {instead}")]
     Unsupported {
         ns: String,
         name: String,
         what: &'static str,
         message: String,
+        /// What works instead ([`instead`]).
+        instead: String,
     },
     /// The aggregated API is not registered.
     #[error(
@@ -136,6 +135,18 @@ impl Refusal {
     }
 }
 
+/// What to do when the provider lacks `sub`. Attaching to the main process is what a
+/// provider may lack while it runs new processes fine, so attach names the exec that works;
+/// for the rest, a provider that has the capability.
+fn instead(sub: Subresource, ns: &str, name: &str) -> String {
+    match sub {
+        Subresource::Attach => {
+            format!("run a new process instead: kubectl sandbox exec -it {name} -n {ns} -- sh")
+        }
+        _ => "use a Sandbox on a provider that can (Docker or Kubernetes)".to_string(),
+    }
+}
+
 /// What a refused request for `sub` of Sandbox `ns/name` means for the user.
 pub fn refusal(r: Refusal, ns: &str, name: &str, sub: Subresource) -> PluginError {
     let (ns, name) = (ns.to_string(), name.to_string());
@@ -164,6 +175,7 @@ pub fn refusal(r: Refusal, ns: &str, name: &str, sub: Subresource) -> PluginErro
         },
         401 => PluginError::Unauthorized { message: r.message },
         501 => PluginError::Unsupported {
+            instead: instead(sub, &ns, &name),
             ns,
             name,
             what: sub.capability(),
@@ -263,6 +275,16 @@ mod tests {
             Subresource::Exec,
         );
         assert!(m.contains("cannot run an interactive process"), "{m}");
+        let m = said(
+            501,
+            &status(501, "NotImplemented", "docker cannot attach", None),
+            Subresource::Attach,
+        );
+        assert!(m.contains("cannot attach to its main process"), "{m}");
+        assert!(
+            m.ends_with("run a new process instead: kubectl sandbox exec -it demo -n a -- sh"),
+            "{m}"
+        );
     }
 
     #[test]

@@ -155,7 +155,8 @@ pub type TunnelStream = Pin<Box<dyn Tunnel>>;
 #[async_trait]
 pub trait PortForward: Send + Sync {
     /// Opens one connection to `port` inside the running sandbox `id`. Nothing listening
-    /// there is `Transient` (the caller's error channel says so); one connection per call,
-    /// so every client connection gets its own.
+    /// there is `Transient` from this call, never a tunnel that ends at once (the caller's
+    /// error channel says so); one connection per call, so every client connection gets
+    /// its own.
     async fn connect(&self, id: &str, port: u16) -> ProviderResult<TunnelStream>;
 }

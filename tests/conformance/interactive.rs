@@ -439,20 +439,47 @@ pub async fn port_forward_reaches_an_http_server(fx: &Fixture) -> Check {
     let Some(forward) = forward_of(fx)? else {
         return Ok(());
     };
-    let id = running(fx).await?;
-    let token = unique_hex();
-    sh(fx, &id, &http_server(&token)).await?;
+    let (id, token) = serving(fx).await?;
     for _ in 0..2 {
-        let answer = wait_until("the sandbox's HTTP server to answer", fx.patience, || {
-            http_get(forward, &id)
-        })
-        .await?;
+        let answer = answered(fx, forward, &id).await?;
         ensure!(
             answer.starts_with("HTTP/1.0 200") && answer.ends_with(&format!("hello-{token}\n")),
             "the server answered {answer:?}"
         );
     }
     Ok(())
+}
+
+/// A running sandbox serving HTTP on port 8080: (its id, the token the server answers).
+async fn serving(fx: &Fixture) -> Result<(String, String), String> {
+    let id = running(fx).await?;
+    let token = unique_hex();
+    sh(fx, &id, &http_server(&token)).await?;
+    Ok((id, token))
+}
+
+/// The first answer of the sandbox's HTTP server through `forward`, once it listens.
+async fn answered(fx: &Fixture, forward: &dyn PortForward, id: &str) -> Result<String, String> {
+    wait_until("the sandbox's HTTP server to answer", fx.patience, || {
+        http_get(forward, id)
+    })
+    .await
+}
+
+/// A port with nothing listening is a `Transient` error at connect, not a tunnel that ends
+/// at once: the caller's error channel says so. The same sandbox's listening port connects,
+/// so the refusal is about the port, not about forwarding as a whole.
+pub async fn port_forward_to_a_closed_port_is_transient_at_connect(fx: &Fixture) -> Check {
+    let Some(forward) = forward_of(fx)? else {
+        return Ok(());
+    };
+    let (id, _) = serving(fx).await?;
+    answered(fx, forward, &id).await?;
+    expect_kind(
+        forward.connect(&id, 8081).await.map(|_| ()),
+        &[ErrorKind::Transient],
+        "port-forward to port 8081, where nothing listens",
+    )
 }
 
 /// A perl HTTP/1.0 server on port 8080 answering every request with `hello-<token>`.

@@ -108,6 +108,7 @@ macro_rules! conformance_suite {
             interactive::stream_exec_holds_a_fast_producer_for_a_slow_reader,
             interactive::logs_follow_new_lines,
             interactive::port_forward_reaches_an_http_server,
+            interactive::port_forward_to_a_closed_port_is_transient_at_connect,
             interactive::stream_capabilities_refuse_absent_and_idle_sandboxes,
         );
     };

@@ -19,8 +19,15 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use nix::fcntl::{Flock, FlockArg};
 use sandbox_operator::access::channel::{self, Outcome};
 
-use super::cluster::{kubeconfig, kubectl, kubectl_ok};
+use kube::Api;
+use sandbox_operator::api::Sandbox;
+
+use super::cluster::{client, kubeconfig, kubectl, kubectl_ok, namespace};
+use super::docker::Purge;
+use super::kubernetes::Kubernetes;
+use super::objects::wait_ready_within;
 use super::operator::{Operator, OperatorOptions};
+use super::world::World;
 use super::{cache, unique, wait_for};
 
 /// The APIService's name.
@@ -384,15 +391,111 @@ pub fn bind(user: &str, role: &str, namespace: &str) {
 
 /// A Sandbox on Docker that prints a line to its log and then idles.
 pub fn sandbox_yaml(name: &str) -> String {
+    sandbox_yaml_on(name, On::Docker)
+}
+
+/// A Sandbox on `on`'s provider that prints a line to its log and then idles.
+pub fn sandbox_yaml_on(name: &str, on: On) -> String {
     format!(
         r#"apiVersion: sandboxes.dev/v1alpha1
 kind: Sandbox
 metadata: {{name: {name}}}
 spec:
-  provider: docker
+  provider: {provider}
   image: {image}
   command: ["sh", "-c", "echo hello from {name}; exec sleep infinity"]
 "#,
+        provider = on.provider(),
         image = super::docker::base_image()
     )
+}
+
+/// The provider a test's sandboxes run on behind the aggregated API: the same checks run
+/// on each (sandboxes as Docker containers, or as Pods on the test nodes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum On {
+    /// The local engine, the provider named `docker`.
+    Docker,
+    /// Pods on the test kubelets, the provider named `k8s`.
+    Kubernetes,
+}
+
+impl On {
+    /// The provider's name in the operator's configuration (what `spec.provider` names).
+    pub fn provider(self) -> &'static str {
+        match self {
+            On::Docker => "docker",
+            On::Kubernetes => <Kubernetes as super::world::Backend>::NAME,
+        }
+    }
+
+    /// How long a Sandbox gets to become Ready on it (a kubelet schedules and starts a Pod).
+    pub fn ready_timeout(self) -> Duration {
+        match self {
+            On::Docker => super::objects::READY_TIMEOUT,
+            On::Kubernetes => super::kubernetes::READY_TIMEOUT,
+        }
+    }
+}
+
+/// What the provider holds for one access world, removed when the world is dropped (after
+/// the operator has stopped).
+enum FarSide {
+    Docker(Purge),
+    Kubernetes(Box<World<Kubernetes>>),
+}
+
+/// One namespace (also the operator instance) with an operator serving the aggregated API
+/// in front of one provider, and the cleanup of what that provider holds for it.
+pub struct AccessWorld {
+    /// The Sandbox namespace.
+    pub ns: String,
+    /// Which provider the sandboxes run on.
+    pub on: On,
+    /// The operator and its APIService (dropped first: nothing re-creates what is purged).
+    pub api: Aggregated,
+    _far: FarSide,
+}
+
+impl AccessWorld {
+    /// A fresh namespace `<prefix>-…` and an operator with `on`'s provider serving the
+    /// aggregated API. For Kubernetes, its Pods go to a namespace of their own.
+    pub async fn start(on: On, prefix: &str) -> AccessWorld {
+        match on {
+            On::Docker => {
+                let ns = namespace(prefix).await;
+                let far = FarSide::Docker(Purge(ns.clone()));
+                let api = Aggregated::start(&ns).await;
+                AccessWorld {
+                    ns,
+                    on,
+                    api,
+                    _far: far,
+                }
+            }
+            On::Kubernetes => {
+                let world = World::kubernetes(prefix).await;
+                let ns = world.ns.clone();
+                let api = Aggregated::start_with(&ns, &world.config("", "")).await;
+                let far = FarSide::Kubernetes(Box::new(world));
+                AccessWorld {
+                    ns,
+                    on,
+                    api,
+                    _far: far,
+                }
+            }
+        }
+    }
+
+    /// Waits for the Sandbox `name` to be Ready, within the provider's bound, and asserts
+    /// that it runs on this world's provider.
+    pub async fn wait_ready(&self, name: &str) -> Sandbox {
+        let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &self.ns);
+        let timeout = self.on.ready_timeout();
+        let sandbox = wait_ready_within(&sandboxes, name, &self.api.operator, timeout).await;
+        let provider = sandbox.status.as_ref().and_then(|s| s.provider.as_deref());
+        assert_eq!(provider, Some(self.on.provider()), "{name} runs elsewhere");
+        sandbox
+    }
 }
