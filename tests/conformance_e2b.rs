@@ -28,16 +28,18 @@ use sandbox_operator::provider::{
 };
 use sandbox_operator::secret::SecretSource;
 
-/// What the E2B provider offers: hibernation, files, bulk files and events (no streaming
-/// exec, logs or port-forward yet: envd's process service could carry the first); a domain
-/// allow-list and "no egress" are enforced by E2B's network policy; command and resource
-/// ceilings are refused (E2B sets them per template).
+/// What the E2B provider offers: hibernation, files, bulk files, events and streaming exec
+/// (envd's process service: stdin, a PTY with resize, TERM and KILL, and INT and HUP through
+/// a second process); no logs (E2B has no main process to follow) and no port-forward; a
+/// domain allow-list and "no egress" are enforced by E2B's network policy; command and
+/// resource ceilings are refused (E2B sets them per template).
 fn expect() -> Expect {
     Expect {
         hibernation: true,
         files: true,
         bulk_files: true,
         events: true,
+        streaming_exec: true,
         domain_egress: true,
         no_egress: true,
         egress_policy: true,
