@@ -329,7 +329,9 @@ fn event(message: &Value) -> Option<Event> {
         }
         return None;
     }
-    event.get("end").map(|end| Event::End(process::end_code(end)))
+    event
+        .get("end")
+        .map(|end| Event::End(process::end_code(end)))
 }
 
 /// Collected output of a finished process.

@@ -7,8 +7,8 @@ use async_trait::async_trait;
 
 use super::api::metadata_filter;
 use super::convert::{self, NAME_KEY};
-use super::{envd, process};
 use super::{E2bProvider, Inner, lock};
+use super::{envd, process};
 use crate::provider::labels::{MANAGED_BY, OWNER};
 use crate::provider::stream::{Logs, StreamingExec};
 use crate::provider::{

@@ -20,11 +20,7 @@ use serde_json::{Value, json};
 use crate::provider::stream::{Signal, TermSize};
 
 /// The `ProcessConfig` of `argv` (split into `cmd` and `args`); `None` for an empty argv.
-pub fn config(
-    argv: &[String],
-    env: &BTreeMap<String, String>,
-    cwd: Option<&str>,
-) -> Option<Value> {
+pub fn config(argv: &[String], env: &BTreeMap<String, String>, cwd: Option<&str>) -> Option<Value> {
     let (cmd, args) = argv.split_first()?;
     let mut process = json!({ "cmd": cmd, "args": args, "envs": env });
     if let Some(cwd) = cwd {
@@ -160,7 +156,11 @@ mod tests {
                 "pty": {"size": {"cols": 80, "rows": 24}}
             })
         );
-        let plain = start_request(config(&argv[..1], &BTreeMap::new(), None).expect("argv"), false, None);
+        let plain = start_request(
+            config(&argv[..1], &BTreeMap::new(), None).expect("argv"),
+            false,
+            None,
+        );
         assert_eq!(
             plain,
             json!({"process": {"cmd": "sh", "args": [], "envs": {}}, "stdin": false})
@@ -180,7 +180,13 @@ mod tests {
         );
         assert_eq!(close_stdin_request(9), json!({"process": {"pid": 9}}));
         assert_eq!(
-            resize_request(9, TermSize { cols: 132, rows: 50 }),
+            resize_request(
+                9,
+                TermSize {
+                    cols: 132,
+                    rows: 50
+                }
+            ),
             json!({"process": {"pid": 9}, "pty": {"size": {"cols": 132, "rows": 50}}})
         );
     }
@@ -203,14 +209,26 @@ mod tests {
     fn end_codes_are_the_process_s_own_or_128_plus_its_signal() {
         for (end, want) in [
             (json!({"exited": true}), 0),
-            (json!({"exitCode": 7, "exited": true, "status": "exit status 7"}), 7),
+            (
+                json!({"exitCode": 7, "exited": true, "status": "exit status 7"}),
+                7,
+            ),
             (json!({"exitCode": -1, "status": "signal: terminated"}), 143),
             (json!({"exitCode": -1, "status": "signal: killed"}), 137),
             (json!({"exitCode": -1, "status": "signal: interrupt"}), 130),
             (json!({"exitCode": -1, "status": "signal: hangup"}), 129),
-            (json!({"exitCode": -1, "status": "signal: segmentation fault (core dumped)"}), 139),
-            (json!({"exitCode": -1, "status": "signal: something new"}), -1),
-            (json!({"exitCode": -1, "exited": true, "status": "exit status 255"}), -1),
+            (
+                json!({"exitCode": -1, "status": "signal: segmentation fault (core dumped)"}),
+                139,
+            ),
+            (
+                json!({"exitCode": -1, "status": "signal: something new"}),
+                -1,
+            ),
+            (
+                json!({"exitCode": -1, "exited": true, "status": "exit status 255"}),
+                -1,
+            ),
         ] {
             assert_eq!(end_code(&end), want, "{end}");
         }
