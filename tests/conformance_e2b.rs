@@ -845,7 +845,10 @@ async fn e2b_stream_exec_delivers_every_signal_and_ends_terminal_input() {
         .await
         .expect("the terminal's output ended");
     let text = String::from_utf8_lossy(&seen);
-    assert!(text.contains("typed\r\ntyped\r\n"), "echo and cat: {text:?}");
+    assert!(
+        text.contains("typed\r\ntyped\r\n"),
+        "echo and cat: {text:?}"
+    );
     let status = session.exit.await.expect("an exit status");
     assert_eq!(status.code, 0, "cat ended at the terminal's end of input");
     drop(provider);

@@ -49,12 +49,15 @@ exec "$@""#;
 
 type Stdin = Pin<Box<dyn AsyncWrite + Send>>;
 
-/// The running processes of every sandbox of one double, by (sandbox id, pid).
+/// Running processes by (sandbox id, pid).
+type Table = HashMap<(String, u32), Arc<Process>>;
+
+/// The running processes of every sandbox of one double.
 #[derive(Clone, Default)]
-pub(crate) struct Processes(Arc<Mutex<HashMap<(String, u32), Arc<Process>>>>);
+pub(crate) struct Processes(Arc<Mutex<Table>>);
 
 impl Processes {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32), Arc<Process>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Table> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
