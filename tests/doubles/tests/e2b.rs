@@ -47,18 +47,24 @@ fn envd(
     request
 }
 
-/// Runs `sh -c script` through Process.Start and returns every decoded message.
-async fn run(d: &E2bDouble, created: &Value, script: &str) -> (u16, Vec<(u8, Value)>) {
-    let message = json!({"process": {"cmd": "sh", "args": ["-c", script]}}).to_string();
+/// Sends `start` (a StartRequest, enveloped) to Process.Start.
+async fn start_process(d: &E2bDouble, created: &Value, start: &Value) -> reqwest::Response {
+    let message = start.to_string();
     let mut body = vec![0u8];
     body.extend_from_slice(&(message.len() as u32).to_be_bytes());
     body.extend_from_slice(message.as_bytes());
-    let response = envd(d, created, reqwest::Method::POST, "/process.Process/Start")
+    envd(d, created, reqwest::Method::POST, "/process.Process/Start")
         .header("Content-Type", "application/connect+json")
         .body(body)
         .send()
         .await
-        .expect("start");
+        .expect("start")
+}
+
+/// Runs `sh -c script` through Process.Start and returns every decoded message.
+async fn run(d: &E2bDouble, created: &Value, script: &str) -> (u16, Vec<(u8, Value)>) {
+    let start = json!({"process": {"cmd": "sh", "args": ["-c", script]}});
+    let response = start_process(d, created, &start).await;
     let status = response.status().as_u16();
     let bytes = response.bytes().await.unwrap_or_default();
     let mut frames = Vec::new();
@@ -518,16 +524,7 @@ struct Stream {
 impl Stream {
     /// Starts `start` (a StartRequest) and reads up to its `start` event: the stream and pid.
     async fn start(d: &E2bDouble, created: &Value, start: Value) -> (Stream, u64) {
-        let message = start.to_string();
-        let mut body = vec![0u8];
-        body.extend_from_slice(&(message.len() as u32).to_be_bytes());
-        body.extend_from_slice(message.as_bytes());
-        let response = envd(d, created, reqwest::Method::POST, "/process.Process/Start")
-            .header("Content-Type", "application/connect+json")
-            .body(body)
-            .send()
-            .await
-            .expect("start");
+        let response = start_process(d, created, &start).await;
         assert_eq!(response.status(), StatusCode::OK);
         let mut stream = Stream {
             response,
