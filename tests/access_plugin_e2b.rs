@@ -8,14 +8,12 @@
 
 mod harness;
 
-use std::io::{Read, Write};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::io::Write;
+use std::process::Command;
 
 use harness::aggregated::Aggregated;
-use harness::cluster::{kubeconfig, namespace};
-use harness::wait_for;
+use harness::cluster::namespace;
+use harness::plugin::{collect, plugin, pty, resize, run, type_until, wait_exit};
 use harness::world::{Backend, World, token_file};
 use sandbox_doubles::e2b::{self as double, E2bDouble, E2bDoubleOptions};
 use serde_json::json;
@@ -65,39 +63,6 @@ async fn finish(w: World<E2b>, api: Aggregated) {
     w.backend.double.shutdown().await.expect("double cleanup");
 }
 
-/// The plugin, in `ns`, with the test cluster's kubeconfig.
-fn plugin(ns: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubectl-sandbox"));
-    cmd.env("KUBECONFIG", kubeconfig())
-        .arg("-n")
-        .arg(ns)
-        .args(args);
-    cmd
-}
-
-/// Runs the plugin to its end with `stdin`; (exit code, stdout, stderr).
-fn run(ns: &str, args: &[&str], stdin: &[u8]) -> (i32, String, String) {
-    let mut child = plugin(ns, args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start kubectl-sandbox");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin)
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("kubectl-sandbox");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (
-        out.status.code().unwrap_or(-1),
-        text(&out.stdout),
-        text(&out.stderr),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn exec_on_e2b_passes_stdin_its_end_and_the_exit_code_through() {
     let (w, api) = world("plugin-e2b-exec").await;
@@ -118,77 +83,6 @@ async fn exec_on_e2b_passes_stdin_its_end_and_the_exit_code_through() {
     let (code, _, err) = run(&w.ns, &["exec", "box", "--", "true"], b"");
     assert_eq!(code, 0, "{err}");
     finish(w, api).await;
-}
-
-/// A pseudo-terminal: (master, the slave's path).
-fn pty(rows: u16, cols: u16) -> (std::fs::File, std::path::PathBuf) {
-    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("openpt");
-    grantpt(&master).expect("grantpt");
-    unlockpt(&master).expect("unlockpt");
-    let name = ptsname(&master, Vec::new()).expect("ptsname");
-    resize(&master, rows, cols);
-    let path = std::path::PathBuf::from(name.to_string_lossy().into_owned());
-    (std::fs::File::from(master), path)
-}
-
-fn resize(master: &impl std::os::fd::AsFd, rows: u16, cols: u16) {
-    let size = rustix::termios::Winsize {
-        ws_row: rows,
-        ws_col: cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    rustix::termios::tcsetwinsize(master, size).expect("TIOCSWINSZ");
-}
-
-/// Collects everything `reader` yields into a shared string, on a thread.
-fn collect(mut reader: impl Read + Send + 'static) -> Arc<Mutex<String>> {
-    let seen = Arc::new(Mutex::new(String::new()));
-    let sink = seen.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    seen
-}
-
-async fn wait_exit(child: &mut Child) -> i32 {
-    wait_for("kubectl-sandbox to exit", Duration::from_secs(30), || {
-        let r = child.try_wait();
-        async move {
-            match r {
-                Ok(Some(status)) => Ok(status.code().unwrap_or(-1)),
-                other => Err(format!("{other:?}")),
-            }
-        }
-    })
-    .await
-}
-
-/// Types `line` into the terminal until `needle` shows in what it printed.
-async fn type_until(
-    master: &mut std::fs::File,
-    seen: &Arc<Mutex<String>>,
-    line: &[u8],
-    needle: &str,
-) {
-    wait_for(needle, Duration::from_secs(30), || {
-        let text = seen.lock().unwrap().clone();
-        let done = text.contains(needle);
-        if !done {
-            let _ = master.write_all(line);
-        }
-        async move { if done { Ok(()) } else { Err(text) } }
-    })
-    .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
