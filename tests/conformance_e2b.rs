@@ -28,16 +28,18 @@ use sandbox_operator::provider::{
 };
 use sandbox_operator::secret::SecretSource;
 
-/// What the E2B provider offers: hibernation, files, bulk files and events (no streaming
-/// exec, logs or port-forward yet: envd's process service could carry the first); a domain
-/// allow-list and "no egress" are enforced by E2B's network policy; command and resource
-/// ceilings are refused (E2B sets them per template).
+/// What the E2B provider offers: hibernation, files, bulk files, events and streaming exec
+/// (envd's process service: stdin, a PTY with resize, TERM and KILL, and INT and HUP through
+/// a second process); no logs (E2B has no main process to follow) and no port-forward; a
+/// domain allow-list and "no egress" are enforced by E2B's network policy; command and
+/// resource ceilings are refused (E2B sets them per template).
 fn expect() -> Expect {
     Expect {
         hibernation: true,
         files: true,
         bulk_files: true,
         events: true,
+        streaming_exec: true,
         domain_egress: true,
         no_egress: true,
         egress_policy: true,
@@ -773,6 +775,82 @@ async fn egress_allow_list_is_set_at_create_and_replaced_in_place() {
         .await
         .expect_err("paused");
     assert!(err.is(ErrorKind::Conflict), "{err}");
+    drop(provider);
+    d.shutdown().await.expect("cleanup");
+}
+
+/// The signals envd's enum lacks reach the process too (`INT` and `HUP` by a second process
+/// running `kill`, `KILL` through `SendSignal`), each reported as 128 + N; and on a terminal,
+/// the end of input is ^D, which ends `cat` cleanly (envd refuses `CloseStdin` for a PTY).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn e2b_stream_exec_delivers_every_signal_and_ends_terminal_input() {
+    use bytes::Bytes;
+    use futures::StreamExt;
+    use sandbox_operator::provider::stream::{ExecInput, Signal, StreamExecRequest, TermSize};
+    let d = start_double(E2bDoubleOptions::default()).await;
+    let provider =
+        E2bProvider::new("e2b-signals", settings_for(&d, d.api_key(), 60, 30)).expect("provider");
+    let id = provider
+        .create(&base_request("signals"))
+        .await
+        .expect("create")
+        .id;
+    let exec = provider.streaming_exec().expect("streaming exec");
+    let request = |argv: &[&str], tty: Option<TermSize>| StreamExecRequest {
+        argv: argv.iter().map(|s| s.to_string()).collect(),
+        env: BTreeMap::new(),
+        cwd: None,
+        stdin: tty.is_some(),
+        tty,
+    };
+    for (signal, want) in [
+        (Signal::Interrupt, 130),
+        (Signal::Hangup, 129),
+        (Signal::Kill, 137),
+    ] {
+        let session = exec
+            .exec_stream(&id, &request(&["sleep", "600"], None))
+            .await
+            .expect("start");
+        session
+            .input
+            .send(ExecInput::Signal(signal))
+            .await
+            .expect("queued");
+        let status = tokio::time::timeout(Duration::from_secs(60), session.exit)
+            .await
+            .expect("ended within 60 s")
+            .expect("an exit status");
+        assert_eq!(status.code, want, "{signal:?}");
+    }
+    let tty = Some(TermSize { cols: 80, rows: 24 });
+    let mut session = exec
+        .exec_stream(&id, &request(&["cat"], tty))
+        .await
+        .expect("start");
+    assert!(session.stderr.is_none(), "a terminal has one output");
+    for input in [
+        ExecInput::Stdin(Bytes::from_static(b"typed\n")),
+        ExecInput::CloseStdin,
+    ] {
+        session.input.send(input).await.expect("queued");
+    }
+    let mut seen = Vec::new();
+    let read_all = async {
+        while let Some(chunk) = session.stdout.next().await {
+            seen.extend_from_slice(&chunk.expect("output"));
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(60), read_all)
+        .await
+        .expect("the terminal's output ended");
+    let text = String::from_utf8_lossy(&seen);
+    assert!(
+        text.contains("typed\r\ntyped\r\n"),
+        "echo and cat: {text:?}"
+    );
+    let status = session.exit.await.expect("an exit status");
+    assert_eq!(status.code, 0, "cat ended at the terminal's end of input");
     drop(provider);
     d.shutdown().await.expect("cleanup");
 }

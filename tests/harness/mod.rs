@@ -19,6 +19,7 @@
 //! - [`metrics`]: reading the operator's Prometheus metrics;
 //! - [`dns`]: a stub DNS server whose answers the test decides;
 //! - [`tenant`]: one namespace with its own operator on the shared engine, for the image tests;
+//! - [`plugin`]: the `kubectl sandbox` plugin run to its end or on a pseudo-terminal;
 //! - [`world`]: one end-to-end world (namespace, operator, configuration) around a provider's
 //!   far side, for the remote providers and Kubernetes.
 //!
@@ -38,6 +39,7 @@ pub mod no_native_templates;
 pub mod node;
 pub mod objects;
 pub mod operator;
+pub mod plugin;
 pub mod registry;
 pub mod s3;
 pub mod tenant;

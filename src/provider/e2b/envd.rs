@@ -21,12 +21,15 @@ use serde_json::Value;
 
 use super::api::map_status;
 use super::connect::{self, Decoder, Frame};
+use super::process;
 use crate::provider::ProviderError;
 
 /// The port envd listens on inside every sandbox.
 pub const ENVD_PORT: u16 = 49983;
 /// Bound on one file or unary call.
 const CALL_TIMEOUT: Duration = Duration::from_secs(120);
+/// Interval of envd's keep-alive events on a process stream, in seconds (the SDKs' value).
+const KEEPALIVE_SECS: u64 = 50;
 
 /// How to reach one sandbox's envd.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,13 +55,16 @@ pub enum EnvdError {
 /// What a started process sent.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Event {
-    /// Its pid.
-    Start,
+    /// It started with this pid (what later calls address it by).
+    Start(u32),
     /// Output on stdout.
     Stdout(Vec<u8>),
     /// Output on stderr.
     Stderr(Vec<u8>),
-    /// It ended with this exit code.
+    /// Output of its terminal (a PTY process: stdout and stderr together).
+    Pty(Vec<u8>),
+    /// It ended with this exit code (128 + N when signal N ended it, see
+    /// [`process::end_code`]).
     End(i64),
 }
 
@@ -183,24 +189,29 @@ impl Envd {
             .map_err(|e| EnvdError::Unreachable(format!("{context}: {}", e.without_url())))
     }
 
-    /// `process.Process/Start`, server streaming: the process's events until its end. A
-    /// stream that stops before the end-of-stream message yields an `Unreachable` error last.
+    /// `process.Process/Start` with `start` (a `StartRequest`, see [`process::start_request`]),
+    /// server streaming: the process's events until its end, bounded by `timeout` when given
+    /// (an interactive process has none). envd sends a keep-alive event every
+    /// [`KEEPALIVE_SECS`], so that no proxy cuts a quiet stream. A stream that stops before
+    /// the end-of-stream message yields an `Unreachable` error last.
     pub async fn start(
         &self,
         id: &str,
         access: &Access,
-        process: &Value,
-        timeout: Duration,
+        start: &Value,
+        timeout: Option<Duration>,
         context: String,
     ) -> Result<BoxStream<'static, Result<Event, EnvdError>>, EnvdError> {
-        let body = connect::envelope(&serde_json::json!({ "process": process, "stdin": false }));
-        let request = self
+        let mut request = self
             .request(Method::POST, id, access, "/process.Process/Start")
             .header("Content-Type", "application/connect+json")
             .header("Connect-Protocol-Version", "1")
-            .header("Connect-Timeout-Ms", timeout.as_millis().to_string())
+            .header("Keepalive-Ping-Interval", KEEPALIVE_SECS.to_string())
             .header("Authorization", self.basic_auth())
-            .body(body);
+            .body(connect::envelope(start));
+        if let Some(timeout) = timeout {
+            request = request.header("Connect-Timeout-Ms", timeout.as_millis().to_string());
+        }
         let response = self.send(request, &context).await?;
         Ok(events(response, context))
     }
@@ -301,8 +312,10 @@ fn event(message: &Value) -> Option<Event> {
         v.as_str()
             .and_then(|s| base64::engine::general_purpose::STANDARD.decode(s).ok())
     };
-    if event.get("start").is_some() {
-        return Some(Event::Start);
+    if let Some(start) = event.get("start") {
+        // proto3 JSON omits zero values: a missing pid is 0.
+        let pid = start.get("pid").and_then(Value::as_u64).unwrap_or(0);
+        return Some(Event::Start(u32::try_from(pid).unwrap_or(0)));
     }
     if let Some(data) = event.get("data") {
         if let Some(out) = data.get("stdout").and_then(b64) {
@@ -311,14 +324,14 @@ fn event(message: &Value) -> Option<Event> {
         if let Some(err) = data.get("stderr").and_then(b64) {
             return Some(Event::Stderr(err));
         }
+        if let Some(out) = data.get("pty").and_then(b64) {
+            return Some(Event::Pty(out));
+        }
         return None;
     }
-    if let Some(end) = event.get("end") {
-        // proto3 JSON omits zero values: a missing exitCode is 0.
-        let code = end.get("exitCode").and_then(Value::as_i64).unwrap_or(0);
-        return Some(Event::End(code));
-    }
-    None
+    event
+        .get("end")
+        .map(|end| Event::End(process::end_code(end)))
 }
 
 /// Collected output of a finished process.
@@ -341,8 +354,8 @@ pub async fn collect(
     let mut out = Collected::default();
     while let Some(event) = events.next().await {
         match event? {
-            Event::Start => {}
-            Event::Stdout(b) => out.stdout.extend_from_slice(&b),
+            Event::Start(_) => {}
+            Event::Stdout(b) | Event::Pty(b) => out.stdout.extend_from_slice(&b),
             Event::Stderr(b) => out.stderr.extend_from_slice(&b),
             Event::End(code) => out.exit_code = Some(code),
         }
@@ -382,7 +395,11 @@ mod tests {
     fn process_events_decode_and_default_the_exit_code() {
         assert_eq!(
             event(&json!({"event": {"start": {"pid": 3}}})),
-            Some(Event::Start)
+            Some(Event::Start(3))
+        );
+        assert_eq!(
+            event(&json!({"event": {"data": {"pty": "aGk="}}})),
+            Some(Event::Pty(b"hi".to_vec()))
         );
         assert_eq!(
             event(&json!({"event": {"data": {"stdout": "aGk="}}})),
@@ -398,7 +415,7 @@ mod tests {
         );
         assert_eq!(
             event(&json!({"event": {"end": {"exitCode": -1, "status": "signal: killed"}}})),
-            Some(Event::End(-1))
+            Some(Event::End(137))
         );
         assert_eq!(event(&json!({"event": {"keepalive": {}}})), None);
     }

@@ -15,6 +15,7 @@ use serde_json::{Value, json};
 
 use super::E2bProvider;
 use super::envd::{self, Event};
+use super::process;
 use crate::provider::shellfs;
 use crate::provider::validate;
 use crate::provider::{
@@ -231,15 +232,16 @@ impl BulkFiles for E2bProvider {
         }
         let (parent, name) = validate::split_parent(&path);
         let process = json!({ "cmd": "tar", "args": ["-C", parent, "-cf", "-", "--", name] });
-        let timeout = HELPER_TIMEOUT;
+        let start = process::start_request(process, false, None);
+        let timeout = Some(HELPER_TIMEOUT);
         let events = self
             .inner
             .envd_call(id, |access| {
-                let (process, context) = (&process, context.clone());
+                let (start, context) = (&start, context.clone());
                 async move {
                     self.inner
                         .envd
-                        .start(id, &access, process, timeout, context)
+                        .start(id, &access, start, timeout, context)
                         .await
                 }
             })
@@ -290,7 +292,7 @@ fn tar_stream(
                     stderr.extend_from_slice(&bytes);
                     None
                 }
-                Ok(Event::Start) | Ok(Event::End(0)) => None,
+                Ok(Event::Start(_) | Event::Pty(_) | Event::End(0)) => None,
                 Ok(Event::End(code)) => Some(Err(ProviderError::transient(format!(
                     "{context}: tar exited {code}: {}",
                     String::from_utf8_lossy(&stderr).trim()

@@ -4,13 +4,13 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use serde_json::json;
 
 use super::api::metadata_filter;
 use super::convert::{self, NAME_KEY};
-use super::envd;
 use super::{E2bProvider, Inner, lock};
+use super::{envd, process};
 use crate::provider::labels::{MANAGED_BY, OWNER};
+use crate::provider::stream::{Logs, StreamingExec};
 use crate::provider::{
     BulkFiles, CreateRequest, EgressPolicy, ErrorKind, ExecOutput, ExecRequest, Files, Hibernation,
     Provider, ProviderError, ProviderEvents, ProviderResult, SandboxDescriptor, SandboxQuery,
@@ -183,22 +183,20 @@ impl Inner {
         id: &str,
         request: &ExecRequest,
     ) -> ProviderResult<ExecOutput> {
-        let Some((cmd, args)) = request.argv.split_first() else {
+        let Some(process) = process::config(&request.argv, &request.env, request.cwd.as_deref())
+        else {
             return Err(ProviderError::invalid(format!(
                 "exec in E2B sandbox {id}: the command is empty; give at least the program to run"
             )));
         };
-        let mut process = json!({ "cmd": cmd, "args": args, "envs": request.env });
-        if let Some(cwd) = &request.cwd {
-            process["cwd"] = json!(cwd);
-        }
+        let start = process::start_request(process, false, None);
         let context = format!("exec {:?} in E2B sandbox {id}", request.argv);
         let call = self.envd_call(id, |access| {
-            let (process, context) = (&process, context.clone());
+            let (start, context) = (&start, context.clone());
             async move {
                 let events = self
                     .envd
-                    .start(id, &access, process, request.timeout, context.clone())
+                    .start(id, &access, start, Some(request.timeout), context.clone())
                     .await?;
                 envd::collect(events, MAX_EXEC_OUTPUT, &context).await
             }
@@ -289,6 +287,18 @@ impl Provider for E2bProvider {
 
     fn events(&self) -> Option<&dyn ProviderEvents> {
         Some(self)
+    }
+
+    fn streaming_exec(&self) -> Option<&dyn StreamingExec> {
+        Some(self)
+    }
+
+    /// `None`: E2B has no main process whose output could be followed. A sandbox runs its
+    /// template's start command, and `GET /sandboxes/{id}/logs` returns the sandbox's own
+    /// log entries (from a start time, up to a limit, with no follow), not a process's
+    /// stdout and stderr; commands run through envd are streamed by [`StreamingExec`].
+    fn logs(&self) -> Option<&dyn Logs> {
+        None
     }
 }
 

@@ -14,13 +14,16 @@
 //! | `resume` | `POST /sandboxes/{id}/connect`, then compares the boot fingerprint: `processesPreserved` is what it shows |
 //! | `destroy` | `DELETE /sandboxes/{id}` (404 = success, rule 5) |
 //! | `exec` | envd `process.Process/Start` (Connect, server streaming, JSON), bounded by the request's timeout |
+//! | `exec_stream` ([`StreamingExec`](super::stream::StreamingExec)) | envd `process.Process/Start` with `stdin` and `pty`, unbounded; then, by pid, `SendInput`, `CloseStdin` (^D with a PTY), `Update` (resize) and `SendSignal` (TERM, KILL; INT and HUP by a second process running `kill`) |
 //! | `read_file` / `write_file` | envd `GET` / `POST /files?path=` (404 = `NotFound`, rule 2; multipart upload), then `chmod` via `Process/Start` |
 //! | `list_dir` / `delete_path` | envd `filesystem.Filesystem/ListDir` / `Remove` |
 //! | `export` / `import` | envd `Filesystem/Stat`, then `tar` through `Process/Start`; import uploads the sanitised archive with `POST /files` and extracts it |
 //! | keep-alive, drift ([`ProviderEvents`]) | one `GET /v2/sandboxes?metadata=sandboxes.dev/managed-by=<instance>` (all pages) per `watchIntervalSecs`; `POST /sandboxes/{id}/timeout` for each running sandbox nearing its timeout; events for what changed between two lists, and for the provider's own calls as it makes them (no call of their own) |
 //! | [`E2bProvider::set_allowed_domains`] | `PUT /sandboxes/{id}/network` {`allowOut`, `denyOut`}: replaced in place |
 //!
-//! Capabilities: hibernation, files, bulk files and events. No templates (the controller's
+//! Capabilities: hibernation, files, bulk files, events and streaming exec. No logs (E2B
+//! has no main process to follow, see [`Provider::logs`](super::Provider::logs) on
+//! [`E2bProvider`]), no port-forward, no templates (the controller's
 //! templates service captures and restores over exec and files), no volumes (E2B's volumes
 //! carry no labels, so ownership could not be recorded), no `set_resources` (E2B sizes a
 //! sandbox by its template and cannot change it in place), no capacity probe (E2B reports
@@ -61,7 +64,9 @@ mod convert;
 mod envd;
 mod files;
 mod hibernation;
+mod interactive;
 mod lifecycle;
+mod process;
 mod settings;
 mod watch;
 

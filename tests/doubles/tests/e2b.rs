@@ -47,18 +47,24 @@ fn envd(
     request
 }
 
-/// Runs `sh -c script` through Process.Start and returns every decoded message.
-async fn run(d: &E2bDouble, created: &Value, script: &str) -> (u16, Vec<(u8, Value)>) {
-    let message = json!({"process": {"cmd": "sh", "args": ["-c", script]}}).to_string();
+/// Sends `start` (a StartRequest, enveloped) to Process.Start.
+async fn start_process(d: &E2bDouble, created: &Value, start: &Value) -> reqwest::Response {
+    let message = start.to_string();
     let mut body = vec![0u8];
     body.extend_from_slice(&(message.len() as u32).to_be_bytes());
     body.extend_from_slice(message.as_bytes());
-    let response = envd(d, created, reqwest::Method::POST, "/process.Process/Start")
+    envd(d, created, reqwest::Method::POST, "/process.Process/Start")
         .header("Content-Type", "application/connect+json")
         .body(body)
         .send()
         .await
-        .expect("start");
+        .expect("start")
+}
+
+/// Runs `sh -c script` through Process.Start and returns every decoded message.
+async fn run(d: &E2bDouble, created: &Value, script: &str) -> (u16, Vec<(u8, Value)>) {
+    let start = json!({"process": {"cmd": "sh", "args": ["-c", script]}});
+    let response = start_process(d, created, &start).await;
     let status = response.status().as_u16();
     let bytes = response.bytes().await.unwrap_or_default();
     let mut frames = Vec::new();
@@ -505,6 +511,224 @@ async fn process_start_streams_start_data_and_end_and_faults_cut_it() {
         d.api_counters().get("GET /sandboxes/{sandboxID}"),
         0,
         "faulted requests never reach a handler"
+    );
+    d.shutdown().await.expect("cleanup");
+}
+
+/// A Process.Start stream read as it arrives: frames decoded one by one.
+struct Stream {
+    response: reqwest::Response,
+    buffer: Vec<u8>,
+}
+
+impl Stream {
+    /// Starts `start` (a StartRequest) and reads up to its `start` event: the stream and pid.
+    async fn start(d: &E2bDouble, created: &Value, start: Value) -> (Stream, u64) {
+        let response = start_process(d, created, &start).await;
+        assert_eq!(response.status(), StatusCode::OK);
+        let mut stream = Stream {
+            response,
+            buffer: Vec::new(),
+        };
+        let (_, first) = stream.next().await.expect("a first frame");
+        let pid = first["event"]["start"]["pid"]
+            .as_u64()
+            .unwrap_or_else(|| panic!("a start event first: {first}"));
+        (stream, pid)
+    }
+
+    /// The next frame (flags, JSON), or `None` at the end of the body.
+    async fn next(&mut self) -> Option<(u8, Value)> {
+        loop {
+            if self.buffer.len() >= 5 {
+                let len = u32::from_be_bytes([
+                    self.buffer[1],
+                    self.buffer[2],
+                    self.buffer[3],
+                    self.buffer[4],
+                ]) as usize;
+                if self.buffer.len() >= 5 + len {
+                    let frame: Vec<u8> = self.buffer.drain(..5 + len).collect();
+                    let json = serde_json::from_slice(&frame[5..]).expect("frame json");
+                    return Some((frame[0], json));
+                }
+            }
+            let chunk = tokio::time::timeout(Duration::from_secs(60), self.response.chunk())
+                .await
+                .expect("a frame within 60 s")
+                .expect("the body");
+            self.buffer.extend_from_slice(&chunk?);
+        }
+    }
+
+    /// Reads output (`stdout` or `pty`) until it contains `needle`; all of it.
+    async fn read_until(&mut self, key: &str, needle: &str) -> String {
+        let mut seen = String::new();
+        while !seen.contains(needle) {
+            let (_, frame) = self
+                .next()
+                .await
+                .unwrap_or_else(|| panic!("ended: {seen:?}"));
+            if let Some(b) = frame["event"]["data"][key].as_str() {
+                seen.push_str(&decode(b));
+            }
+        }
+        seen
+    }
+
+    /// Reads to the `end` event and the end of stream; the `end` event.
+    async fn end(&mut self) -> Value {
+        let mut end = None;
+        while let Some((flags, frame)) = self.next().await {
+            if flags == 2 {
+                assert_eq!(frame, json!({}), "the stream ends cleanly");
+                return end.expect("an end event before the end of stream");
+            }
+            if let Some(e) = frame["event"].get("end") {
+                end = Some(e.clone());
+            }
+        }
+        panic!("no end of stream");
+    }
+}
+
+fn decode(b64: &str) -> String {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(b64)
+        .expect("b64");
+    String::from_utf8_lossy(&bytes).into_owned()
+}
+
+fn b64(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+/// A unary call of the process service: (status, body).
+async fn process_call(d: &E2bDouble, created: &Value, method: &str, body: Value) -> (u16, Value) {
+    let response = envd(
+        d,
+        created,
+        reqwest::Method::POST,
+        &format!("/process.Process/{method}"),
+    )
+    .json(&body)
+    .send()
+    .await
+    .expect("call");
+    let status = response.status().as_u16();
+    (status, response.json().await.expect("a JSON body"))
+}
+
+/// The pid is the program's own inside the sandbox; stdin crosses in order and CloseStdin
+/// is its end; input for the wrong side and an unknown pid are refused as envd refuses them.
+#[tokio::test]
+async fn process_input_goes_to_the_pid_and_close_stdin_ends_it() {
+    let d = double(E2bDoubleOptions::default()).await;
+    let created = create(&d, json!({"templateID": "base", "timeout": 60})).await;
+    let start = json!({"process": {"cmd": "sh", "args": ["-c", "echo $$"]}, "stdin": false});
+    let (mut own, pid) = Stream::start(&d, &created, start).await;
+    let printed = own.read_until("stdout", "\n").await;
+    assert_eq!(
+        printed.trim(),
+        pid.to_string(),
+        "the pid is the program's own"
+    );
+    assert_eq!(own.end().await["exitCode"], 0);
+
+    let start = json!({"process": {"cmd": "cat"}, "stdin": true});
+    let (mut cat, pid) = Stream::start(&d, &created, start).await;
+    let input = |bytes: &[u8]| json!({"process": {"pid": pid}, "input": {"stdin": b64(bytes)}});
+    let (status, _) = process_call(&d, &created, "SendInput", input(b"hello ")).await;
+    assert_eq!(status, 200);
+    assert_eq!(cat.read_until("stdout", "hello ").await, "hello ");
+    let (status, _) = process_call(&d, &created, "SendInput", input(b"world")).await;
+    assert_eq!(status, 200);
+    let wrong = json!({"process": {"pid": pid}, "input": {"pty": b64(b"x")}});
+    let (status, body) = process_call(&d, &created, "SendInput", wrong).await;
+    assert_eq!((status, body["code"].as_str()), (500, Some("internal")));
+    let (status, _) =
+        process_call(&d, &created, "CloseStdin", json!({"process": {"pid": pid}})).await;
+    assert_eq!(status, 200);
+    assert_eq!(cat.read_until("stdout", "world").await, "world");
+    let end = cat.end().await;
+    assert_eq!(
+        (end["exitCode"].clone(), end["exited"].clone()),
+        (json!(0), json!(true))
+    );
+    let (status, body) = process_call(&d, &created, "SendInput", input(b"late")).await;
+    assert_eq!(
+        (status, body["code"].as_str()),
+        (404, Some("not_found")),
+        "{body}"
+    );
+    d.shutdown().await.expect("cleanup");
+}
+
+/// A PTY starts at its size, Update resizes it, its input and output are `pty`, and
+/// CloseStdin is refused for it (^D is its end of input).
+#[tokio::test]
+async fn a_pty_has_its_size_resizes_and_takes_pty_input() {
+    let d = double(E2bDoubleOptions::default()).await;
+    let created = create(&d, json!({"templateID": "base", "timeout": 60})).await;
+    let script = "stty size; read l; stty size; cat";
+    let start = json!({
+        "process": {"cmd": "sh", "args": ["-c", script]},
+        "pty": {"size": {"cols": 80, "rows": 24}}
+    });
+    let (mut tty, pid) = Stream::start(&d, &created, start).await;
+    assert!(tty.read_until("pty", "24 80").await.contains("24 80"));
+    let resize = json!({"process": {"pid": pid}, "pty": {"size": {"cols": 132, "rows": 50}}});
+    let (status, _) = process_call(&d, &created, "Update", resize).await;
+    assert_eq!(status, 200);
+    let line = json!({"process": {"pid": pid}, "input": {"pty": b64(b"go\n")}});
+    let (status, _) = process_call(&d, &created, "SendInput", line).await;
+    assert_eq!(status, 200);
+    assert!(tty.read_until("pty", "50 132").await.contains("50 132"));
+    let (status, body) =
+        process_call(&d, &created, "CloseStdin", json!({"process": {"pid": pid}})).await;
+    assert_eq!(status, 500, "{body}");
+    let eot = json!({"process": {"pid": pid}, "input": {"pty": b64(&[4])}});
+    let (status, _) = process_call(&d, &created, "SendInput", eot).await;
+    assert_eq!(status, 200);
+    assert_eq!(tty.end().await["exitCode"], 0, "cat ended at ^D");
+    d.shutdown().await.expect("cleanup");
+}
+
+/// SendSignal knows TERM and KILL; a process they end reports envd's signal ending; any
+/// other signal is `unimplemented`, and Update of a process without a PTY is refused.
+#[tokio::test]
+async fn signals_end_a_process_the_envd_way() {
+    let d = double(E2bDoubleOptions::default()).await;
+    let created = create(&d, json!({"templateID": "base", "timeout": 60})).await;
+    for (signal, status) in [
+        ("SIGNAL_SIGTERM", "signal: terminated"),
+        ("SIGNAL_SIGKILL", "signal: killed"),
+    ] {
+        let start = json!({"process": {"cmd": "sleep", "args": ["600"]}, "stdin": false});
+        let (mut sleep, pid) = Stream::start(&d, &created, start).await;
+        let resize = json!({"process": {"pid": pid}, "pty": {"size": {"cols": 1, "rows": 1}}});
+        let (code, _) = process_call(&d, &created, "Update", resize).await;
+        assert_eq!(code, 500, "no PTY to resize");
+        let other = json!({"process": {"pid": pid}, "signal": "SIGNAL_UNSPECIFIED"});
+        let (code, body) = process_call(&d, &created, "SendSignal", other).await;
+        assert_eq!((code, body["code"].as_str()), (501, Some("unimplemented")));
+        let kill = json!({"process": {"pid": pid}, "signal": signal});
+        let (code, _) = process_call(&d, &created, "SendSignal", kill).await;
+        assert_eq!(code, 200);
+        let end = sleep.end().await;
+        assert_eq!(
+            end,
+            json!({"exitCode": -1, "exited": false, "status": status})
+        );
+    }
+    let start = json!({"process": {"cmd": "sh", "args": ["-c", "exit 143"]}, "stdin": false});
+    let (mut own, _) = Stream::start(&d, &created, start).await;
+    assert_eq!(
+        own.end().await["exitCode"],
+        143,
+        "an exit code of its own stays one"
     );
     d.shutdown().await.expect("cleanup");
 }

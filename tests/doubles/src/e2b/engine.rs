@@ -11,9 +11,10 @@
 //! discarded and only its disk kept) and its resume is `docker start`, a cold boot.
 
 use std::collections::{BTreeMap, HashMap};
+use std::pin::Pin;
 
 use bollard::Docker;
-use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::exec::{CreateExecOptions, ResizeExecOptions, StartExecOptions, StartExecResults};
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::{
     CreateContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
@@ -22,6 +23,7 @@ use bollard::query_parameters::{
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::BoxStream;
+use tokio::io::AsyncWrite;
 
 use crate::pid_label::pid_label;
 
@@ -52,14 +54,23 @@ pub enum Output {
     Stderr(Bytes),
 }
 
-/// A started command: its pid, and its output until it exits.
+/// A started command: its exec, its stdin, and its output until it exits.
 pub struct Started {
-    /// The exec's id, for [`Engine::exit_code`].
+    /// The exec's id, for [`Engine::exit_code`] and [`Engine::resize`].
     pub exec_id: String,
-    /// The process id the engine reports (0 when it did not).
-    pub pid: u32,
-    /// Output frames, in order.
+    /// Its stdin, when attached (shutting it down is the process's end of input).
+    pub input: Option<Pin<Box<dyn AsyncWrite + Send>>>,
+    /// Output frames, in order (with a TTY, all of it is `Stdout`).
     pub output: BoxStream<'static, Result<Output, EngineError>>,
+}
+
+/// What an exec is attached to besides its output.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Attach {
+    /// A stdin the caller writes.
+    pub stdin: bool,
+    /// A terminal (stdout and stderr become one stream).
+    pub tty: bool,
 }
 
 /// The engine connection of one double.
@@ -194,7 +205,8 @@ impl Engine {
         Ok(removed)
     }
 
-    /// Starts `argv` in the container as `user` and returns its output stream.
+    /// Starts `argv` in the container as `user`, attached as `attach` says, and returns its
+    /// streams.
     pub async fn exec(
         &self,
         name: &str,
@@ -202,13 +214,14 @@ impl Engine {
         argv: Vec<String>,
         env: &BTreeMap<String, String>,
         cwd: Option<String>,
+        attach: Attach,
     ) -> Result<Started, EngineError> {
         let env: Vec<String> = env.iter().map(|(k, v)| format!("{k}={v}")).collect();
         let options = CreateExecOptions::<String> {
-            attach_stdin: Some(false),
+            attach_stdin: Some(attach.stdin),
             attach_stdout: Some(true),
             attach_stderr: Some(true),
-            tty: Some(false),
+            tty: Some(attach.tty),
             env: (!env.is_empty()).then_some(env),
             cmd: Some(argv),
             working_dir: cwd,
@@ -226,7 +239,7 @@ impl Engine {
                 &created.id,
                 Some(StartExecOptions {
                     detach: false,
-                    tty: false,
+                    tty: attach.tty,
                     output_capacity: Some(64 * 1024),
                 }),
             )
@@ -235,15 +248,7 @@ impl Engine {
         let StartExecResults::Attached { output, input } = started else {
             return Err(EngineError("the engine started the exec detached".into()));
         };
-        drop(input);
-        let pid = self
-            .docker
-            .inspect_exec(&created.id)
-            .await
-            .ok()
-            .and_then(|i| i.pid)
-            .and_then(|p| u32::try_from(p).ok())
-            .unwrap_or(0);
+        let input = attach.stdin.then_some(input);
         let output = output
             .filter_map(|frame| async move {
                 use bollard::container::LogOutput;
@@ -259,9 +264,21 @@ impl Engine {
             .boxed();
         Ok(Started {
             exec_id: created.id,
-            pid,
+            input,
             output,
         })
+    }
+
+    /// Resizes the terminal of a running exec.
+    pub async fn resize(&self, exec_id: &str, cols: u16, rows: u16) -> Result<(), EngineError> {
+        let options = ResizeExecOptions {
+            height: rows,
+            width: cols,
+        };
+        self.docker
+            .resize_exec(exec_id, options)
+            .await
+            .map_err(|e| engine_err("resizing an exec's terminal", e))
     }
 
     /// The exit code of a finished exec, waiting briefly for the engine to record it.
@@ -291,7 +308,10 @@ impl Engine {
         user: &str,
         argv: Vec<String>,
     ) -> Result<(i64, Vec<u8>, Vec<u8>), EngineError> {
-        let mut started = self.exec(name, user, argv, &BTreeMap::new(), None).await?;
+        let attach = Attach::default();
+        let mut started = self
+            .exec(name, user, argv, &BTreeMap::new(), None, attach)
+            .await?;
         let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
         while let Some(frame) = started.output.next().await {
             match frame? {

@@ -5,14 +5,12 @@
 //!
 //! Served: `GET /health`; `GET /files?path=` (exact bytes; 404 absent, 400 directory) and
 //! `POST /files` (multipart `file` parts, or a raw `application/octet-stream` body, creating
-//! parent directories); the Connect services `process.Process/Start` (server streaming:
-//! `start{pid}`, `data{stdout|stderr}` base64, `end{exitCode, exited, status}`) and
+//! parent directories); the Connect services `process.Process/{Start, SendInput,
+//! CloseStdin, SendSignal, Update}` (see [`super::process`]) and
 //! `filesystem.Filesystem/{ListDir, Stat, MakeDir, Remove}`. Commands run through
 //! `docker exec` as the user named in the `Authorization: Basic <user:>` header (files: the
 //! `username` parameter); the double's default user is `root` (E2B's templates default to
 //! `user`, which the base image here does not have).
-
-use std::collections::BTreeMap;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -22,14 +20,12 @@ use axum::middleware::{self, Next};
 use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use base64::Engine as _;
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
-use super::connect::{self, ConnectError, envelope};
-use super::engine::Output;
-use super::faults::{self, TruncateStream, error_response};
+use super::connect::ConnectError;
+use super::faults::{self, error_response};
+use super::process;
 use super::state::{Power, Shared};
 
 /// The port envd listens on inside a sandbox.
@@ -39,9 +35,9 @@ const DEFAULT_USER: &str = "root";
 
 /// The sandbox a request addresses, resolved by the routing middleware.
 #[derive(Debug, Clone)]
-struct Target {
-    id: String,
-    container: String,
+pub(crate) struct Target {
+    pub(crate) id: String,
+    pub(crate) container: String,
 }
 
 /// The envd router.
@@ -50,9 +46,9 @@ pub(crate) fn router(shared: Shared) -> Router {
     Router::new()
         .route("/health", get(|| async { StatusCode::NO_CONTENT }))
         .route("/files", get(read_file).post(write_file))
-        .route("/process.Process/Start", post(start_process))
+        .route("/process.Process/Start", post(process::start))
         .route("/filesystem.Filesystem/{method}", post(filesystem))
-        .route("/process.Process/{method}", post(unimplemented))
+        .route("/process.Process/{method}", post(process::unary))
         .route_layer(middleware::from_fn_with_state(
             shared.clone(),
             route_to_sandbox,
@@ -132,7 +128,7 @@ async fn route_to_sandbox(
     next.run(request).await
 }
 
-fn user_from_basic(headers: &HeaderMap) -> String {
+pub(crate) fn user_from_basic(headers: &HeaderMap) -> String {
     headers
         .get("authorization")
         .and_then(|v| v.to_str().ok())
@@ -369,142 +365,6 @@ async fn write_file(
     axum::Json(Value::Array(written)).into_response()
 }
 
-#[derive(Debug, Default, Deserialize)]
-struct ProcessConfig {
-    cmd: String,
-    #[serde(default)]
-    args: Vec<String>,
-    #[serde(default)]
-    envs: BTreeMap<String, String>,
-    cwd: Option<String>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-struct StartRequest {
-    process: Option<ProcessConfig>,
-}
-
-fn streaming_response(rx: mpsc::Receiver<Bytes>) -> Response<Body> {
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, std::io::Error>(b), rx))
-    });
-    let mut response = Response::new(Body::from_stream(stream));
-    response.headers_mut().insert(
-        "content-type",
-        HeaderValue::from_static("application/connect+json"),
-    );
-    response
-}
-
-fn event(event: Value) -> Bytes {
-    envelope(0, &json!({ "event": event }))
-}
-
-async fn start_process(
-    State(shared): State<Shared>,
-    axum::Extension(target): axum::Extension<Target>,
-    truncate: Option<axum::Extension<TruncateStream>>,
-    headers: HeaderMap,
-    body: Bytes,
-) -> Response<Body> {
-    let (tx, rx) = mpsc::channel(16);
-    let user = user_from_basic(&headers);
-    let request = connect::unwrap_request(&body).and_then(|v| {
-        serde_json::from_value::<StartRequest>(v)
-            .map_err(|e| ConnectError::new("invalid_argument", e.to_string()))
-    });
-    let process = match request.map(|r| r.process) {
-        Ok(Some(p)) if !p.cmd.is_empty() => p,
-        Ok(_) => {
-            let _ = tx.try_send(
-                ConnectError::new("invalid_argument", "process.cmd is required").end_stream(),
-            );
-            return streaming_response(rx);
-        }
-        Err(e) => {
-            let _ = tx.try_send(e.end_stream());
-            return streaming_response(rx);
-        }
-    };
-    tokio::spawn(run_process(
-        shared,
-        target,
-        user,
-        process,
-        truncate.is_some(),
-        tx,
-    ));
-    streaming_response(rx)
-}
-
-async fn run_process(
-    shared: Shared,
-    target: Target,
-    user: String,
-    process: ProcessConfig,
-    truncate: bool,
-    tx: mpsc::Sender<Bytes>,
-) {
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let mut argv = vec![process.cmd];
-    argv.extend(process.args);
-    let started = shared
-        .engine
-        .exec(&target.container, &user, argv, &process.envs, process.cwd)
-        .await;
-    let mut started = match started {
-        Ok(s) => s,
-        Err(e) => {
-            let _ = tx
-                .send(
-                    ConnectError::new("internal", format!("failed to start process: {e}"))
-                        .end_stream(),
-                )
-                .await;
-            return;
-        }
-    };
-    if tx
-        .send(event(json!({ "start": { "pid": started.pid } })))
-        .await
-        .is_err()
-    {
-        return;
-    }
-    while let Some(frame) = started.output.next().await {
-        let data = match frame {
-            Ok(Output::Stdout(b)) => json!({ "stdout": b64.encode(&b) }),
-            Ok(Output::Stderr(b)) => json!({ "stderr": b64.encode(&b) }),
-            Err(e) => {
-                let _ = tx
-                    .send(ConnectError::new("internal", e.to_string()).end_stream())
-                    .await;
-                return;
-            }
-        };
-        if tx.send(event(json!({ "data": data }))).await.is_err() {
-            return;
-        }
-    }
-    if truncate {
-        // The fault: the body ends here, without the `end` event or the end of stream.
-        return;
-    }
-    let end = match shared.engine.exit_code(&started.exec_id).await {
-        Ok(code) => {
-            json!({ "end": { "exitCode": code, "exited": true, "status": format!("exit status {code}") } })
-        }
-        Err(e) => {
-            let _ = tx
-                .send(ConnectError::new("internal", e.to_string()).end_stream())
-                .await;
-            return;
-        }
-    };
-    let _ = tx.send(event(end)).await;
-    let _ = tx.send(connect::end_stream_ok()).await;
-}
-
 /// `find -printf` fields of one entry, NUL-terminated each.
 const ENTRY_FORMAT: &str = "%y\\0%s\\0%m\\0%u\\0%g\\0%T@\\0%l\\0%p\\0";
 
@@ -620,14 +480,6 @@ async fn filesystem(
         _ => json!({ "entry": entries.into_iter().next() }),
     };
     axum::Json(body).into_response()
-}
-
-async fn unimplemented(axum::extract::Path(method): axum::extract::Path<String>) -> Response<Body> {
-    ConnectError::new(
-        "unimplemented",
-        format!("process.Process/{method} is not served by the double"),
-    )
-    .unary_response()
 }
 
 #[cfg(test)]

@@ -13,6 +13,7 @@ mod connect;
 mod engine;
 mod envd;
 mod faults;
+mod process;
 mod reaper;
 mod state;
 
@@ -125,6 +126,7 @@ pub async fn spawn(options: E2bDoubleOptions) -> Result<E2bDouble, SpawnError> {
         max_running: options.max_running,
         domain: options.domain,
         page_cap: options.page_cap.max(1),
+        processes: Default::default(),
     };
     let bind = |addr| async move {
         TcpListener::bind(addr)

@@ -118,6 +118,8 @@ pub struct Shared {
     pub(crate) max_running: Option<usize>,
     pub(crate) domain: String,
     pub(crate) page_cap: usize,
+    /// envd's running processes, by sandbox and pid.
+    pub(crate) processes: super::process::Processes,
 }
 
 impl Shared {
