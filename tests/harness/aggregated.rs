@@ -70,7 +70,11 @@ impl Aggregated {
     /// on, registers it and waits until the APIService is Available and answers through the
     /// API server.
     pub async fn start(namespace: &str) -> Aggregated {
-        Self::start_with(namespace, "providers:\n  - name: docker\n    type: docker\n").await
+        Self::start_with(
+            namespace,
+            "providers:\n  - name: docker\n    type: docker\n",
+        )
+        .await
     }
 
     /// As [`Aggregated::start`], with the operator's `providers:` section (YAML, ending in a
