@@ -27,11 +27,13 @@ conformance_suite!(fixture);
 /// (whole MiB); a domain allow-list and "no egress" (stored as the sprite's network policy,
 /// which the real service enforces; the double only stores it); no command (a sprite has no
 /// main process), no fractional CPU (the suite asks for 500m; whole CPUs are accepted), no
-/// pids; and the service parks sprites by itself, so stop and sleep are refused. No
-/// streaming exec yet (the exec WebSocket with its TTY could carry it), no logs (no main
-/// process), no port-forward.
+/// pids; and the service parks sprites by itself, so stop and sleep are refused. Streaming
+/// exec over the exec WebSocket (stdin, a TTY with resize, signals, separate streams, the exit
+/// code); no logs (a sprite has no main process) and no port-forward (the API has no TCP
+/// tunnel to a sprite's ports).
 fn expect() -> Expect {
     Expect {
+        streaming_exec: true,
         files: true,
         bulk_files: true,
         egress: true,
