@@ -15,6 +15,7 @@
 //! | `stop`, `sleep` | `GET /v1/sprites/{name}` (404 → `NotFound`), then `Unsupported`: the API cannot stop or suspend a sprite |
 //! | `destroy` | `DELETE /v1/sprites/{name}` (404 = already gone) |
 //! | `exec` | the exec WebSocket `GET /v1/sprites/{name}/exec` (see `exec.rs`) |
+//! | `streaming_exec().exec_stream` | `GET /v1/sprites/{name}` (must be running), then the exec WebSocket with `tty`/`cols`/`rows`, resize and signal control messages, or `POST …/exec/{session_id}/kill` for a signal when the socket does not take them (see `stream.rs`) |
 //! | `files().read_file` | `GET /v1/sprites/{name}/fs/read?path=` |
 //! | `files().write_file` | `PUT /v1/sprites/{name}/fs/write?path=&mode=&mkdirParents=true` |
 //! | `files().list_dir` | `GET /v1/sprites/{name}/fs/list?path=` |
@@ -34,7 +35,7 @@
 //! sprite is suspended, and whether processes survive depends on how long it idled, which the
 //! API does not let us choose), volumes, templates (a checkpoint restores only its own sprite,
 //! so templates go through the controller-side templates service and a store), set_resources,
-//! capacity, events.
+//! capacity, events, logs (no main process) and port-forward (no TCP tunnel in the API).
 
 mod bulk;
 mod client;
@@ -42,7 +43,9 @@ mod convert;
 mod egress;
 mod exec;
 mod files;
+mod frames;
 mod settings;
+mod stream;
 mod wire;
 
 use async_trait::async_trait;
@@ -306,6 +309,23 @@ impl Provider for SpritesProvider {
 
     fn egress_policy(&self) -> Option<&dyn EgressPolicy> {
         Some(self)
+    }
+
+    fn streaming_exec(&self) -> Option<&dyn super::stream::StreamingExec> {
+        Some(self)
+    }
+
+    /// `None`: a sprite has no main process (create refuses `command`), so there is no
+    /// process log to read or follow; an exec session's own output is all the API streams.
+    fn logs(&self) -> Option<&dyn super::stream::Logs> {
+        None
+    }
+
+    /// `None`: the published API has no TCP tunnel to a sprite's ports. It serves one HTTP
+    /// port through the sprite's URL and reports ports opened by exec sessions, neither of
+    /// which carries an arbitrary TCP connection.
+    fn port_forward(&self) -> Option<&dyn super::stream::PortForward> {
+        None
     }
 }
 
