@@ -35,7 +35,7 @@
 //! sprite is suspended, and whether processes survive depends on how long it idled, which the
 //! API does not let us choose), volumes, templates (a checkpoint restores only its own sprite,
 //! so templates go through the controller-side templates service and a store), set_resources,
-//! capacity, events, logs (no main process) and port-forward (no TCP tunnel in the API).
+//! capacity, events, logs (no main process) and, for now, port-forward (see `port_forward`).
 
 mod bulk;
 mod client;
@@ -321,9 +321,9 @@ impl Provider for SpritesProvider {
         None
     }
 
-    /// `None`: the published API has no TCP tunnel to a sprite's ports. It serves one HTTP
-    /// port through the sprite's URL and reports ports opened by exec sessions, neither of
-    /// which carries an arbitrary TCP connection.
+    /// `None` for now: the API's port proxy (a WebSocket at `/v1/sprites/{name}/proxy` that
+    /// carries one TCP connection after a `{"host","port"}` hello) could carry it, but neither
+    /// this provider nor the double speaks it yet.
     fn port_forward(&self) -> Option<&dyn super::stream::PortForward> {
         None
     }

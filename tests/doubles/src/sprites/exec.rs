@@ -61,19 +61,15 @@ struct Control {
     signal: String,
 }
 
-/// The command the query asks for, or the 400 that says what is wrong.
-fn command(raw: Option<&str>) -> Result<Command, Response> {
+/// The command the query asks for, or what is wrong with the query (a 400).
+fn command(raw: Option<&str>) -> Result<Command, String> {
     let q = pairs(raw);
     let tty = first(&q, "tty") == Some("true");
     let size = |key: &str, default: u16| match first(&q, key) {
         None => Ok(default),
-        Some(v) => v.parse::<u16>().map_err(|_| {
-            error(
-                StatusCode::BAD_REQUEST,
-                "invalid_size",
-                format!("{key}={v:?} is not a terminal size"),
-            )
-        }),
+        Some(v) => v
+            .parse::<u16>()
+            .map_err(|_| format!("{key}={v:?} is not a terminal size")),
     };
     let command = Command {
         argv: all(&q, "cmd").into_iter().map(String::from).collect(),
@@ -87,11 +83,7 @@ fn command(raw: Option<&str>) -> Result<Command, Response> {
         },
     };
     if command.argv.is_empty() {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            "invalid_command",
-            "give the command as cmd query parameters",
-        ));
+        return Err("give the command as cmd query parameters".into());
     }
     Ok(command)
 }
@@ -104,7 +96,7 @@ pub async fn upgrade(
 ) -> Response {
     let command = match command(raw.as_deref()) {
         Ok(c) => c,
-        Err(response) => return response,
+        Err(e) => return error(StatusCode::BAD_REQUEST, "invalid_command", e),
     };
     let container = match state.wake(&name).await {
         Ok(Some(c)) => c,
