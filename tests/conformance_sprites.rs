@@ -29,11 +29,12 @@ conformance_suite!(fixture);
 /// main process), no fractional CPU (the suite asks for 500m; whole CPUs are accepted), no
 /// pids; and the service parks sprites by itself, so stop and sleep are refused. Streaming
 /// exec over the exec WebSocket (stdin, a TTY with resize, signals, separate streams, the exit
-/// code); no logs (a sprite has no main process) and no port-forward yet (the API's port
-/// proxy WebSocket could carry it; neither the provider nor the double speaks it yet).
+/// code); port-forward through the port proxy WebSocket; no logs (a sprite has no main
+/// process).
 fn expect() -> Expect {
     Expect {
         streaming_exec: true,
+        port_forward: true,
         files: true,
         bulk_files: true,
         egress: true,
