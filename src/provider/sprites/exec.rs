@@ -78,16 +78,7 @@ pub(super) fn exec_url(
     name: &str,
     launch: &Launch<'_>,
 ) -> ProviderResult<url::Url> {
-    let base = client
-        .base()
-        .replacen("https://", "wss://", 1)
-        .replacen("http://", "ws://", 1);
-    let mut url = url::Url::parse(&format!("{base}/v1/sprites/{name}/exec")).map_err(|e| {
-        ProviderError::invalid(format!(
-            "the Sprites API URL {} is not a URL: {e}",
-            client.base()
-        ))
-    })?;
+    let mut url = ws_url(client, &format!("/v1/sprites/{name}/exec"))?;
     {
         let mut q = url.query_pairs_mut();
         for arg in launch.argv {
@@ -112,7 +103,21 @@ pub(super) fn exec_url(
     Ok(url)
 }
 
-/// An open exec socket.
+/// The WebSocket URL of the API path `path`: the API base with `ws`/`wss`.
+pub(super) fn ws_url(client: &Client, path: &str) -> ProviderResult<url::Url> {
+    let base = client
+        .base()
+        .replacen("https://", "wss://", 1)
+        .replacen("http://", "ws://", 1);
+    url::Url::parse(&format!("{base}{path}")).map_err(|e| {
+        ProviderError::invalid(format!(
+            "the Sprites API URL {} is not a URL: {e}",
+            client.base()
+        ))
+    })
+}
+
+/// An open exec (or proxy) socket.
 pub(super) type Socket =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 

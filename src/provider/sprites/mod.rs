@@ -15,6 +15,7 @@
 //! | `stop`, `sleep` | `GET /v1/sprites/{name}` (404 → `NotFound`), then `Unsupported`: the API cannot stop or suspend a sprite |
 //! | `destroy` | `DELETE /v1/sprites/{name}` (404 = already gone) |
 //! | `exec` | the exec WebSocket `GET /v1/sprites/{name}/exec` (see `exec.rs`) |
+//! | `port_forward().connect` | `GET /v1/sprites/{name}` (must be running), then the port proxy WebSocket `GET /v1/sprites/{name}/proxy` (see `forward.rs`) |
 //! | `streaming_exec().exec_stream` | `GET /v1/sprites/{name}` (must be running), then the exec WebSocket with `tty`/`cols`/`rows`, resize and signal control messages, or `POST …/exec/{session_id}/kill` for a signal when the socket does not take them (see `stream.rs`) |
 //! | `files().read_file` | `GET /v1/sprites/{name}/fs/read?path=` |
 //! | `files().write_file` | `PUT /v1/sprites/{name}/fs/write?path=&mode=&mkdirParents=true` |
@@ -35,7 +36,7 @@
 //! sprite is suspended, and whether processes survive depends on how long it idled, which the
 //! API does not let us choose), volumes, templates (a checkpoint restores only its own sprite,
 //! so templates go through the controller-side templates service and a store), set_resources,
-//! capacity, events, logs (no main process) and, for now, port-forward (see `port_forward`).
+//! capacity, events, logs (no main process).
 
 mod bulk;
 mod client;
@@ -43,6 +44,7 @@ mod convert;
 mod egress;
 mod exec;
 mod files;
+mod forward;
 mod frames;
 mod settings;
 mod stream;
@@ -321,11 +323,8 @@ impl Provider for SpritesProvider {
         None
     }
 
-    /// `None` for now: the API's port proxy (a WebSocket at `/v1/sprites/{name}/proxy` that
-    /// carries one TCP connection after a `{"host","port"}` hello) could carry it, but neither
-    /// this provider nor the double speaks it yet.
     fn port_forward(&self) -> Option<&dyn super::stream::PortForward> {
-        None
+        Some(self)
     }
 }
 

@@ -79,12 +79,12 @@ impl StreamingExec for SpritesProvider {
 
 impl SpritesProvider {
     /// `NotFound` for an absent sprite, `Conflict` for one that is not running.
-    async fn must_run(&self, id: &str) -> ProviderResult<()> {
+    pub(super) async fn must_run(&self, id: &str) -> ProviderResult<()> {
         let info = self.must_exist(id).await?;
         let state = convert::descriptor(&info, convert::Answer::Record).state;
         if state != SandboxState::Running {
             return Err(ProviderError::conflict(format!(
-                "exec in sandbox {id}: the sprite is not running (it is {state:?}); start or \
+                "sandbox {id}: the sprite is not running (it is {state:?}); start or \
                  wake it first (the service parks an idle sprite by itself)"
             )));
         }

@@ -195,6 +195,71 @@ async fn without_socket_signals_the_kill_endpoint_signals_the_session() {
     d.shutdown().await;
 }
 
+/// The port proxy: a hello for a port where nothing listens is answered with an error status
+/// and the socket closes; with a listener (a shell reading one line) it connects and bytes
+/// cross both ways.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_port_proxy_connects_only_where_something_listens() {
+    let d = double().await;
+    let base = d.base_url.replacen("http://", "ws://", 1);
+    let open_proxy = || async {
+        let mut request = format!("{base}/v1/sprites/s1/proxy")
+            .into_client_request()
+            .expect("request");
+        let bearer = format!("Bearer {}", d.token).parse().expect("header");
+        request.headers_mut().insert("authorization", bearer);
+        tokio_tungstenite::connect_async(request)
+            .await
+            .expect("upgraded")
+            .0
+    };
+    let mut socket = open_proxy().await;
+    let hello = r#"{"host":"localhost","port":9}"#;
+    socket.send(Message::text(hello)).await.expect("hello");
+    let reply = tokio::time::timeout(BOUND, socket.next())
+        .await
+        .expect("reply");
+    let Some(Ok(Message::Text(text))) = reply else {
+        panic!("no text reply: {reply:?}");
+    };
+    let value: Value = serde_json::from_str(&text).expect("JSON");
+    assert_eq!(value["status"], "error", "{value}");
+    let server = "perl -MIO::Socket::INET -e '$s=IO::Socket::INET->new(LocalPort=>7000,Listen=>1,ReuseAddr=>1) or die; $c=$s->accept; $l=<$c>; print $c \"got $l\"' >/dev/null 2>&1 &";
+    let (mut exec, _) = open(&d, &format!("cmd=sh&cmd=-c&cmd={}", urlencode(server))).await;
+    to_exit(&mut exec, &mut Seen::default(), false).await;
+    let mut connected = None;
+    for _ in 0..100 {
+        let mut socket = open_proxy().await;
+        let hello = r#"{"host":"localhost","port":7000}"#;
+        socket.send(Message::text(hello)).await.expect("hello");
+        if let Some(Ok(Message::Text(text))) = socket.next().await
+            && text.contains("connected")
+        {
+            connected = Some(socket);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut socket = connected.expect("the listener came up");
+    socket
+        .send(Message::binary(&b"ping\n"[..]))
+        .await
+        .expect("sent");
+    let mut got = Vec::new();
+    while let Some(Ok(message)) = tokio::time::timeout(BOUND, socket.next())
+        .await
+        .expect("bound")
+    {
+        match message {
+            Message::Binary(data) => got.extend_from_slice(&data),
+            Message::Close(_) => break,
+            _ => {}
+        }
+    }
+    assert_eq!(got, b"got ping\n");
+    d.shutdown().await;
+}
+
 fn urlencode(s: &str) -> String {
     url::form_urlencoded::byte_serialize(s.as_bytes()).collect()
 }

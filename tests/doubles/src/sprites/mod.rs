@@ -14,6 +14,7 @@
 //! GET    /v1/sprites/{name}/exec              WebSocket: cmd (repeated), env (repeated), dir, stdin,
 //!                                             tty, cols, rows (see exec.rs)
 //! POST   /v1/sprites/{name}/exec/{session_id}/kill?signal=   NDJSON (see session.rs)
+//! GET    /v1/sprites/{name}/proxy             WebSocket: one TCP connection (see proxy.rs)
 //! GET    /v1/sprites/{name}/fs/read|list      PUT fs/write   DELETE fs/delete   (?path=)
 //! POST   /v1/sprites/{name}/checkpoint        NDJSON progress; a `docker commit`
 //! GET    /v1/sprites/{name}/checkpoints[/{id}]   POST checkpoints/{id}/restore
@@ -23,6 +24,7 @@
 mod api;
 mod exec;
 mod fs;
+mod proxy;
 mod session;
 mod state;
 mod wire;
