@@ -13,10 +13,9 @@ use std::sync::Arc;
 use axum::extract::{Path, RawQuery, State as AxState};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
-use futures::StreamExt;
 
 use super::api::{error, first, pairs};
+use super::fs::run;
 use super::state::State;
 
 /// The wrapper: `$0` the pid file, `$1`/`$2` rows and columns (empty without a TTY).
@@ -104,39 +103,10 @@ pub fn signal_name(signal: &str) -> Result<&'static str, String> {
 
 /// Runs a helper command in `container` to its end; a non-zero exit is an error.
 async fn run_to_end(state: &State, container: &str, argv: Vec<String>) -> Result<(), String> {
-    let options = CreateExecOptions::<String> {
-        attach_stdout: Some(true),
-        attach_stderr: Some(true),
-        cmd: Some(argv),
-        ..Default::default()
-    };
-    let created = state
-        .docker
-        .create_exec(container, options)
-        .await
-        .map_err(|e| e.to_string())?;
-    let started = state
-        .docker
-        .start_exec(&created.id, None::<StartExecOptions>)
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut said = Vec::new();
-    if let StartExecResults::Attached { mut output, .. } = started {
-        while let Some(Ok(frame)) = output.next().await {
-            said.extend_from_slice(&frame.into_bytes());
-        }
-    }
-    let inspected = state
-        .docker
-        .inspect_exec(&created.id)
-        .await
-        .map_err(|e| e.to_string())?;
-    match inspected.exit_code {
-        Some(0) => Ok(()),
-        code => Err(format!(
-            "exited {code:?}: {}",
-            String::from_utf8_lossy(&said).trim()
-        )),
+    let argv: Vec<&str> = argv.iter().map(String::as_str).collect();
+    match run(state, container, &argv).await? {
+        (0, _) => Ok(()),
+        (code, _) => Err(format!("{:?} exited {code}", argv.last())),
     }
 }
 
