@@ -27,11 +27,14 @@ conformance_suite!(fixture);
 /// (whole MiB); a domain allow-list and "no egress" (stored as the sprite's network policy,
 /// which the real service enforces; the double only stores it); no command (a sprite has no
 /// main process), no fractional CPU (the suite asks for 500m; whole CPUs are accepted), no
-/// pids; and the service parks sprites by itself, so stop and sleep are refused. No
-/// streaming exec yet (the exec WebSocket with its TTY could carry it), no logs (no main
-/// process), no port-forward.
+/// pids; and the service parks sprites by itself, so stop and sleep are refused. Streaming
+/// exec over the exec WebSocket (stdin, a TTY with resize, signals, separate streams, the exit
+/// code); port-forward through the port proxy WebSocket; no logs (a sprite has no main
+/// process).
 fn expect() -> Expect {
     Expect {
+        streaming_exec: true,
+        port_forward: true,
         files: true,
         bulk_files: true,
         egress: true,
@@ -188,7 +191,12 @@ impl Faults for Guard {
 /// network policy replaced in place, and states read from what the service did.
 mod sprites_specific {
     use super::*;
+    use bytes::Bytes;
+    use futures::StreamExt;
     use sandbox_doubles::sprites::Park;
+    use sandbox_operator::provider::stream::{
+        ExecInput, ExecSession, Signal, StreamExecRequest, TermSize,
+    };
     use sandbox_operator::provider::{ErrorKind, ExecRequest, Provider, SandboxState};
 
     async fn setup() -> (Fixture, Arc<SpritesProvider>) {
@@ -369,7 +377,6 @@ mod sprites_specific {
     /// through tar over the exec WebSocket unchanged; absent and symlinked paths are refused.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn bulk_tar_crosses_the_exec_socket_unchanged() {
-        use futures::StreamExt;
         let (fx, p) = setup().await;
         let id = p.create(&fx.request()).await.expect("create").id;
         p.start(&id).await.expect("start");
@@ -466,6 +473,79 @@ mod sprites_specific {
             b"gone\n",
             "a cold wake starts fresh"
         );
+        fx.cleanup().await;
+    }
+
+    fn stream_request(argv: &[&str]) -> StreamExecRequest {
+        StreamExecRequest {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            env: Default::default(),
+            cwd: None,
+            stdin: false,
+            tty: None,
+        }
+    }
+
+    /// A service that does not take signals over the exec socket (no `signal` in
+    /// `X-Sprite-Capabilities`): the signal goes through the kill endpoint with the id from
+    /// `session_info`, and still ends the process.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn without_socket_signals_the_kill_endpoint_carries_them() {
+        let (fx, p) = setup().await;
+        let id = p.create(&fx.request()).await.expect("create").id;
+        p.start(&id).await.expect("start");
+        double(&fx).faults().set_no_ws_signals(true);
+        let exec = p.streaming_exec().expect("streaming exec");
+        let session = exec
+            .exec_stream(&id, &stream_request(&["sleep", "600"]))
+            .await
+            .expect("started");
+        let ExecSession { input, exit, .. } = session;
+        input
+            .send(ExecInput::Signal(Signal::Interrupt))
+            .await
+            .expect("queued");
+        let status = tokio::time::timeout(Duration::from_secs(60), exit)
+            .await
+            .expect("ended within the bound")
+            .expect("an exit status");
+        assert_eq!(status.code, 130, "sleep ended by SIGINT");
+        assert_eq!(double(&fx).requests_to("POST", "/kill").len(), 1);
+        drop(input);
+        fx.cleanup().await;
+    }
+
+    /// A terminal has no EOF frame: closing its stdin types ^D, which ends `cat`'s input.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_terminal_s_stdin_ends_with_its_end_of_input_character() {
+        let (fx, p) = setup().await;
+        let id = p.create(&fx.request()).await.expect("create").id;
+        p.start(&id).await.expect("start");
+        let exec = p.streaming_exec().expect("streaming exec");
+        let mut request = stream_request(&["cat"]);
+        request.stdin = true;
+        request.tty = Some(TermSize { cols: 80, rows: 24 });
+        let session = exec.exec_stream(&id, &request).await.expect("started");
+        let ExecSession {
+            input,
+            stdout,
+            exit,
+            ..
+        } = session;
+        input
+            .send(ExecInput::Stdin(Bytes::from_static(b"hi\n")))
+            .await
+            .expect("queued");
+        input.send(ExecInput::CloseStdin).await.expect("queued");
+        let run = async {
+            let out: Vec<u8> = stdout.map(|c| c.expect("output").to_vec()).concat().await;
+            (out, exit.await)
+        };
+        let (out, status) = tokio::time::timeout(Duration::from_secs(60), run)
+            .await
+            .expect("ended within the bound");
+        assert_eq!(status.expect("an exit status").code, 0);
+        assert!(String::from_utf8_lossy(&out).contains("hi"), "{out:?}");
         fx.cleanup().await;
     }
 }

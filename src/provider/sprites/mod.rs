@@ -15,6 +15,8 @@
 //! | `stop`, `sleep` | `GET /v1/sprites/{name}` (404 → `NotFound`), then `Unsupported`: the API cannot stop or suspend a sprite |
 //! | `destroy` | `DELETE /v1/sprites/{name}` (404 = already gone) |
 //! | `exec` | the exec WebSocket `GET /v1/sprites/{name}/exec` (see `exec.rs`) |
+//! | `port_forward().connect` | `GET /v1/sprites/{name}` (must be running), then the port proxy WebSocket `GET /v1/sprites/{name}/proxy` (see `forward.rs`) |
+//! | `streaming_exec().exec_stream` | `GET /v1/sprites/{name}` (must be running), then the exec WebSocket with `tty`/`cols`/`rows`, resize and signal control messages, or `POST …/exec/{session_id}/kill` for a signal when the socket does not take them (see `stream.rs`) |
 //! | `files().read_file` | `GET /v1/sprites/{name}/fs/read?path=` |
 //! | `files().write_file` | `PUT /v1/sprites/{name}/fs/write?path=&mode=&mkdirParents=true` |
 //! | `files().list_dir` | `GET /v1/sprites/{name}/fs/list?path=` |
@@ -34,7 +36,7 @@
 //! sprite is suspended, and whether processes survive depends on how long it idled, which the
 //! API does not let us choose), volumes, templates (a checkpoint restores only its own sprite,
 //! so templates go through the controller-side templates service and a store), set_resources,
-//! capacity, events.
+//! capacity, events, logs (no main process).
 
 mod bulk;
 mod client;
@@ -42,7 +44,10 @@ mod convert;
 mod egress;
 mod exec;
 mod files;
+mod forward;
+mod frames;
 mod settings;
+mod stream;
 mod wire;
 
 use async_trait::async_trait;
@@ -305,6 +310,20 @@ impl Provider for SpritesProvider {
     }
 
     fn egress_policy(&self) -> Option<&dyn EgressPolicy> {
+        Some(self)
+    }
+
+    fn streaming_exec(&self) -> Option<&dyn super::stream::StreamingExec> {
+        Some(self)
+    }
+
+    /// `None`: a sprite has no main process (create refuses `command`), so there is no
+    /// process log to read or follow; an exec session's own output is all the API streams.
+    fn logs(&self) -> Option<&dyn super::stream::Logs> {
+        None
+    }
+
+    fn port_forward(&self) -> Option<&dyn super::stream::PortForward> {
         Some(self)
     }
 }

@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::state::{Faults, Sprite, State};
 use super::wire::{ApiError, Checkpoint, CreateSprite, NetworkPolicy, SpriteList, UpdateSprite};
-use super::{exec, fs};
+use super::{exec, fs, proxy, session};
 
 type Shared = Arc<State>;
 
@@ -28,6 +28,11 @@ pub fn router(state: Shared) -> Router {
             get(describe).put(update).delete(destroy),
         )
         .route("/v1/sprites/{name}/exec", get(exec::upgrade))
+        .route(
+            "/v1/sprites/{name}/exec/{session_id}/kill",
+            post(session::kill),
+        )
+        .route("/v1/sprites/{name}/proxy", get(proxy::upgrade))
         .route("/v1/sprites/{name}/fs/read", get(fs::read))
         .route("/v1/sprites/{name}/fs/write", axum::routing::put(fs::write))
         .route("/v1/sprites/{name}/fs/list", get(fs::list))

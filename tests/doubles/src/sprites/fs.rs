@@ -57,7 +57,11 @@ fn absent(path: &str) -> Response {
 }
 
 /// Runs `argv` in the container; returns the exit code and stdout.
-async fn run(state: &State, container: &str, argv: &[&str]) -> Result<(i64, Vec<u8>), String> {
+pub(super) async fn run(
+    state: &State,
+    container: &str,
+    argv: &[&str],
+) -> Result<(i64, Vec<u8>), String> {
     let options = CreateExecOptions::<String> {
         attach_stdout: Some(true),
         attach_stderr: Some(true),

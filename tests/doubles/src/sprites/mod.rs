@@ -11,7 +11,10 @@
 //! GET    /v1/sprites/{name}                   (404 when absent)
 //! PUT    /v1/sprites/{name}                   url_settings, labels
 //! DELETE /v1/sprites/{name}                   (204; 404 when absent)
-//! GET    /v1/sprites/{name}/exec              WebSocket: cmd (repeated), env (repeated), dir, stdin
+//! GET    /v1/sprites/{name}/exec              WebSocket: cmd (repeated), env (repeated), dir, stdin,
+//!                                             tty, cols, rows (see exec.rs)
+//! POST   /v1/sprites/{name}/exec/{session_id}/kill?signal=   NDJSON (see session.rs)
+//! GET    /v1/sprites/{name}/proxy             WebSocket: one TCP connection (see proxy.rs)
 //! GET    /v1/sprites/{name}/fs/read|list      PUT fs/write   DELETE fs/delete   (?path=)
 //! POST   /v1/sprites/{name}/checkpoint        NDJSON progress; a `docker commit`
 //! GET    /v1/sprites/{name}/checkpoints[/{id}]   POST checkpoints/{id}/restore
@@ -21,6 +24,8 @@
 mod api;
 mod exec;
 mod fs;
+mod proxy;
+mod session;
 mod state;
 mod wire;
 

@@ -16,6 +16,7 @@ use chrono::{DateTime, Utc};
 
 use super::SpritesOptions;
 use super::TAG_LABEL;
+use super::session::Session;
 use super::wire::{Checkpoint, NetworkPolicy, SpriteConfig, SpriteInfo, UrlSettings};
 use crate::pid_label::pid_label;
 
@@ -44,6 +45,9 @@ pub struct Faults {
     pub fail_policy_reads: AtomicBool,
     /// What listings carry of `created_at` and `last_running_at` (see [`crate::History`]).
     pub history: crate::HistoryMode,
+    /// Leave `signal` out of the exec upgrade's `X-Sprite-Capabilities` header while set (a
+    /// service without WebSocket signals: clients use the kill endpoint instead).
+    pub no_ws_signals: AtomicBool,
 }
 
 impl Faults {
@@ -72,6 +76,11 @@ impl Faults {
     /// Every read of a network policy fails with 500 until `fail_policy_reads(false)`.
     pub fn fail_policy_reads(&self, on: bool) {
         self.fail_policy_reads.store(on, Ordering::SeqCst);
+    }
+
+    /// While `on`, exec upgrades do not advertise WebSocket signals.
+    pub fn set_no_ws_signals(&self, on: bool) {
+        self.no_ws_signals.store(on, Ordering::SeqCst);
     }
 
     /// Takes one unit of a counted fault, if any is left.
@@ -114,6 +123,10 @@ pub struct State {
     pub log: Mutex<Vec<(String, String)>>,
     pub creates: AtomicU64,
     pub deletes: AtomicU64,
+    /// Running exec sessions by `session_id`.
+    pub sessions: Mutex<HashMap<u64, Session>>,
+    /// The last `session_id` handed out.
+    pub last_session: AtomicU64,
 }
 
 /// A failure of the double's own engine calls, reported as a 500.
@@ -131,7 +144,33 @@ impl State {
             log: Mutex::new(Vec::new()),
             creates: AtomicU64::new(0),
             deletes: AtomicU64::new(0),
+            sessions: Mutex::new(HashMap::new()),
+            last_session: AtomicU64::new(1000),
         }
+    }
+
+    /// Registers a running session; returns its `session_id`.
+    pub fn add_session(&self, session: Session) -> u64 {
+        let id = self.last_session.fetch_add(1, Ordering::SeqCst) + 1;
+        self.sessions
+            .lock()
+            .expect("sessions lock")
+            .insert(id, session);
+        id
+    }
+
+    /// The running session `id`.
+    pub fn session(&self, id: u64) -> Option<Session> {
+        self.sessions
+            .lock()
+            .expect("sessions lock")
+            .get(&id)
+            .cloned()
+    }
+
+    /// Forgets session `id` (its process ended).
+    pub fn end_session(&self, id: u64) {
+        self.sessions.lock().expect("sessions lock").remove(&id);
     }
 
     /// The container name of sprite `name`.
