@@ -149,9 +149,33 @@ fn ids(answer: &Value) -> Vec<String> {
     ids
 }
 
+/// This branch's Sandbox CRD when the installed one lacks the lifetime action `Sleep` (the
+/// API server is shared by every branch's tests; [`ensure_crd`] checks older fields only).
+fn ensure_sleep_crd() {
+    ensure_crd();
+    let path = "jsonpath={.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.lifetime.properties.action.enum}";
+    let installed = kubectl(&["get", "crd", "sandboxes.sandboxes.dev", "-o", path], None);
+    if String::from_utf8_lossy(&installed.stdout).contains("Sleep") {
+        return;
+    }
+    let crd = repo().join("crds/sandboxes.sandboxes.dev.yaml");
+    let crd = crd.to_string_lossy();
+    kubectl_ok(
+        &["apply", "--server-side", "--force-conflicts", "-f", &crd],
+        None,
+    );
+    let established = [
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/sandboxes.sandboxes.dev",
+    ];
+    kubectl_ok(&established, None);
+}
+
 #[tokio::test]
 async fn the_python_sdk_creates_lists_inspects_times_out_and_kills_sandboxes() {
-    ensure_crd();
+    ensure_sleep_crd();
     let port = free_port();
     let a = tenant("e2b-a", &options(port)).await;
     let b = namespace("e2b-b").await;
@@ -209,6 +233,7 @@ async fn the_python_sdk_creates_lists_inspects_times_out_and_kills_sandboxes() {
     info_and_timeout(&sdk, &key_a, &alice, &suite);
     pause_and_connect(&sdk, &key_a, &a.api, &bob).await;
     not_allowed_by_rbac(&sdk, &b);
+    auto_pause(&sdk, &key_a, &a.api).await;
     kill_and_gone(&sdk, &key_a, &a.api, &alice, &other, &b).await;
 
     for (key, sid) in [(&key_a, &bob), (&key_b, &other)] {
@@ -333,6 +358,56 @@ async fn pause_and_connect(sdk: &Sdk, key: &str, api: &Api<Sandbox>, sid: &str) 
             .spec
             .lifetime
             .is_some_and(|l| l.shutdown_at.is_some())
+    );
+}
+
+/// `lifecycle={"on_timeout": "pause"}` (autoPause): at its timeout the operator suspends
+/// the sandbox instead of deleting it, and connect runs it again.
+async fn auto_pause(sdk: &Sdk, key: &str, api: &Api<Sandbox>) {
+    let args = json!({"timeout": 3, "lifecycle": {"on_timeout": "pause"}});
+    let sid = sdk.ok(key, "create", args)["sandbox_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let name = id::parse(&sid).expect("id").name;
+    let phase = |want: &'static str| {
+        let (api, name) = (api.clone(), name.clone());
+        move || {
+            let (api, name) = (api.clone(), name.clone());
+            async move {
+                let s = api.get(&name).await.map_err(|e| e.to_string())?;
+                let phase = s.status.and_then(|st| st.phase).unwrap_or_default();
+                (phase == want)
+                    .then_some(())
+                    .ok_or(format!("phase {phase:?}"))
+            }
+        }
+    };
+    wait_for(
+        "the auto-paused sandbox to sleep",
+        Duration::from_secs(90),
+        phase("Sleeping"),
+    )
+    .await;
+    let slept = api.get(&name).await.expect("sandbox");
+    assert_eq!(
+        slept.spec.lifetime.and_then(|l| l.action),
+        Some(LifetimeAction::Sleep)
+    );
+    assert_eq!(
+        sdk.ok(key, "info", json!({"sandbox_id": sid}))["state"],
+        "paused"
+    );
+    sdk.ok(key, "connect", json!({"sandbox_id": sid, "timeout": 120}));
+    wait_for(
+        "the connected sandbox to run",
+        Duration::from_secs(90),
+        phase("Running"),
+    )
+    .await;
+    assert_eq!(
+        sdk.ok(key, "kill", json!({"sandbox_id": sid}))["killed"],
+        true
     );
 }
 

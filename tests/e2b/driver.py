@@ -20,6 +20,7 @@ def create(args):
         metadata=args.get("metadata"),
         envs=args.get("envs"),
         network=args.get("network"),
+        lifecycle=args.get("lifecycle"),
     )
     return {
         "sandbox_id": sandbox.sandbox_id,
