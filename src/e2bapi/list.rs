@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{RawQuery, State};
-use axum::http::{HeaderMap, HeaderValue};
+use axum::extract::RawQuery;
+use axum::http::HeaderValue;
 use axum::response::Response;
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -16,9 +16,9 @@ use chrono::{DateTime, Utc};
 use kube::ResourceExt;
 use kube::api::ListParams;
 
+use super::caller::Caller;
 use super::error::{ApiError, json};
 use super::mapping::{self, MANAGED_LABEL};
-use super::routes::{E2bState, authorized};
 use super::view;
 use crate::api::Sandbox;
 
@@ -182,21 +182,13 @@ fn wanted(s: &Sandbox, q: &Query, now: DateTime<Utc>) -> bool {
 }
 
 /// `GET /v2/sandboxes`.
-pub async fn list_v2(
-    State(s): State<E2bState>,
-    headers: HeaderMap,
-    RawQuery(raw): RawQuery,
-) -> Result<Response, ApiError> {
+pub async fn list_v2(c: Caller, RawQuery(raw): RawQuery) -> Result<Response, ApiError> {
     let q = parse(raw.as_deref().unwrap_or_default())?;
-    answer(&s, &headers, &q).await
+    answer(&c, &q).await
 }
 
 /// `GET /sandboxes` (deprecated): the running sandboxes, with the metadata query.
-pub async fn list_v1(
-    State(s): State<E2bState>,
-    headers: HeaderMap,
-    RawQuery(raw): RawQuery,
-) -> Result<Response, ApiError> {
+pub async fn list_v1(c: Caller, RawQuery(raw): RawQuery) -> Result<Response, ApiError> {
     let mut q = Query {
         limit: usize::MAX,
         states: vec!["running".into()],
@@ -207,18 +199,21 @@ pub async fn list_v1(
             q.metadata = metadata_query(&v)?;
         }
     }
-    answer(&s, &headers, &q).await
+    answer(&c, &q).await
 }
 
-async fn answer(s: &E2bState, headers: &HeaderMap, q: &Query) -> Result<Response, ApiError> {
-    let (_, api) = authorized(s, headers).await?;
-    let listed = api
+async fn answer(c: &Caller, q: &Query) -> Result<Response, ApiError> {
+    let listed = c
+        .api
         .list(&ListParams::default().labels(&selector(q)))
         .await
         .map_err(|e| ApiError::from_kube("listing the Sandboxes", e))?;
     let now = Utc::now();
     let (items, next) = page(listed.items, q, now);
-    let infos: Vec<_> = items.iter().map(|i| view::info(i, &s.site, now)).collect();
+    let infos: Vec<_> = items
+        .iter()
+        .map(|i| view::info(i, &c.state.site, now))
+        .collect();
     let mut response = json(axum::http::StatusCode::OK, &infos);
     if let Some(next) = next.and_then(|n| HeaderValue::from_str(&n).ok()) {
         response.headers_mut().insert("x-next-token", next);

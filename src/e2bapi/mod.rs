@@ -10,10 +10,12 @@
 //! - [`id`]: sandbox ids that name their namespace and object (what an envd router needs);
 //! - [`wire`]: the E2B wire types; [`mapping`]: request ↔ Sandbox (pure); [`view`]: the
 //!   answers of get and list; [`token`]: envd access tokens;
-//! - [`routes`] and [`list`]: the REST handlers; [`error`]: the `{code, message}` errors.
+//! - [`routes`] and [`list`]: the REST handlers, each starting from a [`caller`] (the key
+//!   checked, the sandbox found); [`error`]: the `{code, message}` errors.
 //!
 //! Every replica serves it, leader or not: it only reads and writes objects.
 
+pub mod caller;
 pub mod clients;
 pub mod error;
 pub mod id;

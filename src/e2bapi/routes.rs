@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use axum::routing::{get, post};
 use bytes::Bytes;
@@ -15,6 +14,7 @@ use chrono::Utc;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde::de::DeserializeOwned;
 
+use super::caller::{Caller, Target};
 use super::clients::Impersonation;
 use super::error::{ApiError, json};
 use super::keys::{Keys, Tenant};
@@ -28,8 +28,6 @@ use crate::api::{Sandbox, SandboxTemplate};
 pub const FIELD_MANAGER: &str = "sandbox-operator-e2b-api";
 /// The envd protocol version announced for every sandbox.
 pub const ENVD_VERSION: &str = "0.5.0";
-/// The header carrying the API key.
-const KEY_HEADER: &str = "x-api-key";
 
 /// What every handler shares.
 #[derive(Clone)]
@@ -69,17 +67,6 @@ pub fn router(state: E2bState) -> Router {
         .with_state(state)
 }
 
-/// The key's tenant and its namespace's Sandbox API.
-pub async fn authorized(
-    s: &E2bState,
-    headers: &HeaderMap,
-) -> Result<(Tenant, Api<Sandbox>), ApiError> {
-    let presented = headers.get(KEY_HEADER).and_then(|v| v.to_str().ok());
-    let tenant = s.keys.authenticate(presented).await?;
-    let api = Api::namespaced(s.clients.client(&tenant)?, &tenant.namespace);
-    Ok((tenant, api))
-}
-
 /// A JSON body (`{}` when empty); malformed is a 400, as E2B answers it.
 fn body<T: DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, ApiError> {
     if bytes.iter().all(u8::is_ascii_whitespace) {
@@ -88,12 +75,12 @@ fn body<T: DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, ApiError> {
     serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("request body: {e}")))
 }
 
-async fn create(
-    State(s): State<E2bState>,
-    headers: HeaderMap,
-    raw: Bytes,
-) -> Result<Response, ApiError> {
-    let (tenant, api) = authorized(&s, &headers).await?;
+async fn create(c: Caller, raw: Bytes) -> Result<Response, ApiError> {
+    let Caller {
+        tenant,
+        api,
+        state: s,
+    } = c;
     let request: NewSandbox = body(&raw)?;
     let boot = boot(&s, &api, &tenant, &request.template_id).await?;
     let sid = id::generate(&tenant.namespace);
@@ -159,61 +146,34 @@ fn created(s: &E2bState, sid: &str, template: &str, secure: bool) -> CreatedSand
     }
 }
 
-/// The key's Sandbox behind `sid`; 404 for an id of another namespace, or not ours.
-pub async fn find(api: &Api<Sandbox>, tenant: &Tenant, sid: &str) -> Result<Sandbox, ApiError> {
-    let object = id::parse(sid)
-        .filter(|r| r.namespace == tenant.namespace)
-        .ok_or_else(|| ApiError::sandbox_not_found(sid))?;
-    let sandbox = api
-        .get_opt(&object.name)
-        .await
-        .map_err(|e| ApiError::from_kube("reading the Sandbox", e))?
-        .filter(view::made_here)
-        .ok_or_else(|| ApiError::sandbox_not_found(sid))?;
-    Ok(sandbox)
-}
-
-async fn detail(
-    State(s): State<E2bState>,
-    headers: HeaderMap,
-    Path(sid): Path<String>,
-) -> Result<Response, ApiError> {
-    let (tenant, api) = authorized(&s, &headers).await?;
-    let sandbox = find(&api, &tenant, &sid).await?;
-    let mut info = view::info(&sandbox, &s.site, Utc::now());
-    info.envd_access_token = Some(s.site.tokens.token(&sid));
-    info.domain = s.site.domain.clone();
+async fn detail(t: Target) -> Result<Response, ApiError> {
+    let site = &t.caller.state.site;
+    let mut info = view::info(&t.sandbox, site, Utc::now());
+    info.envd_access_token = Some(site.tokens.token(&t.sid));
+    info.domain = site.domain.clone();
     Ok(json(StatusCode::OK, &info))
 }
 
-async fn kill(
-    State(s): State<E2bState>,
-    headers: HeaderMap,
-    Path(sid): Path<String>,
-) -> Result<StatusCode, ApiError> {
-    let (tenant, api) = authorized(&s, &headers).await?;
-    let sandbox = find(&api, &tenant, &sid).await?;
-    let name = kube::ResourceExt::name_any(&sandbox);
-    match api.delete(&name, &DeleteParams::default()).await {
+async fn kill(t: Target) -> Result<StatusCode, ApiError> {
+    let name = kube::ResourceExt::name_any(&t.sandbox);
+    match t.caller.api.delete(&name, &DeleteParams::default()).await {
         Ok(_) => Ok(StatusCode::NO_CONTENT),
-        Err(kube::Error::Api(e)) if e.code == 404 => Err(ApiError::sandbox_not_found(&sid)),
+        Err(kube::Error::Api(e)) if e.code == 404 => Err(ApiError::sandbox_not_found(&t.sid)),
         Err(e) => Err(ApiError::from_kube("deleting the Sandbox", e)),
     }
 }
 
-/// A merge patch of the spec, as the key's ServiceAccount.
-async fn patch_spec(
-    api: &Api<Sandbox>,
-    sandbox: &Sandbox,
-    spec: serde_json::Value,
-) -> Result<(), ApiError> {
-    let name = kube::ResourceExt::name_any(sandbox);
+/// A merge patch of the target's spec, as the key's ServiceAccount.
+async fn patch_spec(t: &Target, spec: serde_json::Value) -> Result<(), ApiError> {
+    let name = kube::ResourceExt::name_any(&t.sandbox);
     let patch = serde_json::json!({"spec": spec});
     let params = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PatchParams::default()
     };
-    api.patch(&name, &params, &Patch::Merge(&patch))
+    t.caller
+        .api
+        .patch(&name, &params, &Patch::Merge(&patch))
         .await
         .map_err(|e| ApiError::from_kube("updating the Sandbox", e))?;
     Ok(())
@@ -225,70 +185,47 @@ fn lifetime_from_now(sandbox: &Sandbox, timeout: i64) -> Result<serde_json::Valu
     serde_json::to_value(l).map_err(|e| ApiError::internal(e.to_string()))
 }
 
-async fn set_timeout(
-    State(s): State<E2bState>,
-    headers: HeaderMap,
-    Path(sid): Path<String>,
-    raw: Bytes,
-) -> Result<StatusCode, ApiError> {
-    let (tenant, api) = authorized(&s, &headers).await?;
+async fn set_timeout(t: Target, raw: Bytes) -> Result<StatusCode, ApiError> {
     let request: TimeoutRequest = body(&raw)?;
     let timeout = request
         .timeout
         .ok_or_else(|| ApiError::bad_request("timeout is required"))?;
-    let sandbox = find(&api, &tenant, &sid).await?;
-    let lifetime = lifetime_from_now(&sandbox, timeout)?;
-    patch_spec(&api, &sandbox, serde_json::json!({"lifetime": lifetime})).await?;
+    let lifetime = lifetime_from_now(&t.sandbox, timeout)?;
+    patch_spec(&t, serde_json::json!({"lifetime": lifetime})).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-async fn refresh(
-    State(s): State<E2bState>,
-    headers: HeaderMap,
-    Path(sid): Path<String>,
-    raw: Bytes,
-) -> Result<StatusCode, ApiError> {
-    let (tenant, api) = authorized(&s, &headers).await?;
+async fn refresh(t: Target, raw: Bytes) -> Result<StatusCode, ApiError> {
     let request: RefreshRequest = body(&raw)?;
-    let sandbox = find(&api, &tenant, &sid).await?;
-    extend(
-        &api,
-        &sandbox,
-        request.duration.unwrap_or(mapping::DEFAULT_TIMEOUT_SECS),
-    )
-    .await?;
+    let secs = request.duration.unwrap_or(mapping::DEFAULT_TIMEOUT_SECS);
+    extend(&t, secs).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
 /// Moves the end to `secs` from now unless it is already later (TTL is only extended).
-async fn extend(api: &Api<Sandbox>, sandbox: &Sandbox, secs: i64) -> Result<(), ApiError> {
+async fn extend(t: &Target, secs: i64) -> Result<(), ApiError> {
     let wanted = Utc::now() + chrono::Duration::seconds(secs.max(0));
-    let end = sandbox.spec.lifetime.as_ref().and_then(mapping::end_of);
+    let end = t.sandbox.spec.lifetime.as_ref().and_then(mapping::end_of);
     if end.is_some_and(|e| e >= wanted) {
         return Ok(());
     }
-    let lifetime = lifetime_from_now(sandbox, secs)?;
-    patch_spec(api, sandbox, serde_json::json!({"lifetime": lifetime})).await
+    let lifetime = lifetime_from_now(&t.sandbox, secs)?;
+    patch_spec(t, serde_json::json!({"lifetime": lifetime})).await
 }
 
-async fn pause(
-    State(s): State<E2bState>,
-    headers: HeaderMap,
-    Path(sid): Path<String>,
-    raw: Bytes,
-) -> Result<StatusCode, ApiError> {
-    let (tenant, api) = authorized(&s, &headers).await?;
+async fn pause(t: Target, raw: Bytes) -> Result<StatusCode, ApiError> {
     let request: PauseRequest = body(&raw)?;
     refuse_pause_options(&request)?;
-    let sandbox = find(&api, &tenant, &sid).await?;
-    if mapping::state_of(&sandbox, Utc::now()) == "paused" {
-        return Err(ApiError::conflict(format!(
-            "sandbox {sid:?} is already paused"
-        )));
+    if mapping::state_of(&t.sandbox, Utc::now()) == "paused" {
+        let msg = format!("sandbox {:?} is already paused", t.sid);
+        return Err(ApiError::conflict(msg));
     }
     // A paused sandbox does not time out: its lifetime starts again on connect.
-    let spec = serde_json::json!({"state": "Sleeping", "lifetime": null});
-    patch_spec(&api, &sandbox, spec).await?;
+    patch_spec(
+        &t,
+        serde_json::json!({"state": "Sleeping", "lifetime": null}),
+    )
+    .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -330,52 +267,37 @@ fn refuse_wake_options(r: &TimeoutRequest) -> Result<(), ApiError> {
     Ok(())
 }
 
-async fn connect(
-    State(s): State<E2bState>,
-    headers: HeaderMap,
-    Path(sid): Path<String>,
-    raw: Bytes,
-) -> Result<Response, ApiError> {
-    wake(s, headers, sid, raw, false).await
+async fn connect(t: Target, raw: Bytes) -> Result<Response, ApiError> {
+    wake(t, raw, false).await
 }
 
-async fn resume(
-    State(s): State<E2bState>,
-    headers: HeaderMap,
-    Path(sid): Path<String>,
-    raw: Bytes,
-) -> Result<Response, ApiError> {
-    wake(s, headers, sid, raw, true).await
+async fn resume(t: Target, raw: Bytes) -> Result<Response, ApiError> {
+    wake(t, raw, true).await
 }
 
 /// Connect (200 running, 201 resumed) and resume (409 when it runs): a paused sandbox runs
 /// again with its timeout from now; a running one only has its timeout extended.
-async fn wake(
-    s: E2bState,
-    headers: HeaderMap,
-    sid: String,
-    raw: Bytes,
-    only_paused: bool,
-) -> Result<Response, ApiError> {
-    let (tenant, api) = authorized(&s, &headers).await?;
+async fn wake(t: Target, raw: Bytes, only_paused: bool) -> Result<Response, ApiError> {
     let request: TimeoutRequest = body(&raw)?;
     refuse_wake_options(&request)?;
     let timeout = request.timeout.unwrap_or(mapping::DEFAULT_TIMEOUT_SECS);
-    let sandbox = find(&api, &tenant, &sid).await?;
-    let paused = mapping::state_of(&sandbox, Utc::now()) == "paused";
+    let paused = mapping::state_of(&t.sandbox, Utc::now()) == "paused";
     let status = match (paused, only_paused) {
-        (false, true) => return Err(ApiError::conflict(format!("sandbox {sid:?} is not paused"))),
+        (false, true) => {
+            let msg = format!("sandbox {:?} is not paused", t.sid);
+            return Err(ApiError::conflict(msg));
+        }
         (false, false) => {
-            extend(&api, &sandbox, timeout).await?;
+            extend(&t, timeout).await?;
             StatusCode::OK
         }
         (true, _) => {
-            let lifetime = lifetime_from_now(&sandbox, timeout)?;
-            let spec = serde_json::json!({"state": null, "lifetime": lifetime});
-            patch_spec(&api, &sandbox, spec).await?;
+            let lifetime = lifetime_from_now(&t.sandbox, timeout)?;
+            patch_spec(&t, serde_json::json!({"state": null, "lifetime": lifetime})).await?;
             StatusCode::CREATED
         }
     };
-    let template = view::template_of(&sandbox);
-    Ok(json(status, &created(&s, &sid, &template, true)))
+    let template = view::template_of(&t.sandbox);
+    let answer = created(&t.caller.state, &t.sid, &template, true);
+    Ok(json(status, &answer))
 }
