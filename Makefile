@@ -14,7 +14,8 @@ build:
 
 ## Start (or reuse) what the integration tests talk to: a Docker engine with the locally
 ## built base image, a real kube-apiserver + etcd, an S3 server, an image registry and
-## real Kubernetes nodes (kubelet + containerd, scheduler, controller-manager).
+## real Kubernetes nodes (kubelet + containerd, scheduler, controller-manager), and the
+## official E2B Python SDK (pinned) in a virtualenv for the E2B API tests.
 test-setup:
 	bash tests/setup/docker.sh
 	bash tests/setup/gvisor.sh
@@ -23,6 +24,7 @@ test-setup:
 	bash tests/setup/s3.sh
 	bash tests/setup/registry.sh
 	bash tests/setup/tools.sh
+	bash tests/setup/e2b-py.sh
 	bash tests/setup/node.sh
 
 lint:

@@ -90,6 +90,8 @@ pub struct OperatorConfig {
     pub open_images: Vec<String>,
     /// The aggregated API (`subresources.sandboxes.dev`): off unless enabled.
     pub access: crate::access::AccessConfig,
+    /// The E2B-compatible API (`e2bApi:`): off unless enabled.
+    pub e2b_api: crate::e2bapi::E2bApiConfig,
     /// Set when `instance` came from [`ENV_INSTANCE`], so validation messages point there.
     #[serde(skip)]
     instance_from_env: bool,
@@ -116,6 +118,7 @@ impl Default for OperatorConfig {
             provider_timeout_secs: 120,
             open_images: default_open_images(),
             access: crate::access::AccessConfig::default(),
+            e2b_api: crate::e2bapi::E2bApiConfig::default(),
             instance_from_env: false,
         }
     }

@@ -9,6 +9,7 @@ pub mod access;
 pub mod api;
 pub mod config;
 pub mod controller;
+pub mod e2bapi;
 pub mod gateway;
 pub mod jitter;
 pub mod kube_client;

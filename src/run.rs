@@ -101,6 +101,9 @@ pub enum RunError {
     /// The aggregated API could not start.
     #[error(transparent)]
     Access(#[from] crate::access::AccessStartError),
+    /// The E2B-compatible API could not start.
+    #[error(transparent)]
+    E2bApi(#[from] crate::e2bapi::E2bApiStartError),
     /// Leader election settings.
     #[error(transparent)]
     Leader(#[from] crate::leader::LeaderError),
@@ -194,9 +197,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let client = crate::kube_client::counted(&metrics).await?;
     let providers = ProviderRegistry::from_config(&config, &metrics).await?;
     let templates = Arc::new(template_service(&config)?);
-    let access =
-        crate::access::AccessServer::bind(&config.access, client.clone(), providers.clone())
-            .await?;
+    let apis = Apis::bind(&config, &client, &providers).await?;
     let leader_config = LeaderConfig::for_instance(&config.instance, args.lease_duration_secs);
     let elector =
         LeaderElector::new(client.clone(), leader_config.clone())?.with_metrics(metrics.clone());
@@ -225,10 +226,7 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     let process_stop = Trigger::new();
     let mut process = TaskSet::new();
     spawn_process_tasks(&mut process, &parts, &health, listener, &process_stop);
-    if let Some(access) = access {
-        // Every replica serves the aggregated API, leader or not.
-        process.spawn("aggregated API server", access.run(process_stop.fired()));
-    }
+    apis.spawn(&mut process, &process_stop);
 
     // Leader election: only the Lease holder reconciles. The elector stops (and releases the
     // Lease) only after the controllers have stopped.
@@ -264,6 +262,40 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     log_stops(process.stop_within(Duration::from_secs(5)).await);
     tracing::info!(?end, "stopped");
     end.into_result()
+}
+
+/// The listeners every replica serves, leader or not: the aggregated API and the
+/// E2B-compatible API (each when enabled; the E2B API only reads and writes objects).
+struct Apis {
+    access: Option<crate::access::AccessServer>,
+    e2b_api: Option<crate::e2bapi::E2bApiServer>,
+}
+
+impl Apis {
+    /// Binds them before anything runs, so a taken port or a bad setting stops the start.
+    async fn bind(
+        config: &OperatorConfig,
+        client: &Client,
+        providers: &ProviderRegistry,
+    ) -> Result<Apis, RunError> {
+        let access =
+            crate::access::AccessServer::bind(&config.access, client.clone(), providers.clone())
+                .await?;
+        let e2b_api =
+            crate::e2bapi::E2bApiServer::bind(&config.e2b_api, client.clone(), &config.instance)
+                .await?;
+        Ok(Apis { access, e2b_api })
+    }
+
+    /// Serves them until `stop`.
+    fn spawn(self, process: &mut TaskSet, stop: &Trigger) {
+        if let Some(access) = self.access {
+            process.spawn("aggregated API server", access.run(stop.fired()));
+        }
+        if let Some(e2b_api) = self.e2b_api {
+            process.spawn("E2B API server", e2b_api.run(stop.fired()));
+        }
+    }
 }
 
 /// The metrics, every known label combination present from the start (at zero), so a

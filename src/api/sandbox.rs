@@ -401,8 +401,9 @@ pub struct Lifetime {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1))]
     pub ttl_seconds: Option<i64>,
-    /// What happens then: `Stop` (stop the sandbox, keep it and the object) or `Delete`
-    /// (delete the Sandbox object, which removes the sandbox). `Stop` when omitted.
+    /// What happens then: `Stop` (stop the sandbox, keep it and the object), `Delete`
+    /// (delete the Sandbox object, which removes the sandbox) or `Sleep` (suspend it, as
+    /// `state: Sleeping` does, until the lifetime is moved later). `Stop` when omitted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub action: Option<LifetimeAction>,
 }
@@ -416,6 +417,9 @@ pub enum LifetimeAction {
     Stop,
     /// Delete the Sandbox object, which removes the sandbox from the provider.
     Delete,
+    /// Suspend the sandbox (processes kept where the provider can), as `state: Sleeping`
+    /// does; a later `shutdownAt` wakes it. The E2B-compatible API's `autoPause`.
+    Sleep,
 }
 
 /// Observed state of a Sandbox, written by the operator only.

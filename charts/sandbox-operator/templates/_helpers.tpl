@@ -199,6 +199,11 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- if .Values.access.enabled }}
 {{- $_ := set $cfg "access" (dict "enabled" true "address" (printf "0.0.0.0:%d" (int .Values.access.port)) "tlsCertFile" "/etc/sandbox-operator-access/tls.crt" "tlsKeyFile" "/etc/sandbox-operator-access/tls.key" "maxUploadBytes" (int64 .Values.access.maxUploadBytes)) }}
 {{- end }}
+{{- if (.Values.e2bApi).enabled }}
+{{- $e2b := dict "enabled" true "address" (printf "0.0.0.0:%d" (int .Values.e2bApi.port)) "templates" (.Values.e2bApi.templates | default dict) }}
+{{- if .Values.e2bApi.domain }}{{- $_ := set $e2b "domain" .Values.e2bApi.domain }}{{- end }}
+{{- $_ := set $cfg "e2bApi" $e2b }}
+{{- end }}
 {{- toYaml $cfg }}
 {{- end }}
 

@@ -217,7 +217,8 @@ async fn dereference(
     Ok((resolved, env))
 }
 
-/// Build (pure): the provider request; a passed stop deadline wants the sandbox stopped.
+/// Build (pure): the provider request; a passed stop (sleep) deadline wants the sandbox
+/// stopped (sleeping).
 fn build(
     r: &Report<'_, Sandbox>,
     resolved: &Resolved,
@@ -225,8 +226,13 @@ fn build(
 ) -> Result<Desired, Outcome> {
     let mut desired = build::desired(r.object, &r.ctx.instance, resolved)
         .map_err(|msg| Outcome::stalled("InvalidSpec", msg))?;
-    if *deadline == Deadline::Stop {
-        desired.state = DesiredState::Stopped;
+    match deadline {
+        Deadline::Stop => desired.state = DesiredState::Stopped,
+        // A sandbox the spec already stops stays stopped.
+        Deadline::Sleep if desired.state == DesiredState::Running => {
+            desired.state = DesiredState::Sleeping;
+        }
+        Deadline::Sleep | Deadline::None | Deadline::At(_) | Deadline::Delete => {}
     }
     Ok(desired)
 }

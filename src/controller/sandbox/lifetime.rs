@@ -15,6 +15,8 @@ pub enum Deadline {
     Stop,
     /// Passed: delete the Sandbox object (cleanup destroys the sandbox).
     Delete,
+    /// Passed: suspend the sandbox (it stays, sleeping, until the lifetime moves).
+    Sleep,
 }
 
 /// Evaluates `spec.lifetime` against `now`; `created` is the object's creationTimestamp.
@@ -43,7 +45,8 @@ pub fn evaluate(
     }
     Ok(match l.action {
         Some(LifetimeAction::Delete) => Deadline::Delete,
-        _ => Deadline::Stop,
+        Some(LifetimeAction::Sleep) => Deadline::Sleep,
+        Some(LifetimeAction::Stop) | None => Deadline::Stop,
     })
 }
 
@@ -97,6 +100,24 @@ mod tests {
         assert_eq!(
             evaluate(None, None, t("2026-02-01T00:00:00Z")),
             Ok(Deadline::None)
+        );
+    }
+
+    #[test]
+    fn sleep_suspends_once_passed_and_a_later_time_wakes() {
+        let at = |s: &str| Lifetime {
+            shutdown_at: Some(s.into()),
+            ttl_seconds: None,
+            action: Some(LifetimeAction::Sleep),
+        };
+        let now = t("2026-02-01T00:00:00Z");
+        assert_eq!(
+            evaluate(Some(&at("2026-01-01T00:00:00Z")), None, now),
+            Ok(Deadline::Sleep)
+        );
+        assert_eq!(
+            evaluate(Some(&at("2026-03-01T00:00:00Z")), None, now),
+            Ok(Deadline::At(t("2026-03-01T00:00:00Z")))
         );
     }
 }

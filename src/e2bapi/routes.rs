@@ -1,0 +1,303 @@
+//! The REST routes, at the paths the official SDKs call (v2 create, list and connect; the
+//! v1 forms beside them). Every handler authenticates the `X-API-KEY` first, then acts with
+//! the key's ServiceAccount in the key's namespace only.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::Response;
+use axum::routing::{get, post};
+use bytes::Bytes;
+use chrono::Utc;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use serde::de::DeserializeOwned;
+
+use super::caller::{Caller, Target};
+use super::clients::Impersonation;
+use super::error::{ApiError, json};
+use super::keys::{Keys, Tenant};
+use super::mapping::{self, Boot};
+use super::token::TokenKey;
+use super::wire::{CreatedSandbox, NewSandbox, PauseRequest, RefreshRequest, TimeoutRequest};
+use super::{id, list, view};
+use crate::api::{Sandbox, SandboxTemplate};
+
+/// The field manager of this API's writes.
+pub const FIELD_MANAGER: &str = "sandbox-operator-e2b-api";
+/// The envd protocol version announced for every sandbox.
+pub const ENVD_VERSION: &str = "0.5.0";
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct E2bState {
+    /// The API keys.
+    pub keys: Keys,
+    /// Clients acting as the keys' ServiceAccounts.
+    pub clients: Impersonation,
+    /// Settings and the token key.
+    pub site: Arc<Site>,
+}
+
+/// The settings the answers carry.
+pub struct Site {
+    /// `e2bApi.domain`.
+    pub domain: Option<String>,
+    /// `e2bApi.templates`.
+    pub templates: BTreeMap<String, String>,
+    /// envd access tokens.
+    pub tokens: TokenKey,
+    /// The `clientID` of every sandbox (the operator instance).
+    pub client_id: String,
+}
+
+/// The router.
+pub fn router(state: E2bState) -> Router {
+    Router::new()
+        .route("/sandboxes", post(create).get(list::list_v1))
+        .route("/v2/sandboxes", post(create).get(list::list_v2))
+        .route("/sandboxes/{id}", get(detail).delete(kill))
+        .route("/sandboxes/{id}/timeout", post(set_timeout))
+        .route("/sandboxes/{id}/refreshes", post(refresh))
+        .route("/sandboxes/{id}/pause", post(pause))
+        .route("/sandboxes/{id}/resume", post(resume))
+        .route("/sandboxes/{id}/connect", post(connect))
+        .route("/v2/sandboxes/{id}/connect", post(connect))
+        .with_state(state)
+}
+
+/// A JSON body (`{}` when empty); malformed is a 400, as E2B answers it.
+fn body<T: DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes).map_err(|e| ApiError::bad_request(format!("request body: {e}")))
+}
+
+async fn create(c: Caller, raw: Bytes) -> Result<Response, ApiError> {
+    let Caller {
+        tenant,
+        api,
+        state: s,
+    } = c;
+    let request: NewSandbox = body(&raw)?;
+    let boot = boot(&s, &api, &tenant, &request.template_id).await?;
+    let sid = id::generate(&tenant.namespace);
+    let Some(object) = id::parse(&sid) else {
+        return Err(ApiError::bad_request(format!(
+            "namespace {:?} cannot be part of a sandbox id",
+            tenant.namespace
+        )));
+    };
+    let sandbox = mapping::sandbox(&request, boot, &tenant, &object.name, Utc::now())?;
+    let params = PostParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PostParams::default()
+    };
+    api.create(&params, &sandbox)
+        .await
+        .map_err(|e| ApiError::from_kube("creating the Sandbox", e))?;
+    tracing::info!(namespace = %tenant.namespace, name = %object.name, key = %tenant.key_name, "E2B API: created a sandbox");
+    let secure = request.secure != Some(false);
+    Ok(json(
+        StatusCode::CREATED,
+        &created(&s, &sid, &request.template_id, secure),
+    ))
+}
+
+/// A SandboxTemplate of that name in the namespace, else the configured image alias.
+async fn boot(
+    s: &E2bState,
+    api: &Api<Sandbox>,
+    tenant: &Tenant,
+    template: &str,
+) -> Result<Boot, ApiError> {
+    let templates: Api<SandboxTemplate> =
+        Api::namespaced(api.clone().into_client(), &tenant.namespace);
+    if crate::validation::check_dns_label(template).is_ok() {
+        let found = templates
+            .get_opt(template)
+            .await
+            .map_err(|e| ApiError::from_kube("looking up the SandboxTemplate", e))?;
+        if found.is_some() {
+            return Ok(Boot::Template(template.to_string()));
+        }
+    }
+    match s.site.templates.get(template) {
+        Some(image) => Ok(Boot::Image(image.clone())),
+        None => Err(ApiError::bad_request(format!(
+            "template {template:?} not found: no SandboxTemplate of that name in namespace {:?} \
+             and no image alias in the operator's e2bApi.templates",
+            tenant.namespace
+        ))),
+    }
+}
+
+/// The `Sandbox` answer of create and connect.
+fn created(s: &E2bState, sid: &str, template: &str, secure: bool) -> CreatedSandbox {
+    CreatedSandbox {
+        template_id: template.to_string(),
+        sandbox_id: sid.to_string(),
+        client_id: s.site.client_id.clone(),
+        envd_version: ENVD_VERSION.into(),
+        envd_access_token: secure.then(|| s.site.tokens.token(sid)),
+        domain: s.site.domain.clone(),
+    }
+}
+
+async fn detail(t: Target) -> Result<Response, ApiError> {
+    let site = &t.caller.state.site;
+    let mut info = view::info(&t.sandbox, site, Utc::now());
+    info.envd_access_token = Some(site.tokens.token(&t.sid));
+    info.domain = site.domain.clone();
+    Ok(json(StatusCode::OK, &info))
+}
+
+async fn kill(t: Target) -> Result<StatusCode, ApiError> {
+    let name = kube::ResourceExt::name_any(&t.sandbox);
+    match t.caller.api.delete(&name, &DeleteParams::default()).await {
+        Ok(_) => Ok(StatusCode::NO_CONTENT),
+        Err(kube::Error::Api(e)) if e.code == 404 => Err(ApiError::sandbox_not_found(&t.sid)),
+        Err(e) => Err(ApiError::from_kube("deleting the Sandbox", e)),
+    }
+}
+
+/// A merge patch of the target's spec, as the key's ServiceAccount.
+async fn patch_spec(t: &Target, spec: serde_json::Value) -> Result<(), ApiError> {
+    let name = kube::ResourceExt::name_any(&t.sandbox);
+    let patch = serde_json::json!({"spec": spec});
+    let params = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    t.caller
+        .api
+        .patch(&name, &params, &Patch::Merge(&patch))
+        .await
+        .map_err(|e| ApiError::from_kube("updating the Sandbox", e))?;
+    Ok(())
+}
+
+/// The lifetime `timeout` seconds from now, with the sandbox's own action.
+fn lifetime_from_now(sandbox: &Sandbox, timeout: i64) -> Result<serde_json::Value, ApiError> {
+    let l = mapping::lifetime(timeout, mapping::auto_pauses(sandbox), Utc::now())?;
+    serde_json::to_value(l).map_err(|e| ApiError::internal(e.to_string()))
+}
+
+async fn set_timeout(t: Target, raw: Bytes) -> Result<StatusCode, ApiError> {
+    let request: TimeoutRequest = body(&raw)?;
+    let timeout = request
+        .timeout
+        .ok_or_else(|| ApiError::bad_request("timeout is required"))?;
+    let lifetime = lifetime_from_now(&t.sandbox, timeout)?;
+    patch_spec(&t, serde_json::json!({"lifetime": lifetime})).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+async fn refresh(t: Target, raw: Bytes) -> Result<StatusCode, ApiError> {
+    let request: RefreshRequest = body(&raw)?;
+    let secs = request.duration.unwrap_or(mapping::DEFAULT_TIMEOUT_SECS);
+    extend(&t, secs).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// Moves the end to `secs` from now unless it is already later (TTL is only extended).
+async fn extend(t: &Target, secs: i64) -> Result<(), ApiError> {
+    let wanted = Utc::now() + chrono::Duration::seconds(secs.max(0));
+    let end = t.sandbox.spec.lifetime.as_ref().and_then(mapping::end_of);
+    if end.is_some_and(|e| e >= wanted) {
+        return Ok(());
+    }
+    let lifetime = lifetime_from_now(&t.sandbox, secs)?;
+    patch_spec(t, serde_json::json!({"lifetime": lifetime})).await
+}
+
+async fn pause(t: Target, raw: Bytes) -> Result<StatusCode, ApiError> {
+    let request: PauseRequest = body(&raw)?;
+    refuse_pause_options(&request)?;
+    if mapping::state_of(&t.sandbox, Utc::now()) == "paused" {
+        let msg = format!("sandbox {:?} is already paused", t.sid);
+        return Err(ApiError::conflict(msg));
+    }
+    // A paused sandbox does not time out: its lifetime starts again on connect.
+    patch_spec(
+        &t,
+        serde_json::json!({"state": "Sleeping", "lifetime": null}),
+    )
+    .await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// A pause keeps memory where the provider can; the other kinds are refused by name.
+fn refuse_pause_options(r: &PauseRequest) -> Result<(), ApiError> {
+    if r.memory == Some(false) {
+        return Err(ApiError::bad_request(
+            "memory: false (a filesystem-only pause) is not supported",
+        ));
+    }
+    if r.require_healthy_guest == Some(true) {
+        return Err(ApiError::bad_request(
+            "requireHealthyGuest is not supported: this API does not probe envd yet",
+        ));
+    }
+    match r.rest.keys().next() {
+        Some(f) => Err(ApiError::bad_request(format!(
+            "pause: field {f:?} is not supported"
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Connect and resume options: only a timeout (and a resume that keeps memory).
+fn refuse_wake_options(r: &TimeoutRequest) -> Result<(), ApiError> {
+    for (field, value) in &r.rest {
+        let harmless = matches!(
+            (field.as_str(), value),
+            ("memory", serde_json::Value::Bool(true))
+                | ("autoPause", serde_json::Value::Bool(false))
+        );
+        if !harmless {
+            return Err(ApiError::bad_request(format!(
+                "{field}: {value} is not supported (a resume keeps memory; autoPause is set \
+                 at create)"
+            )));
+        }
+    }
+    Ok(())
+}
+
+async fn connect(t: Target, raw: Bytes) -> Result<Response, ApiError> {
+    wake(t, raw, false).await
+}
+
+async fn resume(t: Target, raw: Bytes) -> Result<Response, ApiError> {
+    wake(t, raw, true).await
+}
+
+/// Connect (200 running, 201 resumed) and resume (409 when it runs): a paused sandbox runs
+/// again with its timeout from now; a running one only has its timeout extended.
+async fn wake(t: Target, raw: Bytes, only_paused: bool) -> Result<Response, ApiError> {
+    let request: TimeoutRequest = body(&raw)?;
+    refuse_wake_options(&request)?;
+    let timeout = request.timeout.unwrap_or(mapping::DEFAULT_TIMEOUT_SECS);
+    let paused = mapping::state_of(&t.sandbox, Utc::now()) == "paused";
+    let status = match (paused, only_paused) {
+        (false, true) => {
+            let msg = format!("sandbox {:?} is not paused", t.sid);
+            return Err(ApiError::conflict(msg));
+        }
+        (false, false) => {
+            extend(&t, timeout).await?;
+            StatusCode::OK
+        }
+        (true, _) => {
+            let lifetime = lifetime_from_now(&t.sandbox, timeout)?;
+            patch_spec(&t, serde_json::json!({"state": null, "lifetime": lifetime})).await?;
+            StatusCode::CREATED
+        }
+    };
+    let template = view::template_of(&t.sandbox);
+    let answer = created(&t.caller.state, &t.sid, &template, true);
+    Ok(json(status, &answer))
+}

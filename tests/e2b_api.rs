@@ -1,0 +1,478 @@
+//! The E2B-compatible API (src/e2bapi) driven by the official E2B Python SDK (`e2b` from
+//! PyPI, the version pinned in tests/setup/e2b-py.sh), against the real API server and the
+//! Docker provider: API keys are Secrets in two namespaces, each key acting as a
+//! ServiceAccount whose Role allows Sandboxes; the SDK scripts are tests/e2b/driver.py.
+
+mod harness;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use harness::cluster::{apply_yaml_ok, kubectl, kubectl_ok, namespace};
+use harness::objects::{wait_gone, wait_ready};
+use harness::operator::OperatorOptions;
+use harness::tenant::{ensure_crd, tenant};
+use harness::{cache, repo, unique, wait_for};
+use kube::Api;
+use sandbox_operator::api::{LifetimeAction, Sandbox};
+use sandbox_operator::e2bapi::id;
+use serde_json::{Value, json};
+
+/// The SDK's Python, installed (idempotently) by the set-up script.
+fn sdk_python() -> PathBuf {
+    let out = Command::new("bash")
+        .arg(repo().join("tests/setup/e2b-py.sh"))
+        .output()
+        .expect("run tests/setup/e2b-py.sh");
+    assert!(
+        out.status.success(),
+        "tests/setup/e2b-py.sh failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let script = std::fs::read_to_string(repo().join("tests/setup/e2b-py.sh")).expect("script");
+    let version = script
+        .lines()
+        .find_map(|l| l.strip_prefix("E2B_PY_VERSION="))
+        .expect("E2B_PY_VERSION in e2b-py.sh");
+    cache().join(format!("e2b-py/{version}/bin/python"))
+}
+
+/// The SDK pointed at one operator's E2B API.
+struct Sdk {
+    python: PathBuf,
+    url: String,
+}
+
+impl Sdk {
+    /// Runs `scenario` of tests/e2b/driver.py with `key`; its JSON answer.
+    fn run(&self, key: &str, scenario: &str, args: Value) -> Value {
+        let out = Command::new(&self.python)
+            .arg(repo().join("tests/e2b/driver.py"))
+            .arg(scenario)
+            .arg(args.to_string())
+            .env("E2B_API_URL", &self.url)
+            .env("E2B_DOMAIN", "e2b.test")
+            .env("E2B_API_KEY", key)
+            .env_remove("E2B_DEBUG")
+            .output()
+            .expect("run the SDK driver");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
+            panic!(
+                "driver {scenario}: {e}; stdout: {stdout}; stderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+    }
+
+    /// As [`Sdk::run`], asserting the SDK raised no exception.
+    fn ok(&self, key: &str, scenario: &str, args: Value) -> Value {
+        let answer = self.run(key, scenario, args);
+        assert!(answer.get("error").is_none(), "{scenario}: {answer}");
+        answer
+    }
+}
+
+/// A ServiceAccount allowed to manage Sandboxes in `ns`, and an API key Secret for it.
+fn key_for(ns: &str) -> String {
+    let key = format!("e2b_{}", unique("k").replace('-', ""));
+    let yaml = format!(
+        r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: agent}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {{name: e2b-agent}}
+rules:
+  - apiGroups: [sandboxes.dev]
+    resources: [sandboxes, sandboxtemplates]
+    verbs: [get, list, watch, create, patch, update, delete]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {{name: e2b-agent}}
+roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: e2b-agent}}
+subjects: [{{kind: ServiceAccount, name: agent, namespace: {ns}}}]
+---
+apiVersion: v1
+kind: Secret
+metadata: {{name: e2b-key}}
+type: sandboxes.dev/e2b-api-key
+stringData: {{apiKey: {key}, serviceAccount: agent}}
+"#
+    );
+    apply_yaml_ok(&yaml, ns);
+    key
+}
+
+/// Operator options serving the E2B API on `port`, `base` aliased to the base image.
+fn options(port: u16) -> OperatorOptions {
+    let base = harness::docker::base_image();
+    OperatorOptions {
+        config_extra: format!(
+            "providers:\n  - name: docker\n    type: docker\ne2bApi:\n  enabled: true\n  \
+             address: 127.0.0.1:{port}\n  domain: e2b.test\n  templates:\n    base: {base:?}\n"
+        ),
+        ..OperatorOptions::default()
+    }
+}
+
+fn free_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
+    l.local_addr().expect("addr").port()
+}
+
+/// The E2B API answers (a 401 without a key: it is up and checking keys).
+async fn api_up(port: u16) {
+    wait_for(
+        "the E2B API to listen",
+        Duration::from_secs(60),
+        || async move {
+            std::net::TcpStream::connect(("127.0.0.1", port))
+                .map(drop)
+                .map_err(|e| e.to_string())
+        },
+    )
+    .await;
+}
+
+fn ids(answer: &Value) -> Vec<String> {
+    let mut ids: Vec<String> = answer["ids"]
+        .as_array()
+        .expect("ids")
+        .iter()
+        .map(|v| v.as_str().expect("id").to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// This branch's Sandbox CRD when the installed one lacks the lifetime action `Sleep` (the
+/// API server is shared by every branch's tests; [`ensure_crd`] checks older fields only).
+fn ensure_sleep_crd() {
+    ensure_crd();
+    let path = "jsonpath={.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.lifetime.properties.action.enum}";
+    let installed = kubectl(&["get", "crd", "sandboxes.sandboxes.dev", "-o", path], None);
+    if String::from_utf8_lossy(&installed.stdout).contains("Sleep") {
+        return;
+    }
+    let crd = repo().join("crds/sandboxes.sandboxes.dev.yaml");
+    let crd = crd.to_string_lossy();
+    kubectl_ok(
+        &["apply", "--server-side", "--force-conflicts", "-f", &crd],
+        None,
+    );
+    let established = [
+        "wait",
+        "--for=condition=Established",
+        "--timeout=60s",
+        "crd/sandboxes.sandboxes.dev",
+    ];
+    kubectl_ok(&established, None);
+}
+
+#[tokio::test]
+async fn the_python_sdk_creates_lists_inspects_times_out_and_kills_sandboxes() {
+    ensure_sleep_crd();
+    let port = free_port();
+    let a = tenant("e2b-a", &options(port)).await;
+    let b = namespace("e2b-b").await;
+    let python = sdk_python();
+    let (key_a, key_b) = (key_for(&a.ns), key_for(&b));
+    api_up(port).await;
+    let sdk = Sdk {
+        python,
+        url: format!("http://127.0.0.1:{port}"),
+    };
+    let suite = unique("suite");
+    for key in [&key_a, &key_b] {
+        let empty = once_key_read(&sdk, key, "list", json!({"metadata": {"suite": suite}}));
+        assert_eq!(empty, json!({"ids": [], "pages": 1}), "{empty}");
+    }
+
+    // A wrong key is a 401, which the SDK raises as an AuthenticationException.
+    let wrong = sdk.run("e2b_not_a_key_of_anyone", "list", json!({}));
+    assert_eq!(wrong["error"], "AuthenticationException", "{wrong}");
+    assert!(
+        wrong["message"].as_str().unwrap().contains("401"),
+        "{wrong}"
+    );
+
+    // Create with metadata, envs and a timeout: a Sandbox in the key's namespace.
+    let created = sdk.ok(
+        &key_a,
+        "create",
+        json!({"timeout": 300, "metadata": {"suite": suite, "user": "alice"},
+               "envs": {"GREETING": "hello"}}),
+    );
+    let alice = created["sandbox_id"].as_str().expect("id").to_string();
+    assert_eq!(created["has_token"], true, "{created}");
+    let object = id::parse(&alice).expect("an id of this API");
+    assert_eq!(object.namespace, a.ns);
+    let sandbox = wait_ready(&a.api, &object.name, &a.op).await;
+    check_mapping(&sandbox, &a.ns);
+    let listed = kubectl_ok(&["get", "sbx", "-n", &a.ns, "-o", "name"], None);
+    assert!(listed.contains(&object.name), "{listed}");
+
+    let bob = sdk.ok(
+        &key_a,
+        "create",
+        json!({"timeout": 300, "metadata": {"suite": suite, "user": "bob"}}),
+    );
+    let bob = bob["sandbox_id"].as_str().expect("id").to_string();
+    let other = sdk.ok(
+        &key_b,
+        "create",
+        json!({"timeout": 300, "metadata": {"suite": suite, "user": "alice"}}),
+    );
+    let other = other["sandbox_id"].as_str().expect("id").to_string();
+
+    list_and_isolation(&sdk, (&key_a, &key_b), &suite, (&alice, &bob, &other));
+    info_and_timeout(&sdk, &key_a, &alice, &suite);
+    pause_and_connect(&sdk, &key_a, &a.api, &bob).await;
+    not_allowed_by_rbac(&sdk, &b);
+    auto_pause(&sdk, &key_a, &a.api).await;
+    kill_and_gone(&sdk, &key_a, &a.api, &alice, &other, &b).await;
+
+    for (key, sid) in [(&key_a, &bob), (&key_b, &other)] {
+        assert_eq!(
+            sdk.ok(key, "kill", json!({"sandbox_id": sid}))["killed"],
+            true
+        );
+    }
+    let _ = kubectl(&["delete", "namespace", &b, "--wait=false"], None);
+}
+
+/// The object carries what the SDK asked for, and who asked.
+fn check_mapping(sandbox: &Sandbox, ns: &str) {
+    let env = sandbox.spec.env.as_ref().expect("env");
+    assert!(
+        env.iter()
+            .any(|e| e.name == "GREETING" && e.value == "hello"),
+        "{env:?}"
+    );
+    let lifetime = sandbox.spec.lifetime.as_ref().expect("lifetime");
+    assert_eq!(lifetime.action, Some(LifetimeAction::Delete));
+    assert!(lifetime.shutdown_at.is_some());
+    let annotations = sandbox.metadata.annotations.as_ref().expect("annotations");
+    assert_eq!(
+        annotations["e2b.sandboxes.dev/created-by"],
+        format!("system:serviceaccount:{ns}:agent")
+    );
+    let managers: Vec<_> = sandbox
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.as_deref())
+        .collect();
+    assert!(
+        managers.contains(&"sandbox-operator-e2b-api"),
+        "{managers:?}"
+    );
+}
+
+/// The metadata query selects exactly; paging walks every page; a key never sees another
+/// namespace's sandboxes.
+fn list_and_isolation(
+    sdk: &Sdk,
+    (key_a, key_b): (&str, &str),
+    suite: &str,
+    (alice, bob, other): (&str, &str, &str),
+) {
+    let only_alice = sdk.ok(
+        key_a,
+        "list",
+        json!({"metadata": {"suite": suite, "user": "alice"}}),
+    );
+    assert_eq!(ids(&only_alice), [alice.to_string()], "{only_alice}");
+    let both = sdk.ok(
+        key_a,
+        "list",
+        json!({"metadata": {"suite": suite}, "limit": 1}),
+    );
+    let mut want = vec![alice.to_string(), bob.to_string()];
+    want.sort();
+    assert_eq!(ids(&both), want, "{both}");
+    assert!(both["pages"].as_u64().expect("pages") >= 2, "{both}");
+    let theirs = sdk.ok(key_b, "list", json!({"metadata": {"suite": suite}}));
+    assert_eq!(ids(&theirs), [other.to_string()], "{theirs}");
+    let cross = sdk.run(key_a, "info", json!({"sandbox_id": other}));
+    assert_eq!(cross["error"], "SandboxNotFoundException", "{cross}");
+}
+
+/// get_info reads the object back; set_timeout moves its end.
+fn info_and_timeout(sdk: &Sdk, key: &str, sid: &str, suite: &str) {
+    let info = sdk.ok(key, "info", json!({"sandbox_id": sid}));
+    assert_eq!(info["sandbox_id"], sid);
+    assert_eq!(info["template_id"], "base");
+    assert_eq!(info["state"], "running");
+    assert_eq!(info["metadata"], json!({"suite": suite, "user": "alice"}));
+    let before = chrono::DateTime::parse_from_rfc3339(info["end_at"].as_str().expect("end"))
+        .expect("end_at");
+    sdk.ok(
+        key,
+        "set_timeout",
+        json!({"sandbox_id": sid, "timeout": 3600}),
+    );
+    let after = sdk.ok(key, "info", json!({"sandbox_id": sid}));
+    let after = chrono::DateTime::parse_from_rfc3339(after["end_at"].as_str().expect("end"))
+        .expect("end_at");
+    let moved = (after - before).num_seconds();
+    assert!((3000..=3400).contains(&moved), "end moved by {moved}s");
+}
+
+/// pause sleeps the sandbox (Docker: paused, processes kept) until connect runs it again.
+async fn pause_and_connect(sdk: &Sdk, key: &str, api: &Api<Sandbox>, sid: &str) {
+    let name = id::parse(sid).expect("id").name;
+    assert_eq!(
+        sdk.ok(key, "pause", json!({"sandbox_id": sid}))["paused"],
+        true
+    );
+    let paused = api.get(&name).await.expect("sandbox");
+    assert_eq!(
+        paused.spec.state,
+        Some(sandbox_operator::api::DesiredState::Sleeping)
+    );
+    assert_eq!(
+        sdk.ok(key, "info", json!({"sandbox_id": sid}))["state"],
+        "paused"
+    );
+    // A second pause is a 409, which the SDK reports as "already paused".
+    assert_eq!(
+        sdk.ok(key, "pause", json!({"sandbox_id": sid}))["paused"],
+        false
+    );
+    let connected = sdk.ok(key, "connect", json!({"sandbox_id": sid, "timeout": 120}));
+    assert_eq!(connected["sandbox_id"], sid);
+    assert_eq!(
+        sdk.ok(key, "info", json!({"sandbox_id": sid}))["state"],
+        "running"
+    );
+    let running = api.get(&name).await.expect("sandbox");
+    assert_eq!(running.spec.state, None);
+    assert!(
+        running
+            .spec
+            .lifetime
+            .is_some_and(|l| l.shutdown_at.is_some())
+    );
+}
+
+/// `lifecycle={"on_timeout": "pause"}` (autoPause): at its timeout the operator suspends
+/// the sandbox instead of deleting it, and connect runs it again.
+async fn auto_pause(sdk: &Sdk, key: &str, api: &Api<Sandbox>) {
+    let args = json!({"timeout": 3, "lifecycle": {"on_timeout": "pause"}});
+    let sid = sdk.ok(key, "create", args)["sandbox_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    let name = id::parse(&sid).expect("id").name;
+    let phase = |want: &'static str| {
+        let (api, name) = (api.clone(), name.clone());
+        move || {
+            let (api, name) = (api.clone(), name.clone());
+            async move {
+                let s = api.get(&name).await.map_err(|e| e.to_string())?;
+                let phase = s.status.and_then(|st| st.phase).unwrap_or_default();
+                (phase == want)
+                    .then_some(())
+                    .ok_or(format!("phase {phase:?}"))
+            }
+        }
+    };
+    wait_for(
+        "the auto-paused sandbox to sleep",
+        Duration::from_secs(90),
+        phase("Sleeping"),
+    )
+    .await;
+    let slept = api.get(&name).await.expect("sandbox");
+    assert_eq!(
+        slept.spec.lifetime.and_then(|l| l.action),
+        Some(LifetimeAction::Sleep)
+    );
+    assert_eq!(
+        sdk.ok(key, "info", json!({"sandbox_id": sid}))["state"],
+        "paused"
+    );
+    sdk.ok(key, "connect", json!({"sandbox_id": sid, "timeout": 120}));
+    wait_for(
+        "the connected sandbox to run",
+        Duration::from_secs(90),
+        phase("Running"),
+    )
+    .await;
+    assert_eq!(
+        sdk.ok(key, "kill", json!({"sandbox_id": sid}))["killed"],
+        true
+    );
+}
+
+/// The API acts as the key's ServiceAccount: one without RBAC on Sandboxes is refused by
+/// the API server (403), not served with the operator's own rights.
+fn not_allowed_by_rbac(sdk: &Sdk, ns: &str) {
+    let key = format!("e2b_{}", unique("n").replace('-', ""));
+    let yaml = format!(
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {{name: nobody}}\n---\napiVersion: v1\n\
+         kind: Secret\nmetadata: {{name: e2b-key-nobody}}\ntype: sandboxes.dev/e2b-api-key\n\
+         stringData: {{apiKey: {key}, serviceAccount: nobody}}\n"
+    );
+    apply_yaml_ok(&yaml, ns);
+    let refused = once_key_read(sdk, &key, "create", json!({"timeout": 60}));
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("403"),
+        "{refused}"
+    );
+    assert!(
+        refused["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("system:serviceaccount"),
+        "{refused}"
+    );
+}
+
+/// The answer of `scenario` with a new key, once the API's watch has read the key (no 401
+/// any more), polled with a deadline.
+fn once_key_read(sdk: &Sdk, key: &str, scenario: &str, args: Value) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let answer = sdk.run(key, scenario, args.clone());
+        if answer["error"] != "AuthenticationException" || std::time::Instant::now() > deadline {
+            return answer;
+        }
+    }
+}
+
+/// kill deletes the object; a second kill, and a kill of another namespace's id, find none.
+async fn kill_and_gone(
+    sdk: &Sdk,
+    key: &str,
+    api: &Api<Sandbox>,
+    sid: &str,
+    foreign: &str,
+    foreign_ns: &str,
+) {
+    assert_eq!(
+        sdk.ok(key, "kill", json!({"sandbox_id": sid}))["killed"],
+        true
+    );
+    let name = id::parse(sid).expect("id").name;
+    wait_gone(api, &name, Duration::from_secs(60)).await;
+    assert_eq!(
+        sdk.ok(key, "kill", json!({"sandbox_id": sid}))["killed"],
+        false
+    );
+    assert_eq!(
+        sdk.ok(key, "kill", json!({"sandbox_id": foreign}))["killed"],
+        false
+    );
+    let theirs = id::parse(foreign).expect("id").name;
+    kubectl_ok(&["get", "sbx", &theirs, "-n", foreign_ns], None);
+}
