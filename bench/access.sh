@@ -43,12 +43,19 @@ median() {
 
 exec_plugin=$(median "$N" kubectl sandbox exec "$NAME" -n "$NS" -- true)
 exec_docker=$(median "$N" docker exec "$ID" true)
+# What kubectl itself costs before our plugin runs (a no-op plugin found the same way), and
+# the plugin run directly: the part of the exec figure this project owns.
+printf '#!/bin/sh\nexit 0\n' >"$WORK/kubectl-noop" && chmod +x "$WORK/kubectl-noop"
+launcher=$(PATH="$WORK:$PATH" median "$N" kubectl noop)
+exec_direct=$(median "$N" kubectl-sandbox exec "$NAME" -n "$NS" -- true)
 head -c $((64 << 20)) /dev/urandom >"$WORK/blob"
 cp_plugin=$(median 5 kubectl sandbox cp "$WORK/blob" "$NS/$NAME:/tmp/blob")
 cp_docker=$(median 5 docker cp "$WORK/blob" "$ID:/tmp/blob")
 
-report=$(awk -v ep="$exec_plugin" -v ed="$exec_docker" -v cpp="$cp_plugin" -v cpd="$cp_docker" 'BEGIN {
+report=$(awk -v ep="$exec_plugin" -v ed="$exec_docker" -v cpp="$cp_plugin" -v cpd="$cp_docker" \
+  -v la="$launcher" -v dx="$exec_direct" 'BEGIN {
   printf "access: kubectl sandbox exec -- true %.3f s vs docker exec %.3f s: %.2fx (target <= 1.3x)\n", ep, ed, ep / ed
+  printf "access:   of which kubectl launching a plugin %.3f s (a no-op plugin); kubectl-sandbox exec run directly %.3f s: %.2fx\n", la, dx, dx / ed
   printf "access: kubectl sandbox cp 64 MiB %.1f MiB/s vs docker cp %.1f MiB/s: %.2fx of its throughput (target >= 0.5x)\n", 64 / cpp, 64 / cpd, cpd / cpp
 }')
 echo "$report"

@@ -4,7 +4,7 @@
 
 use axum::body::Body;
 use axum::http::{Method, Request, Response, StatusCode, header};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 
 use super::lookup::Target;
 use super::params;
@@ -31,7 +31,12 @@ pub async fn serve(
     match *request.method() {
         Method::GET => download(&target, files, &path).await,
         Method::PUT | Method::POST => {
-            let body = read_body(request.into_body(), max_upload).await?;
+            let declared = request
+                .headers()
+                .get(header::CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok());
+            let body = read_body(request.into_body(), max_upload, declared).await?;
             handle
                 .call("import", files.import(&target.id, &path, body))
                 .await
@@ -60,16 +65,26 @@ async fn download(
         .map_err(|e| AccessError::Internal(e.to_string()))
 }
 
-async fn read_body(body: Body, max: u64) -> Result<Vec<u8>, AccessError> {
+/// The whole upload, refused once it passes `max`. Its buffer is sized from the declared
+/// length (capped at `max`) so that the archive is copied once, as it arrives.
+async fn read_body(body: Body, max: u64, declared: Option<u64>) -> Result<Vec<u8>, AccessError> {
     let limit = usize::try_from(max).unwrap_or(usize::MAX);
-    axum::body::to_bytes(body, limit)
-        .await
-        .map(|b| b.to_vec())
-        .map_err(|_| {
-            AccessError::TooLarge(format!(
-                "the tar body is larger than access.maxUploadBytes ({max} bytes) or was cut off"
-            ))
-        })
+    let too_large = || {
+        AccessError::TooLarge(format!(
+            "the tar body is larger than access.maxUploadBytes ({max} bytes) or was cut off"
+        ))
+    };
+    let hint = declared.unwrap_or(0).min(max);
+    let mut out = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
+    let mut frames = body.into_data_stream();
+    while let Some(chunk) = frames.next().await {
+        let chunk = chunk.map_err(|_| too_large())?;
+        if out.len() + chunk.len() > limit {
+            return Err(too_large());
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out)
 }
 
 /// The `metav1.Status` of a finished upload.
@@ -82,4 +97,32 @@ fn success() -> Response<Body> {
         .header(header::CONTENT_TYPE, "application/json")
         .body(Body::from(body.to_string()))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunked(parts: &[&'static [u8]]) -> Body {
+        let frames = parts
+            .iter()
+            .map(|p| Ok::<_, std::io::Error>(bytes::Bytes::from_static(p)));
+        Body::from_stream(futures::stream::iter(frames.collect::<Vec<_>>()))
+    }
+
+    #[tokio::test]
+    async fn an_upload_is_read_whole_up_to_the_limit_and_refused_past_it() {
+        let read = read_body(chunked(&[b"abc", b"def"]), 6, Some(6)).await;
+        assert_eq!(read.ok().as_deref(), Some(&b"abcdef"[..]));
+        let over = read_body(chunked(&[b"abc", b"defg"]), 6, None).await;
+        assert!(matches!(over, Err(AccessError::TooLarge(_))), "{over:?}");
+    }
+
+    #[tokio::test]
+    async fn a_declared_length_never_reserves_more_than_the_limit() {
+        let read = read_body(chunked(&[b"ab"]), 8, Some(u64::MAX)).await;
+        let read = read.expect("under the limit");
+        assert_eq!(read, b"ab");
+        assert!(read.capacity() <= 8, "reserved {}", read.capacity());
+    }
 }

@@ -184,7 +184,9 @@ impl<R: Read> Read for Exact<R> {
 /// Re-writes `input` into a safe archive, every member placed under `prefix` (each of whose
 /// directories is emitted first). The in-memory form of [`sanitise_into`].
 pub fn sanitise(input: &[u8], prefix: &str) -> Result<Sanitised, TarsafeError> {
-    let mut archive = Vec::new();
+    // The output is the input's size give or take a few headers: sized once, never regrown
+    // (regrowing a 64 MiB archive copies it again at every doubling).
+    let mut archive = Vec::with_capacity(input.len() + 64 * 1024);
     let report = sanitise_into(input, &mut archive, Placement::under(prefix))?;
     Ok(Sanitised { archive, report })
 }
