@@ -246,6 +246,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_session_joins_the_providers_ends_to_the_callers() {
+        let (with_tty, _ends) = session("s", true);
+        assert!(with_tty.stderr.is_none(), "a TTY has one output stream");
+        let (caller, ends) = session("s", false);
+        ends.stdout.send(Ok(Bytes::from_static(b"out"))).await.ok();
+        let stderr = ends.stderr.expect("a stderr queue without a TTY");
+        stderr.send(Ok(Bytes::from_static(b"err"))).await.ok();
+        caller.input.send(ExecInput::CloseStdin).await.ok();
+        let mut input = ends.input;
+        assert!(matches!(input.recv().await, Some(ExecInput::CloseStdin)));
+        drop((ends.stdout, stderr));
+        let out: Vec<_> = caller.stdout.collect().await;
+        assert_eq!(out.len(), 1);
+        let err: Vec<_> = caller.stderr.expect("stderr without a TTY").collect().await;
+        assert_eq!(err.len(), 1);
+        ends.exit.send(Ok(ExitStatus { code: 7 })).ok();
+        assert_eq!(caller.exit.await.map(|e| e.code).ok(), Some(7));
+    }
+
+    #[tokio::test]
     async fn a_pipe_reads_as_chunks_until_its_end() {
         let data = vec![7u8; 3 * CHUNK + 5];
         let chunks: Vec<_> = read_stream(std::io::Cursor::new(data.clone()), "t".into())
