@@ -13,13 +13,10 @@ mod harness;
 
 use std::os::unix::fs::PermissionsExt;
 use std::process::Stdio;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use harness::aggregated::{AccessWorld, On, sandbox_yaml_on};
 use harness::cluster::apply_yaml_ok;
-use harness::plugin::{collect, http_answer, plugin, port_forward, run};
-use harness::wait_for;
+use harness::plugin::{collect, http_answer, plugin, port_forward, run, wait_text};
 
 /// One test per provider for each named check (`async fn check(on: On)`).
 macro_rules! on_each_provider {
@@ -59,15 +56,6 @@ async fn world(on: On, prefix: &str) -> AccessWorld {
     apply_yaml_ok(&sandbox_yaml_on("box", on), &w.ns);
     w.wait_ready("box").await;
     w
-}
-
-async fn wait_text(what: &str, seen: &Arc<Mutex<String>>, needle: &str) {
-    wait_for(what, Duration::from_secs(30), || {
-        let text = seen.lock().unwrap().clone();
-        let found = text.contains(needle);
-        async move { if found { Ok(()) } else { Err(text) } }
-    })
-    .await;
 }
 
 async fn exec_passes_stdin_and_its_end_and_the_exit_code_through(on: On) {

@@ -98,6 +98,16 @@ pub async fn wait_exit(child: &mut Child) -> i32 {
     .await
 }
 
+/// Waits until `needle` shows in what `seen` collected; `what` names it in a failure.
+pub async fn wait_text(what: &str, seen: &Arc<Mutex<String>>, needle: &str) {
+    wait_for(what, Duration::from_secs(30), || {
+        let text = seen.lock().unwrap().clone();
+        let found = text.contains(needle);
+        async move { if found { Ok(()) } else { Err(text) } }
+    })
+    .await;
+}
+
 /// Types `line` into the terminal until `needle` shows in what it printed.
 pub async fn type_until(
     master: &mut std::fs::File,
@@ -173,13 +183,8 @@ pub async fn port_forward(ns: &str, sandbox: &str, port: u16) -> (Child, u16) {
         .spawn()
         .expect("start kubectl-sandbox port-forward");
     let said = collect(forwarder.stdout.take().expect("stdout"));
-    let arrow = format!(" -> {port}");
-    let text = wait_for("the local listener", Duration::from_secs(30), || {
-        let text = said.lock().unwrap().clone();
-        let found = text.contains(&arrow);
-        async move { if found { Ok(text) } else { Err(text) } }
-    })
-    .await;
+    wait_text("the local listener", &said, &format!(" -> {port}")).await;
+    let text = said.lock().unwrap().clone();
     let local: u16 = text
         .split_once("127.0.0.1:")
         .and_then(|(_, rest)| rest.split_once(' '))
