@@ -11,15 +11,12 @@
 
 mod harness;
 
-use std::io::{Read, Write};
 use std::os::unix::fs::PermissionsExt;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::process::Stdio;
 
 use harness::aggregated::{AccessWorld, On, sandbox_yaml_on};
-use harness::cluster::{apply_yaml_ok, kubeconfig};
-use harness::wait_for;
+use harness::cluster::apply_yaml_ok;
+use harness::plugin::{collect, http_answer, plugin, port_forward, run, wait_text};
 
 /// One test per provider for each named check (`async fn check(on: On)`).
 macro_rules! on_each_provider {
@@ -61,98 +58,10 @@ async fn world(on: On, prefix: &str) -> AccessWorld {
     w
 }
 
-/// The plugin, in `ns`, with the test cluster's kubeconfig.
-fn plugin(ns: &str, args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_kubectl-sandbox"));
-    cmd.env("KUBECONFIG", kubeconfig())
-        .arg("-n")
-        .arg(ns)
-        .args(args);
-    cmd
-}
-
-/// Runs the plugin to its end with `stdin`; (exit code, stdout, stderr).
-fn run(ns: &str, args: &[&str], stdin: &[u8]) -> (i32, String, String) {
-    let mut child = plugin(ns, args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start kubectl-sandbox");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin)
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("kubectl-sandbox");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (
-        out.status.code().unwrap_or(-1),
-        text(&out.stdout),
-        text(&out.stderr),
-    )
-}
-
-/// Collects everything `reader` yields into a shared string, on a thread.
-fn collect(mut reader: impl Read + Send + 'static) -> Arc<Mutex<String>> {
-    let seen = Arc::new(Mutex::new(String::new()));
-    let sink = seen.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = reader.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    seen
-}
-
-async fn wait_text(what: &str, seen: &Arc<Mutex<String>>, needle: &str) {
-    wait_for(what, Duration::from_secs(30), || {
-        let text = seen.lock().unwrap().clone();
-        let found = text.contains(needle);
-        async move { if found { Ok(()) } else { Err(text) } }
-    })
-    .await;
-}
-
-async fn wait_exit(child: &mut Child) -> i32 {
-    wait_for("kubectl-sandbox to exit", Duration::from_secs(30), || {
-        let r = child.try_wait();
-        async move {
-            match r {
-                Ok(Some(status)) => Ok(status.code().unwrap_or(-1)),
-                other => Err(format!("{other:?}")),
-            }
-        }
-    })
-    .await
-}
-
 async fn exec_passes_stdin_and_its_end_and_the_exit_code_through(on: On) {
     let w = world(on, "plugin-exec").await;
-    let (ns, api) = (&w.ns, &w.api);
-    let script = "cat; echo to-stderr >&2; exit 5";
-    let (code, out, err) = run(
-        ns,
-        &["exec", "-i", "box", "--", "sh", "-c", script],
-        b"hello\n",
-    );
-    assert_eq!(
-        code,
-        5,
-        "stdout {out:?} stderr {err:?}\n{}",
-        api.operator.log_tail()
-    );
-    assert_eq!(out, "hello\n");
-    assert_eq!(err, "to-stderr\n");
-    let (code, _, err) = run(ns, &["exec", "box", "--", "true"], b"");
-    assert_eq!(code, 0, "{err}");
+    let ns = &w.ns;
+    harness::plugin::exec_passes_stdin_and_its_end_and_the_exit_code_through(ns, &w.api.operator);
     let (code, _, err) = run(ns, &["exec", "nope", "--", "true"], b"");
     assert_eq!(code, 1);
     assert!(
@@ -161,75 +70,9 @@ async fn exec_passes_stdin_and_its_end_and_the_exit_code_through(on: On) {
     );
 }
 
-/// A pseudo-terminal: (master, the slave's path).
-fn pty(rows: u16, cols: u16) -> (std::fs::File, std::path::PathBuf) {
-    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
-    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("openpt");
-    grantpt(&master).expect("grantpt");
-    unlockpt(&master).expect("unlockpt");
-    let name = ptsname(&master, Vec::new()).expect("ptsname");
-    resize(&master, rows, cols);
-    let path = std::path::PathBuf::from(name.to_string_lossy().into_owned());
-    (std::fs::File::from(master), path)
-}
-
-fn resize(master: &impl std::os::fd::AsFd, rows: u16, cols: u16) {
-    let size = rustix::termios::Winsize {
-        ws_row: rows,
-        ws_col: cols,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    rustix::termios::tcsetwinsize(master, size).expect("TIOCSWINSZ");
-}
-
 async fn exec_with_a_tty_follows_a_resize(on: On) {
     let w = world(on, "plugin-tty").await;
-    let (ns, api) = (&w.ns, &w.api);
-    let (mut master, slave_path) = pty(24, 80);
-    let slave = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(&slave_path)
-        .expect("open the pty's slave");
-    let mut child = plugin(ns, &["exec", "-it", "box", "--", "sh"])
-        .stdin(slave.try_clone().expect("slave"))
-        .stdout(slave.try_clone().expect("slave"))
-        .stderr(slave)
-        .spawn()
-        .expect("start kubectl-sandbox");
-    let seen = collect(master.try_clone().expect("master"));
-    master.write_all(b"stty size\n").expect("type");
-    wait_text("stty size of the initial terminal", &seen, "24 80").await;
-    resize(&master, 40, 120);
-    // The pty is not the plugin's controlling terminal: deliver the SIGWINCH a shell would.
-    let winch = Command::new("kill")
-        .args(["-WINCH", &child.id().to_string()])
-        .status()
-        .expect("kill -WINCH");
-    assert!(winch.success());
-    wait_for(
-        "stty size after the resize",
-        Duration::from_secs(30),
-        || {
-            let text = seen.lock().unwrap().clone();
-            let done = text.contains("40 120");
-            if !done {
-                let _ = master.write_all(b"stty size\n");
-            }
-            async move { if done { Ok(()) } else { Err(text) } }
-        },
-    )
-    .await;
-    master.write_all(b"exit 3\n").expect("type");
-    let code = wait_exit(&mut child).await;
-    assert_eq!(
-        code,
-        3,
-        "{}\n{}",
-        seen.lock().unwrap(),
-        api.operator.log_tail()
-    );
+    harness::plugin::exec_with_a_tty_follows_a_resize(&w.ns, &w.api.operator).await;
 }
 
 async fn logs_follow_prints_new_lines(on: On) {
@@ -338,52 +181,13 @@ spec:
     )
 }
 
-/// One HTTP GET of `/` at `port` on loopback; the whole answer.
-fn http_get(port: u16) -> Result<String, String> {
-    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    tcp.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    tcp.write_all(b"GET / HTTP/1.1\r\nHost: web\r\n\r\n")
-        .map_err(|e| e.to_string())?;
-    let mut answer = String::new();
-    tcp.read_to_string(&mut answer).map_err(|e| e.to_string())?;
-    Ok(answer)
-}
-
 async fn port_forward_reaches_an_http_server_in_the_sandbox(on: On) {
     let w = world(on, "plugin-pf").await;
-    let ns = &w.ns;
-    apply_yaml_ok(&web_yaml(on), ns);
+    apply_yaml_ok(&web_yaml(on), &w.ns);
     w.wait_ready("web").await;
-    let mut forwarder = plugin(ns, &["port-forward", "web", ":8080"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start kubectl-sandbox port-forward");
-    let said = collect(forwarder.stdout.take().expect("stdout"));
-    wait_text("the local listener", &said, " -> 8080").await;
-    let text = said.lock().unwrap().clone();
-    let port: u16 = text
-        .split_once("127.0.0.1:")
-        .and_then(|(_, rest)| rest.split_once(' '))
-        .and_then(|(p, _)| p.parse().ok())
-        .unwrap_or_else(|| panic!("no local port in {text:?}"));
-    // Ready means the process runs; poll until perl has bound its socket.
-    let answer = wait_for(
-        "an HTTP answer through the forward",
-        Duration::from_secs(30),
-        || {
-            let r = http_get(port).and_then(|a| {
-                if a.contains("hello from web") {
-                    Ok(a)
-                } else {
-                    Err(a)
-                }
-            });
-            async move { r }
-        },
-    )
-    .await;
+    let (mut forwarder, port) = port_forward(&w.ns, "web", 8080).await;
+    // Ready means the process runs; the answer is polled until perl has bound its socket.
+    let answer = http_answer(port, "hello from web").await;
     assert!(answer.starts_with("HTTP/1.1 200 OK"), "{answer}");
     let _ = forwarder.kill();
     let _ = forwarder.wait();

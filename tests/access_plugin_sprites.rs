@@ -7,15 +7,11 @@
 
 mod harness;
 
-use std::io::{Read, Write};
-use std::process::{Command, Stdio};
-use std::time::Duration;
-
 use harness::aggregated::Aggregated;
-use harness::cluster::{apply_yaml_ok, client, kubeconfig, namespace};
+use harness::cluster::{apply_yaml_ok, client, namespace};
 use harness::docker::Purge;
 use harness::objects::wait_ready;
-use harness::wait_for;
+use harness::plugin::{http_answer, port_forward, run};
 use harness::world::token_file;
 use kube::Api;
 use sandbox_doubles::sprites::{self, SpritesDouble, SpritesOptions};
@@ -38,33 +34,6 @@ metadata: {name: box}
 spec:
   provider: sprites
 "#;
-
-/// Runs the plugin in `ns` to its end with `stdin`; (exit code, stdout, stderr).
-fn run(ns: &str, args: &[&str], stdin: &[u8]) -> (i32, String, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_kubectl-sandbox"))
-        .env("KUBECONFIG", kubeconfig())
-        .arg("-n")
-        .arg(ns)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("start kubectl-sandbox");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin)
-        .expect("write stdin");
-    let out = child.wait_with_output().expect("kubectl-sandbox");
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    (
-        out.status.code().unwrap_or(-1),
-        text(&out.stdout),
-        text(&out.stderr),
-    )
-}
 
 /// One test's world: a namespace, the double, the operator serving the aggregated API with
 /// Sprites as its provider, and a Ready Sandbox `box`.
@@ -136,20 +105,6 @@ while (my $c = $s->accept) {
 PERL
 nohup perl /tmp/http.pl >/dev/null 2>&1 &"#;
 
-fn http_get(port: u16) -> Result<String, String> {
-    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
-    tcp.set_read_timeout(Some(Duration::from_secs(10)))
-        .map_err(|e| e.to_string())?;
-    tcp.write_all(b"GET / HTTP/1.0\r\nHost: box\r\n\r\n")
-        .map_err(|e| e.to_string())?;
-    let mut answer = String::new();
-    tcp.read_to_string(&mut answer).map_err(|e| e.to_string())?;
-    match answer.contains("hello from a sprite") {
-        true => Ok(answer),
-        false => Err(answer),
-    }
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn port_forward_reaches_an_http_server_in_a_sprite() {
     let world = World::new("plugin-sprites-pf").await;
@@ -159,34 +114,8 @@ async fn port_forward_reaches_an_http_server_in_a_sprite() {
         b"",
     );
     assert_eq!(code, 0, "the server started: {err}");
-    let mut forwarder = Command::new(env!("CARGO_BIN_EXE_kubectl-sandbox"))
-        .env("KUBECONFIG", kubeconfig())
-        .args(["-n", &world.ns, "port-forward", "box", ":8080"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start kubectl-sandbox port-forward");
-    let mut said = forwarder.stdout.take().expect("stdout");
-    let mut first = Vec::new();
-    let mut byte = [0u8; 1];
-    while !first.ends_with(b"\n") && said.read(&mut byte).map(|n| n == 1).unwrap_or(false) {
-        first.push(byte[0]);
-    }
-    let text = String::from_utf8_lossy(&first).into_owned();
-    let port: u16 = text
-        .split_once("127.0.0.1:")
-        .and_then(|(_, rest)| rest.split_once(' '))
-        .and_then(|(p, _)| p.parse().ok())
-        .unwrap_or_else(|| panic!("no local port in {text:?}"));
-    let answer = wait_for(
-        "an HTTP answer through the forward",
-        Duration::from_secs(30),
-        || {
-            let r = http_get(port);
-            async move { r }
-        },
-    )
-    .await;
+    let (mut forwarder, port) = port_forward(&world.ns, "box", 8080).await;
+    let answer = http_answer(port, "hello from a sprite").await;
     assert!(answer.starts_with("HTTP/1.0 200 OK"), "{answer}");
     assert!(
         !world.double.requests_to("GET", "/proxy").is_empty(),

@@ -11,11 +11,12 @@ mod harness;
 use std::time::{Duration, Instant};
 
 use harness::cluster::*;
+use harness::e2b::E2b;
 use harness::objects::{READY_TIMEOUT, sandbox_id};
 use harness::wait_for;
-use harness::world::{Backend, foreign_labels, token_file};
+use harness::world::foreign_labels;
 use kube::api::{Patch, PatchParams};
-use sandbox_doubles::e2b::{self as double, E2bDouble, E2bDoubleOptions, Power};
+use sandbox_doubles::e2b::{self as double, E2bDouble, Power};
 use sandbox_operator::api::{Sandbox, condition};
 use serde_json::{Value, json};
 
@@ -25,61 +26,16 @@ const E2B_TIMEOUT: u64 = 3;
 /// loaded machine's slow pass never races it.
 const RELAXED_TIMEOUT: u64 = 30;
 
-/// The E2B side of a test's world: a double, the key file the operator reads, and the E2B
-/// timeout the provider asks for.
-struct E2b {
-    double: E2bDouble,
-    key_file: tempfile::NamedTempFile,
-    timeout: u64,
-}
-
-impl Backend for E2b {
-    const NAME: &'static str = "e2b";
-    const TYPE: &'static str = "e2b";
-
-    fn settings(&self) -> String {
-        format!(
-            "      apiUrl: {}\n      sandboxUrl: {}\n      apiKey: {{file: {}}}\n      \
-             timeoutSecs: {}\n      watchIntervalSecs: 1\n",
-            self.double.api_url(),
-            self.double.envd_url(),
-            self.key_file.path().display(),
-            self.timeout
-        )
-    }
-}
-
 /// One test's world: a namespace (= operator instance) and an E2B double.
 type World = harness::world::World<E2b>;
 
 impl World {
     async fn new(prefix: &str) -> World {
-        Self::with_timeout(prefix, RELAXED_TIMEOUT).await
-    }
-
-    async fn with_timeout(prefix: &str, timeout: u64) -> World {
-        let ns = namespace(prefix).await;
-        let double = double::spawn(E2bDoubleOptions::default())
-            .await
-            .expect("the E2B double starts (is Docker running?)");
-        let e2b = E2b {
-            key_file: token_file(double.api_key()),
-            double,
-            timeout,
-        };
-        World::around(ns, e2b).await
+        World::e2b(prefix, RELAXED_TIMEOUT).await
     }
 
     async fn get(&self, name: &str) -> Result<Sandbox, String> {
         self.api.get(name).await.map_err(|e| e.to_string())
-    }
-
-    async fn shutdown(self) {
-        self.backend
-            .double
-            .shutdown()
-            .await
-            .expect("double cleanup");
     }
 }
 
@@ -116,7 +72,7 @@ fn uid(s: &Sandbox) -> String {
 /// several E2B timeouts (the double really ends sandboxes) without a pause or a new id.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sandbox_becomes_ready_and_outlives_several_e2b_timeouts() {
-    let w = World::with_timeout("e2e-e2b-ready", E2B_TIMEOUT).await;
+    let w = World::e2b("e2e-e2b-ready", E2B_TIMEOUT).await;
     let op = w.operator("sweeper:\n  enabled: false\n", vec![]);
     w.apply(
         "kept",

@@ -1,5 +1,6 @@
 //! What the providers' interactive capabilities ([`super::stream`]) share: the one rule for
-//! signalling an interactive process, and reading a byte pipe as a bounded stream.
+//! signalling an interactive process, reading a byte pipe as a bounded stream, and the
+//! bounded queues between a session's tasks and its caller.
 //!
 //! # Signals
 //!
@@ -24,7 +25,7 @@ use futures::stream::{self, BoxStream, StreamExt};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::stream::{ExitStatus, Signal, TermSize};
+use super::stream::{ExecInput, ExecSession, ExitStatus, Signal, TermSize};
 use super::{ExecOutput, ProviderError, ProviderResult};
 
 /// Bytes read from a process's output at a time, and the size of a pipe buffer between the
@@ -35,6 +36,52 @@ pub const CHUNK: usize = 64 * 1024;
 /// queue, in messages: at most this many chunks wait for a slow side, so nothing is buffered
 /// without limit.
 pub const QUEUE: usize = 8;
+
+/// A queue a provider's task fills with one output stream's chunks.
+pub type Queue = mpsc::Sender<ProviderResult<Bytes>>;
+
+/// The provider's ends of a session made by [`session`]: the output queues its tasks fill,
+/// the caller's input as it arrives, and where the exit status goes.
+pub struct Ends {
+    /// The process's stdout (with a TTY: the terminal's output).
+    pub stdout: Queue,
+    /// Its stderr; `None` with a TTY, whose one stream carries both.
+    pub stderr: Option<Queue>,
+    /// What the caller sends: stdin bytes, resizes and signals.
+    pub input: mpsc::Receiver<ExecInput>,
+    /// The exit status, sent once the process has ended.
+    pub exit: oneshot::Sender<ProviderResult<ExitStatus>>,
+}
+
+/// A new session of the exec in sandbox `id`: the caller's [`ExecSession`] and the provider's
+/// [`Ends`] of the same bounded queues. One constructor so that every provider bounds its
+/// queues alike (at most [`QUEUE`] messages wait for a slow side) and leaves stderr out with
+/// a TTY in the same way; the provider's tasks only fill and drain them.
+pub fn session(id: &str, tty: bool) -> (ExecSession, Ends) {
+    let (stdout_tx, stdout_rx) = mpsc::channel(QUEUE);
+    let (stderr_tx, stderr_rx) = match tty {
+        true => (None, None),
+        false => {
+            let (tx, rx) = mpsc::channel(QUEUE);
+            (Some(tx), Some(rx))
+        }
+    };
+    let (input_tx, input_rx) = mpsc::channel(QUEUE);
+    let (exit_tx, exit_rx) = oneshot::channel();
+    let caller = ExecSession {
+        input: input_tx,
+        stdout: queue_stream(stdout_rx),
+        stderr: stderr_rx.map(queue_stream),
+        exit: exit_future(id, exit_rx),
+    };
+    let provider = Ends {
+        stdout: stdout_tx,
+        stderr: stderr_tx,
+        input: input_rx,
+        exit: exit_tx,
+    };
+    (caller, provider)
+}
 
 /// Directory of the pid files (world-writable in every image).
 const PID_DIR: &str = "/tmp";
@@ -196,6 +243,26 @@ mod tests {
         assert_eq!(&a.argv[6..], argv.as_slice());
         let kill = signal_argv(&a.pid_file, Signal::Terminate);
         assert_eq!(&kill[3..], [a.pid_file.as_str(), "TERM"]);
+    }
+
+    #[tokio::test]
+    async fn a_session_joins_the_providers_ends_to_the_callers() {
+        let (with_tty, _ends) = session("s", true);
+        assert!(with_tty.stderr.is_none(), "a TTY has one output stream");
+        let (caller, ends) = session("s", false);
+        ends.stdout.send(Ok(Bytes::from_static(b"out"))).await.ok();
+        let stderr = ends.stderr.expect("a stderr queue without a TTY");
+        stderr.send(Ok(Bytes::from_static(b"err"))).await.ok();
+        caller.input.send(ExecInput::CloseStdin).await.ok();
+        let mut input = ends.input;
+        assert!(matches!(input.recv().await, Some(ExecInput::CloseStdin)));
+        drop((ends.stdout, stderr));
+        let out: Vec<_> = caller.stdout.collect().await;
+        assert_eq!(out.len(), 1);
+        let err: Vec<_> = caller.stderr.expect("stderr without a TTY").collect().await;
+        assert_eq!(err.len(), 1);
+        ends.exit.send(Ok(ExitStatus { code: 7 })).ok();
+        assert_eq!(caller.exit.await.map(|e| e.code).ok(), Some(7));
     }
 
     #[tokio::test]

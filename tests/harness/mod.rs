@@ -18,6 +18,7 @@
 //! - [`objects`]: waiting on the objects a test applied (Ready, gone) and patching their spec;
 //! - [`metrics`]: reading the operator's Prometheus metrics;
 //! - [`dns`]: a stub DNS server whose answers the test decides;
+//! - [`e2b`]: the E2B double as a [`world`]'s far side;
 //! - [`tenant`]: one namespace with its own operator on the shared engine, for the image tests;
 //! - [`plugin`]: the `kubectl sandbox` plugin run to its end or on a pseudo-terminal;
 //! - [`world`]: one end-to-end world (namespace, operator, configuration) around a provider's
@@ -31,6 +32,7 @@ pub mod aggregated;
 pub mod cluster;
 pub mod dns;
 pub mod docker;
+pub mod e2b;
 pub mod engine_proxy;
 pub mod image;
 pub mod kubernetes;

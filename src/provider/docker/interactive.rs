@@ -25,14 +25,13 @@ use async_trait::async_trait;
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::exec::{ResizeExecOptions, StartExecResults};
-use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
 use super::DockerProvider;
 use super::exec::{attached_options, exec_error, start_attached};
-use crate::provider::interactive::{self, QUEUE, Wrapped, queue_stream};
+use crate::provider::interactive::{self, Queue, Wrapped};
 use crate::provider::stream::{
     ExecInput, ExecSession, ExitStatus, Signal, StreamExecRequest, StreamingExec, TermSize,
 };
@@ -47,7 +46,6 @@ const HELPER_BOUND: Duration = Duration::from_secs(15);
 
 type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 type Input = Pin<Box<dyn AsyncWrite + Send>>;
-type Queue = mpsc::Sender<ProviderResult<Bytes>>;
 
 #[async_trait]
 impl StreamingExec for DockerProvider {
@@ -96,32 +94,19 @@ struct Session {
 impl Session {
     /// Spawns the pump and the feeder and hands the caller its ends.
     fn run(self, request: &StreamExecRequest, output: Output, input: Input) -> ExecSession {
-        let (stdout_tx, stdout_rx) = mpsc::channel(QUEUE);
-        let (stderr_tx, stderr_rx) = if request.tty.is_some() {
-            (None, None)
-        } else {
-            let (tx, rx) = mpsc::channel(QUEUE);
-            (Some(tx), Some(rx))
-        };
-        let (input_tx, input_rx) = mpsc::channel(QUEUE);
-        let (exit_tx, exit_rx) = oneshot::channel();
-        let feeder = tokio::spawn(self.clone().feed(input_rx, input, request.stdin));
+        let (session, ends) = interactive::session(&self.id, request.tty.is_some());
+        let feeder = tokio::spawn(self.clone().feed(ends.input, input, request.stdin));
         let pump = self.clone();
         tokio::spawn(async move {
-            pump.pump(output, stdout_tx, stderr_tx).await;
+            pump.pump(output, ends.stdout, ends.stderr).await;
             let exit = pump.exit_code().await;
             feeder.abort();
-            let _ = exit_tx.send(exit);
+            let _ = ends.exit.send(exit);
             pump.helper(interactive::cleanup_argv(&pump.wrapped.pid_file))
                 .await
                 .ok();
         });
-        ExecSession {
-            input: input_tx,
-            stdout: queue_stream(stdout_rx),
-            stderr: stderr_rx.map(queue_stream),
-            exit: interactive::exit_future(&self.id, exit_rx),
-        }
+        session
     }
 
     /// Moves output frames into the queues until the connection ends. A queue whose reader

@@ -38,7 +38,7 @@ use tokio::task::AbortHandle;
 
 use super::envd::{self, Access, EnvdError, Event};
 use super::{E2bProvider, Inner, process};
-use crate::provider::interactive::{self, QUEUE, queue_stream};
+use crate::provider::interactive::{self, Queue};
 use crate::provider::stream::{
     ExecInput, ExecSession, ExitStatus, Signal, StreamExecRequest, StreamingExec, TermSize,
 };
@@ -48,7 +48,6 @@ use crate::provider::{ExecRequest, ProviderError, ProviderResult};
 const SIGNALLER_BOUND: Duration = Duration::from_secs(15);
 
 type Events = BoxStream<'static, Result<Event, EnvdError>>;
-type Queue = mpsc::Sender<ProviderResult<Bytes>>;
 
 #[async_trait]
 impl StreamingExec for E2bProvider {
@@ -104,32 +103,18 @@ async fn first_pid(events: &mut Events, context: &str) -> Result<u32, EnvdError>
 
 /// Starts the feeder and the pump, and hands the caller its ends.
 fn session(feeder: Feeder, events: Events, context: String) -> ExecSession {
-    let (out_tx, out_rx) = mpsc::channel(QUEUE);
-    let (err_tx, err_rx) = match feeder.tty {
-        true => (None, None),
-        false => {
-            let (tx, rx) = mpsc::channel(QUEUE);
-            (Some(tx), Some(rx))
-        }
-    };
-    let (input_tx, input_rx) = mpsc::channel(QUEUE);
-    let (exit_tx, exit_rx) = oneshot::channel();
+    let (session, ends) = interactive::session(&feeder.id, feeder.tty);
     let (inner, id) = (feeder.inner.clone(), feeder.id.clone());
-    let feeding = tokio::spawn(feeder.run(input_rx)).abort_handle();
+    let feeding = tokio::spawn(feeder.run(ends.input)).abort_handle();
     let pump = Pump {
         inner,
-        id: id.clone(),
+        id,
         context,
-        stdout: out_tx,
-        stderr: err_tx,
+        stdout: ends.stdout,
+        stderr: ends.stderr,
     };
-    tokio::spawn(pump.run(events, exit_tx, feeding));
-    ExecSession {
-        input: input_tx,
-        stdout: queue_stream(out_rx),
-        stderr: err_rx.map(queue_stream),
-        exit: interactive::exit_future(&id, exit_rx),
-    }
+    tokio::spawn(pump.run(events, ends.exit, feeding));
+    session
 }
 
 /// Moves a process's events into the caller's queues.

@@ -23,7 +23,6 @@
 use std::time::Duration;
 
 use async_trait::async_trait;
-use bytes::Bytes;
 use futures::stream::{SplitSink, SplitStream};
 use futures::{SinkExt, StreamExt};
 use reqwest::Method;
@@ -35,7 +34,7 @@ use super::client::Client;
 use super::convert;
 use super::exec::{CHUNK, Launch, Socket, closed_early, connect, exec_url, lost};
 use super::frames::{self, Incoming};
-use crate::provider::interactive::{self, QUEUE, queue_stream};
+use crate::provider::interactive::{self, Queue};
 use crate::provider::stream::{
     ExecInput, ExecSession, ExitStatus, Signal, StreamExecRequest, StreamingExec,
 };
@@ -44,7 +43,6 @@ use crate::provider::{ProviderError, ProviderResult, SandboxState};
 /// How long a signal waits for the service's `session_info` (the kill endpoint needs its id).
 const SESSION_ID_BOUND: Duration = Duration::from_secs(10);
 
-type Queue = mpsc::Sender<ProviderResult<Bytes>>;
 type Sink = SplitSink<Socket, Message>;
 
 #[async_trait]
@@ -108,16 +106,7 @@ impl Session {
     /// Spawns the reader and the feeder and hands the caller its ends.
     fn run(self, socket: Socket, stdin: bool) -> ExecSession {
         let (sink, stream) = socket.split();
-        let (stdout_tx, stdout_rx) = mpsc::channel(QUEUE);
-        let (stderr_tx, stderr_rx) = match self.tty {
-            true => (None, None),
-            false => {
-                let (tx, rx) = mpsc::channel(QUEUE);
-                (Some(tx), Some(rx))
-            }
-        };
-        let (input_tx, input_rx) = mpsc::channel(QUEUE);
-        let (exit_tx, exit_rx) = oneshot::channel();
+        let (session, ends) = interactive::session(&self.id, self.tty);
         let (ended_tx, ended_rx) = oneshot::channel();
         let (session_tx, session_rx) = watch::channel(None);
         let feeder = Feeder {
@@ -126,19 +115,16 @@ impl Session {
             stdin_open: stdin,
             session_id: session_rx,
         };
-        tokio::spawn(feeder.feed(input_rx, ended_rx));
+        tokio::spawn(feeder.feed(ends.input, ended_rx));
         let reader = self.clone();
         tokio::spawn(async move {
-            let exit = reader.read(stream, stdout_tx, stderr_tx, session_tx).await;
+            let exit = reader
+                .read(stream, ends.stdout, ends.stderr, session_tx)
+                .await;
             let _ = ended_tx.send(());
-            let _ = exit_tx.send(exit);
+            let _ = ends.exit.send(exit);
         });
-        ExecSession {
-            input: input_tx,
-            stdout: queue_stream(stdout_rx),
-            stderr: stderr_rx.map(queue_stream),
-            exit: interactive::exit_future(&self.id, exit_rx),
-        }
+        session
     }
 
     /// Moves output into the queues until the exit arrives; the queues close (the streams
