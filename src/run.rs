@@ -281,9 +281,13 @@ impl Apis {
         let access =
             crate::access::AccessServer::bind(&config.access, client.clone(), providers.clone())
                 .await?;
-        let e2b_api =
-            crate::e2bapi::E2bApiServer::bind(&config.e2b_api, client.clone(), &config.instance)
-                .await?;
+        let e2b_api = crate::e2bapi::E2bApiServer::bind(
+            &config.e2b_api,
+            client.clone(),
+            providers.clone(),
+            &config.instance,
+        )
+        .await?;
         Ok(Apis { access, e2b_api })
     }
 

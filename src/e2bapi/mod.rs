@@ -1,7 +1,7 @@
 //! The E2B-compatible API: existing E2B SDK code runs against the operator unchanged. Each
 //! E2B sandbox is a Sandbox object in the namespace its API key (a Secret) maps to, created
 //! as that key's ServiceAccount, so kubectl, GitOps, the sweeper, budgets and RBAC apply. It
-//! reaches sandboxes only through Sandbox objects, never a provider directly.
+//! reaches sandboxes through Sandbox objects and the provider seam, never a provider module.
 //!
 //! One module per concern, so the envd protocol and port URLs can join as modules of their
 //! own with routers of their own:
@@ -11,12 +11,15 @@
 //! - [`wire`]: the E2B wire types; [`mapping`]: request ↔ Sandbox (pure); [`view`]: the
 //!   answers of get and list; [`token`]: envd access tokens;
 //! - [`routes`] and [`list`]: the REST handlers, each starting from a [`caller`] (the key
-//!   checked, the sandbox found); [`error`]: the `{code, message}` errors.
+//!   checked, the sandbox found); [`error`]: the `{code, message}` errors;
+//! - [`envd`]: the in-sandbox daemon's protocol, on the same listener, reaching the sandbox
+//!   through the provider seam (the access layer's directory), never a provider module.
 //!
-//! Every replica serves it, leader or not: it only reads and writes objects.
+//! Every replica serves it, leader or not.
 
 pub mod caller;
 pub mod clients;
+pub mod envd;
 pub mod error;
 pub mod id;
 pub mod keys;
@@ -33,6 +36,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use kube::Client;
+
+use crate::access::lookup::Sandboxes;
+use crate::registry::ProviderRegistry;
 use tokio::net::TcpListener;
 
 pub use settings::E2bApiConfig;
@@ -64,6 +70,7 @@ impl E2bApiServer {
     pub async fn bind(
         config: &E2bApiConfig,
         client: Client,
+        providers: ProviderRegistry,
         instance: &str,
     ) -> Result<Option<E2bApiServer>, E2bApiStartError> {
         if !config.enabled {
@@ -82,7 +89,8 @@ impl E2bApiServer {
                     source,
                 })?;
         let state = routes::E2bState {
-            keys: keys::Keys::watch(client),
+            keys: keys::Keys::watch(client.clone()),
+            sandboxes: Arc::new(Sandboxes::new(client, providers)),
             clients: clients::Impersonation::new(base),
             site: Arc::new(routes::Site {
                 domain: config.domain.clone(),

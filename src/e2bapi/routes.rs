@@ -38,6 +38,8 @@ pub struct E2bState {
     pub clients: Impersonation,
     /// Settings and the token key.
     pub site: Arc<Site>,
+    /// Sandboxes and their providers, for what reaches inside a sandbox (envd, logs).
+    pub sandboxes: Arc<dyn crate::access::lookup::Directory>,
 }
 
 /// The settings the answers carry.
@@ -64,6 +66,7 @@ pub fn router(state: E2bState) -> Router {
         .route("/sandboxes/{id}/resume", post(resume))
         .route("/sandboxes/{id}/connect", post(connect))
         .route("/v2/sandboxes/{id}/connect", post(connect))
+        .merge(super::envd::router())
         .with_state(state)
 }
 
@@ -99,10 +102,9 @@ async fn create(c: Caller, raw: Bytes) -> Result<Response, ApiError> {
         .await
         .map_err(|e| ApiError::from_kube("creating the Sandbox", e))?;
     tracing::info!(namespace = %tenant.namespace, name = %object.name, key = %tenant.key_name, "E2B API: created a sandbox");
-    let secure = request.secure != Some(false);
     Ok(json(
         StatusCode::CREATED,
-        &created(&s, &sid, &request.template_id, secure),
+        &created(&s, &sid, &request.template_id),
     ))
 }
 
@@ -134,14 +136,16 @@ async fn boot(
     }
 }
 
-/// The `Sandbox` answer of create and connect.
-fn created(s: &E2bState, sid: &str, template: &str, secure: bool) -> CreatedSandbox {
+/// The `Sandbox` answer of create and connect. It always carries the envd access token:
+/// envd here requires it whatever `secure` asked, since an id alone must not open a
+/// sandbox to anyone who learns it (the SDKs send the token whenever the answer has one).
+fn created(s: &E2bState, sid: &str, template: &str) -> CreatedSandbox {
     CreatedSandbox {
         template_id: template.to_string(),
         sandbox_id: sid.to_string(),
         client_id: s.site.client_id.clone(),
         envd_version: ENVD_VERSION.into(),
-        envd_access_token: secure.then(|| s.site.tokens.token(sid)),
+        envd_access_token: Some(s.site.tokens.token(sid)),
         domain: s.site.domain.clone(),
     }
 }
@@ -298,6 +302,6 @@ async fn wake(t: Target, raw: Bytes, only_paused: bool) -> Result<Response, ApiE
         }
     };
     let template = view::template_of(&t.sandbox);
-    let answer = created(&t.caller.state, &t.sid, &template, true);
+    let answer = created(&t.caller.state, &t.sid, &template);
     Ok(json(status, &answer))
 }
