@@ -5,138 +5,17 @@
 
 mod harness;
 
-use std::path::PathBuf;
-use std::process::Command;
 use std::time::Duration;
 
 use harness::cluster::{apply_yaml_ok, kubectl, kubectl_ok, namespace};
+use harness::e2b_sdk::{Sdk, api_up, ensure_sleep_crd, free_port, key_for, options};
 use harness::objects::{wait_gone, wait_ready};
-use harness::operator::OperatorOptions;
-use harness::tenant::{ensure_crd, tenant};
-use harness::{cache, repo, unique, wait_for};
+use harness::tenant::tenant;
+use harness::{unique, wait_for};
 use kube::Api;
 use sandbox_operator::api::{LifetimeAction, Sandbox};
 use sandbox_operator::e2bapi::id;
 use serde_json::{Value, json};
-
-/// The SDK's Python, installed (idempotently) by the set-up script.
-fn sdk_python() -> PathBuf {
-    let out = Command::new("bash")
-        .arg(repo().join("tests/setup/e2b-py.sh"))
-        .output()
-        .expect("run tests/setup/e2b-py.sh");
-    assert!(
-        out.status.success(),
-        "tests/setup/e2b-py.sh failed:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let script = std::fs::read_to_string(repo().join("tests/setup/e2b-py.sh")).expect("script");
-    let version = script
-        .lines()
-        .find_map(|l| l.strip_prefix("E2B_PY_VERSION="))
-        .expect("E2B_PY_VERSION in e2b-py.sh");
-    cache().join(format!("e2b-py/{version}/bin/python"))
-}
-
-/// The SDK pointed at one operator's E2B API.
-struct Sdk {
-    python: PathBuf,
-    url: String,
-}
-
-impl Sdk {
-    /// Runs `scenario` of tests/e2b/driver.py with `key`; its JSON answer.
-    fn run(&self, key: &str, scenario: &str, args: Value) -> Value {
-        let out = Command::new(&self.python)
-            .arg(repo().join("tests/e2b/driver.py"))
-            .arg(scenario)
-            .arg(args.to_string())
-            .env("E2B_API_URL", &self.url)
-            .env("E2B_DOMAIN", "e2b.test")
-            .env("E2B_API_KEY", key)
-            .env_remove("E2B_DEBUG")
-            .output()
-            .expect("run the SDK driver");
-        let stdout = String::from_utf8_lossy(&out.stdout);
-        serde_json::from_str(stdout.trim()).unwrap_or_else(|e| {
-            panic!(
-                "driver {scenario}: {e}; stdout: {stdout}; stderr: {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        })
-    }
-
-    /// As [`Sdk::run`], asserting the SDK raised no exception.
-    fn ok(&self, key: &str, scenario: &str, args: Value) -> Value {
-        let answer = self.run(key, scenario, args);
-        assert!(answer.get("error").is_none(), "{scenario}: {answer}");
-        answer
-    }
-}
-
-/// A ServiceAccount allowed to manage Sandboxes in `ns`, and an API key Secret for it.
-fn key_for(ns: &str) -> String {
-    let key = format!("e2b_{}", unique("k").replace('-', ""));
-    let yaml = format!(
-        r#"apiVersion: v1
-kind: ServiceAccount
-metadata: {{name: agent}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {{name: e2b-agent}}
-rules:
-  - apiGroups: [sandboxes.dev]
-    resources: [sandboxes, sandboxtemplates]
-    verbs: [get, list, watch, create, patch, update, delete]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {{name: e2b-agent}}
-roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: e2b-agent}}
-subjects: [{{kind: ServiceAccount, name: agent, namespace: {ns}}}]
----
-apiVersion: v1
-kind: Secret
-metadata: {{name: e2b-key}}
-type: sandboxes.dev/e2b-api-key
-stringData: {{apiKey: {key}, serviceAccount: agent}}
-"#
-    );
-    apply_yaml_ok(&yaml, ns);
-    key
-}
-
-/// Operator options serving the E2B API on `port`, `base` aliased to the base image.
-fn options(port: u16) -> OperatorOptions {
-    let base = harness::docker::base_image();
-    OperatorOptions {
-        config_extra: format!(
-            "providers:\n  - name: docker\n    type: docker\ne2bApi:\n  enabled: true\n  \
-             address: 127.0.0.1:{port}\n  domain: e2b.test\n  templates:\n    base: {base:?}\n"
-        ),
-        ..OperatorOptions::default()
-    }
-}
-
-fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-    l.local_addr().expect("addr").port()
-}
-
-/// The E2B API answers (a 401 without a key: it is up and checking keys).
-async fn api_up(port: u16) {
-    wait_for(
-        "the E2B API to listen",
-        Duration::from_secs(60),
-        || async move {
-            std::net::TcpStream::connect(("127.0.0.1", port))
-                .map(drop)
-                .map_err(|e| e.to_string())
-        },
-    )
-    .await;
-}
 
 fn ids(answer: &Value) -> Vec<String> {
     let mut ids: Vec<String> = answer["ids"]
@@ -149,43 +28,15 @@ fn ids(answer: &Value) -> Vec<String> {
     ids
 }
 
-/// This branch's Sandbox CRD when the installed one lacks the lifetime action `Sleep` (the
-/// API server is shared by every branch's tests; [`ensure_crd`] checks older fields only).
-fn ensure_sleep_crd() {
-    ensure_crd();
-    let path = "jsonpath={.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.lifetime.properties.action.enum}";
-    let installed = kubectl(&["get", "crd", "sandboxes.sandboxes.dev", "-o", path], None);
-    if String::from_utf8_lossy(&installed.stdout).contains("Sleep") {
-        return;
-    }
-    let crd = repo().join("crds/sandboxes.sandboxes.dev.yaml");
-    let crd = crd.to_string_lossy();
-    kubectl_ok(
-        &["apply", "--server-side", "--force-conflicts", "-f", &crd],
-        None,
-    );
-    let established = [
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/sandboxes.sandboxes.dev",
-    ];
-    kubectl_ok(&established, None);
-}
-
 #[tokio::test]
 async fn the_python_sdk_creates_lists_inspects_times_out_and_kills_sandboxes() {
     ensure_sleep_crd();
     let port = free_port();
     let a = tenant("e2b-a", &options(port)).await;
     let b = namespace("e2b-b").await;
-    let python = sdk_python();
     let (key_a, key_b) = (key_for(&a.ns), key_for(&b));
     api_up(port).await;
-    let sdk = Sdk {
-        python,
-        url: format!("http://127.0.0.1:{port}"),
-    };
+    let sdk = Sdk::python(port);
     let suite = unique("suite");
     for key in [&key_a, &key_b] {
         let empty = once_key_read(&sdk, key, "list", json!({"metadata": {"suite": suite}}));

@@ -2,12 +2,16 @@
 
 Usage: driver.py SCENARIO '{"json": "arguments"}'
 
-The SDK reads E2B_API_URL, E2B_API_KEY and E2B_DOMAIN from the environment (set by
-tests/e2b_api.rs). Each scenario prints one JSON object on stdout, which the Rust test
-asserts on; an SDK exception is printed as {"error": CLASS, "message": TEXT}.
+The SDK reads E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY and E2B_DOMAIN from the environment
+(set by tests/harness/e2b_sdk.rs). Each scenario prints one JSON object on stdout, which the
+Rust test asserts on; an SDK exception is printed as {"error": CLASS, "message": TEXT}.
+The scenarios here drive the REST API; each tests/e2b/scenarios_*.py module adds its own
+(a dict SCENARIOS), so that commands, files and others each keep a file of their own.
 """
 
+import importlib
 import json
+import pathlib
 import sys
 
 from e2b import Sandbox, SandboxQuery
@@ -79,10 +83,20 @@ SCENARIOS = {
 }
 
 
+def all_scenarios():
+    """These scenarios and every scenarios_*.py module's."""
+    here = pathlib.Path(__file__).parent
+    sys.path.insert(0, str(here))
+    found = dict(SCENARIOS)
+    for module in sorted(here.glob("scenarios_*.py")):
+        found.update(importlib.import_module(module.stem).SCENARIOS)
+    return found
+
+
 def main():
     scenario, args = sys.argv[1], json.loads(sys.argv[2] if len(sys.argv) > 2 else "{}")
     try:
-        result = SCENARIOS[scenario](args)
+        result = all_scenarios()[scenario](args)
     except Exception as e:  # the test asserts on the SDK's exception class and message
         result = {"error": type(e).__name__, "message": str(e)}
     print(json.dumps(result))

@@ -19,6 +19,7 @@
 //! - [`metrics`]: reading the operator's Prometheus metrics;
 //! - [`dns`]: a stub DNS server whose answers the test decides;
 //! - [`e2b`]: the E2B double as a [`world`]'s far side;
+//! - [`e2b_sdk`]: the official E2B SDKs driving the operator's E2B-compatible API;
 //! - [`tenant`]: one namespace with its own operator on the shared engine, for the image tests;
 //! - [`plugin`]: the `kubectl sandbox` plugin run to its end or on a pseudo-terminal;
 //! - [`world`]: one end-to-end world (namespace, operator, configuration) around a provider's
@@ -33,6 +34,7 @@ pub mod cluster;
 pub mod dns;
 pub mod docker;
 pub mod e2b;
+pub mod e2b_sdk;
 pub mod engine_proxy;
 pub mod image;
 pub mod kubernetes;
