@@ -8,6 +8,7 @@
 pub mod access;
 pub mod api;
 pub mod config;
+pub mod connect_json;
 pub mod controller;
 pub mod e2bapi;
 pub mod gateway;

@@ -20,8 +20,8 @@ use reqwest::{Method, RequestBuilder, Response, StatusCode};
 use serde_json::Value;
 
 use super::api::map_status;
-use super::connect::{self, Decoder, Frame};
 use super::process;
+use crate::connect_json::{self as connect, Decoder, Frame};
 use crate::provider::ProviderError;
 
 /// The port envd listens on inside every sandbox.

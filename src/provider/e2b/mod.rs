@@ -59,7 +59,6 @@
 //! removes once its owner is gone.
 
 mod api;
-mod connect;
 mod convert;
 mod envd;
 mod files;

@@ -1,4 +1,5 @@
-//! The Connect protocol's JSON codec, as envd speaks it (pure: no I/O, table-tested).
+//! The Connect protocol's JSON codec, as envd speaks it (pure: no I/O, table-tested): the
+//! E2B provider's client side and the E2B-compatible API's envd server side share it.
 //!
 //! A server-streaming call sends one *enveloped* request — a flag byte, a 4-byte big-endian
 //! length, the JSON — and answers `application/connect+json` with a sequence of envelopes.
@@ -17,11 +18,20 @@ const END_STREAM: u8 = 0x02;
 /// Largest single message accepted (envd splits output into small chunks).
 const MAX_MESSAGE: usize = 16 * 1024 * 1024;
 
-/// One enveloped request message.
+/// One enveloped message (a request, or a streamed response message).
 pub fn envelope(message: &serde_json::Value) -> Bytes {
+    framed(0, message)
+}
+
+/// The enveloped end of a response stream: `{}`, or `{"error": {code, message}}`.
+pub fn end_of_stream(end: &serde_json::Value) -> Bytes {
+    framed(END_STREAM, end)
+}
+
+fn framed(flags: u8, message: &serde_json::Value) -> Bytes {
     let payload = message.to_string();
     let mut out = BytesMut::with_capacity(5 + payload.len());
-    out.put_u8(0);
+    out.put_u8(flags);
     out.put_u32(payload.len() as u32);
     out.put_slice(payload.as_bytes());
     out.freeze()
@@ -160,6 +170,23 @@ mod tests {
             );
             assert!(!decoder.has_partial());
         }
+    }
+
+    #[test]
+    fn what_is_encoded_decodes() {
+        let mut decoder = Decoder::default();
+        decoder.push(&envelope(&json!({"a": 1})));
+        decoder.push(&end_of_stream(
+            &json!({"error": {"code": "not_found", "message": "m"}}),
+        ));
+        assert_eq!(
+            decoder.next_frame().unwrap(),
+            Some(Frame::Message(json!({"a": 1})))
+        );
+        let Some(Frame::End(Err(e))) = decoder.next_frame().unwrap() else {
+            panic!("no error end")
+        };
+        assert_eq!((e.code.as_str(), e.message.as_str()), ("not_found", "m"));
     }
 
     #[test]
