@@ -5,14 +5,18 @@
 //! never collide with the REST API's, so both share one listener.
 //!
 //! - [`target`]: the sandbox a request reaches (token checked, provider found);
-//! - [`error`]: the Connect error codes and their HTTP statuses.
+//! - [`error`]: the Connect error codes and their HTTP statuses;
+//! - [`filesystem`]: the filesystem service; [`files`]: `/files` up- and download.
 
 pub mod error;
+pub mod files;
+pub mod files_multipart;
+pub mod filesystem;
 pub mod target;
 
 use axum::Router;
 use axum::http::StatusCode;
-use axum::routing::get;
+use axum::routing::{get, post};
 
 use super::routes::E2bState;
 
@@ -22,7 +26,25 @@ pub const ENVD_PORT: u16 = 49983;
 
 /// envd's routes.
 pub fn router() -> Router<E2bState> {
-    Router::new().route("/health", get(health))
+    use filesystem as fs;
+    const FS: &str = "/filesystem.Filesystem";
+    Router::new()
+        .route("/health", get(health))
+        .route(
+            "/files",
+            get(files::download)
+                .post(files::upload)
+                .layer(files::limit()),
+        )
+        .route(&format!("{FS}/Stat"), post(fs::stat))
+        .route(&format!("{FS}/MakeDir"), post(fs::make_dir))
+        .route(&format!("{FS}/Move"), post(fs::move_))
+        .route(&format!("{FS}/ListDir"), post(fs::list_dir))
+        .route(&format!("{FS}/Remove"), post(fs::remove))
+        .route(&format!("{FS}/WatchDir"), post(fs::watch::watch_dir))
+        .route(&format!("{FS}/CreateWatcher"), post(fs::watch::create))
+        .route(&format!("{FS}/GetWatcherEvents"), post(fs::watch::events))
+        .route(&format!("{FS}/RemoveWatcher"), post(fs::watch::remove))
 }
 
 /// envd's liveness answer, for the sandbox the request names.
