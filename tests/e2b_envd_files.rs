@@ -1,0 +1,200 @@
+//! envd's filesystem service and `/files` (src/e2bapi/envd/filesystem, files.rs) driven by
+//! the official E2B Python SDK's `files` module (tests/e2b/scenarios_files.py) against the
+//! operator on the Docker provider: write and read (text, every byte value, a file in new
+//! directories), write_files, list at depth 1 and 2, exists, get_info, make_dir, rename,
+//! remove, watch_dir seeing a create, a write and a remove, and a missing file raising the
+//! SDK's not-found exception.
+
+mod harness;
+
+use harness::e2b_sdk::{Sdk, api_up, ensure_sleep_crd, free_port, key_for, options};
+use harness::objects::wait_ready;
+use harness::tenant::tenant;
+use sandbox_operator::e2bapi::id;
+use serde_json::{Value, json};
+
+const DIR: &str = "/tmp/e2b-files";
+
+fn paths(entries: &Value) -> Vec<&str> {
+    let mut paths: Vec<&str> = entries
+        .as_array()
+        .expect("entries")
+        .iter()
+        .map(|e| e["path"].as_str().expect("path"))
+        .collect();
+    paths.sort();
+    paths
+}
+
+#[tokio::test]
+async fn the_python_sdk_writes_reads_lists_moves_removes_and_watches_files() {
+    ensure_sleep_crd();
+    let port = free_port();
+    let t = tenant("e2b-files", &options(port)).await;
+    let key = key_for(&t.ns);
+    api_up(port).await;
+    let sdk = Sdk::python(port);
+    let created = sdk.ok(&key, "create", json!({"timeout": 600}));
+    let sid = created["sandbox_id"].as_str().expect("id").to_string();
+    let object = id::parse(&sid).expect("an id of this API");
+    wait_ready(&t.api, &object.name, &t.op).await;
+    let args = json!({"sandbox_id": sid, "dir": DIR});
+
+    write_and_read(&sdk, &key, &args);
+    write_many_and_list(&sdk, &key, &args);
+    inspect_move_and_remove(&sdk, &key, &args);
+    missing_file(&sdk, &key, &sid);
+    watch(&sdk, &key, &args);
+
+    assert_eq!(
+        sdk.ok(&key, "kill", json!({"sandbox_id": sid}))["killed"],
+        true
+    );
+}
+
+/// Text and every byte value cross unchanged; the answer names what was written.
+fn write_and_read(sdk: &Sdk, key: &str, args: &Value) {
+    let got = sdk.ok(key, "files_write_read", args.clone());
+    assert_eq!(got["text"], "hello, files\n", "{got}");
+    assert_eq!(got["bytes_equal"], true, "{got}");
+    assert_eq!(got["bytes_len"], 1024, "{got}");
+    let written = &got["written"];
+    assert_eq!(written["path"], format!("{DIR}/new/sub/hello.txt"), "{got}");
+    assert_eq!(written["name"], "hello.txt");
+    assert_eq!(written["type"], "file");
+}
+
+/// Several files in one upload; a listing one level deep, then two.
+fn write_many_and_list(sdk: &Sdk, key: &str, args: &Value) {
+    let got = sdk.ok(key, "files_write_many", args.clone());
+    let expected: Vec<String> = ["a", "b", "c"]
+        .iter()
+        .map(|n| format!("{DIR}/many/{n}.txt"))
+        .collect();
+    assert_eq!(got["paths"], json!(expected), "{got}");
+    assert_eq!(
+        got["contents"],
+        json!(["file a", "file b", "file c"]),
+        "{got}"
+    );
+
+    let listed = sdk.ok(key, "files_list", args.clone());
+    let top = [
+        format!("{DIR}/all.bin"),
+        format!("{DIR}/many"),
+        format!("{DIR}/new"),
+    ];
+    assert_eq!(
+        paths(&listed["depth1"]),
+        top.iter().map(String::as_str).collect::<Vec<_>>()
+    );
+    let deeper = paths(&listed["depth2"]);
+    for p in [
+        format!("{DIR}/many/a.txt"),
+        format!("{DIR}/new/sub"),
+        format!("{DIR}/all.bin"),
+    ] {
+        assert!(deeper.contains(&p.as_str()), "{p} not in {deeper:?}");
+    }
+    assert!(
+        !deeper.iter().any(|p| p.ends_with("hello.txt")),
+        "depth 2 went deeper: {deeper:?}"
+    );
+    let bin = listed["depth1"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "all.bin")
+        .unwrap();
+    assert_eq!(
+        (bin["type"].as_str(), bin["size"].as_i64()),
+        (Some("file"), Some(1024)),
+        "{bin}"
+    );
+    let dir = listed["depth1"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == "many")
+        .unwrap();
+    assert_eq!(dir["type"], "dir", "{dir}");
+}
+
+/// exists, get_info, make_dir (new, then existing), rename, remove.
+fn inspect_move_and_remove(sdk: &Sdk, key: &str, args: &Value) {
+    let got = sdk.ok(key, "files_inspect", args.clone());
+    assert_eq!(
+        (got["exists"].as_bool(), got["exists_missing"].as_bool()),
+        (Some(true), Some(false)),
+        "{got}"
+    );
+    let info = &got["info"];
+    assert_eq!(info["name"], "file.txt", "{info}");
+    assert_eq!(info["path"], format!("{DIR}/inspect/file.txt"));
+    assert_eq!(
+        (info["type"].as_str(), info["size"].as_i64()),
+        (Some("file"), Some(5)),
+        "{info}"
+    );
+    assert_eq!(info["permissions"], "-rw-r--r--", "{info}");
+    assert_eq!(info["mode"], 0o644, "{info}");
+    assert!(!info["owner"].as_str().unwrap().is_empty(), "{info}");
+    let now = chrono::Utc::now().timestamp() as f64;
+    let modified = info["modified"].as_f64().unwrap();
+    assert!(
+        (now - modified).abs() < 600.0,
+        "modified {modified}, now {now}"
+    );
+    assert_eq!(got["dir_info"]["type"], "dir", "{got}");
+    assert_eq!(
+        (got["make_dir"].as_bool(), got["make_dir_again"].as_bool()),
+        (Some(true), Some(false)),
+        "{got}"
+    );
+    assert_eq!(
+        got["renamed"]["path"],
+        format!("{DIR}/inspect/moved.txt"),
+        "{got}"
+    );
+    assert_eq!(got["old_exists"], false, "{got}");
+    assert_eq!(got["moved_text"], "12345", "{got}");
+    assert_eq!(
+        (got["removed"].as_bool(), got["removed_exists"].as_bool()),
+        (Some(true), Some(false)),
+        "{got}"
+    );
+}
+
+/// A missing file is the SDK's FileNotFoundException (a NotFoundException), for a read
+/// (`/files`, 404) and for get_info (Connect not_found); a directory is not a file.
+fn missing_file(sdk: &Sdk, key: &str, sid: &str) {
+    let read = sdk.run(
+        key,
+        "files_read",
+        json!({"sandbox_id": sid, "path": format!("{DIR}/nothing.txt")}),
+    );
+    assert_eq!(read["error"], "FileNotFoundException", "{read}");
+    let info = sdk.run(
+        key,
+        "files_info",
+        json!({"sandbox_id": sid, "path": format!("{DIR}/nothing")}),
+    );
+    assert_eq!(info["error"], "FileNotFoundException", "{info}");
+    let dir = sdk.run(key, "files_read", json!({"sandbox_id": sid, "path": DIR}));
+    assert_eq!(dir["error"], "InvalidArgumentException", "{dir}");
+}
+
+/// A watcher sees the create, the write and the remove the scenario makes, by name.
+fn watch(sdk: &Sdk, key: &str, args: &Value) {
+    let got = sdk.ok(key, "files_watch", args.clone());
+    let has = |phase: &str, kind: &str| {
+        got[phase]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "w.txt" && e["type"] == kind)
+    };
+    assert!(has("created", "create"), "{got}");
+    assert!(has("written", "write"), "{got}");
+    assert!(has("removed", "remove"), "{got}");
+}
