@@ -45,6 +45,7 @@ async fn the_python_sdk_writes_reads_lists_moves_removes_and_watches_files() {
     inspect_move_and_remove(&sdk, &key, &args);
     missing_file(&sdk, &key, &sid);
     watch(&sdk, &key, &args);
+    watch_stream(&sdk, &key, &args);
 
     assert_eq!(
         sdk.ok(&key, "kill", json!({"sandbox_id": sid}))["killed"],
@@ -197,4 +198,26 @@ fn watch(sdk: &Sdk, key: &str, args: &Value) {
     assert!(has("created", "create"), "{got}");
     assert!(has("written", "write"), "{got}");
     assert!(has("removed", "remove"), "{got}");
+}
+
+/// The async SDK's watch (envd's WatchDir stream) sees a create, a write, a rename (the old
+/// name, then the new one created) and a remove, and ends without an error when stopped.
+fn watch_stream(sdk: &Sdk, key: &str, args: &Value) {
+    let got = sdk.ok(key, "files_watch_stream", args.clone());
+    let events: Vec<(&str, &str)> = got["events"]
+        .as_array()
+        .expect("events")
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["type"].as_str().unwrap()))
+        .collect();
+    for wanted in [
+        ("s.txt", "create"),
+        ("s.txt", "write"),
+        ("s.txt", "rename"),
+        ("t.txt", "create"),
+        ("t.txt", "remove"),
+    ] {
+        assert!(events.contains(&wanted), "{wanted:?} not in {events:?}");
+    }
+    assert_eq!(got["exit_errors"], json!([]), "{got}");
 }

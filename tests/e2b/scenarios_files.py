@@ -4,9 +4,10 @@ Each scenario connects to an existing sandbox (args["sandbox_id"]) and works bel
 args["dir"], answering what the SDK returned so the Rust test can assert on it.
 """
 
+import asyncio
 import time
 
-from e2b import Sandbox
+from e2b import AsyncSandbox, Sandbox
 from e2b.sandbox.filesystem.watch_handle import FilesystemEventType
 
 ALL_BYTES = bytes(range(256)) * 4
@@ -115,6 +116,39 @@ def watch(args):
     return {"created": created, "written": written, "removed": removed}
 
 
+async def _watch_stream(args):
+    s, d = await AsyncSandbox.connect(args["sandbox_id"]), args["dir"]
+    await s.files.make_dir(f"{d}/streamed")
+    seen, exits = [], []
+    handle = await s.files.watch_dir(
+        f"{d}/streamed", on_event=seen.append, on_exit=exits.append, timeout=60
+    )
+
+    async def until(wanted):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not any(e.type == wanted for e in seen):
+            await asyncio.sleep(0.1)
+
+    await s.files.write(f"{d}/streamed/s.txt", "one")
+    await until(FilesystemEventType.CREATE)
+    await s.files.write(f"{d}/streamed/s.txt", "two, longer")
+    await until(FilesystemEventType.WRITE)
+    await s.files.rename(f"{d}/streamed/s.txt", f"{d}/streamed/t.txt")
+    await until(FilesystemEventType.RENAME)
+    await s.files.remove(f"{d}/streamed/t.txt")
+    await until(FilesystemEventType.REMOVE)
+    await handle.stop()
+    return {
+        "events": [{"name": e.name, "type": e.type.value} for e in seen],
+        "exit_errors": [str(e) for e in exits if e is not None],
+    }
+
+
+def watch_stream(args):
+    """`AsyncSandbox.files.watch_dir`: envd's WatchDir server stream."""
+    return asyncio.run(_watch_stream(args))
+
+
 SCENARIOS = {
     "files_write_read": write_read,
     "files_write_many": write_many,
@@ -123,4 +157,5 @@ SCENARIOS = {
     "files_read": read,
     "files_info": info,
     "files_watch": watch,
+    "files_watch_stream": watch_stream,
 }
