@@ -150,29 +150,51 @@ pub async fn create(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response
     Ok(rpc::reply(json!({ "watcherId": id })))
 }
 
-/// Polls into `queue` until the watcher fails or goes unread for [`IDLE`].
+/// Polls into `queue` until the watcher goes unread for [`IDLE`], then forgets it. A failed
+/// watcher polls no more but waits out its idle time, so its client can still read why.
 async fn feed(mut poller: Poller, id: String, queue: Arc<Mutex<Queue>>) {
     loop {
         tokio::time::sleep(POLL).await;
-        if lock(&queue).read_at.elapsed() > IDLE {
+        let (idle, failed) = {
+            let q = lock(&queue);
+            (q.read_at.elapsed() > IDLE, q.failed.is_some())
+        };
+        if idle {
             watchers().remove(&id);
             return;
         }
-        let found = poller.next().await;
-        let mut q = lock(&queue);
-        match found {
-            Ok(events) if q.events.len() + events.len() <= MAX_EVENTS => q.events.extend(events),
-            Ok(_) => {
-                let full = format!("more than {MAX_EVENTS} events went unread; watch again");
-                q.failed = Some(EnvdError::new(Code::Internal, full));
-                return;
-            }
-            Err(e) => {
-                q.failed = Some(e);
-                return;
-            }
+        if failed {
+            continue;
         }
+        let found = poller.next().await;
+        absorb(&mut lock(&queue), found);
     }
+}
+
+/// One poll's outcome into the queue: its events, or the failure that ends the watch
+/// (including more unread events than [`MAX_EVENTS`], rather than losing some).
+fn absorb(q: &mut Queue, found: Result<Vec<Event>, EnvdError>) {
+    match found {
+        Ok(events) if q.events.len() + events.len() <= MAX_EVENTS => q.events.extend(events),
+        Ok(_) => {
+            let full = format!("more than {MAX_EVENTS} events went unread; watch again");
+            q.failed = Some(EnvdError::new(Code::Internal, full));
+        }
+        Err(e) => q.failed = Some(e),
+    }
+}
+
+/// The queue of watcher `id` when sandbox `sid` made it; another sandbox's watcher is as
+/// unknown as a missing one.
+fn owned(
+    all: &HashMap<String, Watcher>,
+    id: &str,
+    sid: &str,
+) -> Result<Arc<Mutex<Queue>>, EnvdError> {
+    all.get(id)
+        .filter(|w| w.sid == sid)
+        .map(|w| w.queue.clone())
+        .ok_or_else(|| unknown(id))
 }
 
 /// `GetWatcherEvents`: what the watcher found since the last call; once it has failed and
@@ -180,18 +202,15 @@ async fn feed(mut poller: Poller, id: String, queue: Arc<Mutex<Queue>>) {
 pub async fn events(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response, EnvdError> {
     rpc::refuse_other_user(&h, None)?;
     let req: WatcherRequest = rpc::request(&body)?;
-    let queue = {
-        let all = watchers();
-        let w = all.get(&req.watcher_id).filter(|w| w.sid == t.sid);
-        w.map(|w| w.queue.clone())
-            .ok_or_else(|| unknown(&req.watcher_id))?
-    };
+    let queue = owned(&watchers(), &req.watcher_id, &t.sid)?;
     let mut q = lock(&queue);
     q.read_at = Instant::now();
     if q.events.is_empty()
         && let Some(e) = q.failed.take()
     {
-        watchers().remove(&req.watcher_id);
+        if let Some(w) = watchers().remove(&req.watcher_id) {
+            w.task.abort();
+        }
         return Err(e);
     }
     let events: Vec<_> = q.events.drain(..).map(|e| e.wire()).collect();
@@ -203,9 +222,7 @@ pub async fn remove(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response
     rpc::refuse_other_user(&h, None)?;
     let req: WatcherRequest = rpc::request(&body)?;
     let mut all = watchers();
-    if all.get(&req.watcher_id).is_none_or(|w| w.sid != t.sid) {
-        return Err(unknown(&req.watcher_id));
-    }
+    owned(&all, &req.watcher_id, &t.sid)?;
     if let Some(w) = all.remove(&req.watcher_id) {
         w.task.abort();
     }
@@ -281,4 +298,58 @@ fn stream_response(body: Body) -> Response {
         .header(header::CONTENT_TYPE, "application/connect+json")
         .body(body)
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn queue() -> Queue {
+        Queue {
+            events: Vec::new(),
+            failed: None,
+            read_at: Instant::now(),
+        }
+    }
+
+    fn event(name: &str) -> Event {
+        Event {
+            name: name.into(),
+            kind: diff::EventType::Create,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_watcher_answers_only_to_the_sandbox_that_made_it() {
+        let task = tokio::spawn(async {}).abort_handle();
+        let q = Arc::new(Mutex::new(queue()));
+        let w = Watcher {
+            sid: "a-ns".into(),
+            queue: q.clone(),
+            task,
+        };
+        let all = HashMap::from([("w-1".to_string(), w)]);
+        assert!(Arc::ptr_eq(&owned(&all, "w-1", "a-ns").unwrap(), &q));
+        assert_eq!(
+            owned(&all, "w-1", "b-ns").err().unwrap().code,
+            Code::NotFound
+        );
+        assert_eq!(
+            owned(&all, "w-2", "a-ns").err().unwrap().code,
+            Code::NotFound
+        );
+    }
+
+    #[test]
+    fn events_queue_up_to_the_bound_then_the_watch_fails_rather_than_drop_some() {
+        let mut q = queue();
+        absorb(&mut q, Ok(vec![event("a"), event("b")]));
+        assert_eq!(q.events.len(), 2);
+        absorb(&mut q, Ok(vec![event("c"); MAX_EVENTS - 1]));
+        assert_eq!(q.events.len(), 2, "nothing of an overflowing poll is kept");
+        assert_eq!(q.failed.as_ref().map(|e| e.code), Some(Code::Internal));
+        let mut q = queue();
+        absorb(&mut q, Err(EnvdError::new(Code::NotFound, "gone")));
+        assert_eq!(q.failed.map(|e| e.code), Some(Code::NotFound));
+    }
 }
