@@ -167,7 +167,8 @@ fn inspect_move_and_remove(sdk: &Sdk, key: &str, args: &Value) {
 }
 
 /// A missing file is the SDK's FileNotFoundException (a NotFoundException), for a read
-/// (`/files`, 404) and for get_info (Connect not_found); a directory is not a file.
+/// (`/files`, 404) and for get_info (Connect not_found); a directory is not a file; another
+/// user or a relative path is a bad request.
 fn missing_file(sdk: &Sdk, key: &str, sid: &str) {
     let read = sdk.run(
         key,
@@ -183,6 +184,21 @@ fn missing_file(sdk: &Sdk, key: &str, sid: &str) {
     assert_eq!(info["error"], "FileNotFoundException", "{info}");
     let dir = sdk.run(key, "files_read", json!({"sandbox_id": sid, "path": DIR}));
     assert_eq!(dir["error"], "InvalidArgumentException", "{dir}");
+    // Operations run as the sandbox's own user: asking for another one is refused, not
+    // ignored; a relative path has no home directory to resolve against.
+    let file = format!("{DIR}/all.bin");
+    let as_root = sdk.run(
+        key,
+        "files_read",
+        json!({"sandbox_id": sid, "path": file, "user": "root"}),
+    );
+    assert_eq!(as_root["error"], "InvalidArgumentException", "{as_root}");
+    let relative = sdk.run(
+        key,
+        "files_read",
+        json!({"sandbox_id": sid, "path": "all.bin"}),
+    );
+    assert_eq!(relative["error"], "InvalidArgumentException", "{relative}");
 }
 
 /// A watcher sees the create, the write and the remove the scenario makes, by name.

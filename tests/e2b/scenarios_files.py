@@ -82,7 +82,7 @@ def inspect(args):
 
 def read(args):
     s = _sandbox(args)
-    return {"text": s.files.read(args["path"])}
+    return {"text": s.files.read(args["path"], user=args.get("user"))}
 
 
 def info(args):
