@@ -477,3 +477,122 @@ async fn kill_and_gone(
     let theirs = id::parse(foreign).expect("id").name;
     kubectl_ok(&["get", "sbx", &theirs, "-n", foreign_ns], None);
 }
+
+/// `GET /sandboxes/{id}/logs` (and v2) answers the main process's output from the Docker
+/// provider's logs capability, in E2B's `SandboxLogs` shape, read with a plain HTTP client
+/// and the `X-API-KEY` (the SDKs have no logs call).
+#[tokio::test]
+async fn logs_answer_the_main_process_output() {
+    ensure_sleep_crd();
+    let port = free_port();
+    let a = tenant("e2b-logs", &options(port)).await;
+    api_up(port).await;
+    let key = key_for(&a.ns);
+    let sdk = Sdk::python(port);
+    once_key_read(&sdk, &key, "list", json!({}));
+    let sid = sdk.ok(&key, "create", json!({"timeout": 300}))["sandbox_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    // The main process prints three lines (a command change recreates the sandbox).
+    let name = id::parse(&sid).expect("id").name;
+    let command =
+        r#"{"spec":{"command":["sh","-c","echo one; echo two; echo three; exec sleep infinity"]}}"#;
+    kubectl_ok(
+        &[
+            "patch",
+            "sbx",
+            &name,
+            "-n",
+            &a.ns,
+            "--type=merge",
+            "-p",
+            command,
+        ],
+        None,
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let v1 = format!("{base}/sandboxes/{sid}/logs");
+    let answer = wait_for(
+        "the three lines in the log",
+        Duration::from_secs(90),
+        || logs_lines(&v1, &key, "logs", "line", 3),
+    )
+    .await;
+    assert_eq!(answer.1, ["one", "two", "three"], "{}", answer.0);
+    let first = &answer.0["logs"][0];
+    let start = chrono::DateTime::parse_from_rfc3339(first["timestamp"].as_str().expect("time"))
+        .expect("an RFC 3339 timestamp");
+    assert_eq!(
+        answer.0["logEntries"][2]["message"], "three",
+        "{}",
+        answer.0
+    );
+
+    // v2: newest first, limit, search.
+    let v2 = format!("{base}/v2/sandboxes/{sid}/logs?direction=backward&limit=2");
+    let (body, lines) = logs_lines(&v2, &key, "logs", "message", 2)
+        .await
+        .expect("v2");
+    assert_eq!(lines, ["three", "two"], "{body}");
+    let search = format!("{base}/v2/sandboxes/{sid}/logs?search=tw");
+    let (body, lines) = logs_lines(&search, &key, "logs", "message", 1)
+        .await
+        .expect("search");
+    assert_eq!(lines, ["two"], "{body}");
+    // v1 start: nothing before it.
+    let later = start.timestamp_millis() + 60_000;
+    let empty = format!("{base}/sandboxes/{sid}/logs?start={later}");
+    let (body, lines) = logs_lines(&empty, &key, "logs", "line", 0)
+        .await
+        .expect("start");
+    assert!(lines.is_empty(), "{body}");
+
+    let http = reqwest::Client::new();
+    let nokey = http.get(&v1).send().await.expect("GET");
+    assert_eq!(nokey.status(), 401);
+    let unknown = format!("{base}/sandboxes/aaaaaaaaaaaa-{}/logs", a.ns);
+    let unknown = http
+        .get(&unknown)
+        .header("X-API-KEY", &key)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(unknown.status(), 404);
+    assert_eq!(
+        sdk.ok(&key, "kill", json!({"sandbox_id": sid}))["killed"],
+        true
+    );
+}
+
+/// The log answer at `url` and the `field` of each entry of its `list`, once it has at
+/// least `want` entries.
+async fn logs_lines(
+    url: &str,
+    key: &str,
+    list: &str,
+    field: &str,
+    want: usize,
+) -> Result<(Value, Vec<String>), String> {
+    let response = reqwest::Client::new()
+        .get(url)
+        .header("X-API-KEY", key)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body: Value = response.json().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {body}"));
+    }
+    let lines: Vec<String> = body[list]
+        .as_array()
+        .ok_or(format!("no {list}: {body}"))?
+        .iter()
+        .map(|e| e[field].as_str().unwrap_or_default().to_string())
+        .collect();
+    if lines.len() < want {
+        return Err(format!("{} lines: {body}", lines.len()));
+    }
+    Ok((body, lines))
+}
