@@ -1,7 +1,7 @@
 //! The chart's E2B-compatible API values (`e2bApi`), rendered with `helm template`: off by
 //! default (nothing of it rendered); when enabled, the `e2bApi` configuration section, the
 //! container port, a Service for the API port of every replica, the envd access token key
-//! from a Secret, and an optional Ingress for the API host `api.{domain}` and the wildcard
+//! from a Secret, the port open in the NetworkPolicy, and an optional Ingress for the API host `api.{domain}` and the wildcard
 //! `*.{domain}` (envd and port URLs) with its TLS Secret and annotations (cert-manager).
 
 mod harness;
@@ -85,14 +85,19 @@ fn the_e2b_api_renders_its_config_service_token_key_and_ingress() {
     assert_eq!(e2b["address"], "0.0.0.0:3000");
     assert_eq!(e2b["domain"], "sandboxes.example.com");
     assert_eq!(e2b["templates"]["base"], "sandbox-operator/base:bookworm");
-    let key_file = e2b["accessTokenKeyFile"].as_str().expect("accessTokenKeyFile");
+    let key_file = e2b["accessTokenKeyFile"]
+        .as_str()
+        .expect("accessTokenKeyFile");
 
     let service = named(&docs, "Service", "r-sandbox-operator-e2b-api").expect("the Service");
     assert_eq!(service["spec"]["ports"][0]["targetPort"], "e2b-api");
     let selector = service["spec"]["selector"].as_object().expect("selector");
     assert!(!selector.is_empty() && !selector.contains_key("app.kubernetes.io/component"));
 
-    let deployment = docs.iter().find(|d| d["kind"] == "Deployment").expect("Deployment");
+    let deployment = docs
+        .iter()
+        .find(|d| d["kind"] == "Deployment")
+        .expect("Deployment");
     let pod = &deployment["spec"]["template"]["spec"];
     let ports = pod["containers"][0]["ports"].as_array().expect("ports");
     assert!(
@@ -101,7 +106,9 @@ fn the_e2b_api_renders_its_config_service_token_key_and_ingress() {
             .any(|p| p["name"] == "e2b-api" && p["containerPort"] == 3000),
         "{ports:?}"
     );
-    let mounts = pod["containers"][0]["volumeMounts"].as_array().expect("mounts");
+    let mounts = pod["containers"][0]["volumeMounts"]
+        .as_array()
+        .expect("mounts");
     let mount = mounts
         .iter()
         .find(|m| m["name"] == "e2b-token-key")
@@ -117,6 +124,15 @@ fn the_e2b_api_renders_its_config_service_token_key_and_ingress() {
     assert_eq!(volume["secret"]["secretName"], "e2b-token-key");
     assert_eq!(volume["secret"]["items"][0]["key"], "key");
 
+    let policy = docs
+        .iter()
+        .find(|d| d["kind"] == "NetworkPolicy")
+        .expect("NetworkPolicy");
+    let open = policy["spec"]["ingress"].as_array().expect("ingress rules");
+    assert!(
+        open.iter().any(|r| r["ports"][0]["port"] == 3000),
+        "the NetworkPolicy blocks the E2B API port: {open:?}"
+    );
     check_ingress(&docs);
 }
 
@@ -134,7 +150,10 @@ fn check_ingress(docs: &[Value]) {
         .iter()
         .map(|r| r["host"].as_str().expect("host"))
         .collect();
-    assert_eq!(hosts, ["api.sandboxes.example.com", "*.sandboxes.example.com"]);
+    assert_eq!(
+        hosts,
+        ["api.sandboxes.example.com", "*.sandboxes.example.com"]
+    );
     for rule in spec["rules"].as_array().expect("rules") {
         let backend = &rule["http"]["paths"][0]["backend"]["service"];
         assert_eq!(backend["name"], "r-sandbox-operator-e2b-api");
@@ -159,7 +178,10 @@ fn an_ingress_without_a_domain_is_refused() {
         "--set",
         "e2bApi.ingress.enabled=true",
     ]);
-    assert!(!out.status.success(), "helm accepted an Ingress without a domain");
+    assert!(
+        !out.status.success(),
+        "helm accepted an Ingress without a domain"
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("e2bApi.domain"), "{stderr}");
 }
