@@ -7,36 +7,28 @@
 mod harness;
 
 use harness::repo;
-use harness::tools::helm;
+use harness::tools::{helm, helm_template};
 use serde_json::Value;
 
 /// The documents `helm template` renders with `values` (YAML).
 fn render(values: &str) -> Vec<Value> {
-    use serde::Deserialize;
+    render_in("ops", values)
+}
+
+/// [`render`] into `namespace`.
+fn render_in(namespace: &str, values: &str) -> Vec<Value> {
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("values.yaml");
     std::fs::write(&file, values).expect("values file");
     let chart = repo().join("charts/sandbox-operator");
-    let out = helm(&[
-        "template",
+    helm_template(&[
         "r",
         &chart.to_string_lossy(),
         "--namespace",
-        "ops",
+        namespace,
         "-f",
         &file.to_string_lossy(),
-    ]);
-    assert!(
-        out.status.success(),
-        "helm template: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
-    serde_yaml::Deserializer::from_str(&yaml)
-        .map(|doc| serde_yaml::Value::deserialize(doc).expect("valid YAML"))
-        .filter(|v| !v.is_null())
-        .map(|v| serde_json::to_value(v).expect("YAML → JSON"))
-        .collect()
+    ])
 }
 
 fn named<'a>(docs: &'a [Value], kind: &str, name: &str) -> Option<&'a Value> {
@@ -184,4 +176,24 @@ fn an_ingress_without_a_domain_is_refused() {
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("e2bApi.domain"), "{stderr}");
+}
+
+/// The API server accepts the rendered Service and Ingress as they are (a server-side dry
+/// run validates them against the served schemas).
+#[tokio::test]
+async fn the_api_server_accepts_the_e2b_service_and_ingress() {
+    let ns = harness::cluster::namespace("helm-e2b").await;
+    let docs = render_in(&ns, ENABLED);
+    let ours: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["metadata"]["name"] == "r-sandbox-operator-e2b-api")
+        .collect();
+    assert_eq!(ours.len(), 2, "{ours:?}");
+    let list = serde_json::json!({"apiVersion": "v1", "kind": "List", "items": ours});
+    let out = harness::cluster::kubectl_ok(
+        &["apply", "--dry-run=server", "-n", &ns, "-f", "-"],
+        Some(&list.to_string()),
+    );
+    assert_eq!(out.matches("(server dry run)").count(), 2, "{out}");
+    let _ = harness::cluster::kubectl(&["delete", "namespace", &ns, "--wait=false"], None);
 }

@@ -5,8 +5,9 @@
 #   $CACHE/e2b-js/<version>/node_modules/e2b   with `e2b@$E2B_JS_VERSION` installed
 #
 # CACHE is $SANDBOX_CACHE, default ~/.cache/sandbox-operator. Needs Node.js >= 20.18.1 with
-# npm (Debian: nodejs + npm, installed with apt-get when missing). When the directory already
-# holds the pinned version this takes a few ms.
+# npm, the SDK's `engines` (installed with apt-get when missing; Debian 12's own nodejs is 18,
+# too old, so the apt source must offer a newer one, e.g. NodeSource's). When the directory
+# already holds the pinned version this takes a few ms.
 # Usage: tests/setup/e2b-js.sh [--force]   (--force reinstalls)
 set -euo pipefail
 
@@ -51,12 +52,19 @@ ensure_node() {
     die "apt-get install nodejs npm failed (see $CACHE/e2b-js/apt.log)"
 }
 
+# The SDK's engines: node >= 20.18.1 (20.x) or >= 22.
+node_new_enough() {
+  node -e 'const [a, b, c] = process.versions.node.split(".").map(Number);
+    process.exit(a >= 22 || (a === 20 && (b > 18 || (b === 18 && c >= 1))) ? 0 : 1)'
+}
+
 command -v node >/dev/null 2>&1 && installed && exit 0
 mkdir -p "$CACHE/e2b-js"
 # Serialise with a concurrent run of this script; re-check under the lock.
 exec 8>"$CACHE/e2b-js/.lock"
 flock -w 600 8 || die "timed out waiting for $CACHE/e2b-js/.lock"
 ensure_node
+node_new_enough || die "node $(node --version) is too old for e2b@$E2B_JS_VERSION (needs >= 20.18.1 or >= 22)"
 installed && exit 0
 log "installing e2b@$E2B_JS_VERSION into $DIR ..."
 rm -rf "$DIR"
