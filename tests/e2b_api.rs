@@ -1,17 +1,25 @@
-//! The E2B-compatible API (src/e2bapi) driven by the official E2B Python SDK (`e2b` from
-//! PyPI, the version pinned in tests/setup/e2b-py.sh), against the real API server and the
-//! Docker provider: API keys are Secrets in two namespaces, each key acting as a
-//! ServiceAccount whose Role allows Sandboxes; the SDK scripts are tests/e2b/driver.py.
+//! The E2B-compatible API (src/e2bapi) driven by the official E2B SDKs — Python (`e2b`
+//! from PyPI, pinned in tests/setup/e2b-py.sh, tests/e2b/driver.py) and JS (`e2b` from npm,
+//! pinned in tests/setup/e2b-js.sh, tests/e2b/driver.mjs) — against the real API server, on
+//! the Docker provider and on the Kubernetes provider (Pods on the test nodes). API keys are
+//! Secrets in two namespaces, each key acting as a ServiceAccount whose Role allows
+//! Sandboxes. One body ([`rest_api`]) runs with each SDK and provider.
 
 mod harness;
 
 use std::time::Duration;
 
 use harness::cluster::{apply_yaml_ok, kubectl, kubectl_ok, namespace};
-use harness::e2b_sdk::{Sdk, api_up, ensure_sleep_crd, free_port, key_for, options};
-use harness::objects::{wait_gone, wait_ready};
+use harness::e2b_sdk::{
+    Sdk, SdkKind, api_config, api_up, ensure_sleep_crd, free_port, key_for, options,
+};
+use harness::kubernetes::Kubernetes;
+use harness::objects::{wait_gone, wait_ready_within};
+use harness::operator::Operator;
 use harness::tenant::tenant;
+use harness::world::World;
 use harness::{unique, wait_for};
+use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use sandbox_operator::api::{LifetimeAction, Sandbox};
 use sandbox_operator::e2bapi::id;
@@ -29,27 +37,165 @@ fn ids(answer: &Value) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn the_python_sdk_creates_lists_inspects_times_out_and_kills_sandboxes() {
+async fn the_python_sdk_drives_the_rest_api_on_docker() {
+    on_docker(Sdk::python).await;
+}
+
+#[tokio::test]
+async fn the_js_sdk_drives_the_rest_api_on_docker() {
+    on_docker(Sdk::js).await;
+}
+
+/// The REST body with `sdk` against an operator on the Docker provider.
+async fn on_docker(sdk: fn(u16) -> Sdk) {
     ensure_sleep_crd();
     let port = free_port();
     let a = tenant("e2b-a", &options(port)).await;
     let b = namespace("e2b-b").await;
-    let (key_a, key_b) = (key_for(&a.ns), key_for(&b));
     api_up(port).await;
-    let sdk = Sdk::python(port);
+    let home = Home {
+        ns: &a.ns,
+        api: &a.api,
+        op: &a.op,
+        pods: None,
+    };
+    rest_api(&sdk(port), &home, &b).await;
+}
+
+/// The REST body with the Python SDK against an operator on the Kubernetes provider: every
+/// sandbox made through the API is a Ready Pod on a test node, and its Pod is gone after
+/// kill. The template alias boots the base image, which the test nodes have imported.
+#[tokio::test]
+async fn the_python_sdk_drives_the_rest_api_on_kubernetes() {
+    on_kubernetes(|sdk, home, b| Box::pin(rest_api(sdk, home, b))).await;
+}
+
+/// autoPause on the Kubernetes provider: at its timeout the sandbox must sleep (its Pod
+/// stopped), and connect runs it again.
+#[tokio::test]
+#[ignore = "fails: the controller holds a slept Kubernetes sandbox as phase Exited \
+            (the provider's sleep stops the Pod; decide reads Sleeping+Stopped as exited by \
+            itself), src/controller/sandbox/decide.rs"]
+async fn auto_pause_on_kubernetes_sleeps_the_sandbox() {
+    on_kubernetes(|sdk, home, _| {
+        Box::pin(async move {
+            let key = key_for(home.ns);
+            once_key_read(sdk, &key, "list", json!({}));
+            auto_pause(sdk, &key, home.api).await;
+        })
+    })
+    .await;
+}
+
+type Body = for<'a> fn(
+    &'a Sdk,
+    &'a Home<'a>,
+    &'a str,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
+
+/// `body` with the Python SDK against an operator on the Kubernetes provider, with a
+/// second namespace for the other key.
+async fn on_kubernetes(body: Body) {
+    ensure_sleep_crd();
+    let port = free_port();
+    let world = World::<Kubernetes>::kubernetes("e2b-k").await;
+    let op = world.operator(&api_config(port), vec![]);
+    let b = namespace("e2b-kb").await;
+    api_up(port).await;
+    let pods = world.pods().await;
+    let home = Home {
+        ns: &world.ns,
+        api: &world.api,
+        op: &op,
+        pods: Some(&pods),
+    };
+    body(&Sdk::python(port), &home, &b).await;
+    drop(op);
+    for ns in [&world.ns, &b] {
+        let _ = kubectl(&["delete", "namespace", ns, "--wait=false"], None);
+    }
+}
+
+/// The namespace the first key maps to, and what runs its sandboxes.
+struct Home<'a> {
+    ns: &'a str,
+    api: &'a Api<Sandbox>,
+    op: &'a Operator,
+    /// The provider's Pods, on the Kubernetes provider.
+    pods: Option<&'a Api<Pod>>,
+}
+
+impl Home<'_> {
+    /// The Sandbox `name` once Ready (on Kubernetes: its Pod Ready on a test node).
+    async fn ready(&self, name: &str) -> Sandbox {
+        let within = match self.pods {
+            Some(_) => harness::kubernetes::READY_TIMEOUT,
+            None => harness::objects::READY_TIMEOUT,
+        };
+        let sandbox = wait_ready_within(self.api, name, self.op, within).await;
+        if let Some(pods) = self.pods {
+            let pod = pod_of(&sandbox);
+            let pod = pods.get(&pod).await.expect("the sandbox's Pod");
+            assert!(pod_ready(&pod), "{:?}", pod.status);
+            let node = pod.spec.and_then(|s| s.node_name).unwrap_or_default();
+            assert!(node.starts_with("sbx-node-"), "scheduled on {node:?}");
+        }
+        sandbox
+    }
+
+    /// The Sandbox `name` and, on Kubernetes, its Pod are gone.
+    async fn gone(&self, name: &str, pod: Option<String>) {
+        let within = Duration::from_secs(90);
+        wait_gone(self.api, name, within).await;
+        if let (Some(pods), Some(pod)) = (self.pods, pod) {
+            wait_for("the sandbox's Pod to be gone", within, || async {
+                match pods.get_opt(&pod).await {
+                    Ok(None) => Ok(()),
+                    Ok(Some(_)) => Err("still there".to_string()),
+                    Err(e) => Err(e.to_string()),
+                }
+            })
+            .await;
+        }
+    }
+}
+
+/// The provider id of a Ready sandbox (the Pod's name on Kubernetes).
+fn pod_of(sandbox: &Sandbox) -> String {
+    sandbox
+        .status
+        .as_ref()
+        .and_then(|s| s.sandbox_id.clone())
+        .expect("a provider id")
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_ref());
+    conditions
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// Every REST call of the SDK: create, list (metadata query, paging, isolation), get,
+/// set timeout, pause and connect, autoPause, RBAC refusal, a wrong key, kill.
+async fn rest_api(sdk: &Sdk, a: &Home<'_>, b: &str) {
+    let (key_a, key_b) = (key_for(a.ns), key_for(b));
     let suite = unique("suite");
     for key in [&key_a, &key_b] {
-        let empty = once_key_read(&sdk, key, "list", json!({"metadata": {"suite": suite}}));
+        let empty = once_key_read(sdk, key, "list", json!({"metadata": {"suite": suite}}));
         assert_eq!(empty, json!({"ids": [], "pages": 1}), "{empty}");
     }
 
-    // A wrong key is a 401, which the SDK raises as an AuthenticationException.
+    // A wrong key is a 401, which the SDK raises as its authentication error with the
+    // API's message.
     let wrong = sdk.run("e2b_not_a_key_of_anyone", "list", json!({}));
-    assert_eq!(wrong["error"], "AuthenticationException", "{wrong}");
-    assert!(
-        wrong["message"].as_str().unwrap().contains("401"),
-        "{wrong}"
-    );
+    assert_eq!(wrong["error"], sdk.error_name("Authentication"), "{wrong}");
+    let message = wrong["message"].as_str().unwrap_or_default();
+    assert!(message.contains("X-API-KEY"), "{wrong}");
+    if sdk.kind() == SdkKind::Python {
+        assert!(message.contains("401"), "{wrong}");
+    }
 
     // Create with metadata, envs and a timeout: a Sandbox in the key's namespace.
     let created = sdk.ok(
@@ -62,9 +208,9 @@ async fn the_python_sdk_creates_lists_inspects_times_out_and_kills_sandboxes() {
     assert_eq!(created["has_token"], true, "{created}");
     let object = id::parse(&alice).expect("an id of this API");
     assert_eq!(object.namespace, a.ns);
-    let sandbox = wait_ready(&a.api, &object.name, &a.op).await;
-    check_mapping(&sandbox, &a.ns);
-    let listed = kubectl_ok(&["get", "sbx", "-n", &a.ns, "-o", "name"], None);
+    let sandbox = a.ready(&object.name).await;
+    check_mapping(&sandbox, a.ns);
+    let listed = kubectl_ok(&["get", "sbx", "-n", a.ns, "-o", "name"], None);
     assert!(listed.contains(&object.name), "{listed}");
 
     let bob = sdk.ok(
@@ -80,12 +226,15 @@ async fn the_python_sdk_creates_lists_inspects_times_out_and_kills_sandboxes() {
     );
     let other = other["sandbox_id"].as_str().expect("id").to_string();
 
-    list_and_isolation(&sdk, (&key_a, &key_b), &suite, (&alice, &bob, &other));
-    info_and_timeout(&sdk, &key_a, &alice, &suite);
-    pause_and_connect(&sdk, &key_a, &a.api, &bob).await;
-    not_allowed_by_rbac(&sdk, &b);
-    auto_pause(&sdk, &key_a, &a.api).await;
-    kill_and_gone(&sdk, &key_a, &a.api, &alice, &other, &b).await;
+    list_and_isolation(sdk, (&key_a, &key_b), &suite, (&alice, &bob, &other));
+    info_and_timeout(sdk, &key_a, &alice, &suite);
+    pause_and_connect(sdk, &key_a, a.api, &bob).await;
+    not_allowed_by_rbac(sdk, b);
+    // On Kubernetes autoPause is its own test (see auto_pause_on_kubernetes_sleeps_the_sandbox).
+    if a.pods.is_none() {
+        auto_pause(sdk, &key_a, a.api).await;
+    }
+    kill_and_gone(sdk, &key_a, a, (&alice, pod_of(&sandbox)), (&other, b)).await;
 
     for (key, sid) in [(&key_a, &bob), (&key_b, &other)] {
         assert_eq!(
@@ -93,7 +242,7 @@ async fn the_python_sdk_creates_lists_inspects_times_out_and_kills_sandboxes() {
             true
         );
     }
-    let _ = kubectl(&["delete", "namespace", &b, "--wait=false"], None);
+    let _ = kubectl(&["delete", "namespace", b, "--wait=false"], None);
 }
 
 /// The object carries what the SDK asked for, and who asked.
@@ -151,7 +300,7 @@ fn list_and_isolation(
     let theirs = sdk.ok(key_b, "list", json!({"metadata": {"suite": suite}}));
     assert_eq!(ids(&theirs), [other.to_string()], "{theirs}");
     let cross = sdk.run(key_a, "info", json!({"sandbox_id": other}));
-    assert_eq!(cross["error"], "SandboxNotFoundException", "{cross}");
+    assert_eq!(cross["error"], sdk.error_name("SandboxNotFound"), "{cross}");
 }
 
 /// get_info reads the object back; set_timeout moves its end.
@@ -295,27 +444,28 @@ fn once_key_read(sdk: &Sdk, key: &str, scenario: &str, args: Value) -> Value {
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
     loop {
         let answer = sdk.run(key, scenario, args.clone());
-        if answer["error"] != "AuthenticationException" || std::time::Instant::now() > deadline {
+        let unread = answer["error"] == sdk.error_name("Authentication");
+        if !unread || std::time::Instant::now() > deadline {
             return answer;
         }
     }
 }
 
-/// kill deletes the object; a second kill, and a kill of another namespace's id, find none.
+/// kill deletes the object (and on Kubernetes its Pod); a second kill, and a kill of
+/// another namespace's id, find none.
 async fn kill_and_gone(
     sdk: &Sdk,
     key: &str,
-    api: &Api<Sandbox>,
-    sid: &str,
-    foreign: &str,
-    foreign_ns: &str,
+    home: &Home<'_>,
+    (sid, pod): (&str, String),
+    (foreign, foreign_ns): (&str, &str),
 ) {
     assert_eq!(
         sdk.ok(key, "kill", json!({"sandbox_id": sid}))["killed"],
         true
     );
     let name = id::parse(sid).expect("id").name;
-    wait_gone(api, &name, Duration::from_secs(60)).await;
+    home.gone(&name, Some(pod)).await;
     assert_eq!(
         sdk.ok(key, "kill", json!({"sandbox_id": sid}))["killed"],
         false
@@ -326,4 +476,123 @@ async fn kill_and_gone(
     );
     let theirs = id::parse(foreign).expect("id").name;
     kubectl_ok(&["get", "sbx", &theirs, "-n", foreign_ns], None);
+}
+
+/// `GET /sandboxes/{id}/logs` (and v2) answers the main process's output from the Docker
+/// provider's logs capability, in E2B's `SandboxLogs` shape, read with a plain HTTP client
+/// and the `X-API-KEY` (the SDKs have no logs call).
+#[tokio::test]
+async fn logs_answer_the_main_process_output() {
+    ensure_sleep_crd();
+    let port = free_port();
+    let a = tenant("e2b-logs", &options(port)).await;
+    api_up(port).await;
+    let key = key_for(&a.ns);
+    let sdk = Sdk::python(port);
+    once_key_read(&sdk, &key, "list", json!({}));
+    let sid = sdk.ok(&key, "create", json!({"timeout": 300}))["sandbox_id"]
+        .as_str()
+        .expect("id")
+        .to_string();
+    // The main process prints three lines (a command change recreates the sandbox).
+    let name = id::parse(&sid).expect("id").name;
+    let command =
+        r#"{"spec":{"command":["sh","-c","echo one; echo two; echo three; exec sleep infinity"]}}"#;
+    kubectl_ok(
+        &[
+            "patch",
+            "sbx",
+            &name,
+            "-n",
+            &a.ns,
+            "--type=merge",
+            "-p",
+            command,
+        ],
+        None,
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let v1 = format!("{base}/sandboxes/{sid}/logs");
+    let answer = wait_for(
+        "the three lines in the log",
+        Duration::from_secs(90),
+        || logs_lines(&v1, &key, "logs", "line", 3),
+    )
+    .await;
+    assert_eq!(answer.1, ["one", "two", "three"], "{}", answer.0);
+    let first = &answer.0["logs"][0];
+    let start = chrono::DateTime::parse_from_rfc3339(first["timestamp"].as_str().expect("time"))
+        .expect("an RFC 3339 timestamp");
+    assert_eq!(
+        answer.0["logEntries"][2]["message"], "three",
+        "{}",
+        answer.0
+    );
+
+    // v2: newest first, limit, search.
+    let v2 = format!("{base}/v2/sandboxes/{sid}/logs?direction=backward&limit=2");
+    let (body, lines) = logs_lines(&v2, &key, "logs", "message", 2)
+        .await
+        .expect("v2");
+    assert_eq!(lines, ["three", "two"], "{body}");
+    let search = format!("{base}/v2/sandboxes/{sid}/logs?search=tw");
+    let (body, lines) = logs_lines(&search, &key, "logs", "message", 1)
+        .await
+        .expect("search");
+    assert_eq!(lines, ["two"], "{body}");
+    // v1 start: nothing before it.
+    let later = start.timestamp_millis() + 60_000;
+    let empty = format!("{base}/sandboxes/{sid}/logs?start={later}");
+    let (body, lines) = logs_lines(&empty, &key, "logs", "line", 0)
+        .await
+        .expect("start");
+    assert!(lines.is_empty(), "{body}");
+
+    let http = reqwest::Client::new();
+    let nokey = http.get(&v1).send().await.expect("GET");
+    assert_eq!(nokey.status(), 401);
+    let unknown = format!("{base}/sandboxes/aaaaaaaaaaaa-{}/logs", a.ns);
+    let unknown = http
+        .get(&unknown)
+        .header("X-API-KEY", &key)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(unknown.status(), 404);
+    assert_eq!(
+        sdk.ok(&key, "kill", json!({"sandbox_id": sid}))["killed"],
+        true
+    );
+}
+
+/// The log answer at `url` and the `field` of each entry of its `list`, once it has at
+/// least `want` entries.
+async fn logs_lines(
+    url: &str,
+    key: &str,
+    list: &str,
+    field: &str,
+    want: usize,
+) -> Result<(Value, Vec<String>), String> {
+    let response = reqwest::Client::new()
+        .get(url)
+        .header("X-API-KEY", key)
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = response.status();
+    let body: Value = response.json().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {body}"));
+    }
+    let lines: Vec<String> = body[list]
+        .as_array()
+        .ok_or(format!("no {list}: {body}"))?
+        .iter()
+        .map(|e| e[field].as_str().unwrap_or_default().to_string())
+        .collect();
+    if lines.len() < want {
+        return Err(format!("{} lines: {body}", lines.len()));
+    }
+    Ok((body, lines))
 }

@@ -35,27 +35,18 @@ fn text(out: &Output) -> String {
 
 /// `helm template` of the chart with `values` (YAML), as JSON documents.
 fn render(release: &str, namespace: &str, values: &str) -> Vec<Value> {
-    use serde::Deserialize;
     let dir = tempfile::tempdir().expect("temp dir");
     let file = dir.path().join("values.yaml");
     std::fs::write(&file, values).expect("values file");
     let chart = repo().join("charts/sandbox-operator");
-    let out = helm(&[
-        "template",
+    helm_template(&[
         release,
         &chart.to_string_lossy(),
         "--namespace",
         namespace,
         "-f",
         &file.to_string_lossy(),
-    ]);
-    assert!(out.status.success(), "helm template: {}", text(&out));
-    let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
-    serde_yaml::Deserializer::from_str(&yaml)
-        .map(|doc| serde_yaml::Value::deserialize(doc).expect("valid YAML"))
-        .filter(|v| !v.is_null())
-        .map(|v| serde_json::to_value(v).expect("YAML → JSON"))
-        .collect()
+    ])
 }
 
 fn one<'a>(docs: &'a [Value], kind: &str) -> &'a Value {

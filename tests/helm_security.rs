@@ -15,7 +15,7 @@ use std::process::Output;
 
 use harness::cluster::{kubectl, namespace};
 use harness::repo;
-use harness::tools::helm;
+use harness::tools::helm_template;
 use serde_json::Value;
 
 fn text(out: &Output) -> String {
@@ -28,21 +28,13 @@ fn text(out: &Output) -> String {
 
 /// `helm template` of the chart with `--set` values, as JSON documents.
 fn render(sets: &[&str]) -> Vec<Value> {
-    use serde::Deserialize;
     let chart = repo().join("charts/sandbox-operator");
     let chart = chart.to_string_lossy();
-    let mut args = vec!["template", "sec", &chart, "--namespace", "sec"];
+    let mut args = vec!["sec", &chart, "--namespace", "sec"];
     for set in sets {
         args.extend_from_slice(&["--set", set]);
     }
-    let out = helm(&args);
-    assert!(out.status.success(), "helm template: {}", text(&out));
-    let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
-    serde_yaml::Deserializer::from_str(&yaml)
-        .map(|doc| serde_yaml::Value::deserialize(doc).expect("valid YAML"))
-        .filter(|v| !v.is_null())
-        .map(|v| serde_json::to_value(v).expect("YAML → JSON"))
-        .collect()
+    helm_template(&args)
 }
 
 fn of_kind<'a>(docs: &'a [Value], kind: &str) -> Vec<&'a Value> {

@@ -128,6 +128,6 @@ impl AccessServer {
 }
 
 #[cfg(test)]
-mod fake;
+pub(crate) mod fake;
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@
 //! - [`id`]: sandbox ids that name their namespace and object (what an envd router needs);
 //! - [`wire`]: the E2B wire types; [`mapping`]: request ↔ Sandbox (pure); [`view`]: the
 //!   answers of get and list; [`token`]: envd access tokens;
-//! - [`routes`] and [`list`]: the REST handlers, each starting from a [`caller`] (the key
+//! - [`routes`], [`list`] and [`logs`]: the REST handlers, each starting from a [`caller`] (the key
 //!   checked, the sandbox found); [`error`]: the `{code, message}` errors;
 //! - [`envd`]: the in-sandbox daemon's protocol, on the same listener, reaching the sandbox
 //!   through the provider seam (the access layer's directory), never a provider module.
@@ -24,6 +24,7 @@ pub mod error;
 pub mod id;
 pub mod keys;
 pub mod list;
+pub mod logs;
 pub mod mapping;
 pub mod routes;
 pub mod settings;

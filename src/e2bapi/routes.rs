@@ -66,6 +66,7 @@ pub fn router(state: E2bState) -> Router {
         .route("/sandboxes/{id}/resume", post(resume))
         .route("/sandboxes/{id}/connect", post(connect))
         .route("/v2/sandboxes/{id}/connect", post(connect))
+        .merge(super::logs::router())
         .merge(super::envd::router())
         .with_state(state)
 }

@@ -1,6 +1,6 @@
 //! The official E2B SDKs driving the operator's E2B-compatible API: the pinned Python SDK
 //! (installed by tests/setup/e2b-py.sh), the driver tests/e2b/driver.py and its scenario
-//! modules, API keys as Secrets for a ServiceAccount, and operator options serving the API.
+//! modules; the pinned JS SDK (tests/setup/e2b-js.sh) and tests/e2b/driver.mjs; API keys as Secrets for a ServiceAccount, and operator options serving the API.
 //! The SDK reaches envd through the same listener (`E2B_SANDBOX_URL`), as a platform team
 //! that fronts the operator with one Service would.
 
@@ -17,26 +17,51 @@ use super::{cache, repo, unique, wait_for};
 
 /// The SDK's Python, installed (idempotently) by the set-up script.
 pub fn sdk_python() -> PathBuf {
+    let version = set_up("e2b-py.sh", "E2B_PY_VERSION");
+    cache().join(format!("e2b-py/{version}/bin/python"))
+}
+
+/// The pinned version a set-up script names in its line `NAME=version`, after running it
+/// (idempotent: a few ms when already installed).
+fn set_up(script: &str, name: &str) -> String {
+    let path = repo().join("tests/setup").join(script);
     let out = Command::new("bash")
-        .arg(repo().join("tests/setup/e2b-py.sh"))
+        .arg(&path)
         .output()
-        .expect("run tests/setup/e2b-py.sh");
+        .unwrap_or_else(|e| panic!("run tests/setup/{script}: {e}"));
     assert!(
         out.status.success(),
-        "tests/setup/e2b-py.sh failed:\n{}",
+        "tests/setup/{script} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let script = std::fs::read_to_string(repo().join("tests/setup/e2b-py.sh")).expect("script");
-    let version = script
-        .lines()
-        .find_map(|l| l.strip_prefix("E2B_PY_VERSION="))
-        .expect("E2B_PY_VERSION in e2b-py.sh");
-    cache().join(format!("e2b-py/{version}/bin/python"))
+    let text = std::fs::read_to_string(&path).expect("script");
+    let prefix = format!("{name}=");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("{name} in {script}"))
+        .to_string()
+}
+
+/// The JS SDK's node_modules, installed (idempotently) by the set-up script.
+pub fn sdk_js_modules() -> PathBuf {
+    let version = set_up("e2b-js.sh", "E2B_JS_VERSION");
+    cache().join(format!("e2b-js/{version}/node_modules"))
+}
+
+/// Which official SDK drives the API.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SdkKind {
+    /// `e2b` from PyPI, tests/e2b/driver.py.
+    Python,
+    /// `e2b` from npm, tests/e2b/driver.mjs.
+    Js,
 }
 
 /// The SDK pointed at one operator's E2B API (REST and envd on one listener).
 pub struct Sdk {
-    python: PathBuf,
+    kind: SdkKind,
+    interpreter: PathBuf,
+    modules: Option<PathBuf>,
     url: String,
 }
 
@@ -44,15 +69,49 @@ impl Sdk {
     /// The Python SDK against the API on `127.0.0.1:port`.
     pub fn python(port: u16) -> Sdk {
         Sdk {
-            python: sdk_python(),
+            kind: SdkKind::Python,
+            interpreter: sdk_python(),
+            modules: None,
             url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// The JS SDK (on the machine's `node`) against the API on `127.0.0.1:port`.
+    pub fn js(port: u16) -> Sdk {
+        Sdk {
+            kind: SdkKind::Js,
+            interpreter: PathBuf::from("node"),
+            modules: Some(sdk_js_modules()),
+            url: format!("http://127.0.0.1:{port}"),
+        }
+    }
+
+    /// Which SDK this is.
+    pub fn kind(&self) -> SdkKind {
+        self.kind
+    }
+
+    /// The name this SDK gives the error `what` (`Authentication`, `SandboxNotFound`, …):
+    /// Python's classes end in `Exception`, JS's in `Error`.
+    pub fn error_name(&self, what: &str) -> String {
+        match self.kind {
+            SdkKind::Python => format!("{what}Exception"),
+            SdkKind::Js => format!("{what}Error"),
         }
     }
 
     /// Runs `scenario` of tests/e2b/driver.py with `key`; its JSON answer.
     pub fn run(&self, key: &str, scenario: &str, args: Value) -> Value {
-        let out = Command::new(&self.python)
-            .arg(repo().join("tests/e2b/driver.py"))
+        let driver = match self.kind {
+            SdkKind::Python => "tests/e2b/driver.py",
+            SdkKind::Js => "tests/e2b/driver.mjs",
+        };
+        let mut command = Command::new(&self.interpreter);
+        if let Some(modules) = &self.modules {
+            command.env("E2B_JS_MODULES", modules);
+        }
+        let out = command
+            .arg(repo().join(driver))
             .arg(scenario)
             .arg(args.to_string())
             .env("E2B_API_URL", &self.url)
@@ -112,17 +171,26 @@ stringData: {{apiKey: {key}, serviceAccount: agent}}
     key
 }
 
-/// Operator options on the Docker provider serving the E2B API on `port`, the template
-/// `base` aliased to the base image.
+/// Operator options on the Docker provider serving the E2B API on `port` ([`api_config`]).
 pub fn options(port: u16) -> OperatorOptions {
-    let base = super::docker::base_image();
     OperatorOptions {
         config_extra: format!(
-            "providers:\n  - name: docker\n    type: docker\ne2bApi:\n  enabled: true\n  \
-             address: 127.0.0.1:{port}\n  domain: e2b.test\n  templates:\n    base: {base:?}\n"
+            "providers:\n  - name: docker\n    type: docker\n{}",
+            api_config(port)
         ),
         ..OperatorOptions::default()
     }
+}
+
+/// The `e2bApi` section serving the API on `127.0.0.1:port`, the template `base` aliased
+/// to the base image: the Docker engine has it, and the test nodes import it too, so the
+/// alias boots on either provider.
+pub fn api_config(port: u16) -> String {
+    let base = super::docker::base_image();
+    format!(
+        "e2bApi:\n  enabled: true\n  address: 127.0.0.1:{port}\n  domain: e2b.test\n  \
+         templates:\n    base: {base:?}\n"
+    )
 }
 
 /// A port free on loopback now.

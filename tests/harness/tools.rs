@@ -23,6 +23,27 @@ pub fn helm(args: &[&str]) -> Output {
         .expect("run helm")
 }
 
+/// `helm template …` with `args` (after `template`), its documents as JSON; panics with
+/// helm's output when it fails.
+pub fn helm_template(args: &[&str]) -> Vec<serde_json::Value> {
+    use serde::Deserialize;
+    let mut all = vec!["template"];
+    all.extend_from_slice(args);
+    let out = helm(&all);
+    assert!(
+        out.status.success(),
+        "helm template: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let yaml = String::from_utf8_lossy(&out.stdout).into_owned();
+    serde_yaml::Deserializer::from_str(&yaml)
+        .map(|doc| serde_yaml::Value::deserialize(doc).expect("valid YAML"))
+        .filter(|v| !v.is_null())
+        .map(|v| serde_json::to_value(v).expect("YAML → JSON"))
+        .collect()
+}
+
 /// Installs (once per test binary) what tests/setup/tools.sh provides: lua5.4, lua5.1 and the
 /// kstatus tool in `cache()/bin/kstatus`.
 pub fn ensure_tools() {

@@ -202,6 +202,7 @@ as {env: NAME} references; the values come from secretKeyRef in the Deployment.
 {{- if (.Values.e2bApi).enabled }}
 {{- $e2b := dict "enabled" true "address" (printf "0.0.0.0:%d" (int .Values.e2bApi.port)) "templates" (.Values.e2bApi.templates | default dict) }}
 {{- if .Values.e2bApi.domain }}{{- $_ := set $e2b "domain" .Values.e2bApi.domain }}{{- end }}
+{{- if (.Values.e2bApi.accessTokenKey).secretName }}{{- $_ := set $e2b "accessTokenKeyFile" "/etc/sandbox-operator-e2b/token-key" }}{{- end }}
 {{- $_ := set $cfg "e2bApi" $e2b }}
 {{- end }}
 {{- toYaml $cfg }}
