@@ -281,6 +281,10 @@ fn plan(
                 && current.sandbox_id.is_some(),
             restored: super::restore::restored(current, observed),
             egress: egress_convergence(resolved.egress_in_place, desired, current),
+            asleep: decide::slept_since_start(
+                current.last_hibernation.as_ref().map(|h| h.time.as_str()),
+                current.started_at.as_deref(),
+            ),
         },
     );
     // A failed template restore is retried at backoff pace, not at once (see restore.rs).

@@ -77,6 +77,21 @@ pub struct Observed<'a> {
     /// Whether the provider replaces allow-lists in place, and whether the one it last
     /// applied is what the spec asks for now.
     pub egress: EgressConvergence,
+    /// Whether the operator's own sleep stopped it: on a provider whose sleep is a stop
+    /// (a Pod), a stopped sandbox after our sleep is asleep, not exited by itself
+    /// ([`slept_since_start`]).
+    pub asleep: bool,
+}
+
+/// Whether the last suspend or resume (`status.lastHibernation`) came after the last start
+/// (`status.startedAt`): then nothing has started it since, and if it is stopped, our own
+/// suspend stopped it. A resume starts it again, so its start time is never before it.
+pub fn slept_since_start(last_hibernation: Option<&str>, started_at: Option<&str>) -> bool {
+    let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
+    match (last_hibernation.and_then(parse), started_at.and_then(parse)) {
+        (Some(slept), Some(started)) => slept > started,
+        _ => false,
+    }
 }
 
 /// Where a provider that replaces allow-lists in place stands with this sandbox's.
@@ -133,6 +148,7 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
     }
 
     let exited_by_itself = current.state == SandboxState::Stopped
+        && !observed.asleep
         && current.started_at.has_run()
         && !observed.spec_changed
         && match restart {
@@ -151,6 +167,8 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
                 ..Plan::default()
             };
         }
+        (D::Sleeping, S::Stopped) if observed.asleep => &[],
+        (D::Running, S::Stopped) if observed.asleep => &[Step::Resume],
         (D::Running, S::Creating | S::Stopped) => &[Step::Start],
         (D::Running, S::Sleeping) => &[Step::Resume],
         (D::Sleeping, S::Creating | S::Stopped) => &[Step::Start, Step::Hibernate],
@@ -330,7 +348,30 @@ mod tests {
             env_delivered: true,
             restored: false,
             egress: EgressConvergence::NotInPlace,
+            asleep: false,
         }
+    }
+
+    #[test]
+    fn a_sandbox_our_sleep_stopped_is_asleep_and_wakes_by_a_resume() {
+        for restart in [RestartPolicy::Never, RestartPolicy::OnFailure] {
+            let stopped = descriptor(S::Stopped, "h1", true, Some(0));
+            let asleep = Observed {
+                asleep: true,
+                ..obs(Some(&stopped))
+            };
+            let sleeping = decide(&desired(D::Sleeping, restart), &asleep);
+            assert_eq!((sleeping.steps, sleeping.hold), (vec![], None));
+            let woken = decide(&desired(D::Running, restart), &asleep);
+            assert_eq!((woken.steps, woken.hold), (vec![Resume], None));
+            let exited = decide(&desired(D::Running, restart), &obs(Some(&stopped)));
+            assert_eq!(exited.hold, Some(Hold::Exited(Some(0))));
+        }
+        let (t1, t2) = ("2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z");
+        assert!(slept_since_start(Some(t2), Some(t1)));
+        assert!(!slept_since_start(Some(t1), Some(t2)));
+        assert!(!slept_since_start(Some(t1), Some(t1)));
+        assert!(!slept_since_start(None, Some(t1)) && !slept_since_start(Some(t1), None));
     }
 
     #[test]
