@@ -5,9 +5,11 @@
 //! never collide with the REST API's, so both share one listener.
 //!
 //! - [`target`]: the sandbox a request reaches (token checked, provider found);
-//! - [`error`]: the Connect error codes and their HTTP statuses.
+//! - [`error`]: the Connect error codes and their HTTP statuses;
+//! - [`process`]: the process service (`process.Process`).
 
 pub mod error;
+pub mod process;
 pub mod target;
 
 use axum::Router;
@@ -22,7 +24,9 @@ pub const ENVD_PORT: u16 = 49983;
 
 /// envd's routes.
 pub fn router() -> Router<E2bState> {
-    Router::new().route("/health", get(health))
+    Router::new()
+        .route("/health", get(health))
+        .merge(process::router())
 }
 
 /// envd's liveness answer, for the sandbox the request names.
