@@ -89,8 +89,9 @@ def pty(args):
     sbx = _sandbox(args)
     handle = sbx.pty.create(PtySize(rows=24, cols=80))
     events = iter(handle)
-    sbx.pty.send_stdin(handle.pid, b"stty size; echo first-done\n")
-    before = _read_until(events, b"first-done\r\n")
+    # The terminal echoes what is typed: wait for what only the command prints.
+    sbx.pty.send_stdin(handle.pid, b"stty size; echo first-$((1+1))\n")
+    before = _read_until(events, b"first-2\r\n")
     sbx.pty.resize(handle.pid, PtySize(rows=30, cols=100))
     sbx.pty.send_stdin(handle.pid, b"stty size; exit 0\n")
     after = "".join(
