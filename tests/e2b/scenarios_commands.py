@@ -55,16 +55,20 @@ def connect_unknown(args):
         return {"error": type(e).__name__, "message": str(e)}
 
 
+def _exit_code(handle):
+    """The exit code `handle.wait()` ends with (raised as CommandExitException when not 0)."""
+    try:
+        return handle.wait().exit_code
+    except CommandExitException as e:
+        return e.exit_code
+
+
 def kill(args):
     sbx = _sandbox(args)
     handle = sbx.commands.run("sleep 300", background=True)
     listed = handle.pid in [p.pid for p in sbx.commands.list()]
     killed = sbx.commands.kill(handle.pid)
-    try:
-        handle.wait()
-        code = 0
-    except CommandExitException as e:
-        code = e.exit_code
+    code = _exit_code(handle)
     return {
         "listed_before": listed,
         "killed": killed,
@@ -99,11 +103,7 @@ def pty(args):
     )
     other = sbx.pty.create(PtySize(rows=24, cols=80))
     killed = sbx.pty.kill(other.pid)
-    try:
-        other.wait()
-        other_code = 0
-    except CommandExitException as e:
-        other_code = e.exit_code
+    other_code = _exit_code(other)
     return {
         "before": before,
         "after": after,

@@ -183,10 +183,13 @@ impl Drop for Follower {
     }
 }
 
+/// Processes by sandbox id and pid.
+type ByPid = HashMap<(String, u32), Arc<Process>>;
+
 /// This replica's processes.
 #[derive(Clone)]
 pub struct ProcessTable {
-    processes: Arc<Mutex<HashMap<(String, u32), Arc<Process>>>>,
+    processes: Arc<Mutex<ByPid>>,
     next_pid: Arc<AtomicU32>,
 }
 
@@ -202,7 +205,7 @@ impl Default for ProcessTable {
 }
 
 impl ProcessTable {
-    fn map(&self) -> MutexGuard<'_, HashMap<(String, u32), Arc<Process>>> {
+    fn map(&self) -> MutexGuard<'_, ByPid> {
         self.processes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
