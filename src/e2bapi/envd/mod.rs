@@ -6,12 +6,14 @@
 //!
 //! - [`target`]: the sandbox a request reaches (token checked, provider found);
 //! - [`error`]: the Connect error codes and their HTTP statuses;
-//! - [`filesystem`]: the filesystem service; [`files`]: `/files` up- and download.
+//! - [`filesystem`]: the filesystem service; [`files`]: `/files` up- and download;
+//! - [`process`]: the process service (`process.Process`).
 
 pub mod error;
 pub mod files;
 pub mod files_multipart;
 pub mod filesystem;
+pub mod process;
 pub mod target;
 
 use axum::Router;
@@ -45,6 +47,7 @@ pub fn router() -> Router<E2bState> {
         .route(&format!("{FS}/CreateWatcher"), post(fs::watch::create))
         .route(&format!("{FS}/GetWatcherEvents"), post(fs::watch::events))
         .route(&format!("{FS}/RemoveWatcher"), post(fs::watch::remove))
+        .merge(process::router())
 }
 
 /// envd's liveness answer, for the sandbox the request names.

@@ -1,0 +1,130 @@
+//! envd's process service (src/e2bapi/envd/process) driven by the official E2B Python SDK's
+//! `commands` and `pty` modules (tests/e2b/scenarios_commands.py), on the Docker provider
+//! through the operator's E2B API listener (`E2B_SANDBOX_URL`). Each scenario is a separate
+//! SDK process that connects to the sandbox, so a reattach really comes from another client.
+
+mod harness;
+
+use harness::e2b_sdk::{Sdk, api_up, ensure_sleep_crd, free_port, key_for, options};
+use harness::objects::wait_ready;
+use harness::tenant::tenant;
+use sandbox_operator::e2bapi::id;
+use serde_json::{Value, json};
+
+#[tokio::test]
+async fn the_python_sdk_runs_commands_and_ptys_through_envd() {
+    ensure_sleep_crd();
+    let port = free_port();
+    let a = tenant("e2b-cmd", &options(port)).await;
+    let key = key_for(&a.ns);
+    api_up(port).await;
+    let sdk = Sdk::python(port);
+    let created = sdk.ok(&key, "create", json!({"timeout": 600}));
+    let sid = created["sandbox_id"].as_str().expect("id").to_string();
+    let object = id::parse(&sid).expect("an id of this API");
+    wait_ready(&a.api, &object.name, &a.op).await;
+    let on = json!({"sandbox_id": sid});
+
+    foreground(&sdk, &key, &on);
+    background_then_reattach(&sdk, &key, &sid);
+    kill(&sdk, &key, &on);
+    pty(&sdk, &key, &on);
+    wrong_token(&sdk, &key, port, &sid).await;
+
+    assert_eq!(sdk.ok(&key, "kill", on.clone())["killed"], true);
+}
+
+/// `commands.run` in the foreground: separate streams, envs, cwd, exit code; a non-zero
+/// exit raises CommandExitException carrying the output.
+fn foreground(sdk: &Sdk, key: &str, on: &Value) {
+    let r = sdk.ok(key, "run_foreground", on.clone());
+    assert_eq!(r["stdout"], "out\nhello\n/tmp\n", "{r}");
+    assert_eq!(r["stderr"], "err\n", "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let failed = &r["failed"];
+    assert_eq!(failed["raised"], true, "{r}");
+    assert_eq!(failed["exit_code"], 3, "{r}");
+    assert_eq!(failed["stdout"], "partial\n", "{r}");
+    assert_eq!(failed["stderr"], "oops\n", "{r}");
+}
+
+/// A background command whose client went away keeps running; another client lists it,
+/// reattaches by pid, gets the output produced in between, sends stdin and sees the end. A
+/// pid this replica never assigned is a NotFoundException naming where processes live.
+fn background_then_reattach(sdk: &Sdk, key: &str, sid: &str) {
+    let cmd = "echo tick-1; echo tick-2; read line; echo got-$line";
+    let started = sdk.ok(
+        key,
+        "start_background",
+        json!({"sandbox_id": sid, "cmd": cmd}),
+    );
+    let pid = started["pid"].as_u64().expect("pid");
+    let r = sdk.ok(
+        key,
+        "reattach",
+        json!({"sandbox_id": sid, "pid": pid, "stdin": "hello\n"}),
+    );
+    assert_eq!(r["stdout"], "tick-1\ntick-2\ngot-hello\n", "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let listed = r["listed"].as_array().expect("listed");
+    let me = listed
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("pid {pid} not listed: {r}"));
+    assert_eq!(me["cmd"], "/bin/bash", "{r}");
+    assert_eq!(me["args"], json!(["-l", "-c", cmd]), "{r}");
+
+    let unknown = sdk.run(key, "connect_unknown", json!({"sandbox_id": sid, "pid": 7}));
+    assert_eq!(unknown["error"], "NotFoundException", "{unknown}");
+    let message = unknown["message"].as_str().unwrap_or_default();
+    assert!(message.contains("replica that started it"), "{unknown}");
+}
+
+/// `commands.kill` is SIGKILL: the process ends with 137, leaves the list, and a second
+/// kill finds nothing (False).
+fn kill(sdk: &Sdk, key: &str, on: &Value) {
+    let r = sdk.ok(key, "kill", on.clone());
+    assert_eq!(r["listed_before"], true, "{r}");
+    assert_eq!(r["killed"], true, "{r}");
+    assert_eq!(r["exit_code"], 137, "{r}");
+    assert_eq!(r["listed_after"], false, "{r}");
+    assert_eq!(r["killed_again"], false, "{r}");
+}
+
+/// A PTY of the size asked for, resized (`stty size` shows both), typed into, and killed.
+fn pty(sdk: &Sdk, key: &str, on: &Value) {
+    let r = sdk.ok(key, "pty", on.clone());
+    let before = r["before"].as_str().unwrap_or_default();
+    let after = r["after"].as_str().unwrap_or_default();
+    assert!(before.contains("24 80\r\n"), "{r}");
+    assert!(after.contains("30 100\r\n"), "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    assert_eq!(r["killed"], true, "{r}");
+    assert_eq!(r["killed_code"], 137, "{r}");
+}
+
+/// envd checks the sandbox's access token: the SDK's token lists processes, another is
+/// refused with the Connect code unauthenticated.
+async fn wrong_token(sdk: &Sdk, key: &str, port: u16, sid: &str) {
+    let token = sdk.ok(key, "token", json!({"sandbox_id": sid}))["token"]
+        .as_str()
+        .expect("token")
+        .to_string();
+    let list = |token: String| {
+        reqwest::Client::new()
+            .post(format!("http://127.0.0.1:{port}/process.Process/List"))
+            .header("E2b-Sandbox-Id", sid)
+            .header("X-Access-Token", token)
+            .header("Content-Type", "application/json")
+            .body("{}")
+            .send()
+    };
+    let right = list(token.clone()).await.expect("List");
+    assert_eq!(right.status(), 200);
+    let body: Value = right.json().await.expect("json");
+    assert!(body["processes"].is_array(), "{body}");
+    let wrong = list(format!("{token}x")).await.expect("List");
+    assert_eq!(wrong.status(), 401);
+    let body: Value = wrong.json().await.expect("json");
+    assert_eq!(body["code"], "unauthenticated", "{body}");
+}
