@@ -12,6 +12,7 @@ pub mod connect_json;
 pub mod controller;
 pub mod e2bapi;
 pub mod gateway;
+pub mod idle;
 pub mod jitter;
 pub mod kube_client;
 pub mod leader;

@@ -2,10 +2,13 @@
 //! an id the client sends), its provider through the registry, and the provider's id from
 //! its status — acted on only once the provider confirms that the resource under that id
 //! belongs to this very object (its owner-uid label), because status is never authority.
+//! A request that needs the sandbox running counts as traffic for idleness, and wakes a
+//! sandbox that idleness parked ([`activity`]).
 
 use async_trait::async_trait;
 use kube::{Api, Client};
 
+use super::activity;
 use super::status::AccessError;
 use crate::api::common::{CONDITION_READY, condition};
 use crate::api::sandbox::Sandbox;
@@ -90,8 +93,9 @@ fn check_ready(sandbox: &Sandbox, what: &str) -> Result<(), AccessError> {
 impl Directory for Sandboxes {
     async fn find(&self, namespace: &str, name: &str, need: Need) -> Result<Target, AccessError> {
         let what = format!("{namespace}/{name}");
-        let sandbox = self.get(namespace, name).await?;
+        let mut sandbox = self.get(namespace, name).await?;
         if need == Need::Running {
+            sandbox = activity::before_use(&self.client, sandbox).await?;
             check_ready(&sandbox, &what)?;
         }
         let status = sandbox.status.as_ref();

@@ -14,6 +14,7 @@
 //!   [`log`], [`portforward`] or [`files`];
 //! - [`channel`]: the Pod exec/port-forward channel codec, shared with the plugin.
 
+pub mod activity;
 pub mod authn;
 pub mod authz;
 pub mod authz_cache;

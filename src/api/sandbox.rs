@@ -68,6 +68,7 @@ use super::quantity::Quantity;
     )
 )]
 #[x_kube(validation = Rule::new(PROVIDER_IMMUTABLE_RULE).message("spec.provider is immutable: delete and recreate the Sandbox to move it to another provider").field_path(".provider"))]
+#[x_kube(validation = Rule::new("!has(self.idleTimeoutSeconds) || (has(self.idleAction) && self.idleAction != 'off')").message("spec.idleTimeoutSeconds needs spec.idleAction: suspend or stop (what to do once idle)").field_path(".idleAction"))]
 // No admission rule asks for `image` or `templateRef`: whether a Sandbox needs one depends on
 // the TYPE of the provider it names (Fly Sprites boots its own base system and refuses an
 // image; Docker, Fly and E2B may have a configured default), which admission cannot know from
@@ -188,14 +189,23 @@ pub struct SandboxSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub state: Option<DesiredState>,
 
-    /// What a provider with a request proxy in front of its sandboxes (Fly Machines) does
-    /// with an idle sandbox: `off` (keep it running), `stop` (stop it; cold start on the next
-    /// request) or `suspend` (snapshot it; resume from memory on the next request). The
-    /// provider's default when omitted; providers without such a proxy reject `stop` and
-    /// `suspend` in the Ready condition. Write `"off"` in quotes: unquoted, YAML 1.1 readers
-    /// such as kubectl read it as the boolean false.
+    /// What happens to an idle sandbox: `off` (keep it running), `stop` (stop it; cold start
+    /// on the next request) or `suspend` (suspend it, processes kept where the provider can;
+    /// resumed on the next request). With `idleTimeoutSeconds` the operator decides idleness
+    /// on every provider that can stop or suspend, and wakes the sandbox on the next exec,
+    /// attach, port-forward, files or E2B API request. Without it, only a provider with a
+    /// request proxy in front of its sandboxes (Fly Machines) acts on its own idea of idle;
+    /// the others reject `stop` and `suspend` in the Ready condition. Write `"off"` in quotes:
+    /// unquoted, YAML 1.1 readers such as kubectl read it as the boolean false.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub idle_action: Option<IdleAction>,
+
+    /// Seconds without exec, attach, port-forward, files or E2B API traffic through the
+    /// operator after which `idleAction` applies (see `status.lastIdle`). Needs `idleAction`
+    /// `stop` or `suspend`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub idle_timeout_seconds: Option<i64>,
 
     /// When the sandbox ends by itself, and how. Omitted: it lives until deleted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -508,6 +518,22 @@ pub struct SandboxStatus {
     /// = no egress). Compared with `spec.egress` to converge without a recreate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress_applied: Option<AppliedEgress>,
+    /// When and why the operator last parked the sandbox for idleness (`spec.idleAction`
+    /// after `spec.idleTimeoutSeconds`); the next access request wakes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_idle: Option<IdleStatus>,
+}
+
+/// What the operator did to an idle sandbox.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IdleStatus {
+    /// When (RFC 3339).
+    pub time: String,
+    /// `suspend` or `stop`.
+    pub action: IdleAction,
+    /// Why: the last traffic it saw, and what idleness can see on this provider.
+    pub reason: String,
 }
 
 /// An allow-list as the provider applied it.

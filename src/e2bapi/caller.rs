@@ -1,7 +1,8 @@
 //! The extractors every handler starts with: [`Caller`] authenticates the `X-API-KEY` (401
 //! first, before anything else is looked at) and gives the key's namespace's Sandbox API as
 //! its ServiceAccount; [`Target`] adds the Sandbox that the path's id names (404 for an id
-//! of another namespace, or of an object this API did not make).
+//! of another namespace, or of an object this API did not make), and counts as traffic for
+//! the sandbox's idleness (recorded, never a wake: reading about a sandbox is not using it).
 
 use axum::extract::{FromRequestParts, Path};
 use axum::http::request::Parts;
@@ -60,6 +61,7 @@ impl FromRequestParts<E2bState> for Target {
             .await
             .map_err(|e| ApiError::bad_request(e.to_string()))?;
         let sandbox = find(&caller.api, &caller.tenant, &sid).await?;
+        crate::access::activity::record(&s.operator, &sandbox);
         Ok(Target {
             caller,
             sid,

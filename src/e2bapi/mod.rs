@@ -91,7 +91,8 @@ impl E2bApiServer {
                 })?;
         let state = routes::E2bState {
             keys: keys::Keys::watch(client.clone()),
-            sandboxes: Arc::new(Sandboxes::new(client, providers)),
+            sandboxes: Arc::new(Sandboxes::new(client.clone(), providers)),
+            operator: client,
             clients: clients::Impersonation::new(base),
             site: Arc::new(routes::Site {
                 domain: config.domain.clone(),

@@ -40,6 +40,8 @@ pub struct E2bState {
     pub site: Arc<Site>,
     /// Sandboxes and their providers, for what reaches inside a sandbox (envd, logs).
     pub sandboxes: Arc<dyn crate::access::lookup::Directory>,
+    /// The operator's own client (traffic records for idleness).
+    pub operator: kube::Client,
 }
 
 /// The settings the answers carry.

@@ -74,21 +74,21 @@ pub fn apply_sandboxes(yaml: &str, ns: &str) {
     apply_yaml_ok(yaml, ns);
 }
 
-/// Installs this branch's Sandbox CRD unless the installed one already has its image
-/// fields. The API server is shared by every branch's test runs, and one that installs a CRD
-/// without these fields makes the API server prune them from our objects.
+/// Installs this branch's Sandbox CRD unless the installed one already has its newest
+/// fields (image pulls, idleness). The API server is shared by every branch's test runs, and
+/// one that installs a CRD without these fields makes the API server prune them from our
+/// objects.
 pub fn ensure_crd() {
-    let installed = kubectl(
-        &[
-            "get",
-            "crd",
-            "sandboxes.sandboxes.dev",
-            "-o",
-            "jsonpath={.spec.versions[0].schema.openAPIV3Schema.properties.spec.properties.imagePullSecrets.type}",
-        ],
-        None,
-    );
-    if String::from_utf8_lossy(&installed.stdout).trim() == "array" {
+    let schema = ".spec.versions[0].schema.openAPIV3Schema.properties";
+    let has = |path: &str, kind: &str| {
+        let jsonpath = format!("jsonpath={{{schema}.{path}.type}}");
+        let out = kubectl(&["get", "crd", "sandboxes.sandboxes.dev", "-o", &jsonpath], None);
+        String::from_utf8_lossy(&out.stdout).trim() == kind
+    };
+    if has("spec.properties.imagePullSecrets", "array")
+        && has("spec.properties.idleTimeoutSeconds", "integer")
+        && has("status.properties.lastIdle", "object")
+    {
         return;
     }
     let crd = repo().join("crds/sandboxes.sandboxes.dev.yaml");

@@ -10,12 +10,13 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams};
 use kube::runtime::controller::Action;
 
-use crate::api::{DesiredState, Sandbox, SandboxStatus};
+use crate::api::{DesiredState, IdleAction, IdleStatus, Sandbox, SandboxStatus};
 use crate::controller::events::normal;
 use crate::controller::outcome::{Outcome, Report};
 use crate::controller::scaffold::FinalizerAdded;
 use crate::controller::status::{self, Health};
 use crate::controller::{Error, Result};
+use crate::idle::{self, Verdict};
 use crate::provider::SandboxDescriptor;
 use crate::registry::ProviderHandle;
 
@@ -79,9 +80,9 @@ async fn converge(
     let handle = provider(r, pass)?;
     admit(r, sctx, pass).await?;
     let touched = record_external_name(r, &uid, added, pass).await?;
-    let deadline = lifetime(r).await?;
+    let (deadline, parked) = idleness(r, pass, lifetime(r).await?).await;
     let (resolved, env) = dereference(sctx, sandbox, &handle).await?;
-    let mut desired = build(r, &resolved, &deadline)?;
+    let mut desired = build(r, &resolved, &deadline, parked)?;
     let observed = if touched {
         observe_first(r, &handle, &pass.current, &uid).await?
     } else {
@@ -206,6 +207,61 @@ async fn lifetime(r: &Report<'_, Sandbox>) -> Result<Deadline, Outcome> {
     Err(Outcome::ObjectGone)
 }
 
+/// `spec.idleTimeoutSeconds`: a busy sandbox is looked at again when it would turn idle; an
+/// idle one that the spec runs is parked with `spec.idleAction` (returned for [`build`]),
+/// and the first pass of each idle period says so in `status.lastIdle` and an Event. Traffic
+/// recorded after that wakes it: the verdict turns busy, and the spec's state applies again.
+async fn idleness(
+    r: &Report<'_, Sandbox>,
+    pass: &mut Pass,
+    deadline: Deadline,
+) -> (Deadline, Option<IdleAction>) {
+    let runs = r.object.spec.state.unwrap_or_default() == DesiredState::Running;
+    match idle::evaluate(r.object, Utc::now()) {
+        Verdict::Unmanaged => (deadline, None),
+        Verdict::Busy(at) => (deadline.earliest(at), None),
+        Verdict::Idle(since, action) if runs && deadline.keeps_running() => {
+            record_idle(r, pass, since, action).await;
+            (deadline, Some(action))
+        }
+        Verdict::Idle(..) => (deadline, None),
+    }
+}
+
+/// `status.lastIdle` and an Event, once per idle period (the one recorded is from before
+/// `since` when the sandbox was woken since).
+async fn record_idle(
+    r: &Report<'_, Sandbox>,
+    pass: &mut Pass,
+    since: DateTime<Utc>,
+    action: IdleAction,
+) {
+    let recorded = pass
+        .current
+        .last_idle
+        .as_ref()
+        .and_then(|l| DateTime::parse_from_rfc3339(&l.time).ok());
+    if recorded.is_some_and(|t| t >= since) {
+        return;
+    }
+    let secs = r.object.spec.idle_timeout_seconds.unwrap_or_default();
+    let reason = format!(
+        "no exec, attach, port-forward, files or E2B API traffic through the operator for \
+         {secs}s (since {})",
+        idle::stamp(since - chrono::Duration::seconds(secs))
+    );
+    let verb = match action {
+        IdleAction::Stop => "stopping",
+        IdleAction::Suspend | IdleAction::Off => "suspending",
+    };
+    normal(r.ctx, r.object, "Idle", format!("{reason}: {verb} it")).await;
+    pass.next.last_idle = Some(IdleStatus {
+        time: idle::stamp(Utc::now()),
+        action,
+        reason,
+    });
+}
+
 /// Dereference: the objects and Secrets the spec names.
 async fn dereference(
     sctx: &SandboxContext,
@@ -218,11 +274,12 @@ async fn dereference(
 }
 
 /// Build (pure): the provider request; a passed stop (sleep) deadline wants the sandbox
-/// stopped (sleeping).
+/// stopped (sleeping), and so does an idle one parked with `stop` (`suspend`).
 fn build(
     r: &Report<'_, Sandbox>,
     resolved: &Resolved,
     deadline: &Deadline,
+    parked: Option<IdleAction>,
 ) -> Result<Desired, Outcome> {
     let mut desired = build::desired(r.object, &r.ctx.instance, resolved)
         .map_err(|msg| Outcome::stalled("InvalidSpec", msg))?;
@@ -233,6 +290,11 @@ fn build(
             desired.state = DesiredState::Sleeping;
         }
         Deadline::Sleep | Deadline::None | Deadline::At(_) | Deadline::Delete => {}
+    }
+    match parked {
+        Some(IdleAction::Stop) => desired.state = DesiredState::Stopped,
+        Some(IdleAction::Suspend) => desired.state = DesiredState::Sleeping,
+        Some(IdleAction::Off) | None => {}
     }
     Ok(desired)
 }

@@ -104,7 +104,7 @@ pub fn desired(sandbox: &Sandbox, instance: &str, resolved: &Resolved) -> Result
             ports: ports(spec)?,
             volumes: volumes(spec, resolved)?,
             allowed_domains: spec.egress.as_ref().and_then(|e| e.allowed_domains.clone()),
-            idle_action: spec.idle_action.as_ref().map(|a| match a {
+            idle_action: provider_idle_action(spec).map(|a| match a {
                 IdleAction::Off => provider::IdleAction::Off,
                 IdleAction::Stop => provider::IdleAction::Stop,
                 IdleAction::Suspend => provider::IdleAction::Suspend,
@@ -256,6 +256,15 @@ pub fn resources(spec: &SandboxSpec) -> Result<Resources, String> {
     })
 }
 
+/// The idle action the provider itself applies: none when `idleTimeoutSeconds` hands
+/// idleness to the operator (see [`crate::idle`]), which then parks the sandbox itself.
+fn provider_idle_action(spec: &SandboxSpec) -> Option<IdleAction> {
+    match spec.idle_timeout_seconds {
+        Some(_) => None,
+        None => spec.idle_action,
+    }
+}
+
 /// Hash of the create-time configuration: every field that cannot change in place.
 ///
 /// The spec is destructured without `..`, so a new field does not compile until it is
@@ -287,7 +296,10 @@ pub fn spec_hash(spec: &SandboxSpec, resolved: &Resolved) -> String {
         egress,
         // The power state converges in place.
         state: _state,
-        idle_action,
+        // Hashed as what the provider applies (`provider_idle_action`).
+        idle_action: _idle_action,
+        // Evaluated by every pass (`crate::idle`), never by the provider.
+        idle_timeout_seconds: _idle_timeout_seconds,
         // Evaluated by every pass, never by the provider.
         lifetime: _lifetime,
         labels,
@@ -304,7 +316,7 @@ pub fn spec_hash(spec: &SandboxSpec, resolved: &Resolved) -> String {
         "volumeNames": resolved.volume_names,
         "egress": if resolved.egress_in_place { None } else { egress.as_ref() },
         "labels": labels,
-        "idleAction": idle_action,
+        "idleAction": provider_idle_action(spec),
     });
     // Only when the provider has one, so no other provider's hashes change.
     if let (Some(placement), Some(map)) = (resolved.egress_placement, material.as_object_mut()) {

@@ -19,6 +19,22 @@ pub enum Deadline {
     Sleep,
 }
 
+impl Deadline {
+    /// This deadline, looked at again by `at` at the latest (another timer's time).
+    pub fn earliest(self, at: DateTime<Utc>) -> Deadline {
+        match self {
+            Deadline::None => Deadline::At(at),
+            Deadline::At(mine) => Deadline::At(mine.min(at)),
+            passed => passed,
+        }
+    }
+
+    /// Whether it leaves the spec's power state alone (nothing has passed).
+    pub fn keeps_running(&self) -> bool {
+        matches!(self, Deadline::None | Deadline::At(_))
+    }
+}
+
 /// Evaluates `spec.lifetime` against `now`; `created` is the object's creationTimestamp.
 pub fn evaluate(
     lifetime: Option<&Lifetime>,
@@ -101,6 +117,16 @@ mod tests {
             evaluate(None, None, t("2026-02-01T00:00:00Z")),
             Ok(Deadline::None)
         );
+    }
+
+    #[test]
+    fn another_timer_brings_the_next_look_forward_only() {
+        let (early, late) = (t("2026-01-01T00:00:00Z"), t("2026-02-01T00:00:00Z"));
+        assert_eq!(Deadline::None.earliest(late), Deadline::At(late));
+        assert_eq!(Deadline::At(early).earliest(late), Deadline::At(early));
+        assert_eq!(Deadline::At(late).earliest(early), Deadline::At(early));
+        assert_eq!(Deadline::Stop.earliest(early), Deadline::Stop);
+        assert!(!Deadline::Sleep.keeps_running() && Deadline::At(early).keeps_running());
     }
 
     #[test]
