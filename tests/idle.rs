@@ -62,9 +62,10 @@ async fn parked(on: On, prefix: &str) -> (AccessWorld, Api<Sandbox>, String) {
         |s: &Sandbox| {
             let st = s.status.as_ref().ok_or("no status")?;
             let idle = st.last_idle.as_ref().ok_or("no status.lastIdle")?;
-            match st.phase.as_deref() {
-                Some("Sleeping") => Ok(()),
-                other => Err(format!("phase {other:?}, lastIdle {idle:?}")),
+            // A Pod cannot be suspended: the Kubernetes provider's sleep is a stop.
+            match (st.phase.as_deref(), on) {
+                (Some("Sleeping"), On::Docker) | (Some("Stopped"), On::Kubernetes) => Ok(()),
+                (other, _) => Err(format!("phase {other:?}, lastIdle {idle:?}")),
             }
         },
     )

@@ -82,7 +82,10 @@ pub fn ensure_crd() {
     let schema = ".spec.versions[0].schema.openAPIV3Schema.properties";
     let has = |path: &str, kind: &str| {
         let jsonpath = format!("jsonpath={{{schema}.{path}.type}}");
-        let out = kubectl(&["get", "crd", "sandboxes.sandboxes.dev", "-o", &jsonpath], None);
+        let out = kubectl(
+            &["get", "crd", "sandboxes.sandboxes.dev", "-o", &jsonpath],
+            None,
+        );
         String::from_utf8_lossy(&out.stdout).trim() == kind
     };
     if has("spec.properties.imagePullSecrets", "array")

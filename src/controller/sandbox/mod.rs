@@ -292,7 +292,8 @@ fn naming<K: ResourceExt>(
 }
 
 /// What in a Sandbox a reconcile acts on: the spec (its generation, which deletion also
-/// bumps), the deletion mark and [`RECONCILE_REQUESTED_AT`]. Status — which only this
+/// bumps), the deletion mark, [`RECONCILE_REQUESTED_AT`] and the traffic record that wakes an
+/// idle sandbox ([`crate::idle::LAST_ACTIVITY`]). Status — which only this
 /// operator writes — is not: our own writes must not reconcile again, and a retry's status
 /// write must not bypass its backoff. Nor are the finalizers: the pass that adds ours goes on
 /// to apply (see `scaffold`), so its coming back has nothing left to do; one removed by hand
@@ -303,6 +304,7 @@ pub fn changes_we_act_on(s: &Sandbox) -> Option<u64> {
     s.metadata.generation.hash(&mut h);
     s.metadata.deletion_timestamp.is_some().hash(&mut h);
     s.annotations().get(RECONCILE_REQUESTED_AT).hash(&mut h);
+    s.annotations().get(crate::idle::LAST_ACTIVITY).hash(&mut h);
     Some(h.finish())
 }
 
