@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod api;
+pub mod claims;
 pub mod config;
 pub mod controller;
 pub mod e2bapi;

@@ -1,0 +1,254 @@
+//! Warm pools end to end: a SandboxWarmPool applied to the real API server, the operator
+//! binary keeping its members as real Docker containers, and Sandboxes claiming them.
+
+mod harness;
+
+use std::time::Duration;
+
+use harness::cluster::*;
+use harness::docker::*;
+use harness::objects::{READY_TIMEOUT, wait_object, wait_ready};
+use harness::operator::*;
+use kube::Api;
+use sandbox_operator::api::{Sandbox, SandboxWarmPool};
+use sandbox_operator::provider::labels::{OWNER_UID, POOL_TEMPLATE_HASH};
+use serde_json::{Value, json};
+
+/// A pool of `replicas` idle members of the base image.
+fn pool(name: &str, replicas: i32, extra_env: &str) -> Value {
+    json!({
+        "apiVersion": "sandboxes.dev/v1alpha1",
+        "kind": "SandboxWarmPool",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": replicas,
+            "template": {
+                "image": base_image(),
+                "command": idle(),
+                "env": [{"name": "POOL_VERSION", "value": extra_env}],
+            },
+        },
+    })
+}
+
+/// The pool's member containers, running or not: `(name, running, template hash)`.
+async fn members(pool_uid: &str) -> Vec<(String, bool, String)> {
+    let mut out: Vec<_> = containers_labelled(&engine().await, OWNER_UID, pool_uid)
+        .await
+        .into_iter()
+        .map(|c| {
+            let name = c
+                .names
+                .unwrap_or_default()
+                .join("")
+                .trim_start_matches('/')
+                .to_string();
+            let running = c.state.map(|s| s.to_string()) == Some("running".to_string());
+            let hash = c
+                .labels
+                .unwrap_or_default()
+                .remove(POOL_TEMPLATE_HASH)
+                .unwrap_or_default();
+            (name, running, hash)
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+/// Waits until the pool reports `ready` Ready members and is Ready at its generation.
+async fn wait_pool(
+    api: &Api<SandboxWarmPool>,
+    name: &str,
+    ready: i32,
+    op: &Operator,
+) -> SandboxWarmPool {
+    wait_object(
+        api,
+        name,
+        op,
+        &format!("{ready} ready members"),
+        READY_TIMEOUT,
+        |p| {
+            let s = p.status.clone().unwrap_or_default();
+            harness::objects::is_ready(p)?;
+            if s.ready_replicas == ready && s.replicas == ready {
+                Ok(())
+            } else {
+                Err(format!(
+                    "replicas {} ready {}",
+                    s.replicas, s.ready_replicas
+                ))
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pool_fills_and_kubectl_scale_resizes_it() {
+    let ns = namespace("pool-scale").await;
+    let _purge = Purge(ns.clone());
+    let op = Operator::start(&ns, &ns, &OperatorOptions::default());
+    apply_yaml_ok(&pool("p", 2, "1").to_string(), &ns);
+    let api: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
+    let p = wait_pool(&api, "p", 2, &op).await;
+    let uid = p.metadata.uid.clone().expect("uid");
+    let found = members(&uid).await;
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found.iter().all(|(_, running, _)| *running), "{found:?}");
+
+    kubectl_ok(&["scale", "sbxwp/p", "--replicas=3", "-n", &ns], None);
+    wait_pool(&api, "p", 3, &op).await;
+    assert_eq!(members(&uid).await.len(), 3);
+    let columns = kubectl_ok(&["get", "sbxwp", "p", "-n", &ns], None);
+    assert!(
+        columns.contains("DESIRED") && columns.contains("READY"),
+        "{columns}"
+    );
+
+    kubectl_ok(&["scale", "sbxwp/p", "--replicas=1", "-n", &ns], None);
+    wait_pool(&api, "p", 1, &op).await;
+    harness::wait_for("members removed", Duration::from_secs(30), || async {
+        let n = members(&uid).await.len();
+        if n == 1 {
+            Ok(())
+        } else {
+            Err(format!("{n} members"))
+        }
+    })
+    .await;
+}
+
+/// A Sandbox claiming from pool `pool`, with `extra` merged into its spec.
+fn claim(name: &str, pool: &str, extra: Value) -> Value {
+    let mut spec = json!({"warmPoolRef": {"name": pool}});
+    if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+        s.extend(e.clone());
+    }
+    json!({
+        "apiVersion": "sandboxes.dev/v1alpha1",
+        "kind": "Sandbox",
+        "metadata": {"name": name},
+        "spec": spec,
+    })
+}
+
+/// PID 1's start time (field 22 of /proc/1/stat, clock ticks since boot) in `container`.
+fn pid1_start(container: &str) -> String {
+    let stat = docker_sh(container, "cat /proc/1/stat").expect("read /proc/1/stat");
+    // The command field (2) is parenthesised and may hold spaces: count after its ')'.
+    let after = &stat[stat.rfind(')').expect("stat has a comm field") + 2..];
+    after
+        .split_whitespace()
+        .nth(22 - 3)
+        .expect("field 22")
+        .to_string()
+}
+
+/// The ledger's claimed count and the pool's unclaimed ready count.
+async fn wait_counts(
+    api: &Api<SandboxWarmPool>,
+    name: &str,
+    ready: i32,
+    claimed: i32,
+    op: &Operator,
+) {
+    let what = format!("{ready} ready, {claimed} claimed");
+    wait_object(api, name, op, &what, READY_TIMEOUT, |p| {
+        let s = p.status.clone().unwrap_or_default();
+        if s.ready_replicas == ready && s.claimed_replicas == claimed && s.replicas == ready {
+            Ok(())
+        } else {
+            Err(format!("{s:?}"))
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_claim_takes_a_running_member_delivers_env_and_the_pool_refills() {
+    let ns = namespace("pool-claim").await;
+    let _purge = Purge(ns.clone());
+    let op = Operator::start(&ns, &ns, &OperatorOptions::default());
+    apply_yaml_ok(&pool("p", 1, "1").to_string(), &ns);
+    let pools: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
+    let p = wait_pool(&pools, "p", 1, &op).await;
+    let pool_uid = p.metadata.uid.clone().expect("uid");
+    let (member, _, _) = members(&pool_uid).await.remove(0);
+    let started = pid1_start(&member);
+    create_secret(&ns, "creds", None, json!({"TOKEN": "s3cret"})).await;
+
+    let extra = json!({
+        "env": [{"name": "GREETING", "value": "hi"}],
+        "envFrom": [{"secretRef": {"name": "creds"}}],
+    });
+    apply_yaml_ok(&claim("s", "p", extra).to_string(), &ns);
+    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
+    let s = wait_ready(&sandboxes, "s", &op).await;
+    let status = s.status.clone().expect("status");
+    assert_eq!(status.claim.as_deref(), Some("warm"));
+    assert_eq!(status.sandbox_id.as_deref(), Some(member.as_str()));
+    let seen = docker_sh(
+        &member,
+        ". /run/sandboxes.dev/env; echo \"$GREETING $TOKEN\"",
+    );
+    assert_eq!(seen.expect("exec").trim(), "hi s3cret");
+    assert_eq!(pid1_start(&member), started, "the member was not restarted");
+    let metrics = op.http_get("/metrics").expect("metrics");
+    assert!(
+        metrics.contains("sandbox_operator_warm_pool_claims_total{mode=\"warm\"} 1"),
+        "{metrics}"
+    );
+
+    // The pool refills in the background; the claimed member is not counted as its own.
+    wait_counts(&pools, "p", 1, 1, &op).await;
+    assert_eq!(members(&pool_uid).await.len(), 2);
+
+    // Deleting the Sandbox removes its member, and the ledger forgets it.
+    harness::objects::delete_and_wait_gone(&sandboxes, "s").await;
+    wait_counts(&pools, "p", 1, 0, &op).await;
+    let left = members(&pool_uid).await;
+    assert!(left.iter().all(|(n, _, _)| n != &member), "{left:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_empty_pool_serves_a_claim_cold_and_admission_refuses_restart_fields() {
+    let ns = namespace("pool-cold").await;
+    let _purge = Purge(ns.clone());
+    let op = Operator::start(&ns, &ns, &OperatorOptions::default());
+    apply_yaml_ok(&pool("p", 0, "1").to_string(), &ns);
+    let pools: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
+    wait_pool(&pools, "p", 0, &op).await;
+
+    let refused = apply_yaml(&claim("bad", "p", json!({"image": "x"})).to_string(), &ns);
+    let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
+    assert!(
+        !refused.status.success(),
+        "an image with warmPoolRef was admitted"
+    );
+    assert!(
+        stderr.contains("spec.image cannot be set with spec.warmPoolRef"),
+        "{stderr}"
+    );
+
+    let extra = json!({"env": [{"name": "GREETING", "value": "cold"}]});
+    apply_yaml_ok(&claim("s", "p", extra).to_string(), &ns);
+    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
+    let s = wait_ready(&sandboxes, "s", &op).await;
+    let status = s.status.clone().expect("status");
+    assert_eq!(status.claim.as_deref(), Some("cold"));
+    let id = status.sandbox_id.expect("id");
+    let uid = s.metadata.uid.clone().expect("uid");
+    assert_eq!(id, format!("sbx-{uid}"));
+    let seen = docker_sh(
+        &id,
+        ". /run/sandboxes.dev/env; echo \"$GREETING $POOL_VERSION\"",
+    );
+    assert_eq!(seen.expect("exec").trim(), "cold 1");
+    let metrics = op.http_get("/metrics").expect("metrics");
+    assert!(
+        metrics.contains("sandbox_operator_warm_pool_claims_total{mode=\"cold\"} 1"),
+        "{metrics}"
+    );
+}
