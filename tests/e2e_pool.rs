@@ -252,3 +252,77 @@ async fn an_empty_pool_serves_a_claim_cold_and_admission_refuses_restart_fields(
         "{metrics}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_template_change_rolls_only_unclaimed_members() {
+    let ns = namespace("pool-roll").await;
+    let _purge = Purge(ns.clone());
+    let op = Operator::start(&ns, &ns, &OperatorOptions::default());
+    apply_yaml_ok(&pool("p", 2, "1").to_string(), &ns);
+    let pools: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
+    let p = wait_pool(&pools, "p", 2, &op).await;
+    let pool_uid = p.metadata.uid.clone().expect("uid");
+    let old_hash = p.status.clone().and_then(|s| s.template_hash).expect("hash");
+    apply_yaml_ok(&claim("s", "p", json!({})).to_string(), &ns);
+    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
+    let s = wait_ready(&sandboxes, "s", &op).await;
+    let claimed = s.status.and_then(|s| s.sandbox_id).expect("claimed member");
+    let claimed_start = pid1_start(&claimed);
+    wait_counts(&pools, "p", 2, 1, &op).await;
+
+    apply_yaml_ok(&pool("p", 2, "2").to_string(), &ns);
+    let rolled = wait_pool(&pools, "p", 2, &op).await;
+    let new_hash = rolled.status.and_then(|s| s.template_hash).expect("hash");
+    assert_ne!(new_hash, old_hash);
+    harness::wait_for("old unclaimed members removed", Duration::from_secs(30), || async {
+        let found = members(&pool_uid).await;
+        let old: Vec<_> = found.iter().filter(|(_, _, h)| h == &old_hash).collect();
+        let new = found.iter().filter(|(_, r, h)| *r && h == &new_hash).count();
+        match (old.as_slice(), new) {
+            ([(name, true, _)], 2) if name == &claimed => Ok(()),
+            _ => Err(format!("{found:?}")),
+        }
+    })
+    .await;
+    assert_eq!(pid1_start(&claimed), claimed_start, "the claimed member was not touched");
+    harness::objects::is_ready(&sandboxes.get("s").await.expect("get")).expect("still Ready");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn deleting_a_pool_removes_unclaimed_members_only() {
+    let ns = namespace("pool-delete").await;
+    let _purge = Purge(ns.clone());
+    let op = Operator::start(&ns, &ns, &OperatorOptions::default());
+    apply_yaml_ok(&pool("p", 2, "1").to_string(), &ns);
+    let pools: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
+    let p = wait_pool(&pools, "p", 2, &op).await;
+    let pool_uid = p.metadata.uid.clone().expect("uid");
+    apply_yaml_ok(&claim("s", "p", json!({})).to_string(), &ns);
+    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
+    let s = wait_ready(&sandboxes, "s", &op).await;
+    let claimed = s.status.and_then(|s| s.sandbox_id).expect("claimed member");
+
+    kubectl_ok(&["delete", "sbxwp", "p", "-n", &ns, "--wait=false"], None);
+    harness::wait_for("unclaimed members removed", Duration::from_secs(60), || async {
+        let found = members(&pool_uid).await;
+        match found.as_slice() {
+            [(name, true, _)] if name == &claimed => Ok(()),
+            _ => Err(format!("{found:?}")),
+        }
+    })
+    .await;
+    wait_object(&pools, "p", &op, "held by its claimed member", READY_TIMEOUT, |p| {
+        let held = sandbox_operator::api::condition(
+            p.status.as_ref().map_or(&[], |s| s.conditions.as_slice()),
+            "MembersClaimed",
+        );
+        held.map(|_| ()).ok_or_else(|| "no MembersClaimed condition".to_string())
+    })
+    .await;
+    harness::objects::is_ready(&sandboxes.get("s").await.expect("get")).expect("still Ready");
+    assert!(docker_sh(&claimed, "true").is_ok(), "the claimed member still runs");
+
+    harness::objects::delete_and_wait_gone(&sandboxes, "s").await;
+    harness::objects::wait_gone(&pools, "p", READY_TIMEOUT).await;
+    assert!(members(&pool_uid).await.is_empty());
+}
