@@ -77,6 +77,12 @@ fn names_scope_and_subresources() {
         ),
         ("SandboxVolume", "sandboxvolumes", "sandboxvolume", "sbxv"),
         ("SandboxBudget", "sandboxbudgets", "sandboxbudget", "sbxb"),
+        (
+            "SandboxWarmPool",
+            "sandboxwarmpools",
+            "sandboxwarmpool",
+            "sbxwp",
+        ),
     ];
     assert_eq!(crds::all().len(), cases.len());
     for (kind, plural, singular, short) in cases {
@@ -108,6 +114,18 @@ fn names_scope_and_subresources() {
             .and_then(|s| s.status.as_ref());
         assert!(status.is_some(), "{kind} has no status subresource");
     }
+}
+
+#[test]
+fn a_warm_pool_scales_through_the_scale_subresource() {
+    let crd = crd("SandboxWarmPool");
+    let scale = crd.spec.versions[0]
+        .subresources
+        .as_ref()
+        .and_then(|s| s.scale.clone())
+        .expect("a scale subresource");
+    assert_eq!(scale.spec_replicas_path, ".spec.replicas");
+    assert_eq!(scale.status_replicas_path, ".status.replicas");
 }
 
 #[test]

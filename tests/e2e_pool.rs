@@ -262,7 +262,11 @@ async fn a_template_change_rolls_only_unclaimed_members() {
     let pools: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
     let p = wait_pool(&pools, "p", 2, &op).await;
     let pool_uid = p.metadata.uid.clone().expect("uid");
-    let old_hash = p.status.clone().and_then(|s| s.template_hash).expect("hash");
+    let old_hash = p
+        .status
+        .clone()
+        .and_then(|s| s.template_hash)
+        .expect("hash");
     apply_yaml_ok(&claim("s", "p", json!({})).to_string(), &ns);
     let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
     let s = wait_ready(&sandboxes, "s", &op).await;
@@ -274,17 +278,28 @@ async fn a_template_change_rolls_only_unclaimed_members() {
     let rolled = wait_pool(&pools, "p", 2, &op).await;
     let new_hash = rolled.status.and_then(|s| s.template_hash).expect("hash");
     assert_ne!(new_hash, old_hash);
-    harness::wait_for("old unclaimed members removed", Duration::from_secs(30), || async {
-        let found = members(&pool_uid).await;
-        let old: Vec<_> = found.iter().filter(|(_, _, h)| h == &old_hash).collect();
-        let new = found.iter().filter(|(_, r, h)| *r && h == &new_hash).count();
-        match (old.as_slice(), new) {
-            ([(name, true, _)], 2) if name == &claimed => Ok(()),
-            _ => Err(format!("{found:?}")),
-        }
-    })
+    harness::wait_for(
+        "old unclaimed members removed",
+        Duration::from_secs(30),
+        || async {
+            let found = members(&pool_uid).await;
+            let old: Vec<_> = found.iter().filter(|(_, _, h)| h == &old_hash).collect();
+            let new = found
+                .iter()
+                .filter(|(_, r, h)| *r && h == &new_hash)
+                .count();
+            match (old.as_slice(), new) {
+                ([(name, true, _)], 2) if name == &claimed => Ok(()),
+                _ => Err(format!("{found:?}")),
+            }
+        },
+    )
     .await;
-    assert_eq!(pid1_start(&claimed), claimed_start, "the claimed member was not touched");
+    assert_eq!(
+        pid1_start(&claimed),
+        claimed_start,
+        "the claimed member was not touched"
+    );
     harness::objects::is_ready(&sandboxes.get("s").await.expect("get")).expect("still Ready");
 }
 
@@ -303,26 +318,187 @@ async fn deleting_a_pool_removes_unclaimed_members_only() {
     let claimed = s.status.and_then(|s| s.sandbox_id).expect("claimed member");
 
     kubectl_ok(&["delete", "sbxwp", "p", "-n", &ns, "--wait=false"], None);
-    harness::wait_for("unclaimed members removed", Duration::from_secs(60), || async {
-        let found = members(&pool_uid).await;
-        match found.as_slice() {
-            [(name, true, _)] if name == &claimed => Ok(()),
-            _ => Err(format!("{found:?}")),
-        }
-    })
+    harness::wait_for(
+        "unclaimed members removed",
+        Duration::from_secs(60),
+        || async {
+            let found = members(&pool_uid).await;
+            match found.as_slice() {
+                [(name, true, _)] if name == &claimed => Ok(()),
+                _ => Err(format!("{found:?}")),
+            }
+        },
+    )
     .await;
-    wait_object(&pools, "p", &op, "held by its claimed member", READY_TIMEOUT, |p| {
-        let held = sandbox_operator::api::condition(
-            p.status.as_ref().map_or(&[], |s| s.conditions.as_slice()),
-            "MembersClaimed",
-        );
-        held.map(|_| ()).ok_or_else(|| "no MembersClaimed condition".to_string())
-    })
+    wait_object(
+        &pools,
+        "p",
+        &op,
+        "held by its claimed member",
+        READY_TIMEOUT,
+        |p| {
+            let held = sandbox_operator::api::condition(
+                p.status.as_ref().map_or(&[], |s| s.conditions.as_slice()),
+                "MembersClaimed",
+            );
+            held.map(|_| ())
+                .ok_or_else(|| "no MembersClaimed condition".to_string())
+        },
+    )
     .await;
     harness::objects::is_ready(&sandboxes.get("s").await.expect("get")).expect("still Ready");
-    assert!(docker_sh(&claimed, "true").is_ok(), "the claimed member still runs");
+    assert!(
+        docker_sh(&claimed, "true").is_ok(),
+        "the claimed member still runs"
+    );
 
     harness::objects::delete_and_wait_gone(&sandboxes, "s").await;
     harness::objects::wait_gone(&pools, "p", READY_TIMEOUT).await;
     assert!(members(&pool_uid).await.is_empty());
+}
+
+/// How many Sandboxes claim at once in the crash test.
+const CLAIMS: usize = 50;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_during_50_claims_claims_no_member_twice_and_leaks_none() {
+    let ns = namespace("pool-kill").await;
+    let _purge = Purge(ns.clone());
+    // A lease long enough for a loaded machine's renewals, short enough for quick takeovers.
+    let opts = OperatorOptions {
+        lease_secs: Some(10),
+        ..OperatorOptions::default()
+    };
+    let mut op = Operator::start(&ns, &ns, &opts);
+    apply_yaml_ok(&pool("p", 10, "1").to_string(), &ns);
+    let pools: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
+    let p = wait_pool(&pools, "p", 10, &op).await;
+    let pool_uid = p.metadata.uid.clone().expect("uid");
+    op.kill();
+
+    // The first operator aborts right after its first ledger write, before the Sandbox's
+    // status records the member: the worst moment of a claim.
+    let crashing = OperatorOptions {
+        env: vec![(
+            "SANDBOX_OPERATOR_FAILPOINT".into(),
+            "claim-after-ledger".into(),
+        )],
+        ..opts.clone()
+    };
+    let mut op = Operator::start(&ns, &ns, &crashing);
+    let docs: Vec<String> = (0..CLAIMS)
+        .map(|i| claim(&format!("s{i}"), "p", json!({})).to_string())
+        .collect();
+    apply_yaml_ok(&docs.join("\n---\n"), &ns);
+    op.wait_exit(Duration::from_secs(60)).await;
+
+    // The second is killed (SIGKILL) once claims are under way.
+    let mut op = Operator::start(&ns, &ns, &opts);
+    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
+    harness::wait_for("claims under way", Duration::from_secs(60), || async {
+        let list = sandboxes
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let n = list
+            .items
+            .iter()
+            .filter(|s| s.status.as_ref().is_some_and(|s| s.claim.is_some()))
+            .count();
+        if n >= 5 {
+            Ok(())
+        } else {
+            Err(format!("{n} settled"))
+        }
+    })
+    .await;
+    op.kill();
+
+    let op = Operator::start(&ns, &ns, &opts);
+    let all = harness::wait_for("every claim Ready", Duration::from_secs(300), || async {
+        let list = sandboxes
+            .list(&Default::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        let ready = list
+            .items
+            .iter()
+            .filter(|s| harness::objects::is_ready(*s).is_ok())
+            .count();
+        if ready == CLAIMS {
+            Ok(list.items)
+        } else {
+            Err(format!("{ready} of {CLAIMS} Ready"))
+        }
+    })
+    .await;
+    assert_each_member_claimed_once(&all, &pools).await;
+
+    // Nothing leaked: once every Sandbox is gone, only the pool's own members are left.
+    // (The full resource name: `sandboxes` alone is also the category of every kind.)
+    kubectl_ok(
+        &[
+            "delete",
+            "sandboxes.sandboxes.dev",
+            "--all",
+            "-n",
+            &ns,
+            "--wait=true",
+            "--timeout=240s",
+        ],
+        None,
+    );
+    wait_counts(&pools, "p", 10, 0, &op).await;
+    harness::wait_for(
+        "only the pool's members left",
+        Duration::from_secs(60),
+        || async {
+            let left = containers_labelled(&engine().await, "sandboxes.dev/managed-by", &ns).await;
+            let members = members(&pool_uid).await.len();
+            if left.len() == 10 && members == 10 {
+                Ok(())
+            } else {
+                Err(format!("{} containers, {members} members", left.len()))
+            }
+        },
+    )
+    .await;
+}
+
+/// No member serves two Sandboxes, and each warm one is its Sandbox's by the ledger.
+async fn assert_each_member_claimed_once(all: &[Sandbox], pools: &Api<SandboxWarmPool>) {
+    let ids: Vec<String> = all.iter().map(harness::objects::sandbox_id).collect();
+    let unique: std::collections::BTreeSet<&String> = ids.iter().collect();
+    assert_eq!(
+        unique.len(),
+        CLAIMS,
+        "a member serves two Sandboxes: {ids:?}"
+    );
+    let ledger = pools
+        .get("p")
+        .await
+        .expect("pool")
+        .status
+        .unwrap_or_default()
+        .ledger;
+    let mut claimed = 0;
+    for s in all {
+        let status = s.status.clone().unwrap_or_default();
+        if status.claim.as_deref() != Some("warm") {
+            continue;
+        }
+        claimed += 1;
+        let uid = s.metadata.uid.clone().unwrap_or_default();
+        let entry = ledger
+            .iter()
+            .find(|e| Some(&e.member) == status.sandbox_id.as_ref());
+        let by = entry.and_then(|e| e.claimed_by.clone()).map(|c| c.uid);
+        assert_eq!(by, Some(uid), "ledger entry of {:?}", status.sandbox_id);
+    }
+    assert!(claimed > 0, "no claim was served warm");
+    assert_eq!(
+        ledger.iter().filter(|e| e.claimed_by.is_some()).count(),
+        claimed,
+        "{ledger:?}"
+    );
 }
