@@ -85,21 +85,46 @@ async fn wait_pool(
     .await
 }
 
+/// One test's world: its namespace and operator, a pool `p` filled to its replicas, and
+/// the APIs of both kinds.
+struct World {
+    ns: String,
+    op: Operator,
+    pools: Api<SandboxWarmPool>,
+    sandboxes: Api<Sandbox>,
+    pool_uid: String,
+    _purge: Purge,
+}
+
+impl World {
+    async fn start(prefix: &str, replicas: i32, opts: &OperatorOptions) -> World {
+        let ns = namespace(prefix).await;
+        let purge = Purge(ns.clone());
+        let op = Operator::start(&ns, &ns, opts);
+        apply_yaml_ok(&pool("p", replicas, "1").to_string(), &ns);
+        let pools: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
+        let p = wait_pool(&pools, "p", replicas, &op).await;
+        World {
+            sandboxes: Api::namespaced(client().await, &ns),
+            pool_uid: p.metadata.uid.clone().expect("uid"),
+            ns,
+            op,
+            pools,
+            _purge: purge,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_pool_fills_and_kubectl_scale_resizes_it() {
-    let ns = namespace("pool-scale").await;
-    let _purge = Purge(ns.clone());
-    let op = Operator::start(&ns, &ns, &OperatorOptions::default());
-    apply_yaml_ok(&pool("p", 2, "1").to_string(), &ns);
-    let api: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
-    let p = wait_pool(&api, "p", 2, &op).await;
-    let uid = p.metadata.uid.clone().expect("uid");
+    let w = World::start("pool-scale", 2, &OperatorOptions::default()).await;
+    let (ns, op, api, uid) = (&w.ns, &w.op, &w.pools, &w.pool_uid);
     let found = members(&uid).await;
     assert_eq!(found.len(), 2, "{found:?}");
     assert!(found.iter().all(|(_, running, _)| *running), "{found:?}");
 
     kubectl_ok(&["scale", "sbxwp/p", "--replicas=3", "-n", &ns], None);
-    wait_pool(&api, "p", 3, &op).await;
+    wait_pool(&api, "p", 3, op).await;
     assert_eq!(members(&uid).await.len(), 3);
     let columns = kubectl_ok(&["get", "sbxwp", "p", "-n", &ns], None);
     assert!(
@@ -108,7 +133,7 @@ async fn a_pool_fills_and_kubectl_scale_resizes_it() {
     );
 
     kubectl_ok(&["scale", "sbxwp/p", "--replicas=1", "-n", &ns], None);
-    wait_pool(&api, "p", 1, &op).await;
+    wait_pool(&api, "p", 1, op).await;
     harness::wait_for("members removed", Duration::from_secs(30), || async {
         let n = members(&uid).await.len();
         if n == 1 {
@@ -168,13 +193,8 @@ async fn wait_counts(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_claim_takes_a_running_member_delivers_env_and_the_pool_refills() {
-    let ns = namespace("pool-claim").await;
-    let _purge = Purge(ns.clone());
-    let op = Operator::start(&ns, &ns, &OperatorOptions::default());
-    apply_yaml_ok(&pool("p", 1, "1").to_string(), &ns);
-    let pools: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
-    let p = wait_pool(&pools, "p", 1, &op).await;
-    let pool_uid = p.metadata.uid.clone().expect("uid");
+    let w = World::start("pool-claim", 1, &OperatorOptions::default()).await;
+    let (ns, op, pools, pool_uid) = (&w.ns, &w.op, &w.pools, &w.pool_uid);
     let (member, _, _) = members(&pool_uid).await.remove(0);
     let started = pid1_start(&member);
     create_secret(&ns, "creds", None, json!({"TOKEN": "s3cret"})).await;
@@ -184,8 +204,8 @@ async fn a_claim_takes_a_running_member_delivers_env_and_the_pool_refills() {
         "envFrom": [{"secretRef": {"name": "creds"}}],
     });
     apply_yaml_ok(&claim("s", "p", extra).to_string(), &ns);
-    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    let s = wait_ready(&sandboxes, "s", &op).await;
+    let sandboxes = &w.sandboxes;
+    let s = wait_ready(&sandboxes, "s", op).await;
     let status = s.status.clone().expect("status");
     assert_eq!(status.claim.as_deref(), Some("warm"));
     assert_eq!(status.sandbox_id.as_deref(), Some(member.as_str()));
@@ -202,24 +222,20 @@ async fn a_claim_takes_a_running_member_delivers_env_and_the_pool_refills() {
     );
 
     // The pool refills in the background; the claimed member is not counted as its own.
-    wait_counts(&pools, "p", 1, 1, &op).await;
+    wait_counts(&pools, "p", 1, 1, op).await;
     assert_eq!(members(&pool_uid).await.len(), 2);
 
     // Deleting the Sandbox removes its member, and the ledger forgets it.
     harness::objects::delete_and_wait_gone(&sandboxes, "s").await;
-    wait_counts(&pools, "p", 1, 0, &op).await;
+    wait_counts(&pools, "p", 1, 0, op).await;
     let left = members(&pool_uid).await;
     assert!(left.iter().all(|(n, _, _)| n != &member), "{left:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn an_empty_pool_serves_a_claim_cold_and_admission_refuses_restart_fields() {
-    let ns = namespace("pool-cold").await;
-    let _purge = Purge(ns.clone());
-    let op = Operator::start(&ns, &ns, &OperatorOptions::default());
-    apply_yaml_ok(&pool("p", 0, "1").to_string(), &ns);
-    let pools: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
-    wait_pool(&pools, "p", 0, &op).await;
+    let w = World::start("pool-cold", 0, &OperatorOptions::default()).await;
+    let (ns, op) = (&w.ns, &w.op);
 
     let refused = apply_yaml(&claim("bad", "p", json!({"image": "x"})).to_string(), &ns);
     let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
@@ -234,8 +250,8 @@ async fn an_empty_pool_serves_a_claim_cold_and_admission_refuses_restart_fields(
 
     let extra = json!({"env": [{"name": "GREETING", "value": "cold"}]});
     apply_yaml_ok(&claim("s", "p", extra).to_string(), &ns);
-    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    let s = wait_ready(&sandboxes, "s", &op).await;
+    let sandboxes = &w.sandboxes;
+    let s = wait_ready(&sandboxes, "s", op).await;
     let status = s.status.clone().expect("status");
     assert_eq!(status.claim.as_deref(), Some("cold"));
     let id = status.sandbox_id.expect("id");
@@ -255,27 +271,23 @@ async fn an_empty_pool_serves_a_claim_cold_and_admission_refuses_restart_fields(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_template_change_rolls_only_unclaimed_members() {
-    let ns = namespace("pool-roll").await;
-    let _purge = Purge(ns.clone());
-    let op = Operator::start(&ns, &ns, &OperatorOptions::default());
-    apply_yaml_ok(&pool("p", 2, "1").to_string(), &ns);
-    let pools: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
-    let p = wait_pool(&pools, "p", 2, &op).await;
-    let pool_uid = p.metadata.uid.clone().expect("uid");
+    let w = World::start("pool-roll", 2, &OperatorOptions::default()).await;
+    let (ns, op, pools, pool_uid) = (&w.ns, &w.op, &w.pools, &w.pool_uid);
+    let p = pools.get("p").await.expect("pool");
     let old_hash = p
         .status
         .clone()
         .and_then(|s| s.template_hash)
         .expect("hash");
     apply_yaml_ok(&claim("s", "p", json!({})).to_string(), &ns);
-    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    let s = wait_ready(&sandboxes, "s", &op).await;
+    let sandboxes = &w.sandboxes;
+    let s = wait_ready(&sandboxes, "s", op).await;
     let claimed = s.status.and_then(|s| s.sandbox_id).expect("claimed member");
     let claimed_start = pid1_start(&claimed);
-    wait_counts(&pools, "p", 2, 1, &op).await;
+    wait_counts(&pools, "p", 2, 1, op).await;
 
     apply_yaml_ok(&pool("p", 2, "2").to_string(), &ns);
-    let rolled = wait_pool(&pools, "p", 2, &op).await;
+    let rolled = wait_pool(&pools, "p", 2, op).await;
     let new_hash = rolled.status.and_then(|s| s.template_hash).expect("hash");
     assert_ne!(new_hash, old_hash);
     harness::wait_for(
@@ -305,16 +317,11 @@ async fn a_template_change_rolls_only_unclaimed_members() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn deleting_a_pool_removes_unclaimed_members_only() {
-    let ns = namespace("pool-delete").await;
-    let _purge = Purge(ns.clone());
-    let op = Operator::start(&ns, &ns, &OperatorOptions::default());
-    apply_yaml_ok(&pool("p", 2, "1").to_string(), &ns);
-    let pools: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
-    let p = wait_pool(&pools, "p", 2, &op).await;
-    let pool_uid = p.metadata.uid.clone().expect("uid");
+    let w = World::start("pool-delete", 2, &OperatorOptions::default()).await;
+    let (ns, op, pools, pool_uid) = (&w.ns, &w.op, &w.pools, &w.pool_uid);
     apply_yaml_ok(&claim("s", "p", json!({})).to_string(), &ns);
-    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    let s = wait_ready(&sandboxes, "s", &op).await;
+    let sandboxes = &w.sandboxes;
+    let s = wait_ready(&sandboxes, "s", op).await;
     let claimed = s.status.and_then(|s| s.sandbox_id).expect("claimed member");
 
     kubectl_ok(&["delete", "sbxwp", "p", "-n", &ns, "--wait=false"], None);
@@ -333,7 +340,7 @@ async fn deleting_a_pool_removes_unclaimed_members_only() {
     wait_object(
         &pools,
         "p",
-        &op,
+        op,
         "held by its claimed member",
         READY_TIMEOUT,
         |p| {
@@ -362,19 +369,14 @@ const CLAIMS: usize = 50;
 
 #[tokio::test(flavor = "multi_thread")]
 async fn kill_9_during_50_claims_claims_no_member_twice_and_leaks_none() {
-    let ns = namespace("pool-kill").await;
-    let _purge = Purge(ns.clone());
     // A lease long enough for a loaded machine's renewals, short enough for quick takeovers.
     let opts = OperatorOptions {
         lease_secs: Some(10),
         ..OperatorOptions::default()
     };
-    let mut op = Operator::start(&ns, &ns, &opts);
-    apply_yaml_ok(&pool("p", 10, "1").to_string(), &ns);
-    let pools: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
-    let p = wait_pool(&pools, "p", 10, &op).await;
-    let pool_uid = p.metadata.uid.clone().expect("uid");
-    op.kill();
+    let mut w = World::start("pool-kill", 10, &opts).await;
+    w.op.kill();
+    let (ns, pools, pool_uid) = (w.ns.clone(), w.pools.clone(), w.pool_uid.clone());
 
     // The first operator aborts right after its first ledger write, before the Sandbox's
     // status records the member: the worst moment of a claim.
@@ -394,7 +396,7 @@ async fn kill_9_during_50_claims_claims_no_member_twice_and_leaks_none() {
 
     // The second is killed (SIGKILL) once claims are under way.
     let mut op = Operator::start(&ns, &ns, &opts);
-    let sandboxes: Api<Sandbox> = Api::namespaced(client().await, &ns);
+    let sandboxes = &w.sandboxes;
     harness::wait_for("claims under way", Duration::from_secs(60), || async {
         let list = sandboxes
             .list(&Default::default())

@@ -59,6 +59,7 @@ use super::sandbox::SandboxSpec;
         json_path = ".metadata.creationTimestamp"
     )
 )]
+#[x_kube(validation = Rule::new("!has(self.template.warmPoolRef)").message("spec.template.warmPoolRef: a pool's members are created from its template, they cannot claim from a pool; remove it").field_path(".template.warmPoolRef").reason(Reason::FieldValueForbidden))]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxWarmPoolSpec {
     /// How many running, unclaimed members to keep. A claim takes one away and the pool
