@@ -350,12 +350,20 @@ fn cel_rules_are_where_they_belong() {
     };
     // Whether a Sandbox needs spec.image depends on its provider's type, which admission
     // cannot know (Fly Sprites refuses an image): the providers refuse a missing one.
+    // (Refusing it beside spec.warmPoolRef, `!has(self.image)`, is another matter.)
     assert!(
         !rules_at("Sandbox", &["spec"])
             .iter()
-            .any(|(r, _)| r.contains("has(self.image)")),
+            .any(|(r, _)| r.replace("!has(self.image)", "").contains("has(self.image)")),
         "no admission rule may require spec.image of every provider"
     );
+    has(
+        "Sandbox",
+        &["spec"],
+        "spec.image cannot be set with spec.warmPoolRef",
+    );
+    has("Sandbox", &["spec"], "spec.warmPoolRef is immutable");
+    has("SandboxWarmPool", &["spec"], "spec.template.warmPoolRef");
     has("Sandbox", &["spec", "lifetime"], "shutdownAt or ttlSeconds");
     has("Sandbox", &["spec", "labels"], "sandboxes.dev/");
     has("Sandbox", &["spec", "ports"], "exists_one");

@@ -119,23 +119,23 @@ impl World {
 async fn a_pool_fills_and_kubectl_scale_resizes_it() {
     let w = World::start("pool-scale", 2, &OperatorOptions::default()).await;
     let (ns, op, api, uid) = (&w.ns, &w.op, &w.pools, &w.pool_uid);
-    let found = members(&uid).await;
+    let found = members(uid).await;
     assert_eq!(found.len(), 2, "{found:?}");
     assert!(found.iter().all(|(_, running, _)| *running), "{found:?}");
 
-    kubectl_ok(&["scale", "sbxwp/p", "--replicas=3", "-n", &ns], None);
-    wait_pool(&api, "p", 3, op).await;
-    assert_eq!(members(&uid).await.len(), 3);
-    let columns = kubectl_ok(&["get", "sbxwp", "p", "-n", &ns], None);
+    kubectl_ok(&["scale", "sbxwp/p", "--replicas=3", "-n", ns], None);
+    wait_pool(api, "p", 3, op).await;
+    assert_eq!(members(uid).await.len(), 3);
+    let columns = kubectl_ok(&["get", "sbxwp", "p", "-n", ns], None);
     assert!(
         columns.contains("DESIRED") && columns.contains("READY"),
         "{columns}"
     );
 
-    kubectl_ok(&["scale", "sbxwp/p", "--replicas=1", "-n", &ns], None);
-    wait_pool(&api, "p", 1, op).await;
+    kubectl_ok(&["scale", "sbxwp/p", "--replicas=1", "-n", ns], None);
+    wait_pool(api, "p", 1, op).await;
     harness::wait_for("members removed", Duration::from_secs(30), || async {
-        let n = members(&uid).await.len();
+        let n = members(uid).await.len();
         if n == 1 {
             Ok(())
         } else {
@@ -195,17 +195,17 @@ async fn wait_counts(
 async fn a_claim_takes_a_running_member_delivers_env_and_the_pool_refills() {
     let w = World::start("pool-claim", 1, &OperatorOptions::default()).await;
     let (ns, op, pools, pool_uid) = (&w.ns, &w.op, &w.pools, &w.pool_uid);
-    let (member, _, _) = members(&pool_uid).await.remove(0);
+    let (member, _, _) = members(pool_uid).await.remove(0);
     let started = pid1_start(&member);
-    create_secret(&ns, "creds", None, json!({"TOKEN": "s3cret"})).await;
+    create_secret(ns, "creds", None, json!({"TOKEN": "s3cret"})).await;
 
     let extra = json!({
         "env": [{"name": "GREETING", "value": "hi"}],
         "envFrom": [{"secretRef": {"name": "creds"}}],
     });
-    apply_yaml_ok(&claim("s", "p", extra).to_string(), &ns);
+    apply_yaml_ok(&claim("s", "p", extra).to_string(), ns);
     let sandboxes = &w.sandboxes;
-    let s = wait_ready(&sandboxes, "s", op).await;
+    let s = wait_ready(sandboxes, "s", op).await;
     let status = s.status.clone().expect("status");
     assert_eq!(status.claim.as_deref(), Some("warm"));
     assert_eq!(status.sandbox_id.as_deref(), Some(member.as_str()));
@@ -222,13 +222,13 @@ async fn a_claim_takes_a_running_member_delivers_env_and_the_pool_refills() {
     );
 
     // The pool refills in the background; the claimed member is not counted as its own.
-    wait_counts(&pools, "p", 1, 1, op).await;
-    assert_eq!(members(&pool_uid).await.len(), 2);
+    wait_counts(pools, "p", 1, 1, op).await;
+    assert_eq!(members(pool_uid).await.len(), 2);
 
     // Deleting the Sandbox removes its member, and the ledger forgets it.
-    harness::objects::delete_and_wait_gone(&sandboxes, "s").await;
-    wait_counts(&pools, "p", 1, 0, op).await;
-    let left = members(&pool_uid).await;
+    harness::objects::delete_and_wait_gone(sandboxes, "s").await;
+    wait_counts(pools, "p", 1, 0, op).await;
+    let left = members(pool_uid).await;
     assert!(left.iter().all(|(n, _, _)| n != &member), "{left:?}");
 }
 
@@ -237,7 +237,7 @@ async fn an_empty_pool_serves_a_claim_cold_and_admission_refuses_restart_fields(
     let w = World::start("pool-cold", 0, &OperatorOptions::default()).await;
     let (ns, op) = (&w.ns, &w.op);
 
-    let refused = apply_yaml(&claim("bad", "p", json!({"image": "x"})).to_string(), &ns);
+    let refused = apply_yaml(&claim("bad", "p", json!({"image": "x"})).to_string(), ns);
     let stderr = String::from_utf8_lossy(&refused.stderr).into_owned();
     assert!(
         !refused.status.success(),
@@ -249,9 +249,9 @@ async fn an_empty_pool_serves_a_claim_cold_and_admission_refuses_restart_fields(
     );
 
     let extra = json!({"env": [{"name": "GREETING", "value": "cold"}]});
-    apply_yaml_ok(&claim("s", "p", extra).to_string(), &ns);
+    apply_yaml_ok(&claim("s", "p", extra).to_string(), ns);
     let sandboxes = &w.sandboxes;
-    let s = wait_ready(&sandboxes, "s", op).await;
+    let s = wait_ready(sandboxes, "s", op).await;
     let status = s.status.clone().expect("status");
     assert_eq!(status.claim.as_deref(), Some("cold"));
     let id = status.sandbox_id.expect("id");
@@ -279,22 +279,22 @@ async fn a_template_change_rolls_only_unclaimed_members() {
         .clone()
         .and_then(|s| s.template_hash)
         .expect("hash");
-    apply_yaml_ok(&claim("s", "p", json!({})).to_string(), &ns);
+    apply_yaml_ok(&claim("s", "p", json!({})).to_string(), ns);
     let sandboxes = &w.sandboxes;
-    let s = wait_ready(&sandboxes, "s", op).await;
+    let s = wait_ready(sandboxes, "s", op).await;
     let claimed = s.status.and_then(|s| s.sandbox_id).expect("claimed member");
     let claimed_start = pid1_start(&claimed);
-    wait_counts(&pools, "p", 2, 1, op).await;
+    wait_counts(pools, "p", 2, 1, op).await;
 
-    apply_yaml_ok(&pool("p", 2, "2").to_string(), &ns);
-    let rolled = wait_pool(&pools, "p", 2, op).await;
+    apply_yaml_ok(&pool("p", 2, "2").to_string(), ns);
+    let rolled = wait_pool(pools, "p", 2, op).await;
     let new_hash = rolled.status.and_then(|s| s.template_hash).expect("hash");
     assert_ne!(new_hash, old_hash);
     harness::wait_for(
         "old unclaimed members removed",
         Duration::from_secs(30),
         || async {
-            let found = members(&pool_uid).await;
+            let found = members(pool_uid).await;
             let old: Vec<_> = found.iter().filter(|(_, _, h)| h == &old_hash).collect();
             let new = found
                 .iter()
@@ -319,17 +319,17 @@ async fn a_template_change_rolls_only_unclaimed_members() {
 async fn deleting_a_pool_removes_unclaimed_members_only() {
     let w = World::start("pool-delete", 2, &OperatorOptions::default()).await;
     let (ns, op, pools, pool_uid) = (&w.ns, &w.op, &w.pools, &w.pool_uid);
-    apply_yaml_ok(&claim("s", "p", json!({})).to_string(), &ns);
+    apply_yaml_ok(&claim("s", "p", json!({})).to_string(), ns);
     let sandboxes = &w.sandboxes;
-    let s = wait_ready(&sandboxes, "s", op).await;
+    let s = wait_ready(sandboxes, "s", op).await;
     let claimed = s.status.and_then(|s| s.sandbox_id).expect("claimed member");
 
-    kubectl_ok(&["delete", "sbxwp", "p", "-n", &ns, "--wait=false"], None);
+    kubectl_ok(&["delete", "sbxwp", "p", "-n", ns, "--wait=false"], None);
     harness::wait_for(
         "unclaimed members removed",
         Duration::from_secs(60),
         || async {
-            let found = members(&pool_uid).await;
+            let found = members(pool_uid).await;
             match found.as_slice() {
                 [(name, true, _)] if name == &claimed => Ok(()),
                 _ => Err(format!("{found:?}")),
@@ -338,7 +338,7 @@ async fn deleting_a_pool_removes_unclaimed_members_only() {
     )
     .await;
     wait_object(
-        &pools,
+        pools,
         "p",
         op,
         "held by its claimed member",
@@ -359,9 +359,9 @@ async fn deleting_a_pool_removes_unclaimed_members_only() {
         "the claimed member still runs"
     );
 
-    harness::objects::delete_and_wait_gone(&sandboxes, "s").await;
-    harness::objects::wait_gone(&pools, "p", READY_TIMEOUT).await;
-    assert!(members(&pool_uid).await.is_empty());
+    harness::objects::delete_and_wait_gone(sandboxes, "s").await;
+    harness::objects::wait_gone(pools, "p", READY_TIMEOUT).await;
+    assert!(members(pool_uid).await.is_empty());
 }
 
 /// How many Sandboxes claim at once in the crash test.

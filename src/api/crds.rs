@@ -154,6 +154,6 @@ mod tests {
                 "{name}"
             );
         }
-        assert_eq!(stream().unwrap().matches("---\n").count(), 4);
+        assert_eq!(stream().unwrap().matches("---\n").count(), 5);
     }
 }
