@@ -185,7 +185,7 @@ fn chart_crds_are_the_generated_crds() {
     for (name, content) in &top {
         assert!(chart[name] == *content, "{HINT}: {name} differs");
     }
-    assert_eq!(top.len(), 4);
+    assert_eq!(top.len(), 5);
 }
 
 #[test]
@@ -1042,6 +1042,8 @@ async fn install_where_crds_exist_and_the_account_can_do_what_it_needs_and_nothi
             "sandboxes.sandboxes.dev [] [] [get list watch patch delete]",
             "sandboxtemplates.sandboxes.dev [] [] [get list watch patch]",
             "sandboxvolumes.sandboxes.dev [] [] [get list watch patch]",
+            "sandboxwarmpools.sandboxes.dev [] [] [get list watch patch]",
+            "sandboxwarmpools.sandboxes.dev/status [] [] [patch]",
             "secrets [] [] [get]",
             "sandboxes.sandboxes.dev/status [] [] [patch]",
             "sandboxtemplates.sandboxes.dev/status [] [] [patch]",
