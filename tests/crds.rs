@@ -352,9 +352,9 @@ fn cel_rules_are_where_they_belong() {
     // cannot know (Fly Sprites refuses an image): the providers refuse a missing one.
     // (Refusing it beside spec.warmPoolRef, `!has(self.image)`, is another matter.)
     assert!(
-        !rules_at("Sandbox", &["spec"])
-            .iter()
-            .any(|(r, _)| r.replace("!has(self.image)", "").contains("has(self.image)")),
+        !rules_at("Sandbox", &["spec"]).iter().any(|(r, _)| r
+            .replace("!has(self.image)", "")
+            .contains("has(self.image)")),
         "no admission rule may require spec.image of every provider"
     );
     has(

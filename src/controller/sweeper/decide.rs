@@ -576,6 +576,14 @@ mod tests {
     }
 
     #[test]
+    fn warm_pool_members_name_an_owner_the_sweeper_can_read() {
+        use crate::provider::labels::POOL_KIND;
+        let kind = OwnerKind::parse(POOL_KIND);
+        assert_eq!(kind, Some(OwnerKind::SandboxWarmPool));
+        assert_eq!(kind.map(OwnerKind::as_str), Some(POOL_KIND));
+    }
+
+    #[test]
     fn ages_are_rounded_down_and_never_overstated() {
         let at = |secs: i64, millis: i64| {
             now() - chrono::Duration::seconds(secs) - chrono::Duration::milliseconds(millis)
