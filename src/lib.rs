@@ -7,6 +7,7 @@
 
 pub mod access;
 pub mod api;
+pub mod claims;
 pub mod config;
 pub mod connect_json;
 pub mod controller;

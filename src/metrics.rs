@@ -68,6 +68,11 @@ struct CategoryLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ModeLabels {
+    mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: String,
 }
@@ -90,6 +95,7 @@ struct Inner {
     sweep: SweepFamilies,
     leader: Gauge,
     kube_requests: Family<VerbResourceLabels, Counter>,
+    claims: Family<ModeLabels, Counter>,
 }
 
 /// How reconciles end and how long they take, by object kind.
@@ -271,6 +277,15 @@ impl Metrics {
             "Requests sent to the Kubernetes API server, by verb and resource[/subresource]",
             kube_requests.clone(),
         );
+        let claims = Family::<ModeLabels, Counter>::default();
+        registry.register(
+            "warm_pool_claims",
+            "Sandboxes with spec.warmPoolRef served, by mode: warm (a running member) or cold (created)",
+            claims.clone(),
+        );
+        for mode in ["warm", "cold"] {
+            drop(claims.get_or_create(&ModeLabels { mode: mode.into() }));
+        }
         Metrics {
             inner: Arc::new(Inner {
                 registry,
@@ -279,6 +294,7 @@ impl Metrics {
                 sweep,
                 leader,
                 kube_requests,
+                claims,
             }),
         }
     }
@@ -417,6 +433,14 @@ impl Metrics {
                 verb: verb.into(),
                 resource: resource.into(),
             })
+            .inc();
+    }
+
+    /// Count one Sandbox served from a warm pool: `mode` is `warm` or `cold`.
+    pub fn warm_pool_claim(&self, mode: &str) {
+        self.inner
+            .claims
+            .get_or_create(&ModeLabels { mode: mode.into() })
             .inc();
     }
 

@@ -488,6 +488,10 @@ fn spawn_leader_tasks(tasks: &mut TaskSet, parts: &Parts, stop: &Trigger) {
         "SandboxVolume controller",
         controller::volume::run(ctx.clone(), volume_triggers, stop.fired(), ns.clone()),
     );
+    tasks.spawn(
+        "SandboxWarmPool controller",
+        controller::pool::run(ctx.clone(), stop.fired(), ns.clone()),
+    );
     // SandboxTemplates (the template stores are in the context's templates service).
     tasks.spawn(
         "SandboxTemplate controller",

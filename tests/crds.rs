@@ -77,6 +77,12 @@ fn names_scope_and_subresources() {
         ),
         ("SandboxVolume", "sandboxvolumes", "sandboxvolume", "sbxv"),
         ("SandboxBudget", "sandboxbudgets", "sandboxbudget", "sbxb"),
+        (
+            "SandboxWarmPool",
+            "sandboxwarmpools",
+            "sandboxwarmpool",
+            "sbxwp",
+        ),
     ];
     assert_eq!(crds::all().len(), cases.len());
     for (kind, plural, singular, short) in cases {
@@ -108,6 +114,18 @@ fn names_scope_and_subresources() {
             .and_then(|s| s.status.as_ref());
         assert!(status.is_some(), "{kind} has no status subresource");
     }
+}
+
+#[test]
+fn a_warm_pool_scales_through_the_scale_subresource() {
+    let crd = crd("SandboxWarmPool");
+    let scale = crd.spec.versions[0]
+        .subresources
+        .as_ref()
+        .and_then(|s| s.scale.clone())
+        .expect("a scale subresource");
+    assert_eq!(scale.spec_replicas_path, ".spec.replicas");
+    assert_eq!(scale.status_replicas_path, ".status.replicas");
 }
 
 #[test]
@@ -332,12 +350,20 @@ fn cel_rules_are_where_they_belong() {
     };
     // Whether a Sandbox needs spec.image depends on its provider's type, which admission
     // cannot know (Fly Sprites refuses an image): the providers refuse a missing one.
+    // (Refusing it beside spec.warmPoolRef, `!has(self.image)`, is another matter.)
     assert!(
-        !rules_at("Sandbox", &["spec"])
-            .iter()
-            .any(|(r, _)| r.contains("has(self.image)")),
+        !rules_at("Sandbox", &["spec"]).iter().any(|(r, _)| r
+            .replace("!has(self.image)", "")
+            .contains("has(self.image)")),
         "no admission rule may require spec.image of every provider"
     );
+    has(
+        "Sandbox",
+        &["spec"],
+        "spec.image cannot be set with spec.warmPoolRef",
+    );
+    has("Sandbox", &["spec"], "spec.warmPoolRef is immutable");
+    has("SandboxWarmPool", &["spec"], "spec.template.warmPoolRef");
     has("Sandbox", &["spec", "lifetime"], "shutdownAt or ttlSeconds");
     has("Sandbox", &["spec", "labels"], "sandboxes.dev/");
     has("Sandbox", &["spec", "ports"], "exists_one");

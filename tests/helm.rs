@@ -29,11 +29,12 @@ use harness::tools::*;
 use harness::{cache, repo, unique, wait_for};
 use serde_json::{Value, json};
 
-const CRD_NAMES: [&str; 4] = [
+const CRD_NAMES: [&str; 5] = [
     "sandboxes.sandboxes.dev",
     "sandboxvolumes.sandboxes.dev",
     "sandboxtemplates.sandboxes.dev",
     "sandboxbudgets.sandboxes.dev",
+    "sandboxwarmpools.sandboxes.dev",
 ];
 
 fn chart() -> PathBuf {
@@ -184,7 +185,7 @@ fn chart_crds_are_the_generated_crds() {
     for (name, content) in &top {
         assert!(chart[name] == *content, "{HINT}: {name} differs");
     }
-    assert_eq!(top.len(), 4);
+    assert_eq!(top.len(), 5);
 }
 
 #[test]
@@ -962,6 +963,12 @@ async fn install_where_crds_exist_and_the_account_can_do_what_it_needs_and_nothi
             (true, "delete", "sandboxes.sandboxes.dev", o),
             (true, "watch", "sandboxbudgets.sandboxes.dev", None),
             (true, "patch", "sandboxbudgets.sandboxes.dev/status", o),
+            (true, "watch", "sandboxwarmpools.sandboxes.dev", None),
+            (true, "get", "sandboxwarmpools.sandboxes.dev", o),
+            (true, "patch", "sandboxwarmpools.sandboxes.dev", o),
+            (true, "patch", "sandboxwarmpools.sandboxes.dev/status", o),
+            (false, "update", "sandboxwarmpools.sandboxes.dev/status", o),
+            (false, "delete", "sandboxwarmpools.sandboxes.dev", o),
             (false, "patch", "sandboxbudgets.sandboxes.dev", o),
             (true, "create", "events.events.k8s.io", o),
             (true, "patch", "events.events.k8s.io", o),
@@ -1035,6 +1042,8 @@ async fn install_where_crds_exist_and_the_account_can_do_what_it_needs_and_nothi
             "sandboxes.sandboxes.dev [] [] [get list watch patch delete]",
             "sandboxtemplates.sandboxes.dev [] [] [get list watch patch]",
             "sandboxvolumes.sandboxes.dev [] [] [get list watch patch]",
+            "sandboxwarmpools.sandboxes.dev [] [] [get list watch patch]",
+            "sandboxwarmpools.sandboxes.dev/status [] [] [patch]",
             "secrets [] [] [get]",
             "sandboxes.sandboxes.dev/status [] [] [patch]",
             "sandboxtemplates.sandboxes.dev/status [] [] [patch]",

@@ -122,7 +122,8 @@ fn resource(index: usize) -> impl Strategy<Value = Res> {
     let kind = prop_oneof![
         4 => Just(OwnerKind::Sandbox),
         1 => Just(OwnerKind::SandboxVolume),
-        1 => Just(OwnerKind::SandboxTemplate)
+        1 => Just(OwnerKind::SandboxTemplate),
+        1 => Just(OwnerKind::SandboxWarmPool)
     ];
     let ours = prop_oneof![8 => Just(Some(true)), 1 => Just(Some(false)), 1 => Just(None)];
     let policy = prop_oneof![Just(Some("Delete")), Just(Some("Retain")), Just(None)];
@@ -201,7 +202,7 @@ fn created_at(r: &Res) -> Option<DateTime<Utc>> {
 /// The candidate a listing gives (`listed`) or a describe (`!listed`).
 fn candidate(r: &Res, listed: bool) -> Candidate {
     let observation = match r.kind {
-        OwnerKind::Sandbox => Observation::Sandbox {
+        OwnerKind::Sandbox | OwnerKind::SandboxWarmPool => Observation::Sandbox {
             state: r.state,
             started: if listed { r.listed } else { r.truth },
         },
@@ -233,6 +234,7 @@ fn facts(fates: &[Fate]) -> OwnerFacts {
         OwnerKind::Sandbox,
         OwnerKind::SandboxVolume,
         OwnerKind::SandboxTemplate,
+        OwnerKind::SandboxWarmPool,
     ];
     kinds
         .iter()
@@ -252,9 +254,10 @@ fn facts(fates: &[Fate]) -> OwnerFacts {
         .collect()
 }
 
-/// Whether `r` is a sandbox that has (or may have) run, or runs, while its owner lives.
+/// Whether `r` is a sandbox (a Sandbox's or a warm pool member) that has (or may have) run,
+/// or runs, while its owner lives.
 fn protected(r: &Res, fates: &[Fate]) -> bool {
-    r.kind == OwnerKind::Sandbox
+    matches!(r.kind, OwnerKind::Sandbox | OwnerKind::SandboxWarmPool)
         && fates[r.owner] == Fate::Live
         && !r.incomplete
         && (r.truth.has_run() || matches!(r.state, SandboxState::Running | SandboxState::Sleeping))
@@ -471,11 +474,14 @@ impl Provider for Store {
         refused("create")
     }
     async fn describe(&self, id: &str) -> ProviderResult<Option<SandboxDescriptor>> {
-        Ok(self.one(OwnerKind::Sandbox, id).map(|r| sandbox(r, false)))
+        let one = |kind| self.one(kind, id);
+        let found = one(OwnerKind::Sandbox).or_else(|| one(OwnerKind::SandboxWarmPool));
+        Ok(found.map(|r| sandbox(r, false)))
     }
     async fn find(&self, q: &SandboxQuery) -> ProviderResult<Vec<SandboxDescriptor>> {
         Ok(self
             .present(OwnerKind::Sandbox)
+            .chain(self.present(OwnerKind::SandboxWarmPool))
             .filter(|r| Store::matches(r, &q.labels))
             .map(|r| sandbox(r, true))
             .collect())

@@ -13,7 +13,7 @@ use super::status::AccessError;
 use crate::api::common::{CONDITION_READY, condition};
 use crate::api::sandbox::Sandbox;
 use crate::provider::SandboxState;
-use crate::provider::labels::OWNER_UID;
+use crate::provider::labels::{Claim, ensure_owned_or_claimed};
 use crate::registry::{ProviderHandle, ProviderRegistry};
 
 /// What a subresource needs of the sandbox.
@@ -111,15 +111,25 @@ impl Directory for Sandboxes {
             AccessError::Conflict(format!("sandbox {what} has no provider id yet"))
         })?;
         let uid = sandbox.metadata.uid.clone().unwrap_or_default();
+        // A claimed warm pool member is the Sandbox's through its pool's ledger.
+        let claim = crate::claims::proof(&self.client, &sandbox)
+            .await
+            .map_err(|e| AccessError::Unavailable(format!("cannot read the warm pool: {e}")))?;
         let target = Target { handle, id };
-        confirm(&target, &uid, &what, need).await?;
+        confirm(&target, &uid, claim.as_ref(), &what, need).await?;
         Ok(target)
     }
 }
 
 /// Asks the provider what is under the id, and accepts it only when it is this object's
 /// (and running, when `need` says so).
-async fn confirm(target: &Target, uid: &str, what: &str, need: Need) -> Result<(), AccessError> {
+async fn confirm(
+    target: &Target,
+    uid: &str,
+    claim: Option<&Claim>,
+    what: &str,
+    need: Need,
+) -> Result<(), AccessError> {
     let described = target
         .handle
         .call("describe", target.handle.provider.describe(&target.id))
@@ -127,7 +137,7 @@ async fn confirm(target: &Target, uid: &str, what: &str, need: Need) -> Result<(
         .map_err(|e| AccessError::from_provider(&format!("sandbox {what}"), &e))?;
     let gone = || AccessError::NotFound(format!("sandbox {what} is gone at its provider"));
     let d = described.ok_or_else(gone)?;
-    if uid.is_empty() || d.labels.get(OWNER_UID).map(String::as_str) != Some(uid) {
+    if uid.is_empty() || ensure_owned_or_claimed("", &target.id, &d.labels, uid, claim).is_err() {
         return Err(gone());
     }
     if need == Need::Running && d.state != SandboxState::Running {

@@ -8,7 +8,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
 };
 use kube::CustomResourceExt;
 
-use super::{Sandbox, SandboxBudget, SandboxTemplate, SandboxVolume};
+use super::{Sandbox, SandboxBudget, SandboxTemplate, SandboxVolume, SandboxWarmPool};
 
 /// Every CRD of the API, in a fixed order, as installed (this, not `Sandbox::crd()`, is what
 /// `crds/` holds).
@@ -19,6 +19,7 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     vec![Sandbox::crd(), SandboxTemplate::crd(), SandboxVolume::crd()]
         .into_iter()
         .chain([SandboxBudget::crd()])
+        .chain([SandboxWarmPool::crd()])
         .map(|mut crd| {
             for version in &mut crd.spec.versions {
                 if let Some(schema) = version
@@ -153,6 +154,6 @@ mod tests {
                 "{name}"
             );
         }
-        assert_eq!(stream().unwrap().matches("---\n").count(), 4);
+        assert_eq!(stream().unwrap().matches("---\n").count(), 5);
     }
 }

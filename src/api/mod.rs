@@ -7,6 +7,7 @@
 pub mod budget;
 pub mod common;
 pub mod crds;
+pub mod pool;
 pub mod quantity;
 pub mod sandbox;
 pub mod template;
@@ -14,6 +15,7 @@ pub mod volume;
 
 pub use budget::*;
 pub use common::*;
+pub use pool::*;
 pub use quantity::*;
 pub use sandbox::*;
 pub use template::*;

@@ -67,6 +67,7 @@ use super::quantity::Quantity;
         json_path = ".metadata.creationTimestamp"
     )
 )]
+#[x_kube(validation = Rule::new("has(self.warmPoolRef) == has(oldSelf.warmPoolRef) && (!has(self.warmPoolRef) || self.warmPoolRef.name == oldSelf.warmPoolRef.name)").message("spec.warmPoolRef is immutable: delete and recreate the Sandbox to claim from another pool").field_path(".warmPoolRef"))]
 #[x_kube(validation = Rule::new(PROVIDER_IMMUTABLE_RULE).message("spec.provider is immutable: delete and recreate the Sandbox to move it to another provider").field_path(".provider"))]
 #[x_kube(validation = Rule::new("!has(self.idleTimeoutSeconds) || (has(self.idleAction) && self.idleAction != 'off')").message("spec.idleTimeoutSeconds needs spec.idleAction: suspend or stop (what to do once idle)").field_path(".idleAction"))]
 // No admission rule asks for `image` or `templateRef`: whether a Sandbox needs one depends on
@@ -74,6 +75,18 @@ use super::quantity::Quantity;
 // image; Docker, Fly and E2B may have a configured default), which admission cannot know from
 // the provider's name. Each provider's `create` refuses a missing image it needs, naming
 // spec.image, and the Sandbox stalls with that message.
+#[x_kube(validation = Rule::new("!has(self.warmPoolRef) || !has(self.image)").message("spec.image cannot be set with spec.warmPoolRef: a claimed member is already running its pool's spec.template.image; change the pool, or drop warmPoolRef for a cold Sandbox").field_path(".image").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!has(self.warmPoolRef) || !has(self.templateRef)").message("spec.templateRef cannot be set with spec.warmPoolRef: a claimed member is already running its pool's spec.template.templateRef; change the pool, or drop warmPoolRef for a cold Sandbox").field_path(".templateRef").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!has(self.warmPoolRef) || !has(self.imagePullPolicy)").message("spec.imagePullPolicy cannot be set with spec.warmPoolRef: a claimed member is already running its pool's spec.template.imagePullPolicy; change the pool, or drop warmPoolRef for a cold Sandbox").field_path(".imagePullPolicy").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!has(self.warmPoolRef) || !has(self.imagePullSecrets)").message("spec.imagePullSecrets cannot be set with spec.warmPoolRef: a claimed member is already running its pool's spec.template.imagePullSecrets; change the pool, or drop warmPoolRef for a cold Sandbox").field_path(".imagePullSecrets").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!has(self.warmPoolRef) || !has(self.command)").message("spec.command cannot be set with spec.warmPoolRef: a claimed member is already running its pool's spec.template.command; change the pool, or drop warmPoolRef for a cold Sandbox").field_path(".command").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!has(self.warmPoolRef) || !has(self.restartPolicy)").message("spec.restartPolicy cannot be set with spec.warmPoolRef: a claimed member is already running its pool's spec.template.restartPolicy; change the pool, or drop warmPoolRef for a cold Sandbox").field_path(".restartPolicy").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!has(self.warmPoolRef) || !has(self.volumes)").message("spec.volumes cannot be set with spec.warmPoolRef: a claimed member is already running its pool's spec.template.volumes; change the pool, or drop warmPoolRef for a cold Sandbox").field_path(".volumes").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!has(self.warmPoolRef) || !has(self.resources)").message("spec.resources cannot be set with spec.warmPoolRef: a claimed member is already running its pool's spec.template.resources; change the pool, or drop warmPoolRef for a cold Sandbox").field_path(".resources").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!has(self.warmPoolRef) || !has(self.ports)").message("spec.ports cannot be set with spec.warmPoolRef: a claimed member is already running its pool's spec.template.ports; change the pool, or drop warmPoolRef for a cold Sandbox").field_path(".ports").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!has(self.warmPoolRef) || !has(self.egress)").message("spec.egress cannot be set with spec.warmPoolRef: a claimed member is already running its pool's spec.template.egress; change the pool, or drop warmPoolRef for a cold Sandbox").field_path(".egress").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!has(self.warmPoolRef) || !has(self.idleAction)").message("spec.idleAction cannot be set with spec.warmPoolRef: a claimed member is already running its pool's spec.template.idleAction; change the pool, or drop warmPoolRef for a cold Sandbox").field_path(".idleAction").reason(Reason::FieldValueForbidden))]
+#[x_kube(validation = Rule::new("!has(self.warmPoolRef) || !has(self.provider)").message("spec.provider cannot be set with spec.warmPoolRef: a claimed member is already running its pool's spec.template.provider; change the pool, or drop warmPoolRef for a cold Sandbox").field_path(".provider").reason(Reason::FieldValueForbidden))]
 #[serde(rename_all = "camelCase")]
 pub struct SandboxSpec {
     /// Name of a provider configured in the operator (for example `docker`). The operator's
@@ -218,6 +231,17 @@ pub struct SandboxSpec {
     #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('sandboxes.dev/'))").message("spec.labels: keys starting with sandboxes.dev/ are reserved for the operator; rename the label").reason(Reason::FieldValueForbidden))]
     #[schemars(extend("maxProperties" = 64))]
     pub labels: Option<BTreeMap<String, String>>,
+
+    /// A SandboxWarmPool (in this namespace) to take a running member from instead of
+    /// creating a sandbox: the pool's `spec.template` is the shape, and this Sandbox sets
+    /// only what a running member takes without a restart — `env`, `envFrom` and
+    /// `selfDeliveredEnv` (written into it as the file `/run/sandboxes.dev/env`, as
+    /// `selfDeliveredEnv` is), `labels`, `lifetime` and `state`. Fields that need a new
+    /// sandbox (image, command, resources, ports, volumes, …) are refused at admission. With
+    /// no Ready member the Sandbox is created from the pool's template (`status.claim:
+    /// cold`). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warm_pool_ref: Option<LocalObjectRef>,
 }
 
 /// What happens when a sandbox's main process exits.
@@ -518,6 +542,12 @@ pub struct SandboxStatus {
     /// = no egress). Compared with `spec.egress` to converge without a recreate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub egress_applied: Option<AppliedEgress>,
+    /// How a Sandbox with `spec.warmPoolRef` was served: `warm` (it took a running member of
+    /// the pool, whose id is `sandboxId`) or `cold` (the pool had none Ready: created from
+    /// the pool's template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["warm", "cold"]))]
+    pub claim: Option<String>,
     /// When and why the operator last parked the sandbox for idleness (`spec.idleAction`
     /// after `spec.idleTimeoutSeconds`); the next access request wakes it.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -18,6 +18,7 @@ pub mod error;
 pub mod events;
 pub mod freshness;
 pub mod outcome;
+pub mod pool;
 pub mod recorder;
 pub mod sandbox;
 pub mod scaffold;

@@ -42,8 +42,16 @@ pub const VOLUME_ATTACHED: &str = "VolumeAttached";
 /// Condition type (and reason) of a deletion whose cleanup cannot confirm that the
 /// provider's resources are gone.
 pub const CLEANUP_BLOCKED: &str = "CleanupBlocked";
+/// Condition type (and reason) of a warm pool whose deletion waits for the Sandboxes that
+/// hold its claimed members.
+pub const MEMBERS_CLAIMED: &str = "MembersClaimed";
 /// Every hold's condition type: set only while a deletion waits, cleared otherwise.
-const HOLDS: [&str; 3] = [TEMPLATE_IN_USE, VOLUME_ATTACHED, CLEANUP_BLOCKED];
+const HOLDS: [&str; 4] = [
+    TEMPLATE_IN_USE,
+    VOLUME_ATTACHED,
+    CLEANUP_BLOCKED,
+    MEMBERS_CLAIMED,
+];
 
 /// How one reconcile ended (see the module docs for what each one writes and when).
 #[derive(Debug)]
@@ -334,6 +342,11 @@ pub trait Reported: Clone + PartialEq + serde::Serialize {
     fn observed_generation(&self) -> Option<i64>;
     /// Marks a stalled status beyond its conditions (the Sandbox's phase).
     fn mark_stalled(&mut self) {}
+    /// What a server-side apply of this status sends: all of it, except fields another
+    /// writer owns under its own concurrency rule (a warm pool's ledger).
+    fn for_apply(&self) -> Self {
+        self.clone()
+    }
 }
 
 macro_rules! reported {
@@ -368,6 +381,16 @@ impl Reported for SandboxTemplateStatus {
 
 impl Reported for SandboxVolumeStatus {
     reported!(SandboxVolumeStatus);
+}
+
+impl Reported for crate::api::SandboxWarmPoolStatus {
+    reported!(SandboxWarmPoolStatus);
+    fn for_apply(&self) -> Self {
+        Self {
+            ledger: Vec::new(),
+            ..self.clone()
+        }
+    }
 }
 
 /// Where a reconcile reports: the object, its API, and (for a kind whose reconciles read
@@ -406,7 +429,8 @@ where
     /// written until the watch cache shows it (when tracked).
     pub async fn save<S: Reported>(&self, current: &S, next: &S) -> kube::Result<()> {
         let name = self.object.name_any();
-        let written = status::write_returning(&self.api, &name, Some(current), next).await?;
+        let (current, next) = (current.for_apply(), next.for_apply());
+        let written = status::write_returning(&self.api, &name, Some(&current), &next).await?;
         if let (Some(w), Some(tracker)) = (written, self.written) {
             tracker.wrote(&w.uid().unwrap_or_default(), w.resource_version());
         }

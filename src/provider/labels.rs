@@ -24,6 +24,11 @@ pub const TEMPLATE: &str = "sandboxes.dev/template";
 pub const SPEC_HASH: &str = "sandboxes.dev/spec-hash";
 /// A volume's reclaim policy, so the sweeper honours `Retain` without reading the object.
 pub const RECLAIM_POLICY: &str = "sandboxes.dev/reclaim-policy";
+/// Hash of the SandboxWarmPool template a pool member was built from: a member whose hash
+/// is not the pool's current one is rolled (when unclaimed).
+pub const POOL_TEMPLATE_HASH: &str = "sandboxes.dev/pool-template-hash";
+/// The `sandboxes.dev/kind` of a warm pool's members.
+pub const POOL_KIND: &str = "SandboxWarmPool";
 /// Prefix reserved for our own labels: caller labels may not use it.
 pub const RESERVED_PREFIX: &str = "sandboxes.dev/";
 
@@ -95,6 +100,46 @@ pub fn ensure_owned(
     }
 }
 
+/// A warm pool member an object claimed, as the pool's ledger records it: proof of
+/// ownership for a resource that carries the pool's owner labels, not the object's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Claim {
+    /// UID of the pool (the member's owner-uid label).
+    pub pool_uid: String,
+    /// The member's provider id the ledger gives to the object.
+    pub member: String,
+}
+
+/// THE identity rule for sandboxes: the resource under `id` belongs to the object with `uid`
+/// when it carries that owner-uid label, or when it is a member of a warm pool whose ledger
+/// gives exactly this member to this object (`claim`, read from the pool in the object's
+/// own namespace). Used wherever an id read from status is about to be acted on: the
+/// Sandbox controller's observe and cleanup, and the access layer.
+pub fn ensure_owned_or_claimed(
+    field: &str,
+    id: &str,
+    labels: &BTreeMap<String, String>,
+    uid: &str,
+    claim: Option<&Claim>,
+) -> Result<(), ProviderError> {
+    let Some(claim) = claim else {
+        return ensure_owned(field, id, labels, uid);
+    };
+    if labels.get(OWNER_UID) == Some(&uid.to_string()) {
+        return Ok(());
+    }
+    let member_of_pool = labels.get(KIND).map(String::as_str) == Some(POOL_KIND)
+        && labels.get(OWNER_UID) == Some(&claim.pool_uid);
+    if member_of_pool && claim.member == id {
+        return Ok(());
+    }
+    let why = format!(
+        "it is neither labelled {OWNER_UID}={uid} nor the member {:?} of pool {} that the pool's ledger gives this object",
+        claim.member, claim.pool_uid
+    );
+    Err(mismatch(field, id, &why))
+}
+
 /// [`ensure_owned`] for resources whose provider name derives from the owner's UID (volumes):
 /// the name itself is the proof, so no provider call is needed.
 pub fn ensure_named(field: &str, id: &str, own: &str) -> Result<(), ProviderError> {
@@ -126,7 +171,8 @@ pub fn merge_labels(
 ) -> Result<BTreeMap<String, String>, String> {
     // The controller itself passes operator-internal labels through here; users cannot
     // (the CRD schema rejects the prefix in spec.labels).
-    let internal = |k: &str| k == SPEC_HASH || k == TEMPLATE || k == RECLAIM_POLICY;
+    let internal =
+        |k: &str| k == SPEC_HASH || k == TEMPLATE || k == RECLAIM_POLICY || k == POOL_TEMPLATE_HASH;
     if let Some(bad) = caller
         .keys()
         .find(|k| k.starts_with(RESERVED_PREFIX) && !internal(k))
@@ -168,6 +214,39 @@ mod tests {
         assert!(e.message().contains("status.sandboxId"), "{}", e.message());
         let e = ensure_owned("status.sandboxId", "gw", &BTreeMap::new(), "1234").unwrap_err();
         assert!(e.message().contains("absent"), "{}", e.message());
+    }
+
+    #[test]
+    fn a_claimed_member_is_owned_only_by_its_claimant_per_the_ledger() {
+        let mut member = owner();
+        member.kind = POOL_KIND.into();
+        member.uid = "pool-1".into();
+        let labels = member.labels();
+        let claim = Claim {
+            pool_uid: "pool-1".into(),
+            member: "c1".into(),
+        };
+        let ok = ensure_owned_or_claimed("status.sandboxId", "c1", &labels, "s-1", Some(&claim));
+        assert!(ok.is_ok());
+        // Another member of the same pool, a member of another pool, or no ledger entry: refused.
+        for (id, pool, claim) in [
+            ("c2", "pool-1", true),
+            ("c1", "pool-2", true),
+            ("c1", "pool-1", false),
+        ] {
+            let mut other = member.clone();
+            other.uid = pool.into();
+            let proof = Claim {
+                pool_uid: "pool-1".into(),
+                member: "c1".into(),
+            };
+            let c = claim.then_some(&proof);
+            let e = ensure_owned_or_claimed("status.sandboxId", id, &other.labels(), "s-1", c)
+                .unwrap_err();
+            assert_eq!(e.reason(), OWNERSHIP_MISMATCH, "{id} {pool} {claim}");
+        }
+        // A sandbox labelled with the object's own UID stays its own.
+        assert!(ensure_owned_or_claimed("f", "x", &owner().labels(), "1234", Some(&claim)).is_ok());
     }
 
     #[test]

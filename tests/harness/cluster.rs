@@ -62,6 +62,7 @@ fn cluster() -> &'static ClusterInfo {
                 "crd/sandboxvolumes.sandboxes.dev",
                 "crd/sandboxtemplates.sandboxes.dev",
                 "crd/sandboxbudgets.sandboxes.dev",
+                "crd/sandboxwarmpools.sandboxes.dev",
             ],
             None,
         );

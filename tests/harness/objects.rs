@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams};
-use sandbox_operator::api::{Condition, Sandbox, SandboxTemplate, SandboxVolume};
+use sandbox_operator::api::{Condition, Sandbox, SandboxTemplate, SandboxVolume, SandboxWarmPool};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -43,7 +43,7 @@ macro_rules! reconciled {
         }
     )*};
 }
-reconciled!(Sandbox, SandboxTemplate, SandboxVolume);
+reconciled!(Sandbox, SandboxTemplate, SandboxVolume, SandboxWarmPool);
 
 /// What reconciles a test's objects, named (with where it logs) when a wait gives up.
 pub trait Logged {

@@ -26,6 +26,8 @@ pub struct Target<'a> {
     pub handle: &'a ProviderHandle,
     /// The Sandbox controller's state.
     pub sctx: &'a SandboxContext,
+    /// The warm pool member the pool's ledger gives this Sandbox, when it claimed one.
+    pub claim: Option<&'a crate::provider::labels::Claim>,
 }
 
 impl Target<'_> {

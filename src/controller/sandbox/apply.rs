@@ -23,6 +23,7 @@ use crate::registry::ProviderHandle;
 use super::SandboxContext;
 use super::act::{self, Target};
 use super::build::{self, Desired, Resolved};
+use super::claim;
 use super::decide::{self, EgressConvergence, Hold, Observed, Plan, Step};
 use super::images;
 use super::lifetime::{self, Deadline};
@@ -73,18 +74,26 @@ async fn converge(
     added: FinalizerAdded,
     pass: &mut Pass,
 ) -> Result<Outcome, Outcome> {
-    let sandbox = r.object;
-    let uid = sandbox
+    let uid = r
+        .object
         .uid()
         .ok_or_else(|| Outcome::failed(Error::InvalidSpec("object has no UID".into())))?;
-    let handle = provider(r, pass)?;
+    // A claiming Sandbox is built from its pool's template (see `claim`).
+    let pool = claim::pool(r).await?;
+    let effective = pool.as_ref().map(|p| claim::effective(r.object, p));
+    let sandbox = effective.as_ref().unwrap_or(r.object);
+    let handle = provider(r, sandbox, pass)?;
     admit(r, sctx, pass).await?;
     let touched = record_external_name(r, &uid, added, pass).await?;
     let (deadline, parked) = idleness(r, pass, lifetime(r).await?).await;
-    let (resolved, env) = dereference(sctx, sandbox, &handle).await?;
-    let mut desired = build(r, &resolved, &deadline, parked)?;
-    let observed = if touched {
-        observe_first(r, &handle, &pass.current, &uid).await?
+    let (resolved, env) = dereference(sctx, r.object, sandbox, &handle).await?;
+    let mut desired = build(r, sandbox, &resolved, &deadline, parked)?;
+    let proof = match &pool {
+        Some(pool) => claim::settle(r, &handle, pool, &desired, touched, pass).await?,
+        None => None,
+    };
+    let observed = if touched || proof.is_some() {
+        observe_first(r, &handle, &pass.current, &uid, proof.as_ref()).await?
     } else {
         None
     };
@@ -104,6 +113,7 @@ async fn converge(
         r,
         handle: &handle,
         sctx,
+        claim: proof.as_ref(),
     };
     let acted = act::act_all(&on, &desired, env.as_ref(), &plan, observed, pass).await?;
     observe::report(&on, &desired, acted, &deadline, pass).await
@@ -131,11 +141,15 @@ async fn read(
 
 /// Which provider. Not configured = the user must fix spec.provider (or the operator's
 /// configuration): stall, do not retry in a loop.
-fn provider(r: &Report<'_, Sandbox>, pass: &mut Pass) -> Result<ProviderHandle, Outcome> {
+fn provider(
+    r: &Report<'_, Sandbox>,
+    sandbox: &Sandbox,
+    pass: &mut Pass,
+) -> Result<ProviderHandle, Outcome> {
     let handle = r
         .ctx
         .providers
-        .resolve(r.object.spec.provider.as_deref())
+        .resolve(sandbox.spec.provider.as_deref())
         .map_err(|msg| Outcome::stalled("ProviderNotConfigured", msg))?
         .clone();
     pass.next.provider = Some(handle.name().to_string());
@@ -262,14 +276,21 @@ async fn record_idle(
     });
 }
 
-/// Dereference: the objects and Secrets the spec names.
+/// Dereference: the objects and Secrets the spec names (`effective`: the spec the sandbox
+/// is built from, its pool's template for a claiming Sandbox, whose own env goes into the
+/// self-delivered file instead).
 async fn dereference(
     sctx: &SandboxContext,
     sandbox: &Sandbox,
+    effective: &Sandbox,
     handle: &ProviderHandle,
 ) -> Result<(Resolved, Option<SelfDeliveredEnv>), Outcome> {
-    let resolved = resolve::references(sandbox, sctx, handle).await?;
-    let env = resolve::self_delivered_env(sandbox, &sctx.ctx).await?;
+    let resolved = resolve::references(effective, sctx, handle).await?;
+    let env = if sandbox.spec.warm_pool_ref.is_some() {
+        claim::env_file(sandbox, &sctx.ctx).await?
+    } else {
+        resolve::self_delivered_env(sandbox, &sctx.ctx).await?
+    };
     Ok((resolved, env))
 }
 
@@ -277,11 +298,12 @@ async fn dereference(
 /// stopped (sleeping), and so does an idle one parked with `stop` (`suspend`).
 fn build(
     r: &Report<'_, Sandbox>,
+    sandbox: &Sandbox,
     resolved: &Resolved,
     deadline: &Deadline,
     parked: Option<IdleAction>,
 ) -> Result<Desired, Outcome> {
-    let mut desired = build::desired(r.object, &r.ctx.instance, resolved)
+    let mut desired = build::desired(sandbox, &r.ctx.instance, resolved)
         .map_err(|msg| Outcome::stalled("InvalidSpec", msg))?;
     match deadline {
         Deadline::Stop => desired.state = DesiredState::Stopped,
@@ -305,8 +327,9 @@ async fn observe_first(
     handle: &ProviderHandle,
     current: &SandboxStatus,
     uid: &str,
+    claim: Option<&crate::provider::labels::Claim>,
 ) -> Result<Option<SandboxDescriptor>, Outcome> {
-    let observed = observe(handle, current.sandbox_id.as_deref(), uid).await?;
+    let observed = observe(handle, current.sandbox_id.as_deref(), uid, claim).await?;
     if let Some(d) = &observed
         && current.sandbox_id.is_none()
     {

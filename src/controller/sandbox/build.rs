@@ -303,6 +303,8 @@ pub fn spec_hash(spec: &SandboxSpec, resolved: &Resolved) -> String {
         // Evaluated by every pass, never by the provider.
         lifetime: _lifetime,
         labels,
+        // Resolved before build: a claiming Sandbox is built from its pool's template.
+        warm_pool_ref: _warm_pool_ref,
     } = spec;
     let mut material = serde_json::json!({
         "image": image,

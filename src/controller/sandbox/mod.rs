@@ -9,6 +9,7 @@ pub mod act;
 pub mod apply;
 pub mod budget;
 pub mod build;
+pub mod claim;
 pub mod decide;
 pub mod images;
 pub mod lifetime;
@@ -34,7 +35,7 @@ use crate::controller::freshness::Written;
 use crate::controller::outcome::{Outcome, Report};
 use crate::controller::{Context, Error, Result, scaffold};
 use crate::provider::ProviderError;
-use crate::provider::labels::{OWNERSHIP_MISMATCH, ensure_owned};
+use crate::provider::labels::{Claim, OWNERSHIP_MISMATCH, ensure_owned_or_claimed};
 use crate::registry::ProviderHandle;
 
 /// Kind name for metrics and keys.
@@ -121,9 +122,13 @@ async fn release(r: &Report<'_, Sandbox>) -> Result<Action, Outcome> {
             return Err(Outcome::cleanup_blocked(&what, Error::Dependency(msg)));
         }
     };
-    let known = destroy_owned(r, &handle, status.sandbox_id.as_deref()).await?;
+    // A claimed warm pool member is this Sandbox's through its pool's ledger.
+    let claim = crate::claims::proof(&ctx.client, sandbox)
+        .await
+        .map_err(|e| Outcome::cleanup_blocked("read the ledger of the spec.warmPoolRef pool", e))?;
+    let known = destroy_owned(r, &handle, status.sandbox_id.as_deref(), claim.as_ref()).await?;
     // Confirm: only a provider that no longer holds anything releases the finalizer.
-    let left = observe::observe(&handle, known.as_deref(), &uid)
+    let left = observe::observe(&handle, known.as_deref(), &uid, claim.as_ref())
         .await
         .map_err(|e| {
             let what = format!(
@@ -155,6 +160,7 @@ async fn owned_known(
     r: &Report<'_, Sandbox>,
     handle: &ProviderHandle,
     id: &str,
+    claim: Option<&Claim>,
 ) -> Result<Option<String>, Outcome> {
     let uid = r.object.uid().unwrap_or_default();
     let described = handle
@@ -167,7 +173,7 @@ async fn owned_known(
     let Some(d) = described else {
         return Ok(None);
     };
-    match ensure_owned("status.sandboxId", id, &d.labels, &uid) {
+    match ensure_owned_or_claimed("status.sandboxId", id, &d.labels, &uid, claim) {
         Ok(()) => Ok(Some(id.to_string())),
         Err(e) => {
             warning(r.ctx, r.object, OWNERSHIP_MISMATCH, e.message().to_string()).await;
@@ -182,6 +188,7 @@ async fn destroy_owned(
     r: &Report<'_, Sandbox>,
     handle: &ProviderHandle,
     known: Option<&str>,
+    claim: Option<&Claim>,
 ) -> Result<Option<String>, Outcome> {
     let (ctx, uid) = (r.ctx, r.object.uid().unwrap_or_default());
     let provider = handle.name();
@@ -198,7 +205,7 @@ async fn destroy_owned(
         .collect();
     let known = match known {
         Some(id) if ids.iter().any(|i| i == id) => Some(id.to_string()),
-        Some(id) => owned_known(r, handle, id).await?,
+        Some(id) => owned_known(r, handle, id, claim).await?,
         None => None,
     };
     ids.extend(known.clone());

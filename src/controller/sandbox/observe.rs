@@ -10,7 +10,7 @@ use crate::api::{
     AppliedResourcesStatus, DesiredState, EgressStatus, PortStatus, Sandbox, SandboxStatus,
 };
 use crate::controller::outcome::Outcome;
-use crate::provider::labels::{OWNER_UID, ensure_owned};
+use crate::provider::labels::{Claim, OWNER_UID, ensure_owned_or_claimed};
 use crate::provider::{EgressState, ProviderError, SandboxDescriptor, SandboxQuery, SandboxState};
 use crate::registry::ProviderHandle;
 
@@ -23,18 +23,20 @@ use super::lifetime::Deadline;
 /// owner-uid label: the id is unknown after a crash between the provider's create and the
 /// status write (adoption), and a sandbox that was recreated has a new one. A recorded id
 /// naming a sandbox this object does not own is an `OwnershipMismatch` error: status is
-/// never authority, so nothing is done to it.
+/// never authority, so nothing is done to it. `claim`: the warm pool member the pool's
+/// ledger gives this object, which it owns without its owner-uid label.
 pub async fn observe(
     handle: &ProviderHandle,
     known_id: Option<&str>,
     uid: &str,
+    claim: Option<&Claim>,
 ) -> Result<Option<SandboxDescriptor>, ProviderError> {
     if let Some(id) = known_id
         && let Some(d) = handle
             .call("describe", handle.provider.describe(id))
             .await?
     {
-        ensure_owned("status.sandboxId", id, &d.labels, uid)?;
+        ensure_owned_or_claimed("status.sandboxId", id, &d.labels, uid, claim)?;
         return Ok(Some(d));
     }
     let mut found = handle
@@ -75,7 +77,8 @@ pub async fn report(
     let (observed, verdict, acted) = match acted {
         Acted::Nothing(observed) => (observed.map(|d| *d), None, false),
         Acted::Steps { target } => {
-            let (observed, verdict) = observe_with_verdict(handle, target.as_deref(), &uid).await;
+            let (observed, verdict) =
+                observe_with_verdict(handle, target.as_deref(), &uid, on.claim).await;
             (observed?, verdict, true)
         }
     };
@@ -104,15 +107,16 @@ async fn observe_with_verdict(
     handle: &ProviderHandle,
     target: Option<&str>,
     uid: &str,
+    claim: Option<&Claim>,
 ) -> (
     Result<Option<SandboxDescriptor>, ProviderError>,
     Option<(String, Option<EgressStatus>)>,
 ) {
     match target {
-        Some(id) => tokio::join!(observe(handle, Some(id), uid), async {
+        Some(id) => tokio::join!(observe(handle, Some(id), uid, claim), async {
             Some((id.to_string(), egress(handle, id).await))
         }),
-        None => (observe(handle, None, uid).await, None),
+        None => (observe(handle, None, uid, claim).await, None),
     }
 }
 

@@ -143,7 +143,7 @@ async fn volumes(
 }
 
 /// The env of `spec.envFrom` Secrets, prefixed; a key that is no variable name stalls.
-async fn secret_env(
+pub async fn secret_env(
     sandbox: &Sandbox,
     secrets: &Api<Secret>,
 ) -> Result<BTreeMap<String, String>, Outcome> {

@@ -147,6 +147,10 @@ pub enum OwnerKind {
     SandboxVolume,
     /// `SandboxTemplate` (owns templates and their capture helpers).
     SandboxTemplate,
+    /// `SandboxWarmPool` (owns its members; a claimed member stays the pool's in the labels
+    /// and the pool keeps its finalizer while it is claimed, so a live pool keeps them all
+    /// and a gone pool's members are reclaimed like any ownerless sandbox).
+    SandboxWarmPool,
 }
 
 impl OwnerKind {
@@ -156,6 +160,7 @@ impl OwnerKind {
             "Sandbox" => Some(OwnerKind::Sandbox),
             "SandboxVolume" => Some(OwnerKind::SandboxVolume),
             "SandboxTemplate" => Some(OwnerKind::SandboxTemplate),
+            "SandboxWarmPool" => Some(OwnerKind::SandboxWarmPool),
             _ => None,
         }
     }
@@ -166,6 +171,7 @@ impl OwnerKind {
             OwnerKind::Sandbox => "Sandbox",
             OwnerKind::SandboxVolume => "SandboxVolume",
             OwnerKind::SandboxTemplate => "SandboxTemplate",
+            OwnerKind::SandboxWarmPool => "SandboxWarmPool",
         }
     }
 }
@@ -567,6 +573,14 @@ mod tests {
         DateTime::parse_from_rfc3339("2025-01-01T12:00:00Z")
             .map(|t| t.with_timezone(&Utc))
             .expect("time")
+    }
+
+    #[test]
+    fn warm_pool_members_name_an_owner_the_sweeper_can_read() {
+        use crate::provider::labels::POOL_KIND;
+        let kind = OwnerKind::parse(POOL_KIND);
+        assert_eq!(kind, Some(OwnerKind::SandboxWarmPool));
+        assert_eq!(kind.map(OwnerKind::as_str), Some(POOL_KIND));
     }
 
     #[test]

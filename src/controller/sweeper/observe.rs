@@ -21,7 +21,7 @@ use super::decide::{
     Candidate, Observation, OwnerFact, OwnerFacts, OwnerKey, OwnerKind, ResourceKind,
 };
 use super::owners::OwnerRead;
-use crate::api::{Sandbox, SandboxTemplate, SandboxVolume};
+use crate::api::{Sandbox, SandboxTemplate, SandboxVolume, SandboxWarmPool};
 use crate::kube_client::paging::each_page;
 use crate::provider::labels::MANAGED_BY;
 use crate::provider::{ProviderError, ProviderResult, SandboxDescriptor, Template, VolumeInfo};
@@ -179,6 +179,7 @@ async fn list_uids(
         OwnerKind::Sandbox => list_uids_of::<Sandbox>(client, namespace).await,
         OwnerKind::SandboxVolume => list_uids_of::<SandboxVolume>(client, namespace).await,
         OwnerKind::SandboxTemplate => list_uids_of::<SandboxTemplate>(client, namespace).await,
+        OwnerKind::SandboxWarmPool => list_uids_of::<SandboxWarmPool>(client, namespace).await,
     };
     result.map_err(|message| SweepError::OwnerLookup {
         kind,
@@ -227,6 +228,7 @@ pub async fn read_owner(client: &Client, key: &OwnerKey) -> Result<Option<OwnerR
             OwnerKind::Sandbox => read_sandbox(client, key).await,
             OwnerKind::SandboxVolume => read_uid::<SandboxVolume>(client, key).await,
             OwnerKind::SandboxTemplate => read_uid::<SandboxTemplate>(client, key).await,
+            OwnerKind::SandboxWarmPool => read_uid::<SandboxWarmPool>(client, key).await,
         }
     };
     within_kube_timeout(read).await

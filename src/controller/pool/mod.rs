@@ -1,0 +1,154 @@
+//! The SandboxWarmPool controller: keeps `spec.replicas` running, unclaimed members of the
+//! pool's template, rolls unclaimed members when the template changes, and on deletion
+//! removes the unclaimed ones (claimed members belong to their Sandboxes; the deletion waits
+//! for them, as a PersistentVolumeClaim in use waits for its Pods).
+//!
+//! The pipeline is the Sandbox controller's: read → observe the provider (the members, by
+//! the pool's owner-uid label) → decide (pure, [`decide`]) → act ([`act`]) → report, ending
+//! in one [`Outcome`] that `conclude()` writes. Ownership of a member moves only through the
+//! pool's [`ledger`].
+
+pub mod act;
+pub mod cleanup;
+pub mod decide;
+pub mod ledger;
+pub mod members;
+pub mod report;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use kube::ResourceExt;
+use kube::api::Api;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+
+use crate::api::{LedgerEntry, Sandbox, SandboxWarmPool, SandboxWarmPoolStatus};
+use crate::controller::outcome::{Outcome, Report};
+use crate::controller::sandbox::SandboxContext;
+use crate::controller::{Context, Error, Result, scaffold};
+use crate::registry::ProviderHandle;
+
+/// Kind name for metrics and keys.
+const KIND: &str = "SandboxWarmPool";
+
+/// How soon a pool that is filling or rolling is looked at again.
+pub const WAIT: Duration = Duration::from_secs(2);
+
+/// What the pool reconciles share: the common context, and a Sandbox controller state to
+/// resolve and build members exactly as Sandboxes are.
+pub struct PoolContext {
+    /// The shared controller context.
+    pub ctx: Arc<Context>,
+    /// Resolve and build, as the Sandbox controller does them (no caches: direct reads).
+    pub sctx: Arc<SandboxContext>,
+}
+
+/// One reconcile of one SandboxWarmPool.
+pub async fn reconcile(pool: Arc<SandboxWarmPool>, pctx: Arc<PoolContext>) -> Result<Action> {
+    let ctx = pctx.ctx.as_ref();
+    scaffold::reconcile(
+        KIND,
+        pool,
+        ctx,
+        |p, added| async {
+            added.wait().await?;
+            apply(p, &pctx).await
+        },
+        |p| cleanup::cleanup(p, &pctx),
+    )
+    .await
+}
+
+/// Backoff and metrics for failed reconciles.
+pub fn error_policy(pool: Arc<SandboxWarmPool>, err: &Error, pctx: Arc<PoolContext>) -> Action {
+    scaffold::error_policy(KIND, pool.as_ref(), err, &pctx.ctx)
+}
+
+/// The Apply half: converge the members, then report.
+async fn apply(pool: Arc<SandboxWarmPool>, pctx: &PoolContext) -> Result<Action> {
+    let r = Report::new(pctx.ctx.as_ref(), pool.as_ref(), None);
+    let current = pool.status.clone().unwrap_or_default();
+    let mut next = current.clone();
+    let outcome = converge(&r, pctx, &mut next)
+        .await
+        .unwrap_or_else(|ended| ended);
+    r.conclude(&current, next, outcome).await
+}
+
+/// The stages; each returns the outcome that ends the pass early.
+async fn converge(
+    r: &Report<'_, SandboxWarmPool>,
+    pctx: &PoolContext,
+    next: &mut SandboxWarmPoolStatus,
+) -> Result<Outcome, Outcome> {
+    let pool = r.object;
+    let uid = pool.uid().unwrap_or_default();
+    let handle = provider(r.ctx, pool)?;
+    let hash = members::template_hash(&pool.spec.template);
+    next.template_hash = Some(hash.clone());
+    let observed = members::observe(&handle, &uid).await?;
+    let all: Vec<_> = observed.iter().map(members::member).collect();
+    let ledger = next.ledger.clone();
+    let gone = act::gone_claimants(r, &ledger).await?;
+    let replicas = usize::try_from(pool.spec.replicas).unwrap_or(0);
+    let plan = decide::decide(&all, &ledger, replicas, &hash, |e: &LedgerEntry| {
+        e.claimed_by.as_ref().is_some_and(|c| gone.contains(&c.uid))
+    });
+    let on = act::On {
+        r,
+        pctx,
+        handle: &handle,
+    };
+    let acted = act::act(&on, &plan, &all, &hash).await?;
+    report::report(&on, acted, &hash, next).await
+}
+
+/// The pool's provider: a template naming one that is not configured stalls the pool.
+fn provider(ctx: &Context, pool: &SandboxWarmPool) -> Result<ProviderHandle, Outcome> {
+    ctx.providers
+        .resolve(pool.spec.template.provider.as_deref())
+        .cloned()
+        .map_err(|msg| Outcome::stalled("ProviderNotConfigured", format!("spec.template: {msg}")))
+}
+
+/// The pool a Sandbox claims from (a Sandbox change can free or take a member).
+fn pool_of(sandbox: Sandbox) -> Option<ObjectRef<SandboxWarmPool>> {
+    let name = &sandbox.spec.warm_pool_ref.as_ref()?.name;
+    Some(ObjectRef::new(name).within(&sandbox.namespace().unwrap_or_default()))
+}
+
+/// Runs the pool controller until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Context>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+    namespace: Option<String>,
+) {
+    let (pools, sandboxes): (Api<SandboxWarmPool>, Api<Sandbox>) = match &namespace {
+        Some(ns) => (
+            Api::namespaced(ctx.client.clone(), ns),
+            Api::namespaced(ctx.client.clone(), ns),
+        ),
+        None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
+    };
+    let pctx = Arc::new(PoolContext {
+        sctx: SandboxContext::new(ctx.clone()),
+        ctx,
+    });
+    Controller::new(pools, watcher::Config::default().any_semantic())
+        .watches(
+            sandboxes,
+            watcher::Config::default().any_semantic(),
+            pool_of,
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, pctx)
+        .for_each(|res| async move {
+            if let Err(err) = res {
+                tracing::debug!(%err, "warm pool reconcile loop");
+            }
+        })
+        .await;
+}

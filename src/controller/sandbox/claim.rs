@@ -1,0 +1,279 @@
+//! Claims: a Sandbox with `spec.warmPoolRef` takes a running member of its pool instead of
+//! creating a sandbox, or — with none Ready — is created from the pool's template.
+//!
+//! The member keeps its pool's owner labels (provider labels cannot change); what moves
+//! ownership is the pool's ledger ([`crate::controller::pool::ledger`]), written with a
+//! resourceVersion check BEFORE this Sandbox's status records the member. So a crash between
+//! the two leaves a ledger entry naming this Sandbox's UID, which the next pass finds and
+//! finishes; a Sandbox deleted meanwhile has its member removed by the pool controller. The
+//! identity check accepts the member through the ledger (see
+//! [`crate::provider::labels::ensure_owned_or_claimed`]).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::Api;
+
+use crate::api::{Claimant, Sandbox, SandboxSpec, SandboxWarmPool};
+use crate::controller::outcome::{Outcome, Report};
+use crate::controller::pool::{ledger, members};
+use crate::controller::{Context, Error};
+use crate::provider::labels::{Claim, SPEC_HASH};
+use crate::provider::{SandboxDescriptor, SandboxState};
+use crate::registry::ProviderHandle;
+
+use super::apply::{Pass, WAIT};
+use super::build::Desired;
+use super::observe::owned_by;
+use super::resolve::{self, SelfDeliveredEnv};
+
+/// `status.claim` of a Sandbox served by a running member.
+pub const WARM: &str = "warm";
+/// `status.claim` of a Sandbox created from its pool's template.
+pub const COLD: &str = "cold";
+
+/// The pool a claiming Sandbox names, read fresh (its ledger decides the claim); `None` for
+/// a Sandbox without `spec.warmPoolRef`.
+pub async fn pool(r: &Report<'_, Sandbox>) -> Result<Option<SandboxWarmPool>, Outcome> {
+    let Some(pool_ref) = &r.object.spec.warm_pool_ref else {
+        return Ok(None);
+    };
+    let ns = r.object.namespace().unwrap_or_default();
+    let api: Api<SandboxWarmPool> = Api::namespaced(r.ctx.client.clone(), &ns);
+    match api.get_opt(&pool_ref.name).await? {
+        Some(pool) => Ok(Some(pool)),
+        None => Err(Outcome::waiting(
+            "WarmPoolNotFound",
+            format!(
+                "spec.warmPoolRef: SandboxWarmPool {:?} does not exist in namespace {ns:?} yet",
+                pool_ref.name
+            ),
+            WAIT,
+        )),
+    }
+}
+
+/// The Sandbox as the pipeline builds it: its pool's template (as members run it) with its
+/// own power state and lifetime. Everything else it sets is delivered into the running
+/// member ([`env_file`]).
+pub fn effective(sandbox: &Sandbox, pool: &SandboxWarmPool) -> Sandbox {
+    let spec = SandboxSpec {
+        state: sandbox.spec.state,
+        lifetime: sandbox.spec.lifetime.clone(),
+        ..members::member_spec(&pool.spec.template)
+    };
+    Sandbox {
+        metadata: sandbox.metadata.clone(),
+        spec,
+        status: sandbox.status.clone(),
+    }
+}
+
+/// The claiming Sandbox's `env`, `envFrom` and `selfDeliveredEnv`, as one file delivered
+/// into the member the way `selfDeliveredEnv` is (a running process cannot be given new
+/// environment variables). Its version is the generation and the selfDeliveredEnv Secret's
+/// resourceVersion: never anything derived from the values.
+pub async fn env_file(
+    sandbox: &Sandbox,
+    ctx: &Context,
+) -> Result<Option<SelfDeliveredEnv>, Outcome> {
+    let spec = &sandbox.spec;
+    let mut vars: BTreeMap<String, String> = spec
+        .env
+        .iter()
+        .flatten()
+        .map(|v| (v.name.clone(), v.value.clone()))
+        .collect();
+    let secrets: Api<Secret> =
+        Api::namespaced(ctx.client.clone(), &sandbox.namespace().unwrap_or_default());
+    for (key, value) in resolve::secret_env(sandbox, &secrets).await? {
+        if vars.contains_key(&key) {
+            let msg = format!(
+                "env var {key:?} is set both in spec.env and by spec.envFrom; remove one of them"
+            );
+            return Err(Outcome::stalled("InvalidSpec", msg));
+        }
+        vars.insert(key, value);
+    }
+    let delivered = resolve::self_delivered_env(sandbox, ctx).await?;
+    if vars.is_empty() && delivered.is_none() {
+        return Ok(None);
+    }
+    let mut content = resolve::render_env_file(&vars);
+    let mut version = format!("g{}", sandbox.metadata.generation.unwrap_or_default());
+    if let Some(d) = delivered {
+        content.push_str(&d.content);
+        version = format!("{version}-{}", d.version);
+    }
+    Ok(Some(SelfDeliveredEnv { content, version }))
+}
+
+/// Settles how the Sandbox is served, before it is observed: the member the ledger gives
+/// it (a claim recorded, or interrupted by a crash and finished now), a member taken now,
+/// or nothing (cold: it is created from `desired`). Returns the ledger's proof of ownership.
+pub async fn settle(
+    r: &Report<'_, Sandbox>,
+    handle: &ProviderHandle,
+    pool: &SandboxWarmPool,
+    desired: &Desired,
+    touched: bool,
+    pass: &mut Pass,
+) -> Result<Option<Claim>, Outcome> {
+    let uid = r.object.uid().unwrap_or_default();
+    if let Some(proof) = crate::claims::of(pool, &uid) {
+        record(r, pass, &proof.member).await?;
+        return Ok(Some(proof));
+    }
+    if pass.current.claim.is_some() || (touched && created_cold(handle, &uid).await?) {
+        return Ok(None);
+    }
+    let proof = take(r, handle, pool, desired).await?;
+    r.ctx
+        .metrics
+        .warm_pool_claim(if proof.is_some() { WARM } else { COLD });
+    match &proof {
+        Some(p) => {
+            r.ctx.failpoint("claim-after-ledger");
+            record(r, pass, &p.member).await?;
+        }
+        None => pass.next.claim = Some(COLD.into()),
+    }
+    Ok(proof)
+}
+
+/// Whether a sandbox labelled with the Sandbox's own UID exists: a cold create ran before
+/// (its status write may have been lost), so the Sandbox stays cold.
+async fn created_cold(handle: &ProviderHandle, uid: &str) -> Result<bool, Outcome> {
+    let found = handle
+        .call("find", handle.provider.find(&owned_by(uid)))
+        .await?;
+    Ok(!found.is_empty())
+}
+
+/// Records the claimed member in status (after the ledger, never before).
+async fn record(r: &Report<'_, Sandbox>, pass: &mut Pass, member: &str) -> Result<(), Outcome> {
+    if pass.current.sandbox_id.as_deref() == Some(member)
+        && pass.current.claim.as_deref() == Some(WARM)
+    {
+        return Ok(());
+    }
+    pass.next.sandbox_id = Some(member.to_string());
+    pass.next.claim = Some(WARM.into());
+    r.save(&pass.current, &pass.next)
+        .await
+        .map_err(Error::from)?;
+    pass.current = pass.next.clone();
+    Ok(())
+}
+
+/// Takes a Ready member of the pool: one that runs and was built to the very spec this
+/// Sandbox would be created with, entered in the ledger for this Sandbox by a
+/// resourceVersion-checked write. `None` when no such member is free.
+async fn take(
+    r: &Report<'_, Sandbox>,
+    handle: &ProviderHandle,
+    pool: &SandboxWarmPool,
+    desired: &Desired,
+) -> Result<Option<Claim>, Outcome> {
+    let pool_uid = pool.uid().unwrap_or_default();
+    let found = members::observe(handle, &pool_uid).await?;
+    let ready: Vec<String> = found
+        .iter()
+        .filter(|d| claimable(d, &desired.spec_hash))
+        .map(|d| d.id.clone())
+        .collect();
+    if ready.is_empty() {
+        return Ok(None);
+    }
+    let claimant = Claimant {
+        name: r.object.name_any(),
+        uid: r.object.uid().unwrap_or_default(),
+    };
+    let api: Api<SandboxWarmPool> =
+        Api::namespaced(r.ctx.client.clone(), &pool.namespace().unwrap_or_default());
+    let taken = ledger::change(&api, &pool.name_any(), |_, entries| {
+        let member = pick(&ready, &claimant.uid, |id| {
+            entries.iter().any(|e| e.member == id)
+        })?;
+        entries.push(crate::api::LedgerEntry {
+            member: member.clone(),
+            claimed_by: Some(claimant.clone()),
+        });
+        Some(member)
+    })
+    .await?;
+    Ok(taken.map(|(member, _)| Claim { pool_uid, member }))
+}
+
+/// A member a claim can take: running, built to `spec_hash`.
+fn claimable(d: &SandboxDescriptor, spec_hash: &str) -> bool {
+    d.state == SandboxState::Running
+        && d.labels.get(SPEC_HASH).map(String::as_str) == Some(spec_hash)
+}
+
+/// The free member a claimant tries first: claimants start at different places in the list
+/// (by their UID), so many claiming at once rarely race for the same one.
+fn pick(ready: &[String], uid: &str, in_ledger: impl Fn(&str) -> bool) -> Option<String> {
+    let start = uid
+        .bytes()
+        .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+    let n = ready.len();
+    (0..n)
+        .map(|i| &ready[(start + i) % n])
+        .find(|id| !in_ledger(id))
+        .cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{DesiredState, EnvVar, SandboxWarmPoolSpec};
+
+    #[test]
+    fn a_claim_runs_the_pool_template_with_its_own_state_and_lifetime() {
+        let pool = SandboxWarmPool::new(
+            "p",
+            SandboxWarmPoolSpec {
+                replicas: 1,
+                template: SandboxSpec {
+                    image: Some("img".into()),
+                    ..SandboxSpec::default()
+                },
+                progress_deadline_seconds: None,
+            },
+        );
+        let mut sandbox = Sandbox::new(
+            "s",
+            SandboxSpec {
+                state: Some(DesiredState::Sleeping),
+                env: Some(vec![EnvVar {
+                    name: "A".into(),
+                    value: "1".into(),
+                }]),
+                ..SandboxSpec::default()
+            },
+        );
+        sandbox.metadata.uid = Some("u".into());
+        let e = effective(&sandbox, &pool);
+        assert_eq!(e.spec.image.as_deref(), Some("img"));
+        assert_eq!(e.spec.state, Some(DesiredState::Sleeping));
+        assert_eq!(
+            e.spec.env, None,
+            "env is delivered into the member, not created with"
+        );
+        assert_eq!(e.metadata.uid.as_deref(), Some("u"));
+    }
+
+    #[test]
+    fn a_claim_never_picks_a_member_in_the_ledger_and_spreads_claimants() {
+        let ready: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
+        let taken = |id: &str| id == "a" || id == "b";
+        assert_eq!(pick(&ready, "u1", taken), Some("c".to_string()));
+        assert_eq!(pick(&ready, "u1", |_| true), None);
+        let firsts: std::collections::BTreeSet<_> = (0..20)
+            .filter_map(|i| pick(&ready, &format!("uid-{i}"), |_| false))
+            .collect();
+        assert!(firsts.len() > 1, "{firsts:?}");
+    }
+}
