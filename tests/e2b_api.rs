@@ -73,9 +73,6 @@ async fn the_python_sdk_drives_the_rest_api_on_kubernetes() {
 /// autoPause on the Kubernetes provider: at its timeout the sandbox must sleep (its Pod
 /// stopped), and connect runs it again.
 #[tokio::test]
-#[ignore = "fails: the controller holds a slept Kubernetes sandbox as phase Exited \
-            (the provider's sleep stops the Pod; decide reads Sleeping+Stopped as exited by \
-            itself), src/controller/sandbox/decide.rs"]
 async fn auto_pause_on_kubernetes_sleeps_the_sandbox() {
     on_kubernetes(|sdk, home, _| {
         Box::pin(async move {

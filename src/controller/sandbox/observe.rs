@@ -93,12 +93,27 @@ pub async fn report(
         _ if acted || next.egress.is_none() => next.egress = egress(handle, &descriptor.id).await,
         _ => {}
     }
-    next.phase = Some(phase(descriptor.state).into());
+    let state = power_state(desired, &descriptor, next);
+    next.phase = Some(phase(state).into());
     let recheck = match deadline {
         Deadline::At(at) => Some(until(*at).min(crate::jitter::by_key(on.r.ctx.resync, &uid))),
         _ => None,
     };
-    Ok(health_of(desired, &descriptor, recheck))
+    Ok(health_of(desired, state, recheck))
+}
+
+/// The sandbox's power state as the operator reports it: what the provider reports, except
+/// that a sandbox our own sleep stopped (a provider whose sleep is a stop: a Pod) is asleep
+/// — `status.lastHibernation` says its processes were not kept.
+fn power_state(desired: &Desired, d: &SandboxDescriptor, next: &SandboxStatus) -> SandboxState {
+    let asleep = super::decide::slept_since_start(
+        next.last_hibernation.as_ref().map(|h| h.time.as_str()),
+        next.started_at.as_deref(),
+    );
+    match (desired.state, d.state) {
+        (DesiredState::Sleeping, SandboxState::Stopped) if asleep => SandboxState::Sleeping,
+        (_, state) => state,
+    }
 }
 
 /// [`observe`], with the egress verdict of `target` asked at the same time (the verdict of
@@ -187,8 +202,8 @@ async fn egress(handle: &ProviderHandle, id: &str) -> Option<EgressStatus> {
 
 /// Ready when the observed power state is the desired one (looked at again at `recheck`, a
 /// lifetime deadline); else converging, looked at again shortly.
-fn health_of(desired: &Desired, d: &SandboxDescriptor, recheck: Option<Duration>) -> Outcome {
-    let (reason, message) = match (&desired.state, d.state) {
+fn health_of(desired: &Desired, state: SandboxState, recheck: Option<Duration>) -> Outcome {
+    let (reason, message) = match (&desired.state, state) {
         (DesiredState::Running, SandboxState::Running) => ("Running", "the sandbox is running"),
         (DesiredState::Sleeping, SandboxState::Sleeping) => {
             ("Sleeping", "the sandbox is hibernated")
