@@ -27,9 +27,10 @@ use crate::api::{Sandbox, SandboxTemplate};
 /// The field manager of this API's writes.
 pub const FIELD_MANAGER: &str = "sandbox-operator-e2b-api";
 /// The envd protocol version announced for every sandbox. The SDKs turn features on by
-/// this version: 0.5.2 turns on `commands.close_stdin` (served); 0.5.7 would switch
-/// uploads to octet-stream bodies and 0.6.3 would offer entries in watch events, neither
-/// of which envd here serves, so it must stay below 0.5.7.
+/// this version: 0.5.2 turns on `commands.close_stdin` (served by `CloseStdin`). The next
+/// gates stay off: 0.5.7 switches single-file uploads to octet-stream bodies (served by
+/// `/files`, but the SDK tests drive uploads at this version only), 0.6.2 sends file
+/// metadata and 0.6.3 asks for entries in watch events (neither served).
 pub const ENVD_VERSION: &str = "0.5.2";
 
 /// What every handler shares.
