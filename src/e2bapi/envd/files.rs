@@ -12,7 +12,8 @@ use serde_json::json;
 
 use super::error::{Code, EnvdError};
 use super::files_multipart as multipart;
-use super::filesystem::{rpc, shell};
+use super::filesystem::shell;
+use super::rpc;
 use super::target::EnvdTarget;
 use crate::access::status::AccessError;
 use crate::provider::Files;

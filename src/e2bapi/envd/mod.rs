@@ -6,6 +6,7 @@
 //!
 //! - [`target`]: the sandbox a request reaches (token checked, provider found);
 //! - [`error`]: the Connect error codes and their HTTP statuses;
+//! - [`rpc`]: the Connect JSON codec both services speak, and the user check;
 //! - [`filesystem`]: the filesystem service; [`files`]: `/files` up- and download;
 //! - [`process`]: the process service (`process.Process`).
 
@@ -14,6 +15,7 @@ pub mod files;
 pub mod files_multipart;
 pub mod filesystem;
 pub mod process;
+pub mod rpc;
 pub mod target;
 
 use axum::Router;

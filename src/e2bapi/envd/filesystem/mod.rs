@@ -2,7 +2,6 @@
 //! `find -printf` run per call, parsed by [`entry`]; watching polls snapshots and diffs them
 //! ([`diff`], [`watch`]) because sandbox images carry no inotify tool.
 //!
-//! - [`rpc`]: the Connect unary codec (JSON) and the user check;
 //! - [`entry`]: `EntryInfo` from `find` records;
 //! - [`shell`]: the scripts and the one runner over the seam's exec;
 //! - [`diff`]: the events between two snapshots (pure);
@@ -11,7 +10,6 @@
 
 pub mod diff;
 pub mod entry;
-pub mod rpc;
 pub mod shell;
 pub mod watch;
 
@@ -22,6 +20,7 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::error::EnvdError;
+use super::rpc;
 use super::target::EnvdTarget;
 
 /// `StatRequest`, `MakeDirRequest`, `RemoveRequest`, `ListDirRequest`.
@@ -47,33 +46,31 @@ pub struct MoveRequest {
 /// `Stat`: the entry at a path (a link itself, not its target); `not_found` when absent.
 pub async fn stat(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response, EnvdError> {
     rpc::refuse_other_user(&h, None)?;
-    let req: PathRequest = rpc::request(&body)?;
+    let req: PathRequest = rpc::unary(&body)?;
     let path = shell::path("path to stat", &req.path)?;
     let entry = shell::stat(&t.target, &path).await?;
-    Ok(rpc::reply(json!({"entry": entry.wire()})))
+    Ok(rpc::ok(json!({"entry": entry.wire()})))
 }
 
 /// `MakeDir`: creates a directory and its parents; `already_exists` when it is there.
 pub async fn make_dir(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response, EnvdError> {
     rpc::refuse_other_user(&h, None)?;
-    let req: PathRequest = rpc::request(&body)?;
+    let req: PathRequest = rpc::unary(&body)?;
     let path = shell::path("directory to make", &req.path)?;
     let args = [path.as_str(), entry::FORMAT];
     let raw = shell::run(&t.target, shell::MAKE_DIR, &args, &path).await?;
-    Ok(rpc::reply(
-        json!({"entry": shell::one(&raw, &path)?.wire()}),
-    ))
+    Ok(rpc::ok(json!({"entry": shell::one(&raw, &path)?.wire()})))
 }
 
 /// `Move`: renames, creating the destination's parents; answers the moved entry.
 pub async fn move_(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response, EnvdError> {
     rpc::refuse_other_user(&h, None)?;
-    let req: MoveRequest = rpc::request(&body)?;
+    let req: MoveRequest = rpc::unary(&body)?;
     let source = shell::below_root("move", &req.source)?;
     let destination = shell::below_root("move onto", &req.destination)?;
     let args = [source.as_str(), entry::FORMAT, destination.as_str()];
     let raw = shell::run(&t.target, shell::MOVE, &args, &source).await?;
-    Ok(rpc::reply(
+    Ok(rpc::ok(
         json!({"entry": shell::one(&raw, &destination)?.wire()}),
     ))
 }
@@ -81,18 +78,18 @@ pub async fn move_(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response,
 /// `ListDir`: the entries below a directory, `depth` levels deep.
 pub async fn list_dir(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response, EnvdError> {
     rpc::refuse_other_user(&h, None)?;
-    let req: PathRequest = rpc::request(&body)?;
+    let req: PathRequest = rpc::unary(&body)?;
     let path = shell::path("directory to list", &req.path)?;
     let found = shell::list(&t.target, &path, req.depth).await?;
     let entries: Vec<_> = found.iter().map(entry::Entry::wire).collect();
-    Ok(rpc::reply(json!({ "entries": entries })))
+    Ok(rpc::ok(json!({ "entries": entries })))
 }
 
 /// `Remove`: a file or a whole tree; absent is success.
 pub async fn remove(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response, EnvdError> {
     rpc::refuse_other_user(&h, None)?;
-    let req: PathRequest = rpc::request(&body)?;
+    let req: PathRequest = rpc::unary(&body)?;
     let path = shell::below_root("remove", &req.path)?;
     shell::remove(&t.target, &path).await?;
-    Ok(rpc::reply(json!({})))
+    Ok(rpc::ok(json!({})))
 }

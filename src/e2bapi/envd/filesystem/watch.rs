@@ -11,12 +11,10 @@
 //!   stops when it goes away (the response body is dropped).
 
 use std::collections::HashMap;
-use std::convert::Infallible;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::body::Body;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::HeaderMap;
 use axum::response::Response;
 use bytes::Bytes;
 use futures::StreamExt;
@@ -24,10 +22,11 @@ use serde::Deserialize;
 use serde_json::json;
 
 use super::diff::{self, Event, Snapshot};
-use super::{rpc, shell};
+use super::shell;
 use crate::access::lookup::Target;
-use crate::connect_json::{self, Decoder, Frame};
+use crate::connect_json;
 use crate::e2bapi::envd::error::{Code, EnvdError};
+use crate::e2bapi::envd::rpc;
 use crate::e2bapi::envd::target::EnvdTarget;
 
 /// How often a watched directory is listed.
@@ -132,7 +131,7 @@ fn lock(queue: &Mutex<Queue>) -> std::sync::MutexGuard<'_, Queue> {
 /// `CreateWatcher`: lists the directory now, then polls it in the background.
 pub async fn create(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response, EnvdError> {
     rpc::refuse_other_user(&h, None)?;
-    let req: WatchRequest = rpc::request(&body)?;
+    let req: WatchRequest = rpc::unary(&body)?;
     let poller = Poller::start(t.target, &req).await?;
     let id = format!("w-{:016x}{:016x}", fastrand::u64(..), fastrand::u64(..));
     let queue = Arc::new(Mutex::new(Queue {
@@ -147,7 +146,7 @@ pub async fn create(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response
         task,
     };
     watchers().insert(id.clone(), watcher);
-    Ok(rpc::reply(json!({ "watcherId": id })))
+    Ok(rpc::ok(json!({ "watcherId": id })))
 }
 
 /// Polls into `queue` until the watcher goes unread for [`IDLE`], then forgets it. A failed
@@ -201,7 +200,7 @@ fn owned(
 /// everything was handed out, its error (and the watcher is gone).
 pub async fn events(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response, EnvdError> {
     rpc::refuse_other_user(&h, None)?;
-    let req: WatcherRequest = rpc::request(&body)?;
+    let req: WatcherRequest = rpc::unary(&body)?;
     let queue = owned(&watchers(), &req.watcher_id, &t.sid)?;
     let mut q = lock(&queue);
     q.read_at = Instant::now();
@@ -214,19 +213,19 @@ pub async fn events(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response
         return Err(e);
     }
     let events: Vec<_> = q.events.drain(..).map(|e| e.wire()).collect();
-    Ok(rpc::reply(json!({ "events": events })))
+    Ok(rpc::ok(json!({ "events": events })))
 }
 
 /// `RemoveWatcher`: stops polling and forgets the watcher.
 pub async fn remove(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Result<Response, EnvdError> {
     rpc::refuse_other_user(&h, None)?;
-    let req: WatcherRequest = rpc::request(&body)?;
+    let req: WatcherRequest = rpc::unary(&body)?;
     let mut all = watchers();
     owned(&all, &req.watcher_id, &t.sid)?;
     if let Some(w) = all.remove(&req.watcher_id) {
         w.task.abort();
     }
-    Ok(rpc::reply(json!({})))
+    Ok(rpc::ok(json!({})))
 }
 
 fn unknown(id: &str) -> EnvdError {
@@ -245,7 +244,8 @@ pub async fn watch_dir(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Response {
     let started = match start_stream(t, &h, &body).await {
         Ok(poller) => poller,
         Err(e) => {
-            return stream_response(Body::from(connect_json::end_of_stream(&e.end_of_stream())));
+            let end = connect_json::end_of_stream(&e.end_of_stream());
+            return rpc::streaming(futures::stream::once(async move { end }));
         }
     };
     let first = futures::stream::once(async { connect_json::envelope(&json!({"start": {}})) });
@@ -273,31 +273,14 @@ pub async fn watch_dir(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Response {
             }
         }
     });
-    stream_response(Body::from_stream(
-        first.chain(rest).map(Ok::<_, Infallible>),
-    ))
+    rpc::streaming(first.chain(rest))
 }
 
 /// The enveloped `WatchDirRequest`, and the directory's first listing.
 async fn start_stream(t: EnvdTarget, h: &HeaderMap, body: &Bytes) -> Result<Poller, EnvdError> {
     rpc::refuse_other_user(h, None)?;
-    let mut decoder = Decoder::default();
-    decoder.push(body);
-    let bad =
-        |what: String| EnvdError::new(Code::InvalidArgument, format!("WatchDir request: {what}"));
-    let req: WatchRequest = match decoder.next_frame().map_err(bad)? {
-        Some(Frame::Message(m)) => serde_json::from_value(m).map_err(|e| bad(e.to_string()))?,
-        _ => return Err(bad("not one enveloped message".into())),
-    };
+    let req: WatchRequest = rpc::enveloped(body)?;
     Poller::start(t.target, &req).await
-}
-
-fn stream_response(body: Body) -> Response {
-    Response::builder()
-        .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/connect+json")
-        .body(body)
-        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -10,13 +10,13 @@ use bytes::Bytes;
 use futures::StreamExt;
 use serde_json::json;
 
-use super::respond;
 use super::table::{Process, ProcessTable};
 use super::wire::{
     self, Selected, SendInputRequest, SendSignalRequest, StreamInput, UpdateRequest,
 };
 use crate::connect_json::{Decoder, Frame, end_of_stream, envelope};
 use crate::e2bapi::envd::error::{Code, EnvdError};
+use crate::e2bapi::envd::rpc;
 use crate::e2bapi::envd::target::EnvdTarget;
 use crate::provider::stream::ExecInput;
 
@@ -27,7 +27,7 @@ pub async fn list(t: EnvdTarget, Extension(table): Extension<ProcessTable>) -> R
         .iter()
         .map(|p| wire::process_info(p.pid, &p.started.config, p.started.tag.as_deref()))
         .collect();
-    respond::ok(json!({"processes": processes}))
+    rpc::ok(json!({"processes": processes}))
 }
 
 /// `process.Process/SendInput`.
@@ -36,11 +36,11 @@ pub async fn send_input(
     Extension(table): Extension<ProcessTable>,
     body: Bytes,
 ) -> Result<Response, EnvdError> {
-    let request: SendInputRequest = respond::unary(&body)?;
+    let request: SendInputRequest = rpc::unary(&body)?;
     let process = table.find(&t.sid, &wire::selector(request.process)?)?;
     let bytes = wire::input_bytes(request.input)?;
     stdin(&process, bytes).await?;
-    Ok(respond::ok(json!({})))
+    Ok(rpc::ok(json!({})))
 }
 
 /// `process.Process/SendSignal`.
@@ -49,11 +49,11 @@ pub async fn send_signal(
     Extension(table): Extension<ProcessTable>,
     body: Bytes,
 ) -> Result<Response, EnvdError> {
-    let request: SendSignalRequest = respond::unary(&body)?;
+    let request: SendSignalRequest = rpc::unary(&body)?;
     let process = table.find(&t.sid, &wire::selector(request.process)?)?;
     let signal = wire::signal(&request.signal)?;
     deliver(&process, ExecInput::Signal(signal)).await?;
-    Ok(respond::ok(json!({})))
+    Ok(rpc::ok(json!({})))
 }
 
 /// `process.Process/Update`: a PTY's new size.
@@ -62,10 +62,10 @@ pub async fn update(
     Extension(table): Extension<ProcessTable>,
     body: Bytes,
 ) -> Result<Response, EnvdError> {
-    let request: UpdateRequest = respond::unary(&body)?;
+    let request: UpdateRequest = rpc::unary(&body)?;
     let process = table.find(&t.sid, &wire::selector(request.process)?)?;
     let Some(pty) = request.pty else {
-        return Ok(respond::ok(json!({})));
+        return Ok(rpc::ok(json!({})));
     };
     if !process.started.pty {
         return Err(EnvdError::new(
@@ -74,7 +74,7 @@ pub async fn update(
         ));
     }
     deliver(&process, ExecInput::Resize(wire::term_size(&pty)?)).await?;
-    Ok(respond::ok(json!({})))
+    Ok(rpc::ok(json!({})))
 }
 
 /// `process.Process/CloseStdin`.
@@ -83,10 +83,10 @@ pub async fn close_stdin(
     Extension(table): Extension<ProcessTable>,
     body: Bytes,
 ) -> Result<Response, EnvdError> {
-    let request: Selected = respond::unary(&body)?;
+    let request: Selected = rpc::unary(&body)?;
     let process = table.find(&t.sid, &wire::selector(request.process)?)?;
     deliver(&process, ExecInput::CloseStdin).await?;
-    Ok(respond::ok(json!({})))
+    Ok(rpc::ok(json!({})))
 }
 
 /// `process.Process/StreamInput`: a start message naming the process, then input messages,
@@ -111,7 +111,7 @@ pub async fn stream_input(
             let Frame::Message(message) = frame else {
                 continue;
             };
-            match respond::parse(message)? {
+            match rpc::parse(message)? {
                 StreamInput::Start { process: selected } => {
                     process = Some(table.find(&t.sid, &wire::selector(selected)?)?);
                 }
@@ -126,7 +126,7 @@ pub async fn stream_input(
         }
     }
     let frames = [envelope(&json!({})), end_of_stream(&json!({}))];
-    Ok(respond::streaming(futures::stream::iter(frames)))
+    Ok(rpc::streaming(futures::stream::iter(frames)))
 }
 
 /// Bytes for the process's stdin (or its terminal).

@@ -4,7 +4,7 @@
 //! - [`wire`]: the messages (pure);
 //! - [`ring`]: a process's recent output, bounded (pure);
 //! - [`table`]: this replica's processes, their input and their readers;
-//! - [`respond`]: request bodies and the event stream;
+//! - [`respond`]: a process's event stream;
 //! - [`start`]: `Start` and `Connect` (server streams); [`control`]: the other methods.
 //!
 //! A process's state lives in the replica that started it; another replica answers

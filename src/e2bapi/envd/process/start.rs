@@ -9,8 +9,6 @@ use std::sync::Arc;
 use axum::Extension;
 use axum::http::HeaderMap;
 use axum::response::Response;
-use base64::Engine;
-use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
@@ -21,6 +19,7 @@ use super::table::{Follower, KEEP_ENDED, Process, ProcessTable, Started};
 use super::wire::{self, End, Selected, StartRequest};
 use crate::access::status::AccessError;
 use crate::e2bapi::envd::error::{Code, EnvdError};
+use crate::e2bapi::envd::rpc;
 use crate::e2bapi::envd::target::EnvdTarget;
 use crate::provider::ProviderResult;
 use crate::provider::stream::{ExecSession, ExitStatus, StreamExecRequest, TermSize};
@@ -35,8 +34,8 @@ pub async fn start(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, EnvdError> {
-    refuse_user(&headers)?;
-    let (request, started) = plan(&t.sid, respond::enveloped(&body)?)?;
+    rpc::refuse_other_user(&headers, None)?;
+    let (request, started) = plan(&t.sid, rpc::enveloped(&body)?)?;
     let handle = &t.target.handle;
     let exec = handle.provider.streaming_exec().ok_or_else(|| {
         EnvdError::new(
@@ -64,7 +63,7 @@ pub async fn start(
     Ok(respond::events(
         process.pid,
         follower,
-        respond::keepalive(&headers),
+        rpc::keepalive(&headers),
     ))
 }
 
@@ -75,13 +74,13 @@ pub async fn connect(
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, EnvdError> {
-    let request: Selected = respond::enveloped(&body)?;
+    let request: Selected = rpc::enveloped(&body)?;
     let process = table.find(&t.sid, &wire::selector(request.process)?)?;
     let follower = process.follow(Follower::REPLAY);
     Ok(respond::events(
         process.pid,
         follower,
-        respond::keepalive(&headers),
+        rpc::keepalive(&headers),
     ))
 }
 
@@ -118,30 +117,6 @@ fn plan(sid: &str, request: StartRequest) -> Result<(StreamExecRequest, Started)
         stdin,
     };
     Ok((exec, started))
-}
-
-/// A named user (HTTP Basic `user:`) is refused: processes run as the sandbox image's user,
-/// and the seam's exec has no user to switch to.
-fn refuse_user(headers: &HeaderMap) -> Result<(), EnvdError> {
-    let Some(value) = headers.get("authorization").and_then(|v| v.to_str().ok()) else {
-        return Ok(());
-    };
-    let user = value
-        .strip_prefix("Basic ")
-        .and_then(|b| STANDARD.decode(b.trim()).ok())
-        .map(|raw| String::from_utf8_lossy(&raw).to_string())
-        .unwrap_or_default();
-    let user = user.split(':').next().unwrap_or_default();
-    if user.is_empty() {
-        return Ok(());
-    }
-    Err(EnvdError::new(
-        Code::InvalidArgument,
-        format!(
-            "running a process as user {user:?} is not supported: processes run as the \
-             sandbox image's user; leave user unset"
-        ),
-    ))
 }
 
 type Output = BoxStream<'static, ProviderResult<Chunk>>;
@@ -198,7 +173,6 @@ async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
 
     fn start_request(json: &str) -> StartRequest {
         serde_json::from_str(json).unwrap()
@@ -231,19 +205,5 @@ mod tests {
         let (exec, _) = plan("sid", start_request(r#"{"process":{"cmd":"cat"}}"#)).unwrap();
         assert!(exec.stdin, "envd's default");
         assert!(plan("sid", start_request(r#"{"process":{"cmd":""}}"#)).is_err());
-    }
-
-    #[test]
-    fn a_named_user_is_refused_and_none_passes() {
-        let mut headers = HeaderMap::new();
-        assert!(refuse_user(&headers).is_ok());
-        headers.insert("authorization", HeaderValue::from_static("Basic dXNlcjo="));
-        let e = refuse_user(&headers).unwrap_err();
-        assert!(e.message.contains("\"user\""), "{}", e.message);
-        headers.insert("authorization", HeaderValue::from_static("Basic Og=="));
-        assert!(
-            refuse_user(&headers).is_ok(),
-            "an empty user is the default"
-        );
     }
 }
