@@ -12,12 +12,8 @@ use super::error::ApiError;
 use crate::api::Sandbox;
 use crate::api::common::{CONDITION_READY, CONDITION_STALLED, Condition, condition};
 
-/// How long an answer waits for the sandbox to run: under the SDKs' default request
-/// timeout (60 s), so that a sandbox that does not run gets this API's answer naming it
-/// rather than a client-side read timeout.
-pub const WAIT: Duration = Duration::from_secs(50);
-/// Watch failures in a row (a watch expired by the API server, say) before giving up.
-const WATCH_RETRIES: u32 = 5;
+/// How long an answer waits for the sandbox to run.
+pub const WAIT: Duration = Duration::from_secs(120);
 
 /// Where a Sandbox stands for a caller waiting for generation `generation` to run.
 #[derive(Debug, PartialEq, Eq)]
@@ -57,21 +53,30 @@ fn verdict(sandbox: Option<&Sandbox>, generation: i64) -> Verdict {
 
 /// Waits (at most [`WAIT`]) until `sandbox`, as written at its current generation, runs.
 /// A Stalled sandbox answers at once with its `Ready` message (400: its spec is what stops
-/// it); one that does not run in time, cannot be watched, or is deleted meanwhile, is a
-/// 500 naming the Sandbox and how to look at it.
+/// it); one that does not run in time, or is deleted meanwhile, is a 500 naming the
+/// Sandbox and how to look at it.
 pub async fn running(api: &Api<Sandbox>, sandbox: &Sandbox, sid: &str) -> Result<(), ApiError> {
     let name = sandbox.metadata.name.clone().unwrap_or_default();
     let ns = sandbox.metadata.namespace.clone().unwrap_or_default();
     let generation = sandbox.metadata.generation.unwrap_or(0);
     let describe = format!("see `kubectl describe sandbox {name} -n {ns}`");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    let last = settled(api, &name, generation, deadline)
-        .await
-        .map_err(|e| {
-            ApiError::internal(format!(
-                "sandbox {sid:?} (Sandbox {name} in namespace {ns}) {e}; {describe}"
-            ))
-        })?;
+    let settled = move |s: Option<&Sandbox>| verdict(s, generation) != Verdict::Waiting;
+    let seen = tokio::time::timeout(WAIT, await_condition(api.clone(), &name, settled)).await;
+    let last = match seen {
+        Err(_) => {
+            return Err(ApiError::internal(format!(
+                "sandbox {sid:?} (Sandbox {name} in namespace {ns}) did not become Ready \
+                 within {}s; {describe}",
+                WAIT.as_secs()
+            )));
+        }
+        Ok(Err(e)) => {
+            return Err(ApiError::internal(format!(
+                "watching Sandbox {name} in namespace {ns} until it runs: {e}; {describe}"
+            )));
+        }
+        Ok(Ok(last)) => last,
+    };
     match verdict(last.as_ref(), generation) {
         Verdict::Running => Ok(()),
         Verdict::Stalled(why) => Err(ApiError::bad_request(format!(
@@ -80,35 +85,6 @@ pub async fn running(api: &Api<Sandbox>, sandbox: &Sandbox, sid: &str) -> Result
         Verdict::Gone | Verdict::Waiting => Err(ApiError::internal(format!(
             "sandbox {sid:?} (Sandbox {name} in namespace {ns}) was deleted before it ran"
         ))),
-    }
-}
-
-/// The Sandbox once it is no longer [`Verdict::Waiting`] for `generation`, watched until
-/// `deadline`. A watch that fails (the API server expires long watches) starts again from
-/// a fresh read, up to [`WATCH_RETRIES`] times in a row.
-async fn settled(
-    api: &Api<Sandbox>,
-    name: &str,
-    generation: i64,
-    deadline: tokio::time::Instant,
-) -> Result<Option<Sandbox>, String> {
-    let mut failures = 0;
-    loop {
-        let done = move |s: Option<&Sandbox>| verdict(s, generation) != Verdict::Waiting;
-        let watch = await_condition(api.clone(), name, done);
-        match tokio::time::timeout_at(deadline, watch).await {
-            Err(_) => {
-                return Err(format!("did not become Ready within {}s", WAIT.as_secs()));
-            }
-            Ok(Ok(last)) => return Ok(last),
-            Ok(Err(e)) if failures + 1 >= WATCH_RETRIES => {
-                return Err(format!("could not be watched until it runs: {e}"));
-            }
-            Ok(Err(e)) => {
-                failures += 1;
-                tracing::debug!(%name, error = %e, "E2B API: watching a Sandbox again");
-            }
-        }
     }
 }
 
