@@ -21,7 +21,7 @@ use super::keys::{Keys, Tenant};
 use super::mapping::{self, Boot};
 use super::token::TokenKey;
 use super::wire::{CreatedSandbox, NewSandbox, PauseRequest, RefreshRequest, TimeoutRequest};
-use super::{id, list, ready, view};
+use super::{id, list, view};
 use crate::api::{Sandbox, SandboxTemplate};
 
 /// The field manager of this API's writes.
@@ -105,12 +105,10 @@ async fn create(c: Caller, raw: Bytes) -> Result<Response, ApiError> {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
     };
-    let made = api
-        .create(&params, &sandbox)
+    api.create(&params, &sandbox)
         .await
         .map_err(|e| ApiError::from_kube("creating the Sandbox", e))?;
     tracing::info!(namespace = %tenant.namespace, name = %object.name, key = %tenant.key_name, "E2B API: created a sandbox");
-    ready::running(&api, &made, &sid).await?;
     Ok(json(
         StatusCode::CREATED,
         &created(&s, &sid, &request.template_id),
@@ -176,8 +174,8 @@ async fn kill(t: Target) -> Result<StatusCode, ApiError> {
     }
 }
 
-/// A merge patch of the target's spec, as the key's ServiceAccount; the Sandbox as written.
-async fn patch_spec(t: &Target, spec: serde_json::Value) -> Result<Sandbox, ApiError> {
+/// A merge patch of the target's spec, as the key's ServiceAccount.
+async fn patch_spec(t: &Target, spec: serde_json::Value) -> Result<(), ApiError> {
     let name = kube::ResourceExt::name_any(&t.sandbox);
     let patch = serde_json::json!({"spec": spec});
     let params = PatchParams {
@@ -188,7 +186,8 @@ async fn patch_spec(t: &Target, spec: serde_json::Value) -> Result<Sandbox, ApiE
         .api
         .patch(&name, &params, &Patch::Merge(&patch))
         .await
-        .map_err(|e| ApiError::from_kube("updating the Sandbox", e))
+        .map_err(|e| ApiError::from_kube("updating the Sandbox", e))?;
+    Ok(())
 }
 
 /// The lifetime `timeout` seconds from now, with the sandbox's own action.
@@ -214,13 +213,12 @@ async fn refresh(t: Target, raw: Bytes) -> Result<StatusCode, ApiError> {
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Moves the end to `secs` from now unless it is already later (TTL is only extended);
-/// the Sandbox as it now is.
-async fn extend(t: &Target, secs: i64) -> Result<Sandbox, ApiError> {
+/// Moves the end to `secs` from now unless it is already later (TTL is only extended).
+async fn extend(t: &Target, secs: i64) -> Result<(), ApiError> {
     let wanted = Utc::now() + chrono::Duration::seconds(secs.max(0));
     let end = t.sandbox.spec.lifetime.as_ref().and_then(mapping::end_of);
     if end.is_some_and(|e| e >= wanted) {
-        return Ok(t.sandbox.clone());
+        return Ok(());
     }
     let lifetime = lifetime_from_now(&t.sandbox, secs)?;
     patch_spec(t, serde_json::json!({"lifetime": lifetime})).await
@@ -289,26 +287,27 @@ async fn resume(t: Target, raw: Bytes) -> Result<Response, ApiError> {
 }
 
 /// Connect (200 running, 201 resumed) and resume (409 when it runs): a paused sandbox runs
-/// again with its timeout from now; a running one only has its timeout extended. Either
-/// answers once the sandbox runs, as create does.
+/// again with its timeout from now; a running one only has its timeout extended.
 async fn wake(t: Target, raw: Bytes, only_paused: bool) -> Result<Response, ApiError> {
     let request: TimeoutRequest = body(&raw)?;
     refuse_wake_options(&request)?;
     let timeout = request.timeout.unwrap_or(mapping::DEFAULT_TIMEOUT_SECS);
     let paused = mapping::state_of(&t.sandbox, Utc::now()) == "paused";
-    let (status, now) = match (paused, only_paused) {
+    let status = match (paused, only_paused) {
         (false, true) => {
             let msg = format!("sandbox {:?} is not paused", t.sid);
             return Err(ApiError::conflict(msg));
         }
-        (false, false) => (StatusCode::OK, extend(&t, timeout).await?),
+        (false, false) => {
+            extend(&t, timeout).await?;
+            StatusCode::OK
+        }
         (true, _) => {
             let lifetime = lifetime_from_now(&t.sandbox, timeout)?;
-            let spec = serde_json::json!({"state": null, "lifetime": lifetime});
-            (StatusCode::CREATED, patch_spec(&t, spec).await?)
+            patch_spec(&t, serde_json::json!({"state": null, "lifetime": lifetime})).await?;
+            StatusCode::CREATED
         }
     };
-    ready::running(&t.caller.api, &now, &t.sid).await?;
     let template = view::template_of(&t.sandbox);
     let answer = created(&t.caller.state, &t.sid, &template);
     Ok(json(status, &answer))
