@@ -5,10 +5,10 @@
 
 mod harness;
 
-use harness::e2b_sdk::{
-    Sdk, api_up, created_and_ran, ensure_sleep_crd, free_port, key_for, options,
-};
+use harness::e2b_sdk::{Sdk, api_up, ensure_sleep_crd, free_port, key_for, options};
+use harness::objects::wait_ready;
 use harness::tenant::tenant;
+use sandbox_operator::e2bapi::id;
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -19,13 +19,15 @@ async fn the_python_sdk_runs_commands_and_ptys_through_envd() {
     let key = key_for(&a.ns);
     api_up(port).await;
     let sdk = Sdk::python(port);
-    let sid = created_and_ran(&sdk, &key);
+    let created = sdk.ok(&key, "create", json!({"timeout": 600}));
+    let sid = created["sandbox_id"].as_str().expect("id").to_string();
+    let object = id::parse(&sid).expect("an id of this API");
+    wait_ready(&a.api, &object.name, &a.op).await;
     let on = json!({"sandbox_id": sid});
 
     foreground(&sdk, &key, &on);
     background_then_reattach(&sdk, &key, &sid);
     kill(&sdk, &key, &on);
-    close_stdin(&sdk, &key, &on);
     pty(&sdk, &key, &on);
     wrong_token(&sdk, &key, port, &sid).await;
 
@@ -76,13 +78,6 @@ fn background_then_reattach(sdk: &Sdk, key: &str, sid: &str) {
     assert_eq!(unknown["error"], "NotFoundException", "{unknown}");
     let message = unknown["message"].as_str().unwrap_or_default();
     assert!(message.contains("replica that started it"), "{unknown}");
-}
-
-/// `commands.close_stdin` (envd 0.5.2 and later): `cat` sees the end of its input and ends.
-fn close_stdin(sdk: &Sdk, key: &str, on: &Value) {
-    let r = sdk.ok(key, "close_stdin", on.clone());
-    assert_eq!(r["stdout"], "to cat\n", "{r}");
-    assert_eq!(r["exit_code"], 0, "{r}");
 }
 
 /// `commands.kill` is SIGKILL: the process ends with 137, leaves the list, and a second

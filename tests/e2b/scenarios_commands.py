@@ -10,13 +10,6 @@ def _sandbox(args):
     return Sandbox.connect(args["sandbox_id"])
 
 
-def create_and_run(args):
-    """Sandbox.create, then a command at once: create answers once the sandbox runs."""
-    sbx = Sandbox.create(timeout=args["timeout"])
-    r = sbx.commands.run("echo hi")
-    return {"sandbox_id": sbx.sandbox_id, "stdout": r.stdout, "exit_code": r.exit_code}
-
-
 def run_foreground(args):
     sbx = _sandbox(args)
     ok = sbx.commands.run(
@@ -51,16 +44,6 @@ def reattach(args):
     sbx.commands.send_stdin(args["pid"], args["stdin"])
     result = handle.wait()
     return {"listed": listed, "stdout": result.stdout, "exit_code": result.exit_code}
-
-
-def close_stdin(args):
-    """`cat` reads what is sent, then ends at the end of its input: stdin closed."""
-    sbx = _sandbox(args)
-    handle = sbx.commands.run("cat", background=True, stdin=True)
-    sbx.commands.send_stdin(handle.pid, "to cat\n")
-    sbx.commands.close_stdin(handle.pid)
-    result = handle.wait()
-    return {"stdout": result.stdout, "exit_code": result.exit_code}
 
 
 def connect_unknown(args):
@@ -135,11 +118,9 @@ def token(args):
 
 
 SCENARIOS = {
-    "create_and_run": create_and_run,
     "run_foreground": run_foreground,
     "start_background": start_background,
     "reattach": reattach,
-    "close_stdin": close_stdin,
     "connect_unknown": connect_unknown,
     "kill": kill,
     "pty": pty,
