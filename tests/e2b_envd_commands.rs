@@ -28,6 +28,7 @@ async fn the_python_sdk_runs_commands_and_ptys_through_envd() {
     foreground(&sdk, &key, &on);
     background_then_reattach(&sdk, &key, &sid);
     kill(&sdk, &key, &on);
+    close_stdin(&sdk, &key, &on);
     pty(&sdk, &key, &on);
     wrong_token(&sdk, &key, port, &sid).await;
 
@@ -80,10 +81,18 @@ fn background_then_reattach(sdk: &Sdk, key: &str, sid: &str) {
     assert!(message.contains("replica that started it"), "{unknown}");
 }
 
+/// `commands.close_stdin` (the announced envd 0.5.2 allows it): `cat` ends at the end of
+/// its input, having echoed it.
+fn close_stdin(sdk: &Sdk, key: &str, on: &Value) {
+    let r = sdk.ok(key, "close_stdin", on.clone());
+    assert_eq!(r["stdout"], "to cat\n", "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+}
+
 /// `commands.kill` is SIGKILL: the process ends with 137, leaves the list, and a second
 /// kill finds nothing (False).
 fn kill(sdk: &Sdk, key: &str, on: &Value) {
-    let r = sdk.ok(key, "kill", on.clone());
+    let r = sdk.ok(key, "commands_kill", on.clone());
     assert_eq!(r["listed_before"], true, "{r}");
     assert_eq!(r["killed"], true, "{r}");
     assert_eq!(r["exit_code"], 137, "{r}");

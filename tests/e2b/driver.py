@@ -89,7 +89,11 @@ def all_scenarios():
     sys.path.insert(0, str(here))
     found = dict(SCENARIOS)
     for module in sorted(here.glob("scenarios_*.py")):
-        found.update(importlib.import_module(module.stem).SCENARIOS)
+        added = importlib.import_module(module.stem).SCENARIOS
+        taken = sorted(set(found) & set(added))
+        if taken:  # a module's scenario must never replace another's (e.g. the REST "kill")
+            raise SystemExit(f"{module.name}: scenario names already taken: {taken}")
+        found.update(added)
     return found
 
 

@@ -46,6 +46,16 @@ def reattach(args):
     return {"listed": listed, "stdout": result.stdout, "exit_code": result.exit_code}
 
 
+def close_stdin(args):
+    """`cat` reads what is sent, then ends at the end of its input: stdin closed."""
+    sbx = _sandbox(args)
+    handle = sbx.commands.run("cat", background=True, stdin=True)
+    sbx.commands.send_stdin(handle.pid, "to cat\n")
+    sbx.commands.close_stdin(handle.pid)
+    result = handle.wait()
+    return {"stdout": result.stdout, "exit_code": result.exit_code}
+
+
 def connect_unknown(args):
     sbx = _sandbox(args)
     try:
@@ -121,8 +131,9 @@ SCENARIOS = {
     "run_foreground": run_foreground,
     "start_background": start_background,
     "reattach": reattach,
+    "close_stdin": close_stdin,
     "connect_unknown": connect_unknown,
-    "kill": kill,
+    "commands_kill": kill,
     "pty": pty,
     "token": token,
 }
