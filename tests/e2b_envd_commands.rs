@@ -5,10 +5,10 @@
 
 mod harness;
 
-use harness::e2b_sdk::{Sdk, api_up, ensure_sleep_crd, free_port, key_for, options};
-use harness::objects::wait_ready;
+use harness::e2b_sdk::{
+    Sdk, api_up, created_and_ran, ensure_sleep_crd, free_port, key_for, options,
+};
 use harness::tenant::tenant;
-use sandbox_operator::e2bapi::id;
 use serde_json::{Value, json};
 
 #[tokio::test]
@@ -19,10 +19,7 @@ async fn the_python_sdk_runs_commands_and_ptys_through_envd() {
     let key = key_for(&a.ns);
     api_up(port).await;
     let sdk = Sdk::python(port);
-    let created = sdk.ok(&key, "create", json!({"timeout": 600}));
-    let sid = created["sandbox_id"].as_str().expect("id").to_string();
-    let object = id::parse(&sid).expect("an id of this API");
-    wait_ready(&a.api, &object.name, &a.op).await;
+    let sid = created_and_ran(&sdk, &key);
     let on = json!({"sandbox_id": sid});
 
     foreground(&sdk, &key, &on);

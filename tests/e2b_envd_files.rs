@@ -7,10 +7,10 @@
 
 mod harness;
 
-use harness::e2b_sdk::{Sdk, api_up, ensure_sleep_crd, free_port, key_for, options};
-use harness::objects::wait_ready;
+use harness::e2b_sdk::{
+    Sdk, api_up, created_and_ran, ensure_sleep_crd, free_port, key_for, options,
+};
 use harness::tenant::tenant;
-use sandbox_operator::e2bapi::id;
 use serde_json::{Value, json};
 
 const DIR: &str = "/tmp/e2b-files";
@@ -34,10 +34,7 @@ async fn the_python_sdk_writes_reads_lists_moves_removes_and_watches_files() {
     let key = key_for(&t.ns);
     api_up(port).await;
     let sdk = Sdk::python(port);
-    let created = sdk.ok(&key, "create", json!({"timeout": 600}));
-    let sid = created["sandbox_id"].as_str().expect("id").to_string();
-    let object = id::parse(&sid).expect("an id of this API");
-    wait_ready(&t.api, &object.name, &t.op).await;
+    let sid = created_and_ran(&sdk, &key);
     let args = json!({"sandbox_id": sid, "dir": DIR});
 
     write_and_read(&sdk, &key, &args);

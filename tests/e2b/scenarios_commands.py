@@ -10,6 +10,13 @@ def _sandbox(args):
     return Sandbox.connect(args["sandbox_id"])
 
 
+def create_and_run(args):
+    """Sandbox.create, then a command at once: create answers once the sandbox runs."""
+    sbx = Sandbox.create(timeout=args["timeout"])
+    r = sbx.commands.run("echo hi")
+    return {"sandbox_id": sbx.sandbox_id, "stdout": r.stdout, "exit_code": r.exit_code}
+
+
 def run_foreground(args):
     sbx = _sandbox(args)
     ok = sbx.commands.run(
@@ -128,6 +135,7 @@ def token(args):
 
 
 SCENARIOS = {
+    "create_and_run": create_and_run,
     "run_foreground": run_foreground,
     "start_background": start_background,
     "reattach": reattach,

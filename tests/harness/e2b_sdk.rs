@@ -138,6 +138,15 @@ impl Sdk {
     }
 }
 
+/// A sandbox made by `Sandbox.create()` and used at once by `commands.run("echo hi")` in
+/// the same SDK process, as an SDK user does (create answers once the sandbox runs); its id.
+pub fn created_and_ran(sdk: &Sdk, key: &str) -> String {
+    let r = sdk.ok(key, "create_and_run", serde_json::json!({"timeout": 600}));
+    assert_eq!(r["stdout"], "hi\n", "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    r["sandbox_id"].as_str().expect("id").to_string()
+}
+
 /// A ServiceAccount allowed to manage Sandboxes in `ns`, and an API key Secret for it.
 pub fn key_for(ns: &str) -> String {
     let key = format!("e2b_{}", unique("k").replace('-', ""));
