@@ -15,7 +15,7 @@ use harness::e2b_sdk::{
 };
 use harness::kubernetes::Kubernetes;
 use harness::objects::{wait_gone, wait_ready_within};
-use harness::operator::Operator;
+use harness::operator::{Operator, OperatorOptions};
 use harness::tenant::tenant;
 use harness::world::World;
 use harness::{unique, wait_for};
@@ -52,6 +52,8 @@ async fn on_docker(sdk: fn(u16) -> Sdk) {
     let port = free_port();
     let a = tenant("e2b-a", &options(port)).await;
     let b = namespace("e2b-b").await;
+    // The other key's sandboxes run too: create answers once a sandbox runs.
+    let _op_b = Operator::start(&b, &b, &OperatorOptions::default());
     api_up(port).await;
     let home = Home {
         ns: &a.ns,
@@ -98,6 +100,11 @@ async fn on_kubernetes(body: Body) {
     let world = World::<Kubernetes>::kubernetes("e2b-k").await;
     let op = world.operator(&api_config(port), vec![]);
     let b = namespace("e2b-kb").await;
+    let b_options = OperatorOptions {
+        config_extra: world.config("", ""),
+        ..OperatorOptions::default()
+    };
+    let op_b = Operator::start(&b, &b, &b_options);
     api_up(port).await;
     let pods = world.pods().await;
     let home = Home {
@@ -107,7 +114,7 @@ async fn on_kubernetes(body: Body) {
         pods: Some(&pods),
     };
     body(&Sdk::python(port), &home, &b).await;
-    drop(op);
+    drop((op, op_b));
     for ns in [&world.ns, &b] {
         let _ = kubectl(&["delete", "namespace", ns, "--wait=false"], None);
     }

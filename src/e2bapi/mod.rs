@@ -12,6 +12,7 @@
 //!   answers of get and list; [`token`]: envd access tokens;
 //! - [`routes`], [`list`] and [`logs`]: the REST handlers, each starting from a [`caller`] (the key
 //!   checked, the sandbox found); [`error`]: the `{code, message}` errors;
+//! - [`ready`]: waiting until a created or resumed sandbox runs, as E2B answers;
 //! - [`envd`]: the in-sandbox daemon's protocol, on the same listener, reaching the sandbox
 //!   through the provider seam (the access layer's directory), never a provider module.
 //!
@@ -26,6 +27,7 @@ pub mod keys;
 pub mod list;
 pub mod logs;
 pub mod mapping;
+pub mod ready;
 pub mod routes;
 pub mod settings;
 pub mod token;

@@ -21,7 +21,7 @@ use super::keys::{Keys, Tenant};
 use super::mapping::{self, Boot};
 use super::token::TokenKey;
 use super::wire::{CreatedSandbox, NewSandbox, PauseRequest, RefreshRequest, TimeoutRequest};
-use super::{id, list, view};
+use super::{id, list, ready, view};
 use crate::api::{Sandbox, SandboxTemplate};
 
 /// The field manager of this API's writes.
@@ -105,10 +105,12 @@ async fn create(c: Caller, raw: Bytes) -> Result<Response, ApiError> {
         field_manager: Some(FIELD_MANAGER.into()),
         ..PostParams::default()
     };
-    api.create(&params, &sandbox)
+    let made = api
+        .create(&params, &sandbox)
         .await
         .map_err(|e| ApiError::from_kube("creating the Sandbox", e))?;
     tracing::info!(namespace = %tenant.namespace, name = %object.name, key = %tenant.key_name, "E2B API: created a sandbox");
+    ready::running(&api, &made, &sid).await?;
     Ok(json(
         StatusCode::CREATED,
         &created(&s, &sid, &request.template_id),
@@ -174,8 +176,8 @@ async fn kill(t: Target) -> Result<StatusCode, ApiError> {
     }
 }
 
-/// A merge patch of the target's spec, as the key's ServiceAccount.
-async fn patch_spec(t: &Target, spec: serde_json::Value) -> Result<(), ApiError> {
+/// A merge patch of the target's spec, as the key's ServiceAccount; the Sandbox as written.
+async fn patch_spec(t: &Target, spec: serde_json::Value) -> Result<Sandbox, ApiError> {
     let name = kube::ResourceExt::name_any(&t.sandbox);
     let patch = serde_json::json!({"spec": spec});
     let params = PatchParams {
@@ -186,8 +188,7 @@ async fn patch_spec(t: &Target, spec: serde_json::Value) -> Result<(), ApiError>
         .api
         .patch(&name, &params, &Patch::Merge(&patch))
         .await
-        .map_err(|e| ApiError::from_kube("updating the Sandbox", e))?;
-    Ok(())
+        .map_err(|e| ApiError::from_kube("updating the Sandbox", e))
 }
 
 /// The lifetime `timeout` seconds from now, with the sandbox's own action.
@@ -213,12 +214,13 @@ async fn refresh(t: Target, raw: Bytes) -> Result<StatusCode, ApiError> {
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// Moves the end to `secs` from now unless it is already later (TTL is only extended).
-async fn extend(t: &Target, secs: i64) -> Result<(), ApiError> {
+/// Moves the end to `secs` from now unless it is already later (TTL is only extended);
+/// the Sandbox as it now is.
+async fn extend(t: &Target, secs: i64) -> Result<Sandbox, ApiError> {
     let wanted = Utc::now() + chrono::Duration::seconds(secs.max(0));
     let end = t.sandbox.spec.lifetime.as_ref().and_then(mapping::end_of);
     if end.is_some_and(|e| e >= wanted) {
-        return Ok(());
+        return Ok(t.sandbox.clone());
     }
     let lifetime = lifetime_from_now(&t.sandbox, secs)?;
     patch_spec(t, serde_json::json!({"lifetime": lifetime})).await
@@ -287,27 +289,26 @@ async fn resume(t: Target, raw: Bytes) -> Result<Response, ApiError> {
 }
 
 /// Connect (200 running, 201 resumed) and resume (409 when it runs): a paused sandbox runs
-/// again with its timeout from now; a running one only has its timeout extended.
+/// again with its timeout from now; a running one only has its timeout extended. Either
+/// answers once the sandbox runs, as create does.
 async fn wake(t: Target, raw: Bytes, only_paused: bool) -> Result<Response, ApiError> {
     let request: TimeoutRequest = body(&raw)?;
     refuse_wake_options(&request)?;
     let timeout = request.timeout.unwrap_or(mapping::DEFAULT_TIMEOUT_SECS);
     let paused = mapping::state_of(&t.sandbox, Utc::now()) == "paused";
-    let status = match (paused, only_paused) {
+    let (status, now) = match (paused, only_paused) {
         (false, true) => {
             let msg = format!("sandbox {:?} is not paused", t.sid);
             return Err(ApiError::conflict(msg));
         }
-        (false, false) => {
-            extend(&t, timeout).await?;
-            StatusCode::OK
-        }
+        (false, false) => (StatusCode::OK, extend(&t, timeout).await?),
         (true, _) => {
             let lifetime = lifetime_from_now(&t.sandbox, timeout)?;
-            patch_spec(&t, serde_json::json!({"state": null, "lifetime": lifetime})).await?;
-            StatusCode::CREATED
+            let spec = serde_json::json!({"state": null, "lifetime": lifetime});
+            (StatusCode::CREATED, patch_spec(&t, spec).await?)
         }
     };
+    ready::running(&t.caller.api, &now, &t.sid).await?;
     let template = view::template_of(&t.sandbox);
     let answer = created(&t.caller.state, &t.sid, &template);
     Ok(json(status, &answer))
