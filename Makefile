@@ -54,6 +54,8 @@ bench:
 	bash bench/runtimes.sh
 	bash bench/egress.sh
 	bash bench/access.sh
+	bash bench/pool.sh
+	bash bench/e2b.sh
 
 ## The operator image, built locally (no registry needed): the release binary is compiled on
 ## the host and stripped into target/image/, then the multi-stage Dockerfile (FROM the local
