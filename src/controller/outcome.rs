@@ -450,16 +450,20 @@ where
         if decision.then == Then::AwaitChange {
             return Ok(Action::await_change());
         }
-        if let Some((type_, reason, note)) = decision.event {
-            publish(self.ctx, self.object, type_, &reason, &reason, note).await;
-        }
+        // The Event and the status go out together: neither waits for the other (a claim's
+        // Ready is one status write away, and the Event is only a record of it).
+        let event = async {
+            if let Some((type_, reason, note)) = decision.event {
+                publish(self.ctx, self.object, type_, &reason, &reason, note).await;
+            }
+        };
         let generation = if decision.finishes_generation {
             self.object.meta().generation
         } else {
             current.observed_generation()
         };
         apply(&mut next, &decision.health, decision.hold, generation);
-        let saved = self.save(current, &next).await;
+        let ((), saved) = tokio::join!(event, self.save(current, &next));
         match (decision.then, outcome) {
             (Then::Retry, Outcome::Failed { error, .. } | Outcome::Held { error, .. }) => {
                 Err(error)

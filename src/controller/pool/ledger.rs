@@ -52,11 +52,27 @@ pub async fn write(
 pub async fn change<T>(
     api: &Api<SandboxWarmPool>,
     name: &str,
+    edit: impl FnMut(&SandboxWarmPool, &mut Vec<LedgerEntry>) -> Option<T>,
+) -> Result<Option<(T, SandboxWarmPool)>> {
+    change_from(api, name, None, edit).await
+}
+
+/// [`change`], deciding the first attempt on `read` — the pool as the caller has just read
+/// it — instead of reading it again: a claim saves a round trip, and a stale copy costs
+/// nothing but the 409 that sends it to a fresh read.
+pub async fn change_from<T>(
+    api: &Api<SandboxWarmPool>,
+    name: &str,
+    mut read: Option<SandboxWarmPool>,
     mut edit: impl FnMut(&SandboxWarmPool, &mut Vec<LedgerEntry>) -> Option<T>,
 ) -> Result<Option<(T, SandboxWarmPool)>> {
     for _ in 0..ATTEMPTS {
-        let Some(pool) = api.get_opt(name).await? else {
-            return Ok(None);
+        let pool = match read.take() {
+            Some(pool) => pool,
+            None => match api.get_opt(name).await? {
+                Some(pool) => pool,
+                None => return Ok(None),
+            },
         };
         let mut ledger = pool.status.clone().unwrap_or_default().ledger;
         let Some(done) = edit(&pool, &mut ledger) else {

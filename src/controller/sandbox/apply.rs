@@ -84,7 +84,9 @@ async fn converge(
     let sandbox = effective.as_ref().unwrap_or(r.object);
     let handle = provider(r, sandbox, pass)?;
     admit(r, sctx, pass).await?;
-    let touched = record_external_name(r, &uid, added, pass).await?;
+    // Whether a provider call was ever made for this object: the external name is written
+    // before the first one (see `record_external_name`).
+    let touched = pass.current.external_name.is_some();
     let (deadline, parked) = idleness(r, pass, lifetime(r).await?).await;
     let (resolved, env) = dereference(sctx, r.object, sandbox, &handle).await?;
     let mut desired = build(r, sandbox, &resolved, &deadline, parked)?;
@@ -92,6 +94,7 @@ async fn converge(
         Some(pool) => claim::settle(r, &handle, pool, &desired, touched, pass).await?,
         None => None,
     };
+    record_external_name(r, &uid, added, proof.is_none(), pass).await?;
     let observed = if touched || proof.is_some() {
         observe_first(r, &handle, &pass.current, &uid, proof.as_ref()).await?
     } else {
@@ -167,21 +170,21 @@ async fn admit(r: &Report<'_, Sandbox>, sctx: &SandboxContext, pass: &Pass) -> R
     budgets.admit(&latest, &r.ctx.providers).await
 }
 
-/// Writes the external name into status BEFORE any provider call, so a crash after the
-/// create leaves a record of what to look for, and waits for our finalizer. Returns whether
-/// a provider call was ever made for this object (the name is written before the first one):
-/// if not, there is nothing to observe or adopt yet.
+/// Writes the external name into status BEFORE any provider call that may create, so a
+/// crash after the create leaves a record of what to look for, and waits for our finalizer.
+/// A warm claim (`before_create` false) creates nothing — the pool's ledger already records
+/// its member — so its name goes out with the pass's last status write instead of one of its
+/// own: one round trip fewer on the claim path.
 async fn record_external_name(
     r: &Report<'_, Sandbox>,
     uid: &str,
     added: FinalizerAdded,
+    before_create: bool,
     pass: &mut Pass,
-) -> Result<bool, Outcome> {
+) -> Result<(), Outcome> {
     let external = build::external_name(uid);
-    let touched = pass.current.external_name.is_some();
     if pass.current.external_name.as_deref() == Some(external.as_str()) {
-        added.wait().await?;
-        return Ok(touched);
+        return added.wait().await;
     }
     let generation = r.object.metadata.generation;
     pass.next.external_name = Some(external.clone());
@@ -193,11 +196,14 @@ async fn record_external_name(
         &status::now(),
     );
     pass.next.observed_generation = generation;
+    if !before_create {
+        return added.wait().await;
+    }
     let (saved, finalized) = tokio::join!(r.save(&pass.current, &pass.next), added.wait());
     saved?;
     finalized?;
     pass.current = pass.next.clone();
-    Ok(touched)
+    Ok(())
 }
 
 /// `spec.lifetime`: a passed deadline deletes the Sandbox (its cleanup destroys the sandbox).

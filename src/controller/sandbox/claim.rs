@@ -122,7 +122,7 @@ pub async fn settle(
 ) -> Result<Option<Claim>, Outcome> {
     let uid = r.object.uid().unwrap_or_default();
     if let Some(proof) = crate::claims::of(pool, &uid) {
-        record(r, pass, &proof.member).await?;
+        record(pass, &proof.member);
         return Ok(Some(proof));
     }
     if pass.current.claim.is_some() || (touched && created_cold(handle, &uid).await?) {
@@ -135,7 +135,7 @@ pub async fn settle(
     match &proof {
         Some(p) => {
             r.ctx.failpoint("claim-after-ledger");
-            record(r, pass, &p.member).await?;
+            record(pass, &p.member);
         }
         None => pass.next.claim = Some(COLD.into()),
     }
@@ -151,20 +151,13 @@ async fn created_cold(handle: &ProviderHandle, uid: &str) -> Result<bool, Outcom
     Ok(!found.is_empty())
 }
 
-/// Records the claimed member in status (after the ledger, never before).
-async fn record(r: &Report<'_, Sandbox>, pass: &mut Pass, member: &str) -> Result<(), Outcome> {
-    if pass.current.sandbox_id.as_deref() == Some(member)
-        && pass.current.claim.as_deref() == Some(WARM)
-    {
-        return Ok(());
-    }
+/// Records the claimed member in the status this pass writes (after the ledger, never
+/// before). No write of its own: until the pass's status write lands, the ledger's entry
+/// naming this Sandbox's UID is the record, and a pass interrupted before it finds the entry
+/// and records it again (the first branch of [`settle`]).
+fn record(pass: &mut Pass, member: &str) {
     pass.next.sandbox_id = Some(member.to_string());
     pass.next.claim = Some(WARM.into());
-    r.save(&pass.current, &pass.next)
-        .await
-        .map_err(Error::from)?;
-    pass.current = pass.next.clone();
-    Ok(())
 }
 
 /// Takes a Ready member of the pool: one that runs and was built to the very spec this
@@ -192,7 +185,7 @@ async fn take(
     };
     let api: Api<SandboxWarmPool> =
         Api::namespaced(r.ctx.client.clone(), &pool.namespace().unwrap_or_default());
-    let taken = ledger::change(&api, &pool.name_any(), |_, entries| {
+    let taken = ledger::change_from(&api, &pool.name_any(), Some(pool.clone()), |_, entries| {
         let member = pick(&ready, &claimant.uid, |id| {
             entries.iter().any(|e| e.member == id)
         })?;
