@@ -20,11 +20,13 @@ const entry = (e) => ({
 
 const sameBytes = (a, b) => a.length === b.length && a.every((v, i) => v === b[i]);
 
-/** Waits until `seen` holds an event of type `wanted`, or the deadline passes. */
-async function until(seen, wanted, deadline) {
-  while (!seen.some((e) => e.type === wanted) && Date.now() < deadline) {
+/** Waits until `seen` holds an event of type `wanted` from index `from` on, or the deadline
+ * passes; the index past what was seen then. */
+async function until(seen, wanted, deadline, from = 0) {
+  while (!seen.slice(from).some((e) => e.type === wanted) && Date.now() < deadline) {
     await new Promise((resolve) => setTimeout(resolve, 50));
   }
+  return seen.length;
 }
 
 const named = (events) => events.map((e) => ({ name: e.name, type: e.type }));
@@ -104,7 +106,7 @@ export default function scenarios(Sandbox) {
     const deadline = Date.now() + 30_000;
     const phase = async (wanted) => {
       const from = seen.length;
-      await until(seen, wanted, deadline);
+      await until(seen, wanted, deadline, from);
       return named(seen.slice(from));
     };
     await s.files.write(`${d}/w.txt`, "one");
@@ -128,14 +130,15 @@ export default function scenarios(Sandbox) {
       timeoutMs: 60_000,
     });
     const deadline = () => Date.now() + 30_000;
+    let from = seen.length;
     await s.files.write(`${d}/s.txt`, "one");
-    await until(seen, "create", deadline());
+    from = await until(seen, "create", deadline(), from);
     await s.files.write(`${d}/s.txt`, "two, longer");
-    await until(seen, "write", deadline());
+    from = await until(seen, "write", deadline(), from);
     await s.files.rename(`${d}/s.txt`, `${d}/t.txt`);
-    await until(seen, "rename", deadline());
+    from = await until(seen, "rename", deadline(), from);
     await s.files.remove(`${d}/t.txt`);
-    await until(seen, "remove", deadline());
+    await until(seen, "remove", deadline(), from);
     await handle.stop();
     return {
       events: named(seen),
