@@ -61,7 +61,8 @@ enum Hibernation {
 }
 
 /// The whole envd body with the Python and the JS SDK at once, each on a thread with a
-/// runtime of its own (the SDK drivers are blocking child processes).
+/// runtime of its own (the SDK drivers are blocking child processes), each SDK's scenarios
+/// answered by one driver process ([`Sdk::serving`]).
 fn both_sdks(port: u16, key: &str, hibernation: Hibernation) {
     std::thread::scope(|scope| {
         let sdks: [fn(u16) -> Sdk; 2] = [Sdk::python, Sdk::js];
@@ -71,7 +72,7 @@ fn both_sdks(port: u16, key: &str, hibernation: Hibernation) {
                     .enable_all()
                     .build()
                     .expect("a runtime");
-                runtime.block_on(envd(&sdk(port), key, port, hibernation));
+                runtime.block_on(envd(&sdk(port).serving(), key, port, hibernation));
             });
         }
     });

@@ -2,6 +2,8 @@
 // the version pinned in tests/setup/e2b-js.sh; E2B_JS_MODULES names its node_modules).
 //
 // Usage: node driver.mjs SCENARIO '{"json": "arguments"}'
+//        node driver.mjs serve   (one {"scenario": NAME, "args": {...}} a line on stdin, one
+//                                 answer a line on stdout: many scenarios for one start of Node)
 //
 // The scenario names, their arguments and their JSON answers are those of driver.py's REST
 // scenarios (and each tests/e2b/scenarios_*.mjs module ports the scenarios_*.py of its name),
@@ -111,19 +113,30 @@ async function allScenarios() {
   return found;
 }
 
-async function main() {
-  const [scenario, raw] = process.argv.slice(2);
-  const args = JSON.parse(raw ?? "{}");
-  const scenarios = await allScenarios();
-  let result;
+async function answer(scenarios, scenario, args) {
   try {
     const run = scenarios[scenario];
     if (!run) throw new Error(`no scenario ${JSON.stringify(scenario)}`);
-    result = await run(args);
+    return await run(args);
   } catch (e) {
     // The test asserts on the SDK's error name and message.
-    result = { error: e?.name ?? "Error", message: String(e?.message ?? e) };
+    return { error: e?.name ?? "Error", message: String(e?.message ?? e) };
   }
+}
+
+async function main() {
+  const [scenario, raw] = process.argv.slice(2);
+  const scenarios = await allScenarios();
+  if (scenario === "serve") {
+    const { createInterface } = await import("node:readline");
+    for await (const line of createInterface({ input: process.stdin })) {
+      const asked = JSON.parse(line);
+      const result = await answer(scenarios, asked.scenario, asked.args);
+      await new Promise((done) => process.stdout.write(`${JSON.stringify(result)}\n`, done));
+    }
+    process.exit(0);
+  }
+  const result = await answer(scenarios, scenario, JSON.parse(raw ?? "{}"));
   // Exit once the answer is out: an open stream (a background command, a watch) would keep
   // Node running, where a Python driver's process ends with its main thread.
   process.stdout.write(`${JSON.stringify(result)}\n`, () => process.exit(0));

@@ -1,7 +1,7 @@
 //! envd's process service (src/e2bapi/envd/process) driven by an official E2B SDK's
-//! `commands` and `pty` modules (tests/e2b/scenarios_commands.py and .mjs). Each scenario is a
-//! separate SDK process that connects to the sandbox, so a reattach really comes from another
-//! client.
+//! `commands` and `pty` modules (tests/e2b/scenarios_commands.py and .mjs). Each scenario
+//! connects to the sandbox afresh (`Sandbox.connect`), so a reattach comes from another
+//! client than the one that started the process.
 
 use serde_json::{Value, json};
 
