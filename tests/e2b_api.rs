@@ -3,7 +3,8 @@
 //! pinned in tests/setup/e2b-js.sh, tests/e2b/driver.mjs) — against the real API server, on
 //! the Docker provider and on the Kubernetes provider (Pods on the test nodes). API keys are
 //! Secrets in two namespaces, each key acting as a ServiceAccount whose Role allows
-//! Sandboxes. One body ([`rest_api`]) runs with each SDK and provider.
+//! Sandboxes. One body ([`rest_api`]) runs with each SDK and provider; it also checks that
+//! `set_timeout` is enforced and that envd opens a sandbox to its own token only.
 
 mod harness;
 
@@ -62,7 +63,7 @@ async fn on_docker(sdk: fn(u16) -> Sdk) {
         pods: None,
         port,
     };
-    rest_api(&sdk(port), &home, &b).await;
+    rest_api(&sdk(port).serving(), &home, &b).await;
 }
 
 /// The REST body with the Python SDK against an operator on the Kubernetes provider: every
@@ -70,14 +71,20 @@ async fn on_docker(sdk: fn(u16) -> Sdk) {
 /// kill. The template alias boots the base image, which the test nodes have imported.
 #[tokio::test]
 async fn the_python_sdk_drives_the_rest_api_on_kubernetes() {
-    on_kubernetes(|sdk, home, b| Box::pin(rest_api(sdk, home, b))).await;
+    on_kubernetes(Sdk::python, |sdk, home, b| Box::pin(rest_api(sdk, home, b))).await;
+}
+
+/// The same with the JS SDK.
+#[tokio::test]
+async fn the_js_sdk_drives_the_rest_api_on_kubernetes() {
+    on_kubernetes(Sdk::js, |sdk, home, b| Box::pin(rest_api(sdk, home, b))).await;
 }
 
 /// autoPause on the Kubernetes provider: at its timeout the sandbox must sleep (its Pod
 /// stopped), and connect runs it again.
 #[tokio::test]
 async fn auto_pause_on_kubernetes_sleeps_the_sandbox() {
-    on_kubernetes(|sdk, home, _| {
+    on_kubernetes(Sdk::python, |sdk, home, _| {
         Box::pin(async move {
             let key = key_for(home.ns);
             once_key_read(sdk, &key, "list", json!({}));
@@ -93,9 +100,9 @@ type Body = for<'a> fn(
     &'a str,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
 
-/// `body` with the Python SDK against an operator on the Kubernetes provider, with a
-/// second namespace for the other key.
-async fn on_kubernetes(body: Body) {
+/// `body` with `sdk` against an operator on the Kubernetes provider, with a second
+/// namespace for the other key.
+async fn on_kubernetes(sdk: fn(u16) -> Sdk, body: Body) {
     ensure_sleep_crd();
     let port = free_port();
     let world = World::<Kubernetes>::kubernetes("e2b-k").await;
@@ -115,7 +122,7 @@ async fn on_kubernetes(body: Body) {
         pods: Some(&pods),
         port,
     };
-    body(&Sdk::python(port), &home, &b).await;
+    body(&sdk(port).serving(), &home, &b).await;
     drop((op, op_b));
     for ns in [&world.ns, &b] {
         let _ = kubectl(&["delete", "namespace", ns, "--wait=false"], None);

@@ -4,6 +4,7 @@
 //! The SDK reaches envd through the same listener (`E2B_SANDBOX_URL`), as a platform team
 //! that fronts the operator with one Service would.
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
@@ -65,14 +66,13 @@ pub struct Sdk {
     interpreter: PathBuf,
     modules: Option<PathBuf>,
     url: String,
-    /// With [`Sdk::serving`]: one driver process answering every scenario of a key.
-    server: Option<Mutex<Option<Server>>>,
+    /// With [`Sdk::serving`]: per key, one driver process answering its scenarios.
+    server: Option<Mutex<HashMap<String, Server>>>,
 }
 
 /// A driver started as `driver serve` for one key: a scenario a line in, an answer a line
 /// out, so a test of many scenarios starts the interpreter and the SDK once, not each time.
 struct Server {
-    key: String,
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -127,7 +127,7 @@ impl Sdk {
     /// each scenario still connects to its sandbox afresh, as another client would, but the
     /// interpreter and the SDK start once.
     pub fn serving(mut self) -> Sdk {
-        self.server = Some(Mutex::new(None));
+        self.server = Some(Mutex::new(HashMap::new()));
         self
     }
 
@@ -170,19 +170,18 @@ impl Sdk {
         })
     }
 
-    /// [`Sdk::run`] by the driver serving `key` (started, or restarted for another key).
+    /// [`Sdk::run`] by the driver serving `key` (started on its first scenario).
     fn served(
         &self,
-        server: &Mutex<Option<Server>>,
+        servers: &Mutex<HashMap<String, Server>>,
         key: &str,
         scenario: &str,
         args: Value,
     ) -> Value {
-        let mut server = server.lock().unwrap_or_else(|e| e.into_inner());
-        if server.as_ref().is_none_or(|s| s.key != key) {
-            *server = Some(self.serve(key));
-        }
-        let s = server.as_mut().expect("a server");
+        let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
+        let s = servers
+            .entry(key.to_string())
+            .or_insert_with(|| self.serve(key));
         let asked = serde_json::json!({"scenario": scenario, "args": args});
         writeln!(s.stdin, "{asked}").expect("ask the SDK driver");
         let mut line = String::new();
@@ -203,7 +202,6 @@ impl Sdk {
             .spawn()
             .expect("start the SDK driver");
         Server {
-            key: key.to_string(),
             stdin: child.stdin.take().expect("stdin"),
             stdout: BufReader::new(child.stdout.take().expect("stdout")),
             child,
