@@ -151,6 +151,16 @@ mod tests {
     }
 
     #[test]
+    fn a_stream_that_fails_first_is_http_200_with_the_error_at_its_end() {
+        let answer = stream_failed(&EnvdError::new(Code::NotFound, "no pid 7"));
+        assert_eq!(answer.status(), StatusCode::OK);
+        assert_eq!(
+            answer.headers()[header::CONTENT_TYPE],
+            "application/connect+json"
+        );
+    }
+
+    #[test]
     fn the_keepalive_interval_is_the_clients_in_whole_seconds_at_least_one() {
         let mut h = HeaderMap::new();
         assert_eq!(keepalive(&h), None);
