@@ -3,7 +3,8 @@
 //! pinned in tests/setup/e2b-js.sh, tests/e2b/driver.mjs) — against the real API server, on
 //! the Docker provider and on the Kubernetes provider (Pods on the test nodes). API keys are
 //! Secrets in two namespaces, each key acting as a ServiceAccount whose Role allows
-//! Sandboxes. One body ([`rest_api`]) runs with each SDK and provider.
+//! Sandboxes. One body ([`rest_api`]) runs with each SDK and provider; it also checks that
+//! `set_timeout` is enforced and that envd opens a sandbox to its own token only.
 
 mod harness;
 
@@ -60,8 +61,9 @@ async fn on_docker(sdk: fn(u16) -> Sdk) {
         api: &a.api,
         op: &a.op,
         pods: None,
+        port,
     };
-    rest_api(&sdk(port), &home, &b).await;
+    rest_api(&sdk(port).serving(), &home, &b).await;
 }
 
 /// The REST body with the Python SDK against an operator on the Kubernetes provider: every
@@ -69,14 +71,20 @@ async fn on_docker(sdk: fn(u16) -> Sdk) {
 /// kill. The template alias boots the base image, which the test nodes have imported.
 #[tokio::test]
 async fn the_python_sdk_drives_the_rest_api_on_kubernetes() {
-    on_kubernetes(|sdk, home, b| Box::pin(rest_api(sdk, home, b))).await;
+    on_kubernetes(Sdk::python, |sdk, home, b| Box::pin(rest_api(sdk, home, b))).await;
+}
+
+/// The same with the JS SDK.
+#[tokio::test]
+async fn the_js_sdk_drives_the_rest_api_on_kubernetes() {
+    on_kubernetes(Sdk::js, |sdk, home, b| Box::pin(rest_api(sdk, home, b))).await;
 }
 
 /// autoPause on the Kubernetes provider: at its timeout the sandbox must sleep (its Pod
 /// stopped), and connect runs it again.
 #[tokio::test]
 async fn auto_pause_on_kubernetes_sleeps_the_sandbox() {
-    on_kubernetes(|sdk, home, _| {
+    on_kubernetes(Sdk::python, |sdk, home, _| {
         Box::pin(async move {
             let key = key_for(home.ns);
             once_key_read(sdk, &key, "list", json!({}));
@@ -92,9 +100,9 @@ type Body = for<'a> fn(
     &'a str,
 ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + 'a>>;
 
-/// `body` with the Python SDK against an operator on the Kubernetes provider, with a
-/// second namespace for the other key.
-async fn on_kubernetes(body: Body) {
+/// `body` with `sdk` against an operator on the Kubernetes provider, with a second
+/// namespace for the other key.
+async fn on_kubernetes(sdk: fn(u16) -> Sdk, body: Body) {
     ensure_sleep_crd();
     let port = free_port();
     let world = World::<Kubernetes>::kubernetes("e2b-k").await;
@@ -112,8 +120,9 @@ async fn on_kubernetes(body: Body) {
         api: &world.api,
         op: &op,
         pods: Some(&pods),
+        port,
     };
-    body(&Sdk::python(port), &home, &b).await;
+    body(&sdk(port).serving(), &home, &b).await;
     drop((op, op_b));
     for ns in [&world.ns, &b] {
         let _ = kubectl(&["delete", "namespace", ns, "--wait=false"], None);
@@ -127,6 +136,8 @@ struct Home<'a> {
     op: &'a Operator,
     /// The provider's Pods, on the Kubernetes provider.
     pods: Option<&'a Api<Pod>>,
+    /// The E2B API's (and envd's) port on loopback.
+    port: u16,
 }
 
 impl Home<'_> {
@@ -238,14 +249,14 @@ async fn rest_api(sdk: &Sdk, a: &Home<'_>, b: &str) {
     if a.pods.is_none() {
         auto_pause(sdk, &key_a, a.api).await;
     }
+    envd_refuses_other_tenants(sdk, a.port, (&key_a, &key_b), (&alice, &other)).await;
     kill_and_gone(sdk, &key_a, a, (&alice, pod_of(&sandbox)), (&other, b)).await;
+    timeout_enforced(sdk, &key_a, a, &bob).await;
 
-    for (key, sid) in [(&key_a, &bob), (&key_b, &other)] {
-        assert_eq!(
-            sdk.ok(key, "kill", json!({"sandbox_id": sid}))["killed"],
-            true
-        );
-    }
+    assert_eq!(
+        sdk.ok(&key_b, "kill", json!({"sandbox_id": other}))["killed"],
+        true
+    );
     let _ = kubectl(&["delete", "namespace", b, "--wait=false"], None);
 }
 
@@ -453,6 +464,82 @@ fn once_key_read(sdk: &Sdk, key: &str, scenario: &str, args: Value) -> Value {
             return answer;
         }
     }
+}
+
+/// `set_timeout` to a few seconds is enforced: the sandbox (and on Kubernetes its Pod) is
+/// gone soon after, with no kill.
+async fn timeout_enforced(sdk: &Sdk, key: &str, home: &Home<'_>, sid: &str) {
+    let name = id::parse(sid).expect("id").name;
+    let pod = pod_of(&home.api.get(&name).await.expect("the sandbox"));
+    sdk.ok(key, "set_timeout", json!({"sandbox_id": sid, "timeout": 3}));
+    home.gone(&name, Some(pod)).await;
+    let gone = sdk.run(key, "info", json!({"sandbox_id": sid}));
+    assert_eq!(gone["error"], sdk.error_name("SandboxNotFound"), "{gone}");
+}
+
+/// envd opens a's sandbox only to a's own token: b's sandbox token, b's API key and no
+/// token at all are refused with 401 `unauthenticated`, for `commands.run` (the Connect
+/// stream `process.Process/Start`) and for `files.read` (`GET /files`), before anything is
+/// looked up. a's token opening both is the control that the requests are right.
+async fn envd_refuses_other_tenants(
+    sdk: &Sdk,
+    port: u16,
+    (key_a, key_b): (&str, &str),
+    (sid_a, sid_b): (&str, &str),
+) {
+    let token = |key: &str, sid: &str| {
+        let answer = sdk.ok(key, "token", json!({"sandbox_id": sid}));
+        answer["token"].as_str().expect("token").to_string()
+    };
+    let (token_a, token_b) = (token(key_a, sid_a), token(key_b, sid_b));
+    assert_ne!(token_a, token_b);
+    for (what, presented) in [
+        ("a's token", Some(token_a.as_str())),
+        ("b's token", Some(token_b.as_str())),
+        ("b's key", Some(key_b)),
+        ("no token", None),
+    ] {
+        let own = what == "a's token";
+        for (call, request) in envd_calls(port, sid_a) {
+            let request = match presented {
+                Some(t) => request.header("X-Access-Token", t),
+                None => request.header("X-API-KEY", key_b),
+            };
+            let answer = request.send().await.expect("envd answers");
+            let status = answer.status().as_u16();
+            let body = answer.text().await.unwrap_or_default();
+            if own {
+                assert_eq!(status, 200, "{call} with {what}: {body}");
+            } else {
+                assert_eq!(status, 401, "{call} with {what}: {body}");
+                assert!(
+                    body.contains("unauthenticated"),
+                    "{call} with {what}: {body}"
+                );
+            }
+        }
+    }
+}
+
+/// `commands.run("echo hi")` and `files.read("/etc/hostname")` on envd for `sid`, as the
+/// SDKs send them, without a token.
+fn envd_calls(port: u16, sid: &str) -> [(&'static str, reqwest::RequestBuilder); 2] {
+    let http = reqwest::Client::new();
+    let base = format!("http://127.0.0.1:{port}");
+    let start = br#"{"process":{"cmd":"/bin/bash","args":["-l","-c","echo hi"]}}"#;
+    let mut envelope = vec![0u8];
+    envelope.extend_from_slice(&(start.len() as u32).to_be_bytes());
+    envelope.extend_from_slice(start);
+    let run = http
+        .post(format!("{base}/process.Process/Start"))
+        .header("Content-Type", "application/connect+json")
+        .header("Connect-Protocol-Version", "1")
+        .header("E2b-Sandbox-Id", sid)
+        .body(envelope);
+    let read = http
+        .get(format!("{base}/files?path=/etc/hostname"))
+        .header("E2b-Sandbox-Id", sid);
+    [("commands.run", run), ("files.read", read)]
 }
 
 /// kill deletes the object (and on Kubernetes its Pod); a second kill, and a kill of

@@ -2,20 +2,26 @@
 // the version pinned in tests/setup/e2b-js.sh; E2B_JS_MODULES names its node_modules).
 //
 // Usage: node driver.mjs SCENARIO '{"json": "arguments"}'
+//        node driver.mjs serve   (one {"scenario": NAME, "args": {...}} a line on stdin, one
+//                                 answer a line on stdout: many scenarios for one start of Node)
 //
 // The scenario names, their arguments and their JSON answers are those of driver.py's REST
-// scenarios, so tests/e2b_api.rs runs one body with either SDK: arguments keep Python's
+// scenarios (and each tests/e2b/scenarios_*.mjs module ports the scenarios_*.py of its name),
+// so the Rust tests run one body with either SDK: arguments keep Python's
 // spelling (`timeout` in seconds, `lifecycle.on_timeout`, `network.allow_out`) and are
 // translated here to the JS SDK's (`timeoutMs`, `onTimeout`, `allowOut`). An SDK error is
 // printed as {"error": ERROR_NAME, "message": TEXT}; the JS SDK names its errors `...Error`
 // where Python's are `...Exception`, and the harness knows both.
 
+import { readdirSync } from "node:fs";
 import { createRequire } from "node:module";
 import path from "node:path";
+import { fileURLToPath, pathToFileURL } from "node:url";
 
 const modules = process.env.E2B_JS_MODULES;
 const require = createRequire(path.join(modules ?? process.cwd(), "driver.cjs"));
-const { Sandbox } = await import(require.resolve("e2b"));
+const sdk = await import(require.resolve("e2b"));
+const { Sandbox } = sdk;
 
 const camel = (s) => s.replace(/_([a-z])/g, (_, c) => c.toUpperCase());
 
@@ -91,19 +97,49 @@ const SCENARIOS = {
   kill,
 };
 
-async function main() {
-  const [scenario, raw] = process.argv.slice(2);
-  const args = JSON.parse(raw ?? "{}");
-  let result;
+/** These scenarios and every scenarios_*.mjs module's (its default export, given the SDK). */
+async function allScenarios() {
+  const here = path.dirname(fileURLToPath(import.meta.url));
+  const found = { ...SCENARIOS };
+  const names = readdirSync(here).filter((f) => /^scenarios_.*\.mjs$/.test(f));
+  for (const name of names.sort()) {
+    const module = await import(pathToFileURL(path.join(here, name)).href);
+    const added = module.default(Sandbox, sdk);
+    // A module's scenario must never replace another's (e.g. the REST "kill").
+    const taken = Object.keys(added).filter((k) => k in found);
+    if (taken.length) throw new Error(`${name}: scenario names already taken: ${taken}`);
+    Object.assign(found, added);
+  }
+  return found;
+}
+
+async function answer(scenarios, scenario, args) {
   try {
-    const run = SCENARIOS[scenario];
+    const run = scenarios[scenario];
     if (!run) throw new Error(`no scenario ${JSON.stringify(scenario)}`);
-    result = await run(args);
+    return await run(args);
   } catch (e) {
     // The test asserts on the SDK's error name and message.
-    result = { error: e?.name ?? "Error", message: String(e?.message ?? e) };
+    return { error: e?.name ?? "Error", message: String(e?.message ?? e) };
   }
-  process.stdout.write(`${JSON.stringify(result)}\n`);
+}
+
+async function main() {
+  const [scenario, raw] = process.argv.slice(2);
+  const scenarios = await allScenarios();
+  if (scenario === "serve") {
+    const { createInterface } = await import("node:readline");
+    for await (const line of createInterface({ input: process.stdin })) {
+      const asked = JSON.parse(line);
+      const result = await answer(scenarios, asked.scenario, asked.args);
+      await new Promise((done) => process.stdout.write(`${JSON.stringify(result)}\n`, done));
+    }
+    process.exit(0);
+  }
+  const result = await answer(scenarios, scenario, JSON.parse(raw ?? "{}"));
+  // Exit once the answer is out: an open stream (a background command, a watch) would keep
+  // Node running, where a Python driver's process ends with its main thread.
+  process.stdout.write(`${JSON.stringify(result)}\n`, () => process.exit(0));
 }
 
 await main();

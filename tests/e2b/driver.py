@@ -1,6 +1,8 @@
 """Drives the operator's E2B-compatible API with the official E2B Python SDK.
 
 Usage: driver.py SCENARIO '{"json": "arguments"}'
+       driver.py serve   (one {"scenario": NAME, "args": {...}} a line on stdin, one answer a
+                          line on stdout: many scenarios for one start of Python and the SDK)
 
 The SDK reads E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY and E2B_DOMAIN from the environment
 (set by tests/harness/e2b_sdk.rs). Each scenario prints one JSON object on stdout, which the
@@ -97,13 +99,22 @@ def all_scenarios():
     return found
 
 
-def main():
-    scenario, args = sys.argv[1], json.loads(sys.argv[2] if len(sys.argv) > 2 else "{}")
+def answer(scenarios, scenario, args):
     try:
-        result = all_scenarios()[scenario](args)
+        return scenarios[scenario](args)
     except Exception as e:  # the test asserts on the SDK's exception class and message
-        result = {"error": type(e).__name__, "message": str(e)}
-    print(json.dumps(result))
+        return {"error": type(e).__name__, "message": str(e)}
+
+
+def main():
+    scenarios = all_scenarios()
+    if sys.argv[1] == "serve":
+        for line in sys.stdin:
+            asked = json.loads(line)
+            print(json.dumps(answer(scenarios, asked["scenario"], asked["args"])), flush=True)
+        return
+    args = json.loads(sys.argv[2] if len(sys.argv) > 2 else "{}")
+    print(json.dumps(answer(scenarios, sys.argv[1], args)))
 
 
 if __name__ == "__main__":

@@ -37,6 +37,22 @@ def run_foreground(args):
     }
 
 
+def run(args):
+    """Any command, its output and exit code (a non-zero exit is an answer, not an error)."""
+    sbx = _sandbox(args)
+    try:
+        r = sbx.commands.run(args["cmd"])
+        return {"raised": False, "exit_code": r.exit_code, "stdout": r.stdout, "stderr": r.stderr}
+    except CommandExitException as e:
+        return {"raised": True, "exit_code": e.exit_code, "stdout": e.stdout, "stderr": e.stderr}
+
+
+def processes(args):
+    """The processes envd lists."""
+    listed = _sandbox(args).commands.list()
+    return {"listed": [{"pid": p.pid, "cmd": p.cmd, "args": p.args} for p in listed]}
+
+
 def start_background(args):
     sbx = _sandbox(args)
     handle = sbx.commands.run(args["cmd"], background=True, stdin=True)
@@ -137,6 +153,8 @@ def token(args):
 SCENARIOS = {
     "create_and_run": create_and_run,
     "run_foreground": run_foreground,
+    "commands_run": run,
+    "processes": processes,
     "start_background": start_background,
     "reattach": reattach,
     "close_stdin": close_stdin,

@@ -124,19 +124,24 @@ async def _watch_stream(args):
         f"{d}/streamed", on_event=seen.append, on_exit=exits.append, timeout=60
     )
 
-    async def until(wanted):
+    async def until(wanted, after=0):
+        """Waits for an event of type `wanted` past index `after`; the index past all seen."""
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and not any(e.type == wanted for e in seen):
+        while time.monotonic() < deadline and not any(e.type == wanted for e in seen[after:]):
             await asyncio.sleep(0.1)
+        return len(seen)
 
+    # Each step waits for its own event, so the next one is seen apart: a write the watcher
+    # has not polled yet would make the rename's file a new one (remove, create).
     await s.files.write(f"{d}/streamed/s.txt", "one")
     await until(FilesystemEventType.CREATE)
+    n = await until(FilesystemEventType.WRITE)  # the first content, with the create or after
     await s.files.write(f"{d}/streamed/s.txt", "two, longer")
-    await until(FilesystemEventType.WRITE)
+    n = await until(FilesystemEventType.WRITE, n)
     await s.files.rename(f"{d}/streamed/s.txt", f"{d}/streamed/t.txt")
-    await until(FilesystemEventType.RENAME)
+    n = await until(FilesystemEventType.RENAME, n)
     await s.files.remove(f"{d}/streamed/t.txt")
-    await until(FilesystemEventType.REMOVE)
+    await until(FilesystemEventType.REMOVE, n)
     await handle.stop()
     return {
         "events": [{"name": e.name, "type": e.type.value} for e in seen],

@@ -4,8 +4,11 @@
 //! The SDK reaches envd through the same listener (`E2B_SANDBOX_URL`), as a platform team
 //! that fronts the operator with one Service would.
 
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
-use std::process::Command;
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use serde_json::Value;
@@ -63,6 +66,24 @@ pub struct Sdk {
     interpreter: PathBuf,
     modules: Option<PathBuf>,
     url: String,
+    /// With [`Sdk::serving`]: per key, one driver process answering its scenarios.
+    server: Option<Mutex<HashMap<String, Server>>>,
+}
+
+/// A driver started as `driver serve` for one key: a scenario a line in, an answer a line
+/// out, so a test of many scenarios starts the interpreter and the SDK once, not each time.
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    stderr: tempfile::NamedTempFile,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 impl Sdk {
@@ -73,6 +94,7 @@ impl Sdk {
             interpreter: sdk_python(),
             modules: None,
             url: format!("http://127.0.0.1:{port}"),
+            server: None,
         }
     }
 
@@ -83,6 +105,7 @@ impl Sdk {
             interpreter: PathBuf::from("node"),
             modules: Some(sdk_js_modules()),
             url: format!("http://127.0.0.1:{port}"),
+            server: None,
         }
     }
 
@@ -100,8 +123,16 @@ impl Sdk {
         }
     }
 
-    /// Runs `scenario` of tests/e2b/driver.py with `key`; its JSON answer.
-    pub fn run(&self, key: &str, scenario: &str, args: Value) -> Value {
+    /// This SDK answering every scenario from one driver process per key (`driver serve`):
+    /// each scenario still connects to its sandbox afresh, as another client would, but the
+    /// interpreter and the SDK start once.
+    pub fn serving(mut self) -> Sdk {
+        self.server = Some(Mutex::new(HashMap::new()));
+        self
+    }
+
+    /// The driver (tests/e2b/driver.py or driver.mjs) as a command with `key` and `args`.
+    fn driver(&self, key: &str, args: &[&str]) -> Command {
         let driver = match self.kind {
             SdkKind::Python => "tests/e2b/driver.py",
             SdkKind::Js => "tests/e2b/driver.mjs",
@@ -110,15 +141,24 @@ impl Sdk {
         if let Some(modules) = &self.modules {
             command.env("E2B_JS_MODULES", modules);
         }
-        let out = command
+        command
             .arg(repo().join(driver))
-            .arg(scenario)
-            .arg(args.to_string())
+            .args(args)
             .env("E2B_API_URL", &self.url)
             .env("E2B_SANDBOX_URL", &self.url)
             .env("E2B_DOMAIN", "e2b.test")
             .env("E2B_API_KEY", key)
-            .env_remove("E2B_DEBUG")
+            .env_remove("E2B_DEBUG");
+        command
+    }
+
+    /// Runs `scenario` of the driver with `key`; its JSON answer.
+    pub fn run(&self, key: &str, scenario: &str, args: Value) -> Value {
+        if let Some(server) = &self.server {
+            return self.served(server, key, scenario, args);
+        }
+        let out = self
+            .driver(key, &[scenario, &args.to_string()])
             .output()
             .expect("run the SDK driver");
         let stdout = String::from_utf8_lossy(&out.stdout);
@@ -128,6 +168,45 @@ impl Sdk {
                 String::from_utf8_lossy(&out.stderr)
             )
         })
+    }
+
+    /// [`Sdk::run`] by the driver serving `key` (started on its first scenario).
+    fn served(
+        &self,
+        servers: &Mutex<HashMap<String, Server>>,
+        key: &str,
+        scenario: &str,
+        args: Value,
+    ) -> Value {
+        let mut servers = servers.lock().unwrap_or_else(|e| e.into_inner());
+        let s = servers
+            .entry(key.to_string())
+            .or_insert_with(|| self.serve(key));
+        let asked = serde_json::json!({"scenario": scenario, "args": args});
+        writeln!(s.stdin, "{asked}").expect("ask the SDK driver");
+        let mut line = String::new();
+        let read = s.stdout.read_line(&mut line).expect("read the SDK driver");
+        serde_json::from_str(line.trim()).unwrap_or_else(|e| {
+            let stderr = std::fs::read_to_string(s.stderr.path()).unwrap_or_default();
+            panic!("driver {scenario} ({read} bytes): {e}; stdout: {line}; stderr: {stderr}")
+        })
+    }
+
+    fn serve(&self, key: &str) -> Server {
+        let stderr = tempfile::NamedTempFile::new().expect("a stderr file");
+        let mut child = self
+            .driver(key, &["serve"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(stderr.reopen().expect("stderr file"))
+            .spawn()
+            .expect("start the SDK driver");
+        Server {
+            stdin: child.stdin.take().expect("stdin"),
+            stdout: BufReader::new(child.stdout.take().expect("stdout")),
+            child,
+            stderr,
+        }
     }
 
     /// As [`Sdk::run`], asserting the SDK raised no exception.

@@ -68,6 +68,14 @@ where
     ([(header::CONTENT_TYPE, "application/connect+json")], body).into_response()
 }
 
+/// A streaming call that failed before its first message. A Connect stream answers HTTP 200
+/// whatever happens and carries its error in the end-of-stream message: a client maps any
+/// other status to a code of its own (the JS SDK reads a 404 as `unimplemented`).
+pub fn stream_failed(e: &EnvdError) -> Response {
+    let end = crate::connect_json::end_of_stream(&e.end_of_stream());
+    streaming(futures::stream::once(async move { end }))
+}
+
 /// The keepalive interval the client asks for, if any.
 pub fn keepalive(headers: &HeaderMap) -> Option<Duration> {
     let secs: u64 = headers.get(KEEPALIVE_HEADER)?.to_str().ok()?.parse().ok()?;
@@ -139,6 +147,16 @@ mod tests {
         assert!(
             enveloped::<Req>(&Bytes::new()).is_err(),
             "no message at all"
+        );
+    }
+
+    #[test]
+    fn a_stream_that_fails_first_is_http_200_with_the_error_at_its_end() {
+        let answer = stream_failed(&EnvdError::new(Code::NotFound, "no pid 7"));
+        assert_eq!(answer.status(), StatusCode::OK);
+        assert_eq!(
+            answer.headers()[header::CONTENT_TYPE],
+            "application/connect+json"
         );
     }
 

@@ -243,10 +243,7 @@ fn unknown(id: &str) -> EnvdError {
 pub async fn watch_dir(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Response {
     let started = match start_stream(t, &h, &body).await {
         Ok(poller) => poller,
-        Err(e) => {
-            let end = connect_json::end_of_stream(&e.end_of_stream());
-            return rpc::streaming(futures::stream::once(async move { end }));
-        }
+        Err(e) => return rpc::stream_failed(&e),
     };
     let first = futures::stream::once(async { connect_json::envelope(&json!({"start": {}})) });
     let rest = futures::stream::unfold(Some(started), |state| async move {

@@ -27,8 +27,19 @@ use crate::provider::stream::{ExecSession, ExitStatus, StreamExecRequest, TermSi
 /// The terminal size of a PTY asked for without one.
 const DEFAULT_SIZE: TermSize = TermSize { cols: 80, rows: 24 };
 
-/// `process.Process/Start`.
+/// `process.Process/Start`; an error before the first message ends the stream.
 pub async fn start(
+    t: EnvdTarget,
+    table: Extension<ProcessTable>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    started(t, table, headers, body)
+        .await
+        .unwrap_or_else(|e| rpc::stream_failed(&e))
+}
+
+async fn started(
     t: EnvdTarget,
     Extension(table): Extension<ProcessTable>,
     headers: HeaderMap,
@@ -67,8 +78,19 @@ pub async fn start(
     ))
 }
 
-/// `process.Process/Connect`.
+/// `process.Process/Connect`; an error before the first message ends the stream.
 pub async fn connect(
+    t: EnvdTarget,
+    table: Extension<ProcessTable>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
+    connected(t, table, headers, body)
+        .await
+        .unwrap_or_else(|e| rpc::stream_failed(&e))
+}
+
+async fn connected(
     t: EnvdTarget,
     Extension(table): Extension<ProcessTable>,
     headers: HeaderMap,

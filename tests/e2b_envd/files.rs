@@ -1,17 +1,12 @@
 //! envd's filesystem service and `/files` (src/e2bapi/envd/filesystem, files.rs) driven by
-//! the official E2B Python SDK's `files` module (tests/e2b/scenarios_files.py) against the
-//! operator on the Docker provider: write and read (text, every byte value, a file in new
+//! an official E2B SDK's `files` module (tests/e2b/scenarios_files.py and .mjs): write and read (text, every byte value, a file in new
 //! directories), write_files, list at depth 1 and 2, exists, get_info, make_dir, rename,
 //! remove, watch_dir seeing a create, a write and a remove, and a missing file raising the
 //! SDK's not-found exception.
 
-mod harness;
-
-use harness::e2b_sdk::{
-    Sdk, api_up, created_and_ran, ensure_sleep_crd, free_port, key_for, options,
-};
-use harness::tenant::tenant;
 use serde_json::{Value, json};
+
+use crate::harness::e2b_sdk::Sdk;
 
 const DIR: &str = "/tmp/e2b-files";
 
@@ -26,28 +21,15 @@ fn paths(entries: &Value) -> Vec<&str> {
     paths
 }
 
-#[tokio::test]
-async fn the_python_sdk_writes_reads_lists_moves_removes_and_watches_files() {
-    ensure_sleep_crd();
-    let port = free_port();
-    let t = tenant("e2b-files", &options(port)).await;
-    let key = key_for(&t.ns);
-    api_up(port).await;
-    let sdk = Sdk::python(port);
-    let sid = created_and_ran(&sdk, &key);
+/// Every files check against the sandbox `sid`, below [`DIR`].
+pub fn all(sdk: &Sdk, key: &str, sid: &str) {
     let args = json!({"sandbox_id": sid, "dir": DIR});
-
-    write_and_read(&sdk, &key, &args);
-    write_many_and_list(&sdk, &key, &args);
-    inspect_move_and_remove(&sdk, &key, &args);
-    missing_file(&sdk, &key, &sid);
-    watch(&sdk, &key, &args);
-    watch_stream(&sdk, &key, &args);
-
-    assert_eq!(
-        sdk.ok(&key, "kill", json!({"sandbox_id": sid}))["killed"],
-        true
-    );
+    write_and_read(sdk, key, &args);
+    write_many_and_list(sdk, key, &args);
+    inspect_move_and_remove(sdk, key, &args);
+    missing_file(sdk, key, sid);
+    watch(sdk, key, &args);
+    watch_stream(sdk, key, &args);
 }
 
 /// Text and every byte value cross unchanged; the answer names what was written.
@@ -163,7 +145,7 @@ fn inspect_move_and_remove(sdk: &Sdk, key: &str, args: &Value) {
     );
 }
 
-/// A missing file is the SDK's FileNotFoundException (a NotFoundException), for a read
+/// A missing file is the SDK's FileNotFound error (a NotFound one), for a read
 /// (`/files`, 404) and for get_info (Connect not_found); a directory is not a file; another
 /// user or a relative path is a bad request.
 fn missing_file(sdk: &Sdk, key: &str, sid: &str) {
@@ -172,15 +154,15 @@ fn missing_file(sdk: &Sdk, key: &str, sid: &str) {
         "files_read",
         json!({"sandbox_id": sid, "path": format!("{DIR}/nothing.txt")}),
     );
-    assert_eq!(read["error"], "FileNotFoundException", "{read}");
+    assert_eq!(read["error"], sdk.error_name("FileNotFound"), "{read}");
     let info = sdk.run(
         key,
         "files_info",
         json!({"sandbox_id": sid, "path": format!("{DIR}/nothing")}),
     );
-    assert_eq!(info["error"], "FileNotFoundException", "{info}");
+    assert_eq!(info["error"], sdk.error_name("FileNotFound"), "{info}");
     let dir = sdk.run(key, "files_read", json!({"sandbox_id": sid, "path": DIR}));
-    assert_eq!(dir["error"], "InvalidArgumentException", "{dir}");
+    assert_eq!(dir["error"], sdk.error_name("InvalidArgument"), "{dir}");
     // Operations run as the sandbox's own user: asking for another one is refused, not
     // ignored; a relative path has no home directory to resolve against.
     let file = format!("{DIR}/all.bin");
@@ -189,13 +171,21 @@ fn missing_file(sdk: &Sdk, key: &str, sid: &str) {
         "files_read",
         json!({"sandbox_id": sid, "path": file, "user": "root"}),
     );
-    assert_eq!(as_root["error"], "InvalidArgumentException", "{as_root}");
+    assert_eq!(
+        as_root["error"],
+        sdk.error_name("InvalidArgument"),
+        "{as_root}"
+    );
     let relative = sdk.run(
         key,
         "files_read",
         json!({"sandbox_id": sid, "path": "all.bin"}),
     );
-    assert_eq!(relative["error"], "InvalidArgumentException", "{relative}");
+    assert_eq!(
+        relative["error"],
+        sdk.error_name("InvalidArgument"),
+        "{relative}"
+    );
 }
 
 /// A watcher sees the create, the write and the remove the scenario makes, by name.

@@ -1,35 +1,21 @@
-//! envd's process service (src/e2bapi/envd/process) driven by the official E2B Python SDK's
-//! `commands` and `pty` modules (tests/e2b/scenarios_commands.py), on the Docker provider
-//! through the operator's E2B API listener (`E2B_SANDBOX_URL`). Each scenario is a separate
-//! SDK process that connects to the sandbox, so a reattach really comes from another client.
+//! envd's process service (src/e2bapi/envd/process) driven by an official E2B SDK's
+//! `commands` and `pty` modules (tests/e2b/scenarios_commands.py and .mjs). Each scenario
+//! connects to the sandbox afresh (`Sandbox.connect`), so a reattach comes from another
+//! client than the one that started the process.
 
-mod harness;
-
-use harness::e2b_sdk::{
-    Sdk, api_up, created_and_ran, ensure_sleep_crd, free_port, key_for, options,
-};
-use harness::tenant::tenant;
 use serde_json::{Value, json};
 
-#[tokio::test]
-async fn the_python_sdk_runs_commands_and_ptys_through_envd() {
-    ensure_sleep_crd();
-    let port = free_port();
-    let a = tenant("e2b-cmd", &options(port)).await;
-    let key = key_for(&a.ns);
-    api_up(port).await;
-    let sdk = Sdk::python(port);
-    let sid = created_and_ran(&sdk, &key);
+use crate::harness::e2b_sdk::Sdk;
+
+/// Every commands and PTY check against the sandbox `sid` (its API on `port`).
+pub async fn all(sdk: &Sdk, key: &str, port: u16, sid: &str) {
     let on = json!({"sandbox_id": sid});
-
-    foreground(&sdk, &key, &on);
-    background_then_reattach(&sdk, &key, &sid);
-    kill(&sdk, &key, &on);
-    close_stdin(&sdk, &key, &on);
-    pty(&sdk, &key, &on);
-    wrong_token(&sdk, &key, port, &sid).await;
-
-    assert_eq!(sdk.ok(&key, "kill", on.clone())["killed"], true);
+    foreground(sdk, key, &on);
+    background_then_reattach(sdk, key, sid);
+    kill(sdk, key, &on);
+    close_stdin(sdk, key, &on);
+    pty(sdk, key, &on);
+    wrong_token(sdk, key, port, sid).await;
 }
 
 /// `commands.run` in the foreground: separate streams, envs, cwd, exit code; a non-zero
@@ -48,7 +34,7 @@ fn foreground(sdk: &Sdk, key: &str, on: &Value) {
 
 /// A background command whose client went away keeps running; another client lists it,
 /// reattaches by pid, gets the output produced in between, sends stdin and sees the end. A
-/// pid this replica never assigned is a NotFoundException naming where processes live.
+/// pid this replica never assigned is the SDK's not-found error naming where processes live.
 fn background_then_reattach(sdk: &Sdk, key: &str, sid: &str) {
     let cmd = "echo tick-1; echo tick-2; read line; echo got-$line";
     let started = sdk.ok(
@@ -73,7 +59,7 @@ fn background_then_reattach(sdk: &Sdk, key: &str, sid: &str) {
     assert_eq!(me["args"], json!(["-l", "-c", cmd]), "{r}");
 
     let unknown = sdk.run(key, "connect_unknown", json!({"sandbox_id": sid, "pid": 7}));
-    assert_eq!(unknown["error"], "NotFoundException", "{unknown}");
+    assert_eq!(unknown["error"], sdk.error_name("NotFound"), "{unknown}");
     let message = unknown["message"].as_str().unwrap_or_default();
     assert!(message.contains("replica that started it"), "{unknown}");
 }
