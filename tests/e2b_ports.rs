@@ -35,7 +35,11 @@ struct Served {
 fn serve(sdk: &Sdk, key: &str, network: Value) -> Served {
     let args = json!({"timeout": 600, "http": HTTP_PORT, "ws": WS_PORT, "network": network});
     let r = sdk.ok(key, "serve_ports", args);
-    let text = |k: &str| r[k].as_str().unwrap_or_else(|| panic!("{k}: {r}")).to_string();
+    let text = |k: &str| {
+        r[k].as_str()
+            .unwrap_or_else(|| panic!("{k}: {r}"))
+            .to_string()
+    };
     Served {
         sid: text("sandbox_id"),
         http_host: text("http_host"),
@@ -133,7 +137,10 @@ async fn port_urls_reach_http_and_websocket_servers_in_the_sandbox() {
     closed_port(&open.sid, port).await;
 
     restricted(&sdk, &key_for(&b), port).await;
-    assert_eq!(sdk.ok(&key, "kill", json!({"sandbox_id": open.sid}))["killed"], true);
+    assert_eq!(
+        sdk.ok(&key, "kill", json!({"sandbox_id": open.sid}))["killed"],
+        true
+    );
 }
 
 /// Nothing listens on the port: E2B's 502, naming the sandbox and the port.
@@ -142,7 +149,10 @@ async fn closed_port(sid: &str, port: u16) {
     let (status, body) = post(&host, port, "/", None).await;
     assert_eq!(status, 502, "{body}");
     let body: Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
-    assert_eq!(body["message"], "The sandbox is running but port is not open", "{body}");
+    assert_eq!(
+        body["message"], "The sandbox is running but port is not open",
+        "{body}"
+    );
     assert_eq!(body["port"], 8089, "{body}");
     assert_eq!(body["sandboxId"], sid, "{body}");
 }
@@ -152,7 +162,10 @@ async fn closed_port(sid: &str, port: u16) {
 /// it, the servers answer.
 async fn restricted(sdk: &Sdk, key: &str, port: u16) {
     let closed = serve(sdk, key, json!({"allow_public_traffic": false}));
-    let token = closed.traffic_token.clone().expect("a traffic access token");
+    let token = closed
+        .traffic_token
+        .clone()
+        .expect("a traffic access token");
     assert_ne!(token, closed.envd_token);
     http_answers(&closed.http_host, port, Some(&token)).await;
     websocket_echoes(&closed.ws_host, port, Some(&token)).await;
@@ -174,5 +187,8 @@ async fn restricted(sdk: &Sdk, key: &str, port: u16) {
         }
         other => panic!("a WebSocket without the token must be refused: {other:?}"),
     }
-    assert_eq!(sdk.ok(key, "kill", json!({"sandbox_id": closed.sid}))["killed"], true);
+    assert_eq!(
+        sdk.ok(key, "kill", json!({"sandbox_id": closed.sid}))["killed"],
+        true
+    );
 }
