@@ -291,11 +291,7 @@ fn public_traffic(r: &NewSandbox) -> bool {
 /// `"false"` restricts: sandboxes made before the annotation existed stay public, as they
 /// were created.
 pub fn restricts_traffic(s: &Sandbox) -> bool {
-    s.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(PUBLIC_TRAFFIC_ANNOTATION))
-        .is_some_and(|v| v == "false")
+    annotation(s, PUBLIC_TRAFFIC_ANNOTATION) == Some("false")
 }
 
 /// The metadata of a Sandbox this API made (empty when absent or unreadable).
@@ -310,11 +306,12 @@ pub fn metadata_of(s: &Sandbox) -> BTreeMap<String, String> {
 
 /// Whether the sandbox pauses at its timeout.
 pub fn auto_pauses(s: &Sandbox) -> bool {
-    s.metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(AUTO_PAUSE_ANNOTATION))
-        .is_some_and(|v| v == "true")
+    annotation(s, AUTO_PAUSE_ANNOTATION) == Some("true")
+}
+
+/// The value of one annotation of the object.
+fn annotation<'a>(s: &'a Sandbox, key: &str) -> Option<&'a str> {
+    s.metadata.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
 /// `paused` when the spec or a passed sleeping lifetime suspends it, else `running`.

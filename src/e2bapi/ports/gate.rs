@@ -51,6 +51,12 @@ pub async fn admit(
         .find(&object.namespace, &object.name, Need::Running)
         .await
         .map_err(|e| PortError::from_access(sid, port, &e))?;
+    forwardable(sid, port, target)
+}
+
+/// The target, when its provider has the port-forward capability; a 502 naming the
+/// provider and the capability otherwise.
+fn forwardable(sid: &str, port: u16, target: Target) -> Result<PortTarget, PortError> {
     if target.handle.provider.port_forward().is_none() {
         return Err(PortError::no_port_forward(sid, port, target.handle.name()));
     }
@@ -108,7 +114,48 @@ pub async fn connect(t: &PortTarget) -> Result<TunnelStream, PortError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::HeaderValue;
+    use crate::access::fake::Fake;
+    use crate::metrics::Metrics;
+    use crate::registry::ProviderHandle;
+    use axum::http::{HeaderValue, StatusCode};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    fn target(capable: bool) -> Target {
+        let fake = Fake {
+            capable,
+            uploaded: Default::default(),
+        };
+        let handle = ProviderHandle::new(Arc::new(fake), 4, Duration::from_secs(5), Metrics::new());
+        Target {
+            handle,
+            id: "c1".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_provider_without_port_forward_is_a_502_naming_it_and_the_capability() {
+        let Err(e) = forwardable("abc-ns", 8080, target(false)) else {
+            panic!("a provider without port-forward must be refused");
+        };
+        assert_eq!(e.status, StatusCode::BAD_GATEWAY);
+        assert!(e.message.contains("\"fake\""), "{e}");
+        assert!(e.message.contains("port-forward capability"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn a_port_with_nothing_listening_is_the_closed_port_502_naming_it() {
+        let closed = forwardable("abc-ns", 1, target(true)).unwrap();
+        let Err(e) = connect(&closed).await else {
+            panic!("nothing listens on port 1 of the fake");
+        };
+        assert_eq!(e.status, StatusCode::BAD_GATEWAY);
+        assert_eq!(e.message, super::super::error::PORT_CLOSED);
+        assert_eq!(e.port, 1);
+        assert!(e.detail.unwrap_or_default().contains("port 1"));
+        let open = forwardable("abc-ns", 8080, target(true)).unwrap();
+        assert!(connect(&open).await.is_ok());
+    }
 
     #[test]
     fn only_the_exact_traffic_token_passes() {
