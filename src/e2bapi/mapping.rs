@@ -311,7 +311,11 @@ pub fn auto_pauses(s: &Sandbox) -> bool {
 
 /// The value of one annotation of the object.
 fn annotation<'a>(s: &'a Sandbox, key: &str) -> Option<&'a str> {
-    s.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+    s.metadata
+        .annotations
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 /// `paused` when the spec or a passed sleeping lifetime suspends it, else `running`.
