@@ -8,7 +8,9 @@
 //! - `metadata` is one JSON annotation ([`METADATA_ANNOTATION`]) plus, per entry, a label of
 //!   hashes ([`metadata_label`]) that the list filter selects on;
 //! - `envVars` is `spec.env`; `network.allowOut` (domains) under a deny-all is
-//!   `spec.egress.allowedDomains`, `allow_internet_access: false` alone an empty allow-list.
+//!   `spec.egress.allowedDomains`, `allow_internet_access: false` alone an empty allow-list;
+//! - `network.allowPublicTraffic: false` is [`PUBLIC_TRAFFIC_ANNOTATION`] `"false"`: its port
+//!   URLs then answer only requests carrying its traffic access token (see `ports`).
 
 use std::collections::BTreeMap;
 
@@ -35,6 +37,9 @@ pub const AUTO_PAUSE_ANNOTATION: &str = "e2b.sandboxes.dev/auto-pause";
 pub const KEY_ANNOTATION: &str = "e2b.sandboxes.dev/api-key";
 /// The identity the sandbox was created as.
 pub const CREATOR_ANNOTATION: &str = "e2b.sandboxes.dev/created-by";
+/// `"false"` when the sandbox's port URLs need its traffic access token
+/// (`network.allowPublicTraffic: false`); public otherwise, as on E2B.
+pub const PUBLIC_TRAFFIC_ANNOTATION: &str = "e2b.sandboxes.dev/public-traffic";
 /// Prefix of the metadata index labels.
 const METADATA_LABEL_PREFIX: &str = "meta.e2b.sandboxes.dev/";
 /// The v1 create's default timeout (the spec's); the v2 SDKs always send one.
@@ -166,11 +171,6 @@ pub fn egress(
             "network.{field} is not supported by this E2B-compatible API"
         )));
     }
-    if n.allow_public_traffic == Some(false) {
-        return Err(ApiError::bad_request(
-            "network.allowPublicTraffic: false is not supported (no sandbox URLs are served yet)",
-        ));
-    }
     let deny = n.deny_out.as_deref().unwrap_or_default();
     if let Some(other) = deny.iter().find(|d| !DENY_ALL.contains(&d.as_str())) {
         return Err(ApiError::bad_request(format!(
@@ -275,7 +275,23 @@ fn annotations(
         (AUTO_PAUSE_ANNOTATION.into(), auto_pause.to_string()),
         (KEY_ANNOTATION.into(), tenant.key_name.clone()),
         (CREATOR_ANNOTATION.into(), creator),
+        (
+            PUBLIC_TRAFFIC_ANNOTATION.into(),
+            public_traffic(r).to_string(),
+        ),
     ]))
+}
+
+/// Whether the request leaves the port URLs public (E2B's default).
+fn public_traffic(r: &NewSandbox) -> bool {
+    r.network.as_ref().and_then(|n| n.allow_public_traffic) != Some(false)
+}
+
+/// Whether the sandbox's port URLs need its traffic access token. Only an explicit
+/// `"false"` restricts: sandboxes made before the annotation existed stay public, as they
+/// were created.
+pub fn restricts_traffic(s: &Sandbox) -> bool {
+    annotation(s, PUBLIC_TRAFFIC_ANNOTATION) == Some("false")
 }
 
 /// The metadata of a Sandbox this API made (empty when absent or unreadable).
@@ -290,11 +306,16 @@ pub fn metadata_of(s: &Sandbox) -> BTreeMap<String, String> {
 
 /// Whether the sandbox pauses at its timeout.
 pub fn auto_pauses(s: &Sandbox) -> bool {
+    annotation(s, AUTO_PAUSE_ANNOTATION) == Some("true")
+}
+
+/// The value of one annotation of the object.
+fn annotation<'a>(s: &'a Sandbox, key: &str) -> Option<&'a str> {
     s.metadata
         .annotations
-        .as_ref()
-        .and_then(|a| a.get(AUTO_PAUSE_ANNOTATION))
-        .is_some_and(|v| v == "true")
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
 }
 
 /// `paused` when the spec or a passed sleeping lifetime suspends it, else `running`.

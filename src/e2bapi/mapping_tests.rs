@@ -129,10 +129,6 @@ fn what_cannot_be_mapped_is_refused_with_a_400_naming_it() {
         "maskRequestHost",
     );
     refused(
-        base(serde_json::json!({"network": {"allowPublicTraffic": false}})),
-        "allowPublicTraffic",
-    );
-    refused(
         base(serde_json::json!({"autoResume": {"enabled": true}})),
         "autoResume",
     );
@@ -153,4 +149,24 @@ fn what_cannot_be_mapped_is_refused_with_a_400_naming_it() {
         serde_json::json!({"autoPause": false, "autoPauseMemory": true, "mcp": null, "envVars": {}, "metadata": {}}),
     );
     assert!(create(ok).is_ok());
+}
+
+#[test]
+fn allow_public_traffic_false_restricts_the_port_urls() {
+    let closed =
+        create(serde_json::json!({"templateID": "base", "network": {"allowPublicTraffic": false}}))
+            .unwrap();
+    assert!(restricts_traffic(&closed));
+    let annotations = closed.metadata.annotations.clone().unwrap();
+    assert_eq!(annotations[PUBLIC_TRAFFIC_ANNOTATION], "false");
+    for open in [
+        serde_json::json!({"templateID": "base"}),
+        serde_json::json!({"templateID": "base", "network": {"allowPublicTraffic": true}}),
+    ] {
+        assert!(!restricts_traffic(&create(open).unwrap()));
+    }
+    // A Sandbox without the annotation (made before it existed) stays public.
+    let mut old = closed;
+    old.metadata.annotations = None;
+    assert!(!restricts_traffic(&old));
 }

@@ -14,7 +14,9 @@
 //!   checked, the sandbox found); [`error`]: the `{code, message}` errors;
 //! - [`ready`]: waiting until a created or resumed sandbox runs, as E2B answers;
 //! - [`envd`]: the in-sandbox daemon's protocol, on the same listener, reaching the sandbox
-//!   through the provider seam (the access layer's directory), never a provider module.
+//!   through the provider seam (the access layer's directory), never a provider module;
+//! - [`ports`]: port URLs, any other port of a sandbox over HTTP and WebSocket through the
+//!   provider's port-forward, dispatched by host before routing.
 //!
 //! Every replica serves it, leader or not.
 
@@ -27,6 +29,7 @@ pub mod keys;
 pub mod list;
 pub mod logs;
 pub mod mapping;
+pub mod ports;
 pub mod ready;
 pub mod routes;
 pub mod settings;
@@ -106,7 +109,7 @@ impl E2bApiServer {
         tracing::info!(address = %config.address, "serving the E2B-compatible API");
         Ok(Some(E2bApiServer {
             listener,
-            router: routes::router(state),
+            router: ports::wrap(routes::router(state.clone()), state),
         }))
     }
 

@@ -113,7 +113,7 @@ async fn create(c: Caller, raw: Bytes) -> Result<Response, ApiError> {
     ready::running(&api, &made, &sid).await?;
     Ok(json(
         StatusCode::CREATED,
-        &created(&s, &sid, &request.template_id),
+        &created(&s, &sid, &request.template_id, &made),
     ))
 }
 
@@ -148,7 +148,8 @@ async fn boot(
 /// The `Sandbox` answer of create and connect. It always carries the envd access token:
 /// envd here requires it whatever `secure` asked, since an id alone must not open a
 /// sandbox to anyone who learns it (the SDKs send the token whenever the answer has one).
-fn created(s: &E2bState, sid: &str, template: &str) -> CreatedSandbox {
+/// The traffic access token comes only for a sandbox whose port URLs need it, as on E2B.
+fn created(s: &E2bState, sid: &str, template: &str, sandbox: &Sandbox) -> CreatedSandbox {
     CreatedSandbox {
         template_id: template.to_string(),
         sandbox_id: sid.to_string(),
@@ -156,6 +157,8 @@ fn created(s: &E2bState, sid: &str, template: &str) -> CreatedSandbox {
         envd_version: ENVD_VERSION.into(),
         envd_access_token: Some(s.site.tokens.token(sid)),
         domain: s.site.domain.clone(),
+        traffic_access_token: mapping::restricts_traffic(sandbox)
+            .then(|| s.site.tokens.traffic_token(sid)),
     }
 }
 
@@ -310,6 +313,6 @@ async fn wake(t: Target, raw: Bytes, only_paused: bool) -> Result<Response, ApiE
     };
     ready::running(&t.caller.api, &now, &t.sid).await?;
     let template = view::template_of(&t.sandbox);
-    let answer = created(&t.caller.state, &t.sid, &template);
+    let answer = created(&t.caller.state, &t.sid, &template, &now);
     Ok(json(status, &answer))
 }

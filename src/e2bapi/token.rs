@@ -1,6 +1,8 @@
 //! envd access tokens: HMAC-SHA256 of the sandbox id under a key every replica shares
 //! (`e2bApi.accessTokenKeyFile`), so any replica can hand out and check a sandbox's token
-//! without storing it where readers of the Sandbox object would see it.
+//! without storing it where readers of the Sandbox object would see it. Traffic access
+//! tokens (port URLs of a sandbox created with `allowPublicTraffic: false`) come from the
+//! same key under another input, so neither token opens what the other does.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -34,6 +36,12 @@ impl TokenKey {
         Ok(TokenKey(key))
     }
 
+    /// The traffic access token of sandbox `id` (`e2b-traffic-access-token`). The input
+    /// cannot be a sandbox id (ids have no `/`), so it never equals an envd token.
+    pub fn traffic_token(&self, id: &str) -> String {
+        self.token(&format!("traffic/{id}"))
+    }
+
     /// The token of sandbox `id`.
     pub fn token(&self, id: &str) -> String {
         // HMAC takes keys of any length: `new_from_slice` cannot fail for it.
@@ -61,5 +69,7 @@ mod tests {
         assert_ne!(k.token("a"), TokenKey(vec![2; 32]).token("a"));
         assert_eq!(k.token("a").len(), 64);
         assert!(TokenKey::load(Some(std::path::Path::new("/nonexistent"))).is_err());
+        assert_ne!(k.traffic_token("a"), k.token("a"));
+        assert_ne!(k.traffic_token("a"), k.traffic_token("b"));
     }
 }

@@ -109,6 +109,10 @@ pub struct CreatedSandbox {
     pub envd_access_token: Option<String>,
     /// The domain the sandbox is reached under.
     pub domain: Option<String>,
+    /// Token for the sandbox's port URLs (`e2b-traffic-access-token`), only when it was
+    /// created with `network.allowPublicTraffic: false`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub traffic_access_token: Option<String>,
 }
 
 /// `SandboxDetail` (get) and `ListedSandbox` (list), one type: the listed form is the
