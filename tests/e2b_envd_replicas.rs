@@ -9,7 +9,7 @@ mod harness;
 use std::path::PathBuf;
 
 use harness::e2b_sdk::{
-    Sdk, api_up, api_config, created_and_ran, ensure_sleep_crd, free_port, key_for,
+    Sdk, api_config, api_up, created_and_ran, ensure_sleep_crd, free_port, key_for,
 };
 use harness::operator::{Operator, OperatorOptions};
 use harness::tenant::tenant;

@@ -29,6 +29,32 @@ pub struct E2bApiConfig {
     /// 32). Every replica needs the same one; absent: a random key per process, so tokens
     /// change when the process restarts and differ between replicas.
     pub access_token_key_file: Option<PathBuf>,
+    /// The URL the other replicas reach this one's E2B API at, e.g. `http://10.0.0.7:3000`:
+    /// they forward requests for this replica's processes there. Absent: `http://` the
+    /// `POD_IP` environment variable (the chart sets it) and the port of `address`, else
+    /// `address` itself (loopback when it names every interface).
+    pub peer_address: Option<String>,
+}
+
+/// The environment variable with the pod's IP (downward API).
+pub const ENV_POD_IP: &str = "POD_IP";
+
+impl E2bApiConfig {
+    /// The URL the other replicas reach this one at, serving on `bound`.
+    pub fn peer_url(&self, bound: SocketAddr) -> String {
+        if let Some(url) = &self.peer_address {
+            return url.clone();
+        }
+        let pod_ip = std::env::var(ENV_POD_IP)
+            .ok()
+            .and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
+        let ip = match pod_ip {
+            Some(ip) => ip,
+            None if bound.ip().is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+            None => bound.ip(),
+        };
+        format!("http://{}", SocketAddr::new(ip, bound.port()))
+    }
 }
 
 impl Default for E2bApiConfig {
@@ -39,6 +65,7 @@ impl Default for E2bApiConfig {
             domain: None,
             templates: BTreeMap::new(),
             access_token_key_file: None,
+            peer_address: None,
         }
     }
 }

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
 
+use super::forward::{Call, Replica};
 use super::respond;
 use super::ring::Chunk;
 use super::table::{Follower, KEEP_ENDED, Process, ProcessTable, Started};
@@ -30,7 +31,7 @@ const DEFAULT_SIZE: TermSize = TermSize { cols: 80, rows: 24 };
 /// `process.Process/Start`.
 pub async fn start(
     t: EnvdTarget,
-    Extension(table): Extension<ProcessTable>,
+    Extension(replica): Extension<Replica>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, EnvdError> {
@@ -56,10 +57,10 @@ pub async fn start(
         stderr,
         exit,
     } = session;
-    let process = table.add(started, input);
+    let process = replica.table.add(started, input);
     let follower = process.follow(0);
     let output = merged(stdout, stderr, process.started.pty);
-    tokio::spawn(run(table, process.clone(), output, exit));
+    tokio::spawn(run(replica.table, process.clone(), output, exit));
     Ok(respond::events(
         process.pid,
         follower,
@@ -67,20 +68,24 @@ pub async fn start(
     ))
 }
 
-/// `process.Process/Connect`.
+/// `process.Process/Connect`: answered by the replica holding the process.
 pub async fn connect(
     t: EnvdTarget,
-    Extension(table): Extension<ProcessTable>,
-    headers: HeaderMap,
+    Extension(replica): Extension<Replica>,
+    call: Call,
     body: Bytes,
 ) -> Result<Response, EnvdError> {
     let request: Selected = rpc::enveloped(&body)?;
-    let process = table.find(&t.sid, &wire::selector(request.process)?)?;
+    let selector = wire::selector(request.process)?;
+    if let Some(answer) = replica.elsewhere(&call, &t.sid, &selector, body).await? {
+        return Ok(answer);
+    }
+    let process = replica.table.find(&t.sid, &selector)?;
     let follower = process.follow(Follower::REPLAY);
     Ok(respond::events(
         process.pid,
         follower,
-        rpc::keepalive(&headers),
+        rpc::keepalive(call.headers()),
     ))
 }
 
