@@ -88,4 +88,17 @@ mod tests {
         assert!(!OperatorConfig::default().e2b_api.enabled);
         assert!(OperatorConfig::from_yaml("e2bApi: {enabeld: true}").is_err());
     }
+
+    #[test]
+    fn the_peer_url_is_the_setting_else_the_pod_ip_else_the_address() {
+        let bound: std::net::SocketAddr = "10.1.2.3:3000".parse().unwrap();
+        let mut config = super::E2bApiConfig::default();
+        if std::env::var_os(super::ENV_POD_IP).is_none() {
+            assert_eq!(config.peer_url(bound), "http://10.1.2.3:3000");
+            let any = "0.0.0.0:3001".parse().unwrap();
+            assert_eq!(config.peer_url(any), "http://127.0.0.1:3001");
+        }
+        config.peer_address = Some("http://peer.example:3000".into());
+        assert_eq!(config.peer_url(bound), "http://peer.example:3000");
+    }
 }
