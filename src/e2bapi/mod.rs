@@ -63,12 +63,16 @@ pub enum E2bApiStartError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// This replica could not register as an envd peer.
+    #[error("E2B API: {0}")]
+    Peers(#[from] envd::process::peers::PeerError),
 }
 
 /// A bound E2B API server, ready to run.
 pub struct E2bApiServer {
     listener: TcpListener,
     router: axum::Router,
+    peers: Arc<envd::process::peers::Peers>,
 }
 
 impl E2bApiServer {
@@ -106,10 +110,13 @@ impl E2bApiServer {
                 client_id: instance.to_string(),
             }),
         };
-        tracing::info!(address = %config.address, "serving the E2B-compatible API");
+        let (peers, replica) = join_peers(config, &listener, &state.operator, instance).await?;
+        tracing::info!(address = %config.address, tag = peers.tag(), "serving the E2B-compatible API");
         Ok(Some(E2bApiServer {
             listener,
-            router: ports::wrap(routes::router(state.clone()), state),
+            router: ports::wrap(routes::router(state.clone()), state)
+                .layer(axum::Extension(replica)),
+            peers,
         }))
     }
 
@@ -118,13 +125,44 @@ impl E2bApiServer {
         self.listener.local_addr().ok()
     }
 
-    /// Serves until `stop`.
+    /// Serves until `stop`, registered as an envd peer until then.
     pub async fn run(self, stop: impl Future<Output = ()> + Send + 'static) {
-        let served = axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(stop)
-            .await;
-        if let Err(e) = served {
-            tracing::error!(error = %e, "E2B API: the listener failed");
-        }
+        let stop = futures::FutureExt::shared(Box::pin(stop));
+        let E2bApiServer {
+            listener,
+            router,
+            peers,
+        } = self;
+        let graceful = stop.clone();
+        let serve = async move {
+            let served = axum::serve(listener, router)
+                .with_graceful_shutdown(graceful)
+                .await;
+            if let Err(e) = served {
+                tracing::error!(error = %e, "E2B API: the listener failed");
+            }
+        };
+        tokio::join!(serve, peers.hold(stop));
     }
+}
+
+/// This replica registered as an envd peer, and the process service's state.
+async fn join_peers(
+    config: &E2bApiConfig,
+    listener: &TcpListener,
+    client: &Client,
+    instance: &str,
+) -> Result<(Arc<envd::process::peers::Peers>, envd::process::Replica), E2bApiStartError> {
+    let bound = listener
+        .local_addr()
+        .map_err(|source| E2bApiStartError::Bind {
+            addr: config.address,
+            source,
+        })?;
+    let url = config.peer_url(bound);
+    let peers = envd::process::peers::Peers::join(client.clone(), instance, &url).await?;
+    let peers = Arc::new(peers);
+    let replica = envd::process::Replica::new(peers.clone())
+        .map_err(|e| E2bApiStartError::Settings(format!("the envd peer client: {e}")))?;
+    Ok((peers, replica))
 }

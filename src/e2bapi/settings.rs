@@ -29,6 +29,32 @@ pub struct E2bApiConfig {
     /// 32). Every replica needs the same one; absent: a random key per process, so tokens
     /// change when the process restarts and differ between replicas.
     pub access_token_key_file: Option<PathBuf>,
+    /// The URL the other replicas reach this one's E2B API at, e.g. `http://10.0.0.7:3000`:
+    /// they forward requests for this replica's processes there. Absent: `http://` the
+    /// `POD_IP` environment variable (the chart sets it) and the port of `address`, else
+    /// `address` itself (loopback when it names every interface).
+    pub peer_address: Option<String>,
+}
+
+/// The environment variable with the pod's IP (downward API).
+pub const ENV_POD_IP: &str = "POD_IP";
+
+impl E2bApiConfig {
+    /// The URL the other replicas reach this one at, serving on `bound`.
+    pub fn peer_url(&self, bound: SocketAddr) -> String {
+        if let Some(url) = &self.peer_address {
+            return url.clone();
+        }
+        let pod_ip = std::env::var(ENV_POD_IP)
+            .ok()
+            .and_then(|ip| ip.parse::<std::net::IpAddr>().ok());
+        let ip = match pod_ip {
+            Some(ip) => ip,
+            None if bound.ip().is_unspecified() => std::net::Ipv4Addr::LOCALHOST.into(),
+            None => bound.ip(),
+        };
+        format!("http://{}", SocketAddr::new(ip, bound.port()))
+    }
 }
 
 impl Default for E2bApiConfig {
@@ -39,6 +65,7 @@ impl Default for E2bApiConfig {
             domain: None,
             templates: BTreeMap::new(),
             access_token_key_file: None,
+            peer_address: None,
         }
     }
 }
@@ -60,5 +87,18 @@ mod tests {
         );
         assert!(!OperatorConfig::default().e2b_api.enabled);
         assert!(OperatorConfig::from_yaml("e2bApi: {enabeld: true}").is_err());
+    }
+
+    #[test]
+    fn the_peer_url_is_the_setting_else_the_pod_ip_else_the_address() {
+        let bound: std::net::SocketAddr = "10.1.2.3:3000".parse().unwrap();
+        let mut config = super::E2bApiConfig::default();
+        if std::env::var_os(super::ENV_POD_IP).is_none() {
+            assert_eq!(config.peer_url(bound), "http://10.1.2.3:3000");
+            let any = "0.0.0.0:3001".parse().unwrap();
+            assert_eq!(config.peer_url(any), "http://127.0.0.1:3001");
+        }
+        config.peer_address = Some("http://peer.example:3000".into());
+        assert_eq!(config.peer_url(bound), "http://peer.example:3000");
     }
 }

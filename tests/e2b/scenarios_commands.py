@@ -79,6 +79,18 @@ def close_stdin(args):
     return {"stdout": result.stdout, "exit_code": result.exit_code}
 
 
+def kill_pid(args):
+    """Kills a process another client started, then reattaches to learn how it ended."""
+    sbx = _sandbox(args)
+    killed = sbx.commands.kill(args["pid"])
+    code = _exit_code(sbx.commands.connect(args["pid"]))
+    return {
+        "killed": killed,
+        "exit_code": code,
+        "listed_after": args["pid"] in [p.pid for p in sbx.commands.list()],
+    }
+
+
 def connect_unknown(args):
     sbx = _sandbox(args)
     try:
@@ -159,6 +171,7 @@ SCENARIOS = {
     "reattach": reattach,
     "close_stdin": close_stdin,
     "connect_unknown": connect_unknown,
+    "kill_pid": kill_pid,
     "commands_kill": kill,
     "pty": pty,
     "token": token,

@@ -184,7 +184,7 @@ async fn record_external_name(
 ) -> Result<(), Outcome> {
     let external = build::external_name(uid);
     if pass.current.external_name.as_deref() == Some(external.as_str()) {
-        return added.wait().await;
+        return Ok(added.wait().await?);
     }
     let generation = r.object.metadata.generation;
     pass.next.external_name = Some(external.clone());
@@ -197,7 +197,7 @@ async fn record_external_name(
     );
     pass.next.observed_generation = generation;
     if !before_create {
-        return added.wait().await;
+        return Ok(added.wait().await?);
     }
     let (saved, finalized) = tokio::join!(r.save(&pass.current, &pass.next), added.wait());
     saved?;

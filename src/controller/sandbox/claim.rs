@@ -16,9 +16,9 @@ use kube::ResourceExt;
 use kube::api::Api;
 
 use crate::api::{Claimant, Sandbox, SandboxSpec, SandboxWarmPool};
+use crate::controller::Context;
 use crate::controller::outcome::{Outcome, Report};
 use crate::controller::pool::{ledger, members};
-use crate::controller::{Context, Error};
 use crate::provider::labels::{Claim, SPEC_HASH};
 use crate::provider::{SandboxDescriptor, SandboxState};
 use crate::registry::ProviderHandle;

@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::stream::{self, BoxStream, StreamExt};
 
+use super::forward::{Call, Replica};
 use super::respond;
 use super::ring::Chunk;
 use super::table::{Follower, KEEP_ENDED, Process, ProcessTable, Started};
@@ -30,18 +31,18 @@ const DEFAULT_SIZE: TermSize = TermSize { cols: 80, rows: 24 };
 /// `process.Process/Start`; an error before the first message ends the stream.
 pub async fn start(
     t: EnvdTarget,
-    table: Extension<ProcessTable>,
+    replica: Extension<Replica>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    started(t, table, headers, body)
+    started(t, replica, headers, body)
         .await
         .unwrap_or_else(|e| rpc::stream_failed(&e))
 }
 
 async fn started(
     t: EnvdTarget,
-    Extension(table): Extension<ProcessTable>,
+    Extension(replica): Extension<Replica>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Result<Response, EnvdError> {
@@ -67,10 +68,10 @@ async fn started(
         stderr,
         exit,
     } = session;
-    let process = table.add(started, input);
+    let process = replica.table.add(started, input);
     let follower = process.follow(0);
     let output = merged(stdout, stderr, process.started.pty);
-    tokio::spawn(run(table, process.clone(), output, exit));
+    tokio::spawn(run(replica.table, process.clone(), output, exit));
     Ok(respond::events(
         process.pid,
         follower,
@@ -78,31 +79,36 @@ async fn started(
     ))
 }
 
-/// `process.Process/Connect`; an error before the first message ends the stream.
+/// `process.Process/Connect`: answered by the replica holding the process; an error before
+/// the first message ends the stream.
 pub async fn connect(
     t: EnvdTarget,
-    table: Extension<ProcessTable>,
-    headers: HeaderMap,
+    replica: Extension<Replica>,
+    call: Call,
     body: Bytes,
 ) -> Response {
-    connected(t, table, headers, body)
+    connected(t, replica, call, body)
         .await
         .unwrap_or_else(|e| rpc::stream_failed(&e))
 }
 
 async fn connected(
     t: EnvdTarget,
-    Extension(table): Extension<ProcessTable>,
-    headers: HeaderMap,
+    Extension(replica): Extension<Replica>,
+    call: Call,
     body: Bytes,
 ) -> Result<Response, EnvdError> {
     let request: Selected = rpc::enveloped(&body)?;
-    let process = table.find(&t.sid, &wire::selector(request.process)?)?;
+    let selector = wire::selector(request.process)?;
+    if let Some(answer) = replica.elsewhere(&call, &t.sid, &selector, body).await? {
+        return Ok(answer);
+    }
+    let process = replica.table.find(&t.sid, &selector)?;
     let follower = process.follow(Follower::REPLAY);
     Ok(respond::events(
         process.pid,
         follower,
-        rpc::keepalive(&headers),
+        rpc::keepalive(call.headers()),
     ))
 }
 

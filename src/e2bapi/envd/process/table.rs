@@ -1,6 +1,7 @@
 //! The processes this replica started, by sandbox and pid. A process's state — its stdin,
 //! its output buffer, its readers — lives in the replica that started it: the provider's
-//! streaming exec is a connection held by this replica, so another replica cannot reach it.
+//! streaming exec is a connection held by this replica, so another replica reaches it only
+//! by forwarding the request here ([`super::forward`]).
 //!
 //! Each process has one *writer* (the task that moves the provider's output into its
 //! [`Ring`]) and any number of *followers* (the `Start` and `Connect` streams reading it).
@@ -15,6 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, watch};
 
+use super::peers;
 use super::ring::{Chunk, REPLAY_BYTES, Ring};
 use super::wire::{End, ProcessConfig, Selector};
 use crate::e2bapi::envd::error::{Code, EnvdError};
@@ -190,28 +192,27 @@ type ByPid = HashMap<(String, u32), Arc<Process>>;
 #[derive(Clone)]
 pub struct ProcessTable {
     processes: Arc<Mutex<ByPid>>,
-    next_pid: Arc<AtomicU32>,
-}
-
-impl Default for ProcessTable {
-    fn default() -> Self {
-        ProcessTable {
-            processes: Arc::default(),
-            // A random start per replica, so that a pid of another replica seldom names a
-            // process here and is answered not_found instead.
-            next_pid: Arc::new(AtomicU32::new(fastrand::u32(1_000..1 << 30))),
-        }
-    }
+    tag: u16,
+    next_seq: Arc<AtomicU32>,
 }
 
 impl ProcessTable {
+    /// The table of the replica tagged `tag`: its pids carry the tag ([`peers::pid`]).
+    pub fn new(tag: u16) -> ProcessTable {
+        ProcessTable {
+            processes: Arc::default(),
+            tag,
+            next_seq: Arc::new(AtomicU32::new(1)),
+        }
+    }
+
     fn map(&self) -> MutexGuard<'_, ByPid> {
         self.processes.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Registers a new process with its input, under a fresh pid.
     pub fn add(&self, started: Started, input: mpsc::Sender<ExecInput>) -> Arc<Process> {
-        let pid = self.next_pid.fetch_add(1, Ordering::Relaxed);
+        let pid = self.fresh_pid();
         let process = Arc::new(Process {
             pid,
             input,
@@ -228,6 +229,18 @@ impl ProcessTable {
         let key = (process.started.sid.clone(), pid);
         self.map().insert(key, process.clone());
         process
+    }
+
+    /// The next pid of this replica that names no process it still knows (the sequence
+    /// wraps after 2²¹ pids).
+    fn fresh_pid(&self) -> u32 {
+        loop {
+            let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
+            let pid = peers::pid(self.tag, seq);
+            if !self.map().keys().any(|(_, p)| *p == pid) {
+                return pid;
+            }
+        }
     }
 
     /// Forgets a process.
@@ -272,7 +285,7 @@ fn unknown(selector: &Selector) -> EnvdError {
         Code::NotFound,
         format!(
             "{what} is not known to this operator replica: a process lives in the replica that \
-             started it (route one sandbox's envd requests to one replica), and is forgotten \
+             started it (the other replicas forward to it while it runs), and is forgotten \
              {}s after it ends",
             KEEP_ENDED.as_secs()
         ),
@@ -300,7 +313,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_follower_reads_everything_then_the_end_and_a_late_one_replays() {
-        let table = ProcessTable::default();
+        let table = ProcessTable::new(1);
         let p = table.add(started("s", None), mpsc::channel(1).0);
         let mut first = p.follow(0);
         p.write(out("a")).await;
@@ -341,7 +354,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_slow_follower_holds_the_writer_back_instead_of_losing_output() {
-        let table = ProcessTable::default();
+        let table = ProcessTable::new(1);
         let p = table.add(started("s", None), mpsc::channel(1).0);
         let mut reader = p.follow(0);
         let big = Chunk::Stdout(Bytes::from(vec![b'x'; REPLAY_BYTES / 2]));
@@ -364,7 +377,7 @@ mod tests {
 
     #[test]
     fn processes_are_found_by_sandbox_and_pid_or_tag_only() {
-        let table = ProcessTable::default();
+        let table = ProcessTable::new(1);
         let a = table.add(started("s", Some("web")), mpsc::channel(1).0);
         let b = table.add(started("other", None), mpsc::channel(1).0);
         assert_eq!(b.pid, a.pid + 1);
