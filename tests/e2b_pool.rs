@@ -35,7 +35,10 @@ async fn wait_pool(api: &Api<SandboxWarmPool>, name: &str, ready: i32, op: &Oper
         let s = p.status.clone().unwrap_or_default();
         match s.ready_replicas == ready && s.replicas == ready {
             true => Ok(()),
-            false => Err(format!("replicas {} ready {}", s.replicas, s.ready_replicas)),
+            false => Err(format!(
+                "replicas {} ready {}",
+                s.replicas, s.ready_replicas
+            )),
         }
     })
     .await;
