@@ -56,6 +56,13 @@ pub trait Provider: Send + Sync {
         Resources::default()
     }
 
+    /// Whether the file capability reaches a sandbox only once it runs: a created sandbox
+    /// that is not started yet (a gated Pod) runs nothing to write through, so the
+    /// self-delivered env goes in right after the start instead of before it.
+    fn files_need_running(&self) -> bool {
+        false
+    }
+
     /// Creates a sandbox WITHOUT starting it, under the request's deterministic name.
     ///
     /// A name that already exists is `Conflict` (the caller observes and adopts instead of

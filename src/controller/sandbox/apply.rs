@@ -365,6 +365,7 @@ fn plan(
                 == current.self_delivered_env_hash.as_deref()
                 && current.sandbox_id.is_some(),
             restored: super::restore::restored(current, observed),
+            env_after_start: resolved.files_need_running,
             egress: egress_convergence(resolved.egress_in_place, desired, current),
             asleep: decide::slept_since_start(
                 current.last_hibernation.as_ref().map(|h| h.time.as_str()),

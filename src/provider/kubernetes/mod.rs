@@ -146,6 +146,11 @@ impl Provider for KubernetesProvider {
         "kubernetes"
     }
 
+    /// Files go through exec, and a created Pod is gated until its start.
+    fn files_need_running(&self) -> bool {
+        true
+    }
+
     /// The Pod limits a silent spec gets (`defaultResources`), so a namespace's budget counts
     /// what the Pod may really take.
     fn default_resources(&self) -> crate::provider::Resources {
