@@ -25,6 +25,10 @@ use serde_json::{Value, json};
 
 /// What the body needs from a provider's far side beyond the world.
 trait Members {
+    /// Whether the provider can add labels to a running sandbox (a warm claim's).
+    const RELABELS: bool;
+    /// The provider labels (E2B: metadata) of sandbox `id`.
+    async fn labels(&self, id: &str) -> BTreeMap<String, String>;
     /// The ids of the provider sandboxes labelled with owner `uid`.
     async fn owned_by(&self, uid: &str) -> Vec<String>;
     /// `sh -c script` in sandbox `id`: its stdout.
@@ -32,6 +36,13 @@ trait Members {
 }
 
 impl Members for World<Kubernetes> {
+    const RELABELS: bool = true;
+
+    async fn labels(&self, id: &str) -> BTreeMap<String, String> {
+        let pod = self.pods().await.get(id).await.expect("the Pod");
+        pod.metadata.labels.unwrap_or_default()
+    }
+
     async fn owned_by(&self, uid: &str) -> Vec<String> {
         let selector = format!("{OWNER_UID}={uid}");
         let pods = self.pods().await;
@@ -54,6 +65,13 @@ impl Members for World<Kubernetes> {
 }
 
 impl Members for World<E2b> {
+    const RELABELS: bool = false;
+
+    async fn labels(&self, id: &str) -> BTreeMap<String, String> {
+        let record = self.double.sandbox(id).await.expect("the E2B sandbox");
+        record.metadata
+    }
+
     async fn owned_by(&self, uid: &str) -> Vec<String> {
         let all = self.double.sandboxes().await.into_iter();
         let owned = all.filter(|s| s.metadata.get(OWNER_UID).map(String::as_str) == Some(uid));
@@ -107,12 +125,18 @@ async fn pid1_start(w: &impl Members, id: &str) -> String {
         .into()
 }
 
-/// A claim of pool `pool` with a per-task env var.
+/// A claim of pool `pool` with a per-task env var and label.
 fn claim(pool: &str, greeting: &str) -> Value {
     json!({
         "warmPoolRef": {"name": pool},
         "env": [{"name": "GREETING", "value": greeting}],
+        "labels": {"task": greeting},
     })
+}
+
+/// The `task` label of sandbox `id`.
+async fn task_label(w: &impl Members, id: &str) -> Option<String> {
+    w.labels(id).await.remove("task")
 }
 
 /// The body: fill, warm claim, cold claim, pool deletion.
@@ -139,6 +163,12 @@ where
         .await;
     assert_eq!(seen.trim(), "warm-hi");
     assert_eq!(&pid1_start(w, &member).await, started, "not restarted");
+    let wanted = World::<B>::RELABELS.then(|| "warm-hi".to_string());
+    assert_eq!(
+        task_label(w, &member).await,
+        wanted,
+        "the claim's label, where it can be"
+    );
 
     apply_yaml_ok(&pool("empty", 0, &template), &w.ns);
     wait_pool(w, "empty", 0, op).await;
@@ -153,6 +183,12 @@ where
         )
         .await;
     assert_eq!(seen.trim(), "cold-hi");
+    let label = task_label(w, &sandbox_id(&c)).await;
+    assert_eq!(
+        label.as_deref(),
+        Some("cold-hi"),
+        "a cold claim is labelled at create"
+    );
 
     wait_pool(w, "p", 2, op).await;
     kubectl_ok(&["delete", "sbxwp", "p", "-n", &w.ns, "--wait=false"], None);

@@ -216,6 +216,18 @@ pub trait Provider: Send + Sync {
     fn port_forward(&self) -> Option<&dyn stream::PortForward> {
         None
     }
+    /// Labels added to a sandbox that already runs (a claimed warm pool member).
+    fn relabel(&self) -> Option<&dyn Relabel> {
+        None
+    }
+}
+
+/// Adding labels to a running sandbox without restarting it. Absent where the provider
+/// fixes them at create (Docker labels, E2B metadata).
+#[async_trait]
+pub trait Relabel: Send + Sync {
+    /// Adds (or overwrites) `labels` on sandbox `id`; the other labels stay.
+    async fn add_labels(&self, id: &str, labels: &BTreeMap<String, String>) -> ProviderResult<()>;
 }
 
 /// The templates carrying every one of `labels` (a template listing has no label

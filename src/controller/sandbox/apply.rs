@@ -88,6 +88,9 @@ async fn converge(
     let (deadline, parked) = idleness(r, pass, lifetime(r).await?).await;
     let (resolved, env) = dereference(sctx, r.object, sandbox, &handle).await?;
     let mut desired = build(r, sandbox, &resolved, &deadline, parked)?;
+    if pool.is_some() {
+        claim::cold_labels(r.object, &mut desired);
+    }
     let proof = match &pool {
         Some(pool) => claim::settle(r, &handle, pool, &desired, touched, pass).await?,
         None => None,
