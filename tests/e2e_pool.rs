@@ -248,7 +248,10 @@ async fn an_empty_pool_serves_a_claim_cold_and_admission_refuses_restart_fields(
         "{stderr}"
     );
 
-    let extra = json!({"env": [{"name": "GREETING", "value": "cold"}]});
+    let extra = json!({
+        "env": [{"name": "GREETING", "value": "cold"}],
+        "labels": {"task": "t-cold"},
+    });
     apply_yaml_ok(&claim("s", "p", extra).to_string(), ns);
     let sandboxes = &w.sandboxes;
     let s = wait_ready(sandboxes, "s", op).await;
@@ -262,6 +265,12 @@ async fn an_empty_pool_serves_a_claim_cold_and_admission_refuses_restart_fields(
         ". /run/sandboxes.dev/env; echo \"$GREETING $POOL_VERSION\"",
     );
     assert_eq!(seen.expect("exec").trim(), "cold 1");
+    let label = std::process::Command::new("docker")
+        .args(["inspect", "-f", "{{index .Config.Labels \"task\"}}", &id])
+        .output()
+        .expect("docker inspect");
+    let label = String::from_utf8_lossy(&label.stdout);
+    assert_eq!(label.trim(), "t-cold", "a cold claim is labelled at create");
     let metrics = op.http_get("/metrics").expect("metrics");
     assert!(
         metrics.contains("sandbox_operator_warm_pool_claims_total{mode=\"cold\"} 1"),
