@@ -8,8 +8,7 @@ mod harness;
 use harness::cluster::{apply_yaml_ok, kubectl_ok};
 use harness::docker::{base_image, idle};
 use harness::e2b_sdk::{Sdk, api_up, ensure_sleep_crd, free_port, key_for, options};
-use harness::objects::{READY_TIMEOUT, is_ready, wait_object};
-use harness::operator::Operator;
+use harness::objects::{READY_TIMEOUT, wait_pool_within};
 use harness::tenant::tenant;
 use kube::Api;
 use sandbox_operator::api::{Sandbox, SandboxWarmPool};
@@ -25,23 +24,6 @@ fn pool(name: &str, replicas: i32) -> String {
         "spec": {"replicas": replicas, "template": {"image": base_image(), "command": idle()}},
     })
     .to_string()
-}
-
-/// Waits until the pool has exactly `ready` unclaimed members, all Ready.
-async fn wait_pool(api: &Api<SandboxWarmPool>, name: &str, ready: i32, op: &Operator) {
-    let what = format!("{ready} ready members");
-    wait_object(api, name, op, &what, READY_TIMEOUT, |p| {
-        is_ready(p)?;
-        let s = p.status.clone().unwrap_or_default();
-        match s.ready_replicas == ready && s.replicas == ready {
-            true => Ok(()),
-            false => Err(format!(
-                "replicas {} ready {}",
-                s.replicas, s.ready_replicas
-            )),
-        }
-    })
-    .await;
 }
 
 /// `Sandbox.create(template=pool)` with a per-task env var and metadata, then a command
@@ -77,7 +59,7 @@ async fn sdk_create_from_a_pool_is_a_warm_claim_then_cold_when_empty() {
     let sdk = Sdk::python(port);
     let pools: Api<SandboxWarmPool> = Api::namespaced(harness::cluster::client().await, &t.ns);
     apply_yaml_ok(&pool("warm", 2), &t.ns);
-    wait_pool(&pools, "warm", 2, &t.op).await;
+    wait_pool_within(&pools, "warm", 2, &t.op, READY_TIMEOUT).await;
 
     let warm = create_from(&sdk, &key, &t.api, "warm").await;
     let status = warm.status.clone().unwrap_or_default();
@@ -92,7 +74,7 @@ async fn sdk_create_from_a_pool_is_a_warm_claim_then_cold_when_empty() {
     assert!(message.contains("warm"), "{refused}");
 
     kubectl_ok(&["scale", "sbxwp/warm", "--replicas=0", "-n", &t.ns], None);
-    wait_pool(&pools, "warm", 0, &t.op).await;
+    wait_pool_within(&pools, "warm", 0, &t.op, READY_TIMEOUT).await;
     let cold = create_from(&sdk, &key, &t.api, "warm").await;
     let status = cold.status.clone().unwrap_or_default();
     assert_eq!(status.claim.as_deref(), Some("cold"), "{status:?}");

@@ -63,26 +63,7 @@ async fn wait_pool(
     ready: i32,
     op: &Operator,
 ) -> SandboxWarmPool {
-    wait_object(
-        api,
-        name,
-        op,
-        &format!("{ready} ready members"),
-        READY_TIMEOUT,
-        |p| {
-            let s = p.status.clone().unwrap_or_default();
-            harness::objects::is_ready(p)?;
-            if s.ready_replicas == ready && s.replicas == ready {
-                Ok(())
-            } else {
-                Err(format!(
-                    "replicas {} ready {}",
-                    s.replicas, s.ready_replicas
-                ))
-            }
-        },
-    )
-    .await
+    harness::objects::wait_pool_within(api, name, ready, op, READY_TIMEOUT).await
 }
 
 /// One test's world: its namespace and operator, a pool `p` filled to its replicas, and

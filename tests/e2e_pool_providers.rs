@@ -12,7 +12,7 @@ use std::time::Duration;
 use harness::cluster::{apply_yaml_ok, kubectl_ok};
 use harness::e2b::E2b;
 use harness::kubernetes::Kubernetes;
-use harness::objects::{is_ready, sandbox_id, wait_object};
+use harness::objects::{is_ready, sandbox_id, wait_pool_within};
 use harness::operator::Operator;
 use harness::wait_for;
 use harness::world::{Backend, World};
@@ -98,19 +98,7 @@ fn pool(name: &str, replicas: i32, template: &Value) -> String {
 /// Waits until pool `name` has `ready` unclaimed Ready members; its UID.
 async fn wait_pool<B: Backend>(w: &World<B>, name: &str, ready: i32, op: &Operator) -> String {
     let api: Api<SandboxWarmPool> = Api::namespaced(harness::cluster::client().await, &w.ns);
-    let what = format!("{ready} ready members");
-    let p = wait_object(&api, name, op, &what, B::TIMEOUT, |p| {
-        is_ready(p)?;
-        let s = p.status.clone().unwrap_or_default();
-        match s.ready_replicas == ready && s.replicas == ready {
-            true => Ok(()),
-            false => Err(format!(
-                "replicas {} ready {}",
-                s.replicas, s.ready_replicas
-            )),
-        }
-    })
-    .await;
+    let p = wait_pool_within(&api, name, ready, op, B::TIMEOUT).await;
     p.metadata.uid.expect("uid")
 }
 

@@ -146,22 +146,7 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
     if resources_differ(&desired.request.resources, &current.resources) {
         steps.push(Step::SetResources);
     }
-    let deliver = observed.wants_env && !observed.env_delivered;
-    let deliver_later =
-        deliver && observed.env_after_start && current.state != SandboxState::Running;
-    if deliver && !deliver_later {
-        steps.push(Step::DeliverEnv);
-    }
-
-    let exited_by_itself = current.state == SandboxState::Stopped
-        && !observed.asleep
-        && current.started_at.has_run()
-        && !observed.spec_changed
-        && match restart {
-            RestartPolicy::Never => true,
-            RestartPolicy::OnFailure => current.exit_code == Some(0),
-            RestartPolicy::Always => false,
-        };
+    let exited_by_itself = exited_by_itself(current, observed, restart);
 
     use DesiredState as D;
     use SandboxState as S;
@@ -186,9 +171,7 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
         (D::Stopped, S::Sleeping) => &[Step::Resume, Step::Stop],
     };
     steps.extend_from_slice(power);
-    if deliver_later {
-        after_start(&mut steps, Step::DeliverEnv);
-    }
+    with_env(&mut steps, observed, current.state == S::Running);
     with_egress(&mut steps, observed.egress, current.state == S::Running);
     Plan {
         steps,
@@ -232,6 +215,41 @@ fn env_when(observed: &Observed<'_>) -> EnvAt {
         (true, false) => EnvAt::BeforeStart,
         (true, true) => EnvAt::AfterStart,
     }
+}
+
+/// Whether the main process exited by itself and `restartPolicy` keeps it down (not our
+/// own sleep, not a spec change).
+fn exited_by_itself(
+    current: &SandboxDescriptor,
+    observed: &Observed<'_>,
+    restart: RestartPolicy,
+) -> bool {
+    current.state == SandboxState::Stopped
+        && !observed.asleep
+        && current.started_at.has_run()
+        && !observed.spec_changed
+        && match restart {
+            RestartPolicy::Never => true,
+            RestartPolicy::OnFailure => current.exit_code == Some(0),
+            RestartPolicy::Always => false,
+        }
+}
+
+/// Adds the env delivery an existing sandbox still needs: before the power steps (after a
+/// resource change), or — where files need a running sandbox and it does not run yet —
+/// right after its start or resume.
+fn with_env(steps: &mut Vec<Step>, observed: &Observed<'_>, running: bool) {
+    if !observed.wants_env || observed.env_delivered {
+        return;
+    }
+    if observed.env_after_start && !running {
+        return after_start(steps, Step::DeliverEnv);
+    }
+    let at = steps
+        .iter()
+        .take_while(|s| **s == Step::SetResources)
+        .count();
+    steps.insert(at, Step::DeliverEnv);
 }
 
 /// Puts `step` right after the last start or resume of `steps`; nowhere when the sandbox is
