@@ -63,26 +63,7 @@ async fn wait_pool(
     ready: i32,
     op: &Operator,
 ) -> SandboxWarmPool {
-    wait_object(
-        api,
-        name,
-        op,
-        &format!("{ready} ready members"),
-        READY_TIMEOUT,
-        |p| {
-            let s = p.status.clone().unwrap_or_default();
-            harness::objects::is_ready(p)?;
-            if s.ready_replicas == ready && s.replicas == ready {
-                Ok(())
-            } else {
-                Err(format!(
-                    "replicas {} ready {}",
-                    s.replicas, s.ready_replicas
-                ))
-            }
-        },
-    )
-    .await
+    harness::objects::wait_pool_within(api, name, ready, op, READY_TIMEOUT).await
 }
 
 /// One test's world: its namespace and operator, a pool `p` filled to its replicas, and
@@ -248,7 +229,10 @@ async fn an_empty_pool_serves_a_claim_cold_and_admission_refuses_restart_fields(
         "{stderr}"
     );
 
-    let extra = json!({"env": [{"name": "GREETING", "value": "cold"}]});
+    let extra = json!({
+        "env": [{"name": "GREETING", "value": "cold"}],
+        "labels": {"task": "t-cold"},
+    });
     apply_yaml_ok(&claim("s", "p", extra).to_string(), ns);
     let sandboxes = &w.sandboxes;
     let s = wait_ready(sandboxes, "s", op).await;
@@ -262,6 +246,12 @@ async fn an_empty_pool_serves_a_claim_cold_and_admission_refuses_restart_fields(
         ". /run/sandboxes.dev/env; echo \"$GREETING $POOL_VERSION\"",
     );
     assert_eq!(seen.expect("exec").trim(), "cold 1");
+    let label = std::process::Command::new("docker")
+        .args(["inspect", "-f", "{{index .Config.Labels \"task\"}}", &id])
+        .output()
+        .expect("docker inspect");
+    let label = String::from_utf8_lossy(&label.stdout);
+    assert_eq!(label.trim(), "t-cold", "a cold claim is labelled at create");
     let metrics = op.http_get("/metrics").expect("metrics");
     assert!(
         metrics.contains("sandbox_operator_warm_pool_claims_total{mode=\"cold\"} 1"),

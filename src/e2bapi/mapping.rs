@@ -1,8 +1,9 @@
 //! The mapping (pure) between an E2B create request and a Sandbox object, and back to what
 //! get and list answer. What has no faithful mapping is refused with a 400 that says why.
 //!
-//! - `templateID` boots a SandboxTemplate of that name in the key's namespace, else the
-//!   image the platform team aliased to it (`e2bApi.templates`);
+//! - `templateID` claims from a SandboxWarmPool of that name in the key's namespace (the
+//!   Sandbox gets `spec.warmPoolRef`), else boots a SandboxTemplate of that name, else the
+//!   image the platform team aliased to it (`e2bApi.templates`); see [`super::boot`];
 //! - `timeout` is `spec.lifetime.shutdownAt` (now + timeout), action `Delete`, or `Sleep`
 //!   with `autoPause`;
 //! - `metadata` is one JSON annotation ([`METADATA_ANNOTATION`]) plus, per entry, a label of
@@ -54,6 +55,9 @@ pub enum Boot {
     Template(String),
     /// An image the platform team aliased to the id.
     Image(String),
+    /// The SandboxWarmPool of this name in the key's namespace: the create is a claim, so
+    /// only what a running member takes without a restart may come with it.
+    Pool(String),
 }
 
 /// The Sandbox object `request` asks for, named `name` in the tenant's namespace.
@@ -67,15 +71,27 @@ pub fn sandbox(
     refuse_unmapped(request)?;
     let auto_pause = auto_pause(request)?;
     let timeout = request.timeout.unwrap_or(DEFAULT_TIMEOUT_SECS);
-    let (image, template_ref) = match boot {
-        Boot::Template(t) => (None, Some(LocalObjectRef { name: t })),
-        Boot::Image(i) => (Some(i), None),
+    let (image, template_ref, warm_pool_ref) = match boot {
+        Boot::Template(t) => (None, Some(LocalObjectRef { name: t }), None),
+        Boot::Image(i) => (Some(i), None, None),
+        Boot::Pool(p) => (None, None, Some(LocalObjectRef { name: p })),
     };
+    let egress = egress(request.allow_internet_access, request.network.as_ref())?;
+    if let (Some(pool), Some(_)) = (&warm_pool_ref, &egress) {
+        return Err(ApiError::bad_request(format!(
+            "network (and allow_internet_access: false) cannot be set when the template id \
+             names SandboxWarmPool {:?}: a claimed member is already running, with the pool's \
+             spec.template.egress; set egress on the pool, or create from a template that is \
+             not a pool",
+            pool.name
+        )));
+    }
     let spec = SandboxSpec {
         image,
         template_ref,
+        warm_pool_ref,
         env: env(request.env_vars.as_ref())?,
-        egress: egress(request.allow_internet_access, request.network.as_ref())?,
+        egress,
         lifetime: Some(lifetime(timeout, auto_pause, now)?),
         ..SandboxSpec::default()
     };

@@ -170,3 +170,49 @@ fn allow_public_traffic_false_restricts_the_port_urls() {
     old.metadata.annotations = None;
     assert!(!restricts_traffic(&old));
 }
+
+#[test]
+fn a_pool_boot_is_a_claim_with_the_per_task_fields() {
+    let r = request(serde_json::json!({
+        "templateID": "warm", "timeout": 60, "envVars": {"A": "1"}, "metadata": {"k": "v"},
+    }));
+    let s = sandbox(&r, Boot::Pool("warm".into()), &tenant(), "e2b-x", now()).unwrap();
+    assert_eq!(
+        s.spec.warm_pool_ref.map(|p| p.name).as_deref(),
+        Some("warm")
+    );
+    assert_eq!((s.spec.image, s.spec.template_ref), (None, None));
+    assert_eq!(s.spec.env.unwrap()[0].name, "A");
+    assert!(s.spec.lifetime.is_some());
+    let labels = s.metadata.labels.unwrap_or_default();
+    assert!(
+        labels.contains_key(&metadata_label("k", "v").0),
+        "{labels:?}"
+    );
+}
+
+#[test]
+fn a_pool_boot_refuses_egress_by_name() {
+    let r = request(serde_json::json!({
+        "templateID": "warm",
+        "network": {"denyOut": ["0.0.0.0/0"], "allowOut": ["example.com"]},
+    }));
+    let e = sandbox(&r, Boot::Pool("warm".into()), &tenant(), "e2b-x", now()).unwrap_err();
+    assert_eq!(e.status, axum::http::StatusCode::BAD_REQUEST);
+    assert!(
+        e.message.starts_with("network") && e.message.contains("\"warm\""),
+        "{}",
+        e.message
+    );
+    let closed = request(serde_json::json!({"templateID": "warm", "allow_internet_access": false}));
+    assert!(
+        sandbox(
+            &closed,
+            Boot::Pool("warm".into()),
+            &tenant(),
+            "e2b-x",
+            now()
+        )
+        .is_err()
+    );
+}

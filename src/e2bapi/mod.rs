@@ -8,7 +8,8 @@
 //! - [`settings`]: the `e2bApi` configuration section;
 //! - [`keys`]: API keys as Secrets, compared in constant time; [`clients`]: impersonation;
 //! - [`id`]: sandbox ids that name their namespace and object (what an envd router needs);
-//! - [`wire`]: the E2B wire types; [`mapping`]: request ↔ Sandbox (pure); [`view`]: the
+//! - [`wire`]: the E2B wire types; [`mapping`]: request ↔ Sandbox (pure); [`boot`]: what a
+//!   template id names (a pool, a template or an image alias); [`view`]: the
 //!   answers of get and list; [`token`]: envd access tokens;
 //! - [`routes`], [`list`] and [`logs`]: the REST handlers, each starting from a [`caller`] (the key
 //!   checked, the sandbox found); [`error`]: the `{code, message}` errors;
@@ -20,6 +21,7 @@
 //!
 //! Every replica serves it, leader or not.
 
+pub mod boot;
 pub mod caller;
 pub mod clients;
 pub mod envd;

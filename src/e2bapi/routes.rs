@@ -11,18 +11,18 @@ use axum::response::Response;
 use axum::routing::{get, post};
 use bytes::Bytes;
 use chrono::Utc;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use serde::de::DeserializeOwned;
 
 use super::caller::{Caller, Target};
 use super::clients::Impersonation;
 use super::error::{ApiError, json};
-use super::keys::{Keys, Tenant};
-use super::mapping::{self, Boot};
+use super::keys::Keys;
+use super::mapping;
 use super::token::TokenKey;
 use super::wire::{CreatedSandbox, NewSandbox, PauseRequest, RefreshRequest, TimeoutRequest};
 use super::{id, list, ready, view};
-use crate::api::{Sandbox, SandboxTemplate};
+use crate::api::Sandbox;
 
 /// The field manager of this API's writes.
 pub const FIELD_MANAGER: &str = "sandbox-operator-e2b-api";
@@ -92,7 +92,9 @@ async fn create(c: Caller, raw: Bytes) -> Result<Response, ApiError> {
         state: s,
     } = c;
     let request: NewSandbox = body(&raw)?;
-    let boot = boot(&s, &api, &tenant, &request.template_id).await?;
+    let client = api.clone().into_client();
+    let boot =
+        super::boot::resolve(client, &tenant, &s.site.templates, &request.template_id).await?;
     let sid = id::generate(&tenant.namespace);
     let Some(object) = id::parse(&sid) else {
         return Err(ApiError::bad_request(format!(
@@ -115,34 +117,6 @@ async fn create(c: Caller, raw: Bytes) -> Result<Response, ApiError> {
         StatusCode::CREATED,
         &created(&s, &sid, &request.template_id, &made),
     ))
-}
-
-/// A SandboxTemplate of that name in the namespace, else the configured image alias.
-async fn boot(
-    s: &E2bState,
-    api: &Api<Sandbox>,
-    tenant: &Tenant,
-    template: &str,
-) -> Result<Boot, ApiError> {
-    let templates: Api<SandboxTemplate> =
-        Api::namespaced(api.clone().into_client(), &tenant.namespace);
-    if crate::validation::check_dns_label(template).is_ok() {
-        let found = templates
-            .get_opt(template)
-            .await
-            .map_err(|e| ApiError::from_kube("looking up the SandboxTemplate", e))?;
-        if found.is_some() {
-            return Ok(Boot::Template(template.to_string()));
-        }
-    }
-    match s.site.templates.get(template) {
-        Some(image) => Ok(Boot::Image(image.clone())),
-        None => Err(ApiError::bad_request(format!(
-            "template {template:?} not found: no SandboxTemplate of that name in namespace {:?} \
-             and no image alias in the operator's e2bApi.templates",
-            tenant.namespace
-        ))),
-    }
 }
 
 /// The `Sandbox` answer of create and connect. It always carries the envd access token:

@@ -27,6 +27,9 @@ pub const RECLAIM_POLICY: &str = "sandboxes.dev/reclaim-policy";
 /// Hash of the SandboxWarmPool template a pool member was built from: a member whose hash
 /// is not the pool's current one is rolled (when unclaimed).
 pub const POOL_TEMPLATE_HASH: &str = "sandboxes.dev/pool-template-hash";
+/// A warm pool member's name (`sbxwp-<pool uid>-<k>`): where the provider's id is not the
+/// name (E2B, Fly), this is how the pool knows which names are taken.
+pub const POOL_MEMBER: &str = "sandboxes.dev/pool-member";
 /// The `sandboxes.dev/kind` of a warm pool's members.
 pub const POOL_KIND: &str = "SandboxWarmPool";
 /// Prefix reserved for our own labels: caller labels may not use it.
@@ -171,8 +174,16 @@ pub fn merge_labels(
 ) -> Result<BTreeMap<String, String>, String> {
     // The controller itself passes operator-internal labels through here; users cannot
     // (the CRD schema rejects the prefix in spec.labels).
-    let internal =
-        |k: &str| k == SPEC_HASH || k == TEMPLATE || k == RECLAIM_POLICY || k == POOL_TEMPLATE_HASH;
+    let internal = |k: &str| {
+        [
+            SPEC_HASH,
+            TEMPLATE,
+            RECLAIM_POLICY,
+            POOL_TEMPLATE_HASH,
+            POOL_MEMBER,
+        ]
+        .contains(&k)
+    };
     if let Some(bad) = caller
         .keys()
         .find(|k| k.starts_with(RESERVED_PREFIX) && !internal(k))

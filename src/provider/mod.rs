@@ -56,6 +56,13 @@ pub trait Provider: Send + Sync {
         Resources::default()
     }
 
+    /// Whether the file capability reaches a sandbox only once it runs: a created sandbox
+    /// that is not started yet (a gated Pod) runs nothing to write through, so the
+    /// self-delivered env goes in right after the start instead of before it.
+    fn files_need_running(&self) -> bool {
+        false
+    }
+
     /// Creates a sandbox WITHOUT starting it, under the request's deterministic name.
     ///
     /// A name that already exists is `Conflict` (the caller observes and adopts instead of
@@ -209,6 +216,18 @@ pub trait Provider: Send + Sync {
     fn port_forward(&self) -> Option<&dyn stream::PortForward> {
         None
     }
+    /// Labels added to a sandbox that already runs (a claimed warm pool member).
+    fn relabel(&self) -> Option<&dyn Relabel> {
+        None
+    }
+}
+
+/// Adding labels to a running sandbox without restarting it. Absent where the provider
+/// fixes them at create (Docker labels, E2B metadata).
+#[async_trait]
+pub trait Relabel: Send + Sync {
+    /// Adds (or overwrites) `labels` on sandbox `id`; the other labels stay.
+    async fn add_labels(&self, id: &str, labels: &BTreeMap<String, String>) -> ProviderResult<()>;
 }
 
 /// The templates carrying every one of `labels` (a template listing has no label

@@ -241,6 +241,9 @@ rules:
   - apiGroups: [sandboxes.dev]
     resources: [sandboxes, sandboxtemplates]
     verbs: [get, list, watch, create, patch, update, delete]
+  - apiGroups: [sandboxes.dev]
+    resources: [sandboxwarmpools]
+    verbs: [get]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding

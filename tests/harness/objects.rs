@@ -169,3 +169,27 @@ pub async fn patch_spec<K: Reconciled>(api: &Api<K>, name: &str, spec: Value) {
         panic!("patching the spec of {} {name}: {e}", K::kind(&()));
     }
 }
+
+/// Waits (up to `timeout`) until pool `name` is Ready with exactly `ready` unclaimed members,
+/// all Ready: a fill, a refill or a scale has settled.
+pub async fn wait_pool_within(
+    api: &Api<SandboxWarmPool>,
+    name: &str,
+    ready: i32,
+    by: &impl Logged,
+    timeout: Duration,
+) -> SandboxWarmPool {
+    let what = format!("{ready} ready members");
+    wait_object(api, name, by, &what, timeout, |p| {
+        is_ready(p)?;
+        let s = p.status.clone().unwrap_or_default();
+        match s.ready_replicas == ready && s.replicas == ready {
+            true => Ok(()),
+            false => Err(format!(
+                "replicas {} ready {}",
+                s.replicas, s.ready_replicas
+            )),
+        }
+    })
+    .await
+}

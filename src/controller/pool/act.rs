@@ -11,6 +11,7 @@ use crate::api::{LedgerEntry, Sandbox, SandboxWarmPool};
 use crate::controller::events::normal;
 use crate::controller::outcome::{Outcome, Report};
 use crate::controller::{Error, Result};
+use crate::provider::labels::POOL_MEMBER;
 use crate::registry::ProviderHandle;
 
 use super::decide::{Member, Plan, member_names};
@@ -108,12 +109,13 @@ async fn destroy(on: &On<'_>, ids: &[String]) -> Result<()> {
 async fn create(on: &On<'_>, n: usize, all: &[Member], hash: &str) -> Result<(), Outcome> {
     let pool = on.r.object;
     let desired = members::desired(&on.pctx.sctx, pool, on.handle, hash).await?;
-    let existing: Vec<String> = all.iter().map(|m| m.id.clone()).collect();
+    let existing: Vec<String> = all.iter().map(|m| m.name.clone()).collect();
     let names = member_names(&pool.uid().unwrap_or_default(), &existing, n);
     let h = on.handle;
     try_join_all(names.iter().map(|name| {
         let mut request = desired.request.clone();
         request.name = name.clone();
+        request.labels.insert(POOL_MEMBER.into(), name.clone());
         async move {
             let made = h.call("create", h.provider.create(&request)).await?;
             h.call("start", h.provider.start(&made.id)).await?;

@@ -32,6 +32,8 @@ pub struct Member {
     pub template_hash: Option<String>,
     /// Creation time, when known.
     pub created_at: Option<DateTime<Utc>>,
+    /// Its name (`sbxwp-<pool uid>-<k>`, which [`member_names`] hands out).
+    pub name: String,
 }
 
 /// What the pool controller does in one pass.
@@ -170,6 +172,7 @@ mod tests {
             has_run: state != SandboxState::Creating,
             template_hash: Some(hash.into()),
             created_at: None,
+            name: id.into(),
         }
     }
 

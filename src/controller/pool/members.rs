@@ -9,7 +9,7 @@ use crate::api::{Sandbox, SandboxSpec, SandboxWarmPool};
 use crate::controller::outcome::Outcome;
 use crate::controller::sandbox::build::{self, Desired};
 use crate::controller::sandbox::{SandboxContext, images, resolve};
-use crate::provider::labels::{Owner, POOL_KIND, POOL_TEMPLATE_HASH};
+use crate::provider::labels::{Owner, POOL_KIND, POOL_MEMBER, POOL_TEMPLATE_HASH};
 use crate::provider::{ProviderError, SandboxDescriptor};
 use crate::registry::ProviderHandle;
 
@@ -85,6 +85,9 @@ pub fn member(d: &SandboxDescriptor) -> Member {
         has_run: d.started_at.has_run(),
         template_hash: d.labels.get(POOL_TEMPLATE_HASH).cloned(),
         created_at: d.created_at,
+        // A member made before the label existed: on the providers that had pools then
+        // (Docker, Kubernetes) the id is the name.
+        name: d.labels.get(POOL_MEMBER).unwrap_or(&d.id).clone(),
     }
 }
 
@@ -103,6 +106,36 @@ mod tests {
         let spec = member_spec(&template);
         assert_eq!(spec.state, None);
         assert_eq!(spec.image.as_deref(), Some("img"));
+    }
+
+    #[test]
+    fn a_member_is_known_by_its_name_label_not_the_provider_id() {
+        let d = SandboxDescriptor {
+            id: "e2b-id-1".into(),
+            state: crate::provider::SandboxState::Running,
+            labels: [(POOL_MEMBER.to_string(), "sbxwp-u-0".to_string())].into(),
+            created_at: None,
+            started_at: crate::provider::StartedAt::Never,
+            exit_code: None,
+            template_ref: None,
+            image: None,
+            volumes: vec![],
+            ports: vec![],
+            resources: Default::default(),
+            command: None,
+            restart_policy: crate::provider::RestartPolicy::Never,
+            env: Default::default(),
+            image_digest: None,
+            image_pull: None,
+            isolation: None,
+        };
+        let m = member(&d);
+        assert_eq!(m.name, "sbxwp-u-0");
+        let taken = [m.name];
+        assert_eq!(
+            super::super::decide::member_names("u", &taken, 1),
+            ["sbxwp-u-1"]
+        );
     }
 
     #[test]

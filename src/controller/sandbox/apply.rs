@@ -90,6 +90,9 @@ async fn converge(
     let (deadline, parked) = idleness(r, pass, lifetime(r).await?).await;
     let (resolved, env) = dereference(sctx, r.object, sandbox, &handle).await?;
     let mut desired = build(r, sandbox, &resolved, &deadline, parked)?;
+    if pool.is_some() {
+        claim::cold_labels(r.object, &mut desired);
+    }
     let proof = match &pool {
         Some(pool) => claim::settle(r, &handle, pool, &desired, touched, pass).await?,
         None => None,
@@ -371,6 +374,7 @@ fn plan(
                 == current.self_delivered_env_hash.as_deref()
                 && current.sandbox_id.is_some(),
             restored: super::restore::restored(current, observed),
+            env_after_start: resolved.files_need_running,
             egress: egress_convergence(resolved.egress_in_place, desired, current),
             asleep: decide::slept_since_start(
                 current.last_hibernation.as_ref().map(|h| h.time.as_str()),

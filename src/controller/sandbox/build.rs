@@ -43,6 +43,9 @@ pub struct Resolved {
     /// Registry credentials from `spec.imagePullSecrets`, in order. Their `Debug` redacts
     /// the secrets.
     pub registry_credentials: Vec<RegistryCredential>,
+    /// Whether the provider's files reach a sandbox only once it runs
+    /// (`Provider::files_need_running`): env is delivered right after the start.
+    pub files_need_running: bool,
 }
 
 /// What the provider should hold for this Sandbox.

@@ -17,6 +17,7 @@ use kube::api::Api;
 
 use crate::api::{Claimant, Sandbox, SandboxSpec, SandboxWarmPool};
 use crate::controller::Context;
+use crate::controller::events::warning;
 use crate::controller::outcome::{Outcome, Report};
 use crate::controller::pool::{ledger, members};
 use crate::provider::labels::{Claim, SPEC_HASH};
@@ -122,7 +123,7 @@ pub async fn settle(
 ) -> Result<Option<Claim>, Outcome> {
     let uid = r.object.uid().unwrap_or_default();
     if let Some(proof) = crate::claims::of(pool, &uid) {
-        record(pass, &proof.member);
+        record(r, handle, pass, &proof.member).await?;
         return Ok(Some(proof));
     }
     if pass.current.claim.is_some() || (touched && created_cold(handle, &uid).await?) {
@@ -135,7 +136,7 @@ pub async fn settle(
     match &proof {
         Some(p) => {
             r.ctx.failpoint("claim-after-ledger");
-            record(pass, &p.member);
+            record(r, handle, pass, &p.member).await?;
         }
         None => pass.next.claim = Some(COLD.into()),
     }
@@ -152,12 +153,61 @@ async fn created_cold(handle: &ProviderHandle, uid: &str) -> Result<bool, Outcom
 }
 
 /// Records the claimed member in the status this pass writes (after the ledger, never
-/// before). No write of its own: until the pass's status write lands, the ledger's entry
-/// naming this Sandbox's UID is the record, and a pass interrupted before it finds the entry
-/// and records it again (the first branch of [`settle`]).
-fn record(pass: &mut Pass, member: &str) {
+/// before), its labels first. No status write of its own: until the pass's write lands, the
+/// ledger's entry naming this Sandbox's UID is the record, and a pass interrupted before it
+/// finds the entry and records it again — labels included (the first branch of [`settle`]).
+async fn record(
+    r: &Report<'_, Sandbox>,
+    handle: &ProviderHandle,
+    pass: &mut Pass,
+    member: &str,
+) -> Result<(), Outcome> {
+    if pass.current.sandbox_id.as_deref() == Some(member)
+        && pass.current.claim.as_deref() == Some(WARM)
+    {
+        return Ok(());
+    }
+    relabel(r, handle, member).await?;
     pass.next.sandbox_id = Some(member.to_string());
     pass.next.claim = Some(WARM.into());
+    Ok(())
+}
+
+/// Puts the claim's `spec.labels` on the member, before status records it (so a crash in
+/// between labels it again). A provider that fixes labels at create cannot: a Warning
+/// says so (a claim served cold gets them at create).
+async fn relabel(
+    r: &Report<'_, Sandbox>,
+    handle: &ProviderHandle,
+    member: &str,
+) -> Result<(), Outcome> {
+    let Some(labels) = r.object.spec.labels.as_ref().filter(|l| !l.is_empty()) else {
+        return Ok(());
+    };
+    let Some(relabel) = handle.provider.relabel() else {
+        let msg = format!(
+            "spec.labels are not on the claimed member {member}: provider {} cannot change \
+             the labels of a running sandbox",
+            handle.name()
+        );
+        warning(r.ctx, r.object, "LabelsNotApplied", msg).await;
+        return Ok(());
+    };
+    handle
+        .call("add_labels", relabel.add_labels(member, labels))
+        .await?;
+    Ok(())
+}
+
+/// The claim's `spec.labels` on a cold create: beside the request's own labels, and not
+/// in its spec hash (which stays the pool template's, as the members' is).
+pub fn cold_labels(sandbox: &Sandbox, desired: &mut Desired) {
+    let own = sandbox.spec.labels.iter().flatten();
+    let free: Vec<_> = own
+        .filter(|(k, _)| !desired.request.labels.contains_key(*k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    desired.request.labels.extend(free);
 }
 
 /// Takes a Ready member of the pool: one that runs and was built to the very spec this

@@ -81,6 +81,9 @@ pub struct Observed<'a> {
     /// (a Pod), a stopped sandbox after our sleep is asleep, not exited by itself
     /// ([`slept_since_start`]).
     pub asleep: bool,
+    /// Whether env can be delivered only into a running sandbox (right after its start or
+    /// resume) rather than into a created one before its main process starts.
+    pub env_after_start: bool,
 }
 
 /// Whether the last suspend or resume (`status.lastHibernation`) came after the last start
@@ -117,7 +120,7 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
             };
         }
         return Plan {
-            steps: restore_after_start(desired, fresh(desired.state, observed.wants_env)),
+            steps: restore_after_start(desired, fresh(desired.state, env_when(observed))),
             ..Plan::default()
         };
     };
@@ -128,7 +131,7 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
     let hash = current.labels.get(SPEC_HASH);
     if hash != Some(&desired.spec_hash) {
         let mut steps = vec![Step::Destroy];
-        steps.extend(fresh(desired.state, observed.wants_env));
+        steps.extend(fresh(desired.state, env_when(observed)));
         return Plan {
             steps: restore_after_start(desired, steps),
             hold: None,
@@ -143,19 +146,7 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
     if resources_differ(&desired.request.resources, &current.resources) {
         steps.push(Step::SetResources);
     }
-    if observed.wants_env && !observed.env_delivered {
-        steps.push(Step::DeliverEnv);
-    }
-
-    let exited_by_itself = current.state == SandboxState::Stopped
-        && !observed.asleep
-        && current.started_at.has_run()
-        && !observed.spec_changed
-        && match restart {
-            RestartPolicy::Never => true,
-            RestartPolicy::OnFailure => current.exit_code == Some(0),
-            RestartPolicy::Always => false,
-        };
+    let exited_by_itself = exited_by_itself(current, observed, restart);
 
     use DesiredState as D;
     use SandboxState as S;
@@ -180,6 +171,7 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
         (D::Stopped, S::Sleeping) => &[Step::Resume, Step::Stop],
     };
     steps.extend_from_slice(power);
+    with_env(&mut steps, observed, current.state == S::Running);
     with_egress(&mut steps, observed.egress, current.state == S::Running);
     Plan {
         steps,
@@ -209,14 +201,80 @@ fn with_egress(steps: &mut Vec<Step>, egress: EgressConvergence, running: bool) 
     }
 }
 
+/// When a new sandbox gets its env, if it wants one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum EnvAt {
+    None,
+    BeforeStart,
+    AfterStart,
+}
+
+fn env_when(observed: &Observed<'_>) -> EnvAt {
+    match (observed.wants_env, observed.env_after_start) {
+        (false, _) => EnvAt::None,
+        (true, false) => EnvAt::BeforeStart,
+        (true, true) => EnvAt::AfterStart,
+    }
+}
+
+/// Whether the main process exited by itself and `restartPolicy` keeps it down (not our
+/// own sleep, not a spec change).
+fn exited_by_itself(
+    current: &SandboxDescriptor,
+    observed: &Observed<'_>,
+    restart: RestartPolicy,
+) -> bool {
+    current.state == SandboxState::Stopped
+        && !observed.asleep
+        && current.started_at.has_run()
+        && !observed.spec_changed
+        && match restart {
+            RestartPolicy::Never => true,
+            RestartPolicy::OnFailure => current.exit_code == Some(0),
+            RestartPolicy::Always => false,
+        }
+}
+
+/// Adds the env delivery an existing sandbox still needs: before the power steps (after a
+/// resource change), or — where files need a running sandbox and it does not run yet —
+/// right after its start or resume.
+fn with_env(steps: &mut Vec<Step>, observed: &Observed<'_>, running: bool) {
+    if !observed.wants_env || observed.env_delivered {
+        return;
+    }
+    if observed.env_after_start && !running {
+        return after_start(steps, Step::DeliverEnv);
+    }
+    let at = steps
+        .iter()
+        .take_while(|s| **s == Step::SetResources)
+        .count();
+    steps.insert(at, Step::DeliverEnv);
+}
+
+/// Puts `step` right after the last start or resume of `steps`; nowhere when the sandbox is
+/// not brought up (it gets it when it next runs).
+fn after_start(steps: &mut Vec<Step>, step: Step) {
+    if let Some(i) = steps
+        .iter()
+        .rposition(|s| matches!(s, Step::Start | Step::Resume))
+    {
+        steps.insert(i + 1, step);
+    }
+}
+
 /// Steps for a sandbox that does not exist yet: create, deliver env before the main process
-/// starts, then bring it to the desired power state.
-fn fresh(state: DesiredState, wants_env: bool) -> Vec<Step> {
+/// starts (or right after, where files need a running sandbox), then bring it to the
+/// desired power state.
+fn fresh(state: DesiredState, env: EnvAt) -> Vec<Step> {
     let mut steps = vec![Step::Create];
-    if wants_env {
+    if env == EnvAt::BeforeStart {
         steps.push(Step::DeliverEnv);
     }
     steps.push(Step::Start);
+    if env == EnvAt::AfterStart {
+        steps.push(Step::DeliverEnv);
+    }
     match state {
         DesiredState::Running => {}
         DesiredState::Sleeping => steps.push(Step::Hibernate),
@@ -246,7 +304,7 @@ fn unrestored(desired: &Desired, observed: &Observed<'_>) -> Option<Plan> {
     Some(Plan {
         steps: restore_after_start(
             desired,
-            [steps, fresh(desired.state, observed.wants_env)].concat(),
+            [steps, fresh(desired.state, env_when(observed))].concat(),
         ),
         hold: None,
         recreate_reason: Some("its template restore did not complete".into()),
@@ -349,7 +407,38 @@ mod tests {
             restored: false,
             egress: EgressConvergence::NotInPlace,
             asleep: false,
+            env_after_start: false,
         }
+    }
+
+    #[test]
+    fn env_goes_in_after_the_start_where_files_need_a_running_sandbox() {
+        let d = desired(D::Running, RestartPolicy::Never);
+        let wants = |after: bool, cur| Observed {
+            wants_env: true,
+            env_delivered: false,
+            env_after_start: after,
+            ..obs(cur)
+        };
+        assert_eq!(
+            decide(&d, &wants(false, None)).steps,
+            vec![Create, DeliverEnv, Start]
+        );
+        assert_eq!(
+            decide(&d, &wants(true, None)).steps,
+            vec![Create, Start, DeliverEnv]
+        );
+        // A created, never-started sandbox (a gated Pod) of an earlier pass.
+        let created = descriptor(S::Creating, "h1", false, None);
+        let later = decide(&d, &wants(true, Some(&created))).steps;
+        assert_eq!(later, vec![Start, DeliverEnv]);
+        let before = decide(&d, &wants(false, Some(&created))).steps;
+        assert_eq!(before, vec![DeliverEnv, Start]);
+        let running = descriptor(S::Running, "h1", true, None);
+        assert_eq!(
+            decide(&d, &wants(true, Some(&running))).steps,
+            vec![DeliverEnv]
+        );
     }
 
     #[test]

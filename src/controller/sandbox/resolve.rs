@@ -70,6 +70,7 @@ pub async fn references(
         .and_then(|e| e.allowed_domains.as_deref());
     let mut resolved = Resolved {
         egress_in_place: handle.provider.egress_policy().is_some(),
+        files_need_running: handle.provider.files_need_running(),
         egress_placement: handle
             .provider
             .egress_policy()

@@ -146,6 +146,11 @@ impl Provider for KubernetesProvider {
         "kubernetes"
     }
 
+    /// Files go through exec, and a created Pod is gated until its start.
+    fn files_need_running(&self) -> bool {
+        true
+    }
+
     /// The Pod limits a silent spec gets (`defaultResources`), so a namespace's budget counts
     /// what the Pod may really take.
     fn default_resources(&self) -> crate::provider::Resources {
@@ -221,5 +226,27 @@ impl Provider for KubernetesProvider {
 
     fn port_forward(&self) -> Option<&dyn crate::provider::stream::PortForward> {
         Some(self)
+    }
+
+    fn relabel(&self) -> Option<&dyn crate::provider::Relabel> {
+        Some(self)
+    }
+}
+
+/// A Pod's labels change in place (a merge patch of its metadata); the Pod keeps running.
+#[async_trait]
+impl crate::provider::Relabel for KubernetesProvider {
+    async fn add_labels(
+        &self,
+        id: &str,
+        labels: &std::collections::BTreeMap<String, String>,
+    ) -> ProviderResult<()> {
+        let patch = serde_json::json!({"metadata": {"labels": labels}});
+        let params = kube::api::PatchParams::default();
+        self.pods()
+            .patch(id, &params, &kube::api::Patch::Merge(&patch))
+            .await
+            .map_err(|e| errors::from_kube(e, &format!("labelling Pod {id}")))?;
+        Ok(())
     }
 }
