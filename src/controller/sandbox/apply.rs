@@ -99,7 +99,9 @@ async fn converge(
     };
     record_external_name(r, &uid, added, proof.is_none(), pass).await?;
     let observed = if touched || proof.is_some() {
-        observe_first(r, &handle, &pass.current, &uid, proof.as_ref()).await?
+        // `next`: a warm claim's member is recorded there, not yet written (see `claim`).
+        let known = pass.next.sandbox_id.as_deref();
+        observe_first(r, &handle, known, &uid, proof.as_ref()).await?
     } else {
         None
     };
@@ -334,13 +336,13 @@ fn build(
 async fn observe_first(
     r: &Report<'_, Sandbox>,
     handle: &ProviderHandle,
-    current: &SandboxStatus,
+    known: Option<&str>,
     uid: &str,
     claim: Option<&crate::provider::labels::Claim>,
 ) -> Result<Option<SandboxDescriptor>, Outcome> {
-    let observed = observe(handle, current.sandbox_id.as_deref(), uid, claim).await?;
+    let observed = observe(handle, known, uid, claim).await?;
     if let Some(d) = &observed
-        && current.sandbox_id.is_none()
+        && known.is_none()
     {
         let msg = format!(
             "found existing sandbox {} by its owner label; adopting it",
