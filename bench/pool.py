@@ -105,11 +105,17 @@ def docker_runs(a, n: int) -> list[float]:
     return out
 
 
-def cmd_claims(a) -> None:
+def watching(ns: str) -> tuple[Kube, Watch]:
+    """The API client, and a watch of this bench's Sandboxes that has listed them."""
     kube = Kube()
-    w = Watch(kube, a.namespace, "bench.sandboxes.dev/phase=pool")
+    w = Watch(kube, ns, "bench.sandboxes.dev/phase=pool")
     w.start()
     w.synced.wait(60)
+    return kube, w
+
+
+def cmd_claims(a) -> None:
+    kube, w = watching(a.namespace)
     pool = f"bench-pool-{rand()}"
     make_pool(kube, a, pool, a.pool_size)
     names = [f"claim-{rand()}-{i}" for i in range(a.n)]
@@ -127,10 +133,7 @@ def cmd_claims(a) -> None:
 
 
 def cmd_burst(a) -> None:
-    kube = Kube()
-    w = Watch(kube, a.namespace, "bench.sandboxes.dev/phase=pool")
-    w.start()
-    w.synced.wait(60)
+    kube, w = watching(a.namespace)
     pool = f"bench-burst-{rand()}"
     make_pool(kube, a, pool, a.n)
     names = [f"burst-{rand()}-{i}" for i in range(a.n)]

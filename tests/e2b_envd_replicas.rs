@@ -9,7 +9,7 @@ mod harness;
 use std::path::PathBuf;
 
 use harness::e2b_sdk::{
-    Sdk, api_config, api_up, created_and_ran, ensure_sleep_crd, free_port, key_for,
+    self, Sdk, api_config, api_up, created_and_ran, ensure_sleep_crd, free_port, key_for,
 };
 use harness::operator::{Operator, OperatorOptions};
 use harness::tenant::tenant;
@@ -64,14 +64,7 @@ fn reattach_elsewhere(via_a: &Sdk, via_b: &Sdk, key: &str, sid: &str) {
         "reattach",
         json!({"sandbox_id": sid, "pid": pid, "stdin": "hello\n"}),
     );
-    assert_eq!(r["stdout"], "tick-1\ntick-2\ngot-hello\n", "{r}");
-    assert_eq!(r["exit_code"], 0, "{r}");
-    let listed = r["listed"].as_array().expect("listed");
-    let me = listed
-        .iter()
-        .find(|p| p["pid"] == pid)
-        .unwrap_or_else(|| panic!("pid {pid} not listed through the other replica: {r}"));
-    assert_eq!(me["args"], json!(["-l", "-c", cmd]), "{r}");
+    e2b_sdk::assert_reattached(&r, pid, cmd);
 }
 
 /// Through B: `commands.kill` ends the process A started (SIGKILL, 137), and it leaves the

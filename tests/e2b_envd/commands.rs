@@ -5,7 +5,7 @@
 
 use serde_json::{Value, json};
 
-use crate::harness::e2b_sdk::Sdk;
+use crate::harness::e2b_sdk::{self, Sdk};
 
 /// Every commands and PTY check against the sandbox `sid` (its API on `port`).
 pub async fn all(sdk: &Sdk, key: &str, port: u16, sid: &str) {
@@ -48,15 +48,7 @@ fn background_then_reattach(sdk: &Sdk, key: &str, sid: &str) {
         "reattach",
         json!({"sandbox_id": sid, "pid": pid, "stdin": "hello\n"}),
     );
-    assert_eq!(r["stdout"], "tick-1\ntick-2\ngot-hello\n", "{r}");
-    assert_eq!(r["exit_code"], 0, "{r}");
-    let listed = r["listed"].as_array().expect("listed");
-    let me = listed
-        .iter()
-        .find(|p| p["pid"] == pid)
-        .unwrap_or_else(|| panic!("pid {pid} not listed: {r}"));
-    assert_eq!(me["cmd"], "/bin/bash", "{r}");
-    assert_eq!(me["args"], json!(["-l", "-c", cmd]), "{r}");
+    e2b_sdk::assert_reattached(&r, pid, cmd);
 
     let unknown = sdk.run(key, "connect_unknown", json!({"sandbox_id": sid, "pid": 7}));
     assert_eq!(unknown["error"], sdk.error_name("NotFound"), "{unknown}");

@@ -327,3 +327,17 @@ pub fn ensure_sleep_crd() {
     ];
     kubectl_ok(&established, None);
 }
+
+/// A `reattach` scenario's answer: the output produced before the reattach replayed, the
+/// typed line echoed, exit 0, and `pid` listed running `/bin/bash -l -c cmd` meanwhile.
+pub fn assert_reattached(r: &Value, pid: u64, cmd: &str) {
+    assert_eq!(r["stdout"], "tick-1\ntick-2\ngot-hello\n", "{r}");
+    assert_eq!(r["exit_code"], 0, "{r}");
+    let listed = r["listed"].as_array().expect("listed");
+    let me = listed
+        .iter()
+        .find(|p| p["pid"] == pid)
+        .unwrap_or_else(|| panic!("pid {pid} not listed: {r}"));
+    assert_eq!(me["cmd"], "/bin/bash", "{r}");
+    assert_eq!(me["args"], serde_json::json!(["-l", "-c", cmd]), "{r}");
+}
