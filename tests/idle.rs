@@ -7,13 +7,16 @@
 
 mod harness;
 
-use std::time::Duration;
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
 
 use harness::aggregated::{AccessWorld, On};
 use harness::cluster::{apply_yaml_ok, client};
 use harness::objects::wait_object;
-use harness::plugin::run;
-use kube::Api;
+use harness::plugin::{plugin, run};
+use kube::{Api, ResourceExt};
 use sandbox_operator::api::{IdleAction, Sandbox};
 use sandbox_operator::idle::LAST_ACTIVITY;
 
@@ -28,6 +31,7 @@ async fn docker_an_idle_sandbox_sleeps_and_an_exec_wakes_it_with_its_processes()
     let s = running_again(&w, &api).await;
     let h = s.status.unwrap().last_hibernation.expect("lastHibernation");
     assert!(h.processes_preserved, "{h:?}");
+    an_open_session_keeps_it_awake(&w, &api).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -98,6 +102,44 @@ fn pid1_start(ns: &str) -> String {
     assert_eq!(code, 0, "exec: {err}");
     assert!(!out.trim().is_empty(), "no start time: {err}");
     out.trim().to_string()
+}
+
+/// An exec session open for twice the timeout keeps the sandbox running: while it lasts,
+/// traffic is recorded every quarter of the timeout (at least 4 records in that time).
+async fn an_open_session_keeps_it_awake(w: &AccessWorld, api: &Api<Sandbox>) {
+    let mut session = plugin(&w.ns, &["exec", "-i", "box", "--", "cat"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("kubectl sandbox exec");
+    let mut stdin = session.stdin.take().expect("stdin");
+    let mut stdout = BufReader::new(session.stdout.take().expect("stdout"));
+    stdin.write_all(b"open\n").expect("write");
+    let mut line = String::new();
+    stdout.read_line(&mut line).expect("read");
+    assert_eq!(line, "open\n", "the session answers");
+    let open_for = Duration::from_secs(IDLE_SECS * 2);
+    let started = Instant::now();
+    let mut records = BTreeSet::new();
+    let mut poll = tokio::time::interval(Duration::from_millis(200));
+    while started.elapsed() < open_for {
+        poll.tick().await;
+        let s = api.get("box").await.expect("get box");
+        let phase = s.status.as_ref().and_then(|st| st.phase.clone());
+        assert_eq!(phase.as_deref(), Some("Running"), "parked while a session was open");
+        if let Some(at) = s.annotations().get(LAST_ACTIVITY) {
+            records.insert(at.clone());
+        }
+    }
+    drop(stdin);
+    let status = session.wait().expect("exec ends");
+    assert!(status.success(), "exec: {status}");
+    assert!(
+        records.len() >= 4,
+        "{} traffic records in {open_for:?} of an open session: {records:?}",
+        records.len()
+    );
 }
 
 /// The Sandbox runs again, with the traffic record that woke it.

@@ -3,6 +3,7 @@
 //! the timeout), and a request that needs the sandbox running wakes one that idleness
 //! parked, then waits for it to run again — so the request is served, not refused.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -32,6 +33,34 @@ pub fn record(client: &Client, sandbox: &Sandbox) {
             tracing::warn!(sandbox = %name, error = %e, "could not record traffic for idleness");
         }
     });
+}
+
+/// Keeps recording traffic while a session lasts — an exec, attach or port-forward open for
+/// longer than the idle timeout is in use all along, not only when it began. Records once
+/// per quarter of the timeout (as requests do) until dropped.
+pub struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A [`Heartbeat`] for a session to `sandbox`; `None` without an idle policy.
+pub fn heartbeat(client: &Client, sandbox: &Sandbox) -> Option<Arc<Heartbeat>> {
+    let period = idle::policy(sandbox)?.timeout / 4;
+    let (api, name) = api_of(client, sandbox);
+    let beats = tokio::spawn(async move {
+        let start = tokio::time::Instant::now() + period;
+        let mut every = tokio::time::interval_at(start, period);
+        loop {
+            every.tick().await;
+            if let Err(e) = stamp(&api, &name).await {
+                tracing::warn!(sandbox = %name, error = %e, "could not record an open session for idleness");
+            }
+        }
+    });
+    Some(Arc::new(Heartbeat(beats)))
 }
 
 /// Before a request that needs `sandbox` running: records traffic when stale, and wakes it

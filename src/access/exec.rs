@@ -45,7 +45,10 @@ pub async fn serve(
         .await
         .map_err(|e| AccessError::from_provider("exec", &e))?;
     let (response, on) = upgrade::switch(&mut request, &accept, version.protocol())?;
+    // The session counts as traffic for as long as it lasts.
+    let heartbeat = target.heartbeat;
     tokio::spawn(async move {
+        let _heartbeat = heartbeat;
         let kill = session.input.clone();
         match upgrade::socket(on).await {
             Some(socket) => bridge(socket, session, version, &params).await,

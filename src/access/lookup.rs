@@ -5,10 +5,12 @@
 //! A request that needs the sandbox running counts as traffic for idleness, and wakes a
 //! sandbox that idleness parked ([`activity`]).
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use kube::{Api, Client};
 
-use super::activity;
+use super::activity::{self, Heartbeat};
 use super::status::AccessError;
 use crate::api::common::{CONDITION_READY, condition};
 use crate::api::sandbox::Sandbox;
@@ -33,6 +35,9 @@ pub struct Target {
     pub handle: ProviderHandle,
     /// The provider's id.
     pub id: String,
+    /// Records traffic for idleness while whoever holds it (a session) lasts; `None` when
+    /// the sandbox has no idle policy or the request does not use it.
+    pub heartbeat: Option<Arc<Heartbeat>>,
 }
 
 /// Finds sandboxes by namespace and name.
@@ -115,7 +120,15 @@ impl Directory for Sandboxes {
         let claim = crate::claims::proof(&self.client, &sandbox)
             .await
             .map_err(|e| AccessError::Unavailable(format!("cannot read the warm pool: {e}")))?;
-        let target = Target { handle, id };
+        let heartbeat = match need {
+            Need::Running => activity::heartbeat(&self.client, &sandbox),
+            _ => None,
+        };
+        let target = Target {
+            handle,
+            id,
+            heartbeat,
+        };
         confirm(&target, &uid, claim.as_ref(), &what, need).await?;
         Ok(target)
     }

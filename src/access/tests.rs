@@ -48,6 +48,7 @@ impl Directory for Dir {
         Ok(Target {
             handle,
             id: "id-1".into(),
+            heartbeat: None,
         })
     }
 }

@@ -21,6 +21,7 @@ fn target(capable: bool) -> lookup::Target {
     lookup::Target {
         handle,
         id: "sbx-1".into(),
+        heartbeat: None,
     }
 }
 

@@ -130,6 +130,7 @@ mod tests {
         Target {
             handle,
             id: "c1".into(),
+            heartbeat: None,
         }
     }
 

@@ -45,7 +45,12 @@ pub async fn forward(
     match client_side {
         Some(client) if response.status() == StatusCode::SWITCHING_PROTOCOLS => {
             let sandbox = hyper::upgrade::on(&mut response);
-            tokio::spawn(splice(client, sandbox));
+            // An open WebSocket counts as traffic for idleness for as long as it lasts.
+            let heartbeat = t.target.heartbeat.clone();
+            tokio::spawn(async move {
+                let _heartbeat = heartbeat;
+                splice(client, sandbox).await
+            });
             let (parts, _) = response.into_parts();
             Ok(Response::from_parts(parts, Body::empty()))
         }
