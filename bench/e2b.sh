@@ -25,8 +25,12 @@ bash tests/setup/e2b-py.sh >/dev/null
 SDK_PY="$CACHE/e2b-py/$(sed -n 's/^E2B_PY_VERSION=//p' tests/setup/e2b-py.sh)/bin/python"
 kubectl apply --server-side --force-conflicts --field-manager=sandbox-operator-bench -f crds/ >/dev/null
 kubectl get ns "$NS" >/dev/null 2>&1 || kubectl create ns "$NS" >/dev/null
-cargo build --release --bin sandbox-operator
-BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/sandbox-operator"
+# BENCH_BIN: an already built release binary (skips the build).
+BIN="${BENCH_BIN:-}"
+if [ -z "$BIN" ]; then
+  cargo build --release --bin sandbox-operator
+  BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/sandbox-operator"
+fi
 
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 API_PORT=$(free_port)

@@ -43,8 +43,12 @@ bash tests/setup/base-image.sh
 eval "$(bash tests/cluster/up.sh)"
 kubectl apply --server-side --force-conflicts --field-manager=sandbox-operator-bench -f crds/ >/dev/null
 for ns in "$NS" "$PODS_NS"; do kubectl get ns "$ns" >/dev/null 2>&1 || kubectl create ns "$ns" >/dev/null; done
-cargo build --release --bin sandbox-operator
-BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/sandbox-operator"
+# BENCH_BIN: an already built release binary (skips the build).
+BIN="${BENCH_BIN:-}"
+if [ -z "$BIN" ]; then
+  cargo build --release --bin sandbox-operator
+  BIN="${CARGO_TARGET_DIR:-$REPO/target}/release/sandbox-operator"
+fi
 
 # start_operator NAME PROVIDER_YAML
 start_operator() {
