@@ -78,6 +78,6 @@ async fn find(api: &Api<Sandbox>, tenant: &Tenant, sid: &str) -> Result<Sandbox,
     api.get_opt(&object.name)
         .await
         .map_err(|e| ApiError::from_kube("reading the Sandbox", e))?
-        .filter(view::made_here)
+        .filter(view::live)
         .ok_or_else(|| ApiError::sandbox_not_found(sid))
 }

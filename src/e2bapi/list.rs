@@ -171,7 +171,7 @@ pub fn page(
 fn wanted(s: &Sandbox, q: &Query, now: DateTime<Utc>) -> bool {
     let metadata = mapping::metadata_of(s);
     let state = mapping::state_of(s, now);
-    view::made_here(s)
+    view::live(s)
         && q.metadata.iter().all(|(k, v)| metadata.get(k) == Some(v))
         && (q.states.is_empty() || q.states.iter().any(|w| w == state))
         && q.template

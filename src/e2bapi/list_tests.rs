@@ -90,3 +90,16 @@ fn pages_follow_start_time_and_filters_are_exact() {
         .is_empty()
     );
 }
+
+#[test]
+fn a_killed_sandbox_leaves_the_list_at_once() {
+    let mut killed = sandbox("e2b-aaaaaaaaaaa5", 100, &[], false);
+    killed.metadata.deletion_timestamp = Some(Time(k8s_openapi::jiff::Timestamp::now()));
+    let all = Query {
+        limit: 10,
+        ..Query::default()
+    };
+    let kept = sandbox("e2b-aaaaaaaaaaa6", 200, &[], false);
+    let (items, _) = page(vec![killed, kept], &all, Utc::now());
+    assert_eq!(names(&items), ["e2b-aaaaaaaaaaa6"]);
+}

@@ -13,6 +13,13 @@ pub fn made_here(s: &Sandbox) -> bool {
     s.labels().get(MANAGED_LABEL).is_some_and(|v| v == "true")
 }
 
+/// An E2B sandbox the SDKs can still see: made here and not being deleted. A killed
+/// sandbox is gone at once, as on E2B, while the finalizer still removes its provider
+/// resource (`kubectl get sbx` shows it until then).
+pub fn live(s: &Sandbox) -> bool {
+    made_here(s) && s.metadata.deletion_timestamp.is_none()
+}
+
 /// The template id the sandbox was created with.
 pub fn template_of(s: &Sandbox) -> String {
     s.annotations()

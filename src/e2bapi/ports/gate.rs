@@ -16,7 +16,7 @@ use crate::api::Sandbox;
 use crate::e2bapi::id::{self, SandboxRef};
 use crate::e2bapi::mapping::restricts_traffic;
 use crate::e2bapi::routes::E2bState;
-use crate::e2bapi::view::made_here;
+use crate::e2bapi::view::live;
 use crate::provider::ErrorKind;
 use crate::provider::stream::TunnelStream;
 
@@ -82,7 +82,7 @@ async fn read(
         PortError::from_access(sid, port, &e)
     })?;
     found
-        .filter(made_here)
+        .filter(live)
         .ok_or_else(|| PortError::not_found(sid, port, "no sandbox of this API has this id"))
 }
 
