@@ -127,7 +127,11 @@ async fn an_open_session_keeps_it_awake(w: &AccessWorld, api: &Api<Sandbox>) {
         poll.tick().await;
         let s = api.get("box").await.expect("get box");
         let phase = s.status.as_ref().and_then(|st| st.phase.clone());
-        assert_eq!(phase.as_deref(), Some("Running"), "parked while a session was open");
+        assert_eq!(
+            phase.as_deref(),
+            Some("Running"),
+            "parked while a session was open"
+        );
         if let Some(at) = s.annotations().get(LAST_ACTIVITY) {
             records.insert(at.clone());
         }
