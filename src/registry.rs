@@ -80,11 +80,15 @@ impl ProviderHandle {
             Ok(_) => "ok",
             Err(e) => e.category(),
         };
-        self.metrics.provider_call(
-            self.name(),
+        let elapsed = started.elapsed();
+        self.metrics
+            .provider_call(self.name(), operation, outcome, elapsed.as_secs_f64());
+        tracing::debug!(
+            provider = self.name(),
             operation,
             outcome,
-            started.elapsed().as_secs_f64(),
+            ?elapsed,
+            "provider call"
         );
         result
     }

@@ -1,9 +1,10 @@
 //! Port URLs of the E2B-compatible API (src/e2bapi/ports): `{port}-{sandboxID}.{domain}`,
 //! what the official SDK's `get_host(port)` gives, reaches the sandbox's TCP port over HTTP
 //! and WebSocket through the provider's port-forward, on the API's own listener. A sandbox
-//! created with `allowPublicTraffic: false` answers only a request carrying its
-//! `e2b-traffic-access-token` (403 otherwise, as E2B answers); a port with nothing
-//! listening is E2B's 502. The servers run in the sandbox (tests/e2b/scenarios_ports.py).
+//! answers only a request carrying its `e2b-traffic-access-token` (403 otherwise, as E2B
+//! answers a restricted one) unless it was created with `allowPublicTraffic: true` — the
+//! default is restricted, so another tenant who learns an id reaches nothing; a port with
+//! nothing listening is E2B's 502. The servers run in the sandbox (tests/e2b/scenarios_ports.py).
 
 mod harness;
 
@@ -129,14 +130,24 @@ async fn port_urls_reach_http_and_websocket_servers_in_the_sandbox() {
     api_up(port).await;
     let sdk = Sdk::python(port);
 
-    let open = serve(&sdk, &key, Value::Null);
+    let open = serve(&sdk, &key, json!({"allow_public_traffic": true}));
     assert_eq!(open.http_host, format!("{HTTP_PORT}-{}.e2b.test", open.sid));
-    assert_eq!(open.traffic_token, None, "public by default, as on E2B");
+    assert_eq!(
+        open.traffic_token, None,
+        "allow_public_traffic: true opens the URLs"
+    );
     http_answers(&open.http_host, port, None).await;
     websocket_echoes(&open.ws_host, port, None).await;
     closed_port(&open.sid, port).await;
 
-    restricted(&sdk, &key_for(&b), port).await;
+    restricted(&sdk, &key_for(&b), port, Value::Null).await;
+    restricted(
+        &sdk,
+        &key_for(&b),
+        port,
+        json!({"allow_public_traffic": false}),
+    )
+    .await;
     assert_eq!(
         sdk.ok(&key, "kill", json!({"sandbox_id": open.sid}))["killed"],
         true
@@ -157,11 +168,11 @@ async fn closed_port(sid: &str, port: u16) {
     assert_eq!(body["sandboxId"], sid, "{body}");
 }
 
-/// Another tenant's sandbox created with `allowPublicTraffic: false`: without its traffic
-/// token, or with a wrong one (its envd token included), 403 on HTTP and WebSocket; with
-/// it, the servers answer.
-async fn restricted(sdk: &Sdk, key: &str, port: u16) {
-    let closed = serve(sdk, key, json!({"allow_public_traffic": false}));
+/// Another tenant's sandbox created with `network` (the default, or `allowPublicTraffic:
+/// false`): without its traffic token, or with a wrong one (its envd token included), 403
+/// on HTTP and WebSocket; with it, the servers answer.
+async fn restricted(sdk: &Sdk, key: &str, port: u16, network: Value) {
+    let closed = serve(sdk, key, network);
     let token = closed
         .traffic_token
         .clone()

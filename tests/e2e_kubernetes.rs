@@ -398,12 +398,18 @@ async fn never_started_pods_are_wreckage_and_swept_even_with_a_live_owner() {
         .await
         .expect("plant unstartable");
 
-    // The provider reports both as never started, and the started one as started.
+    // The provider reports both as never started, and the started one as started — once the
+    // unstartable Pod is scheduled (before that it is never-started for the plain reason that
+    // it has no node, which is the other planted Pod's case).
     let provider = w.provider().await;
     wait_for(
-        "the planted Pods as the provider sees them",
+        "the unstartable Pod scheduled, and the planted Pods as the provider sees them",
         READY_TIMEOUT,
         || async {
+            let node = pods.get(&missing).await.map_err(|e| e.to_string())?;
+            if node.spec.and_then(|s| s.node_name).is_none() {
+                return Err(format!("{missing} is not scheduled yet"));
+            }
             let mut by_name = BTreeMap::new();
             for id in [&never, &missing, &started] {
                 let d = provider.describe(id).await.map_err(|e| e.to_string())?;
@@ -420,16 +426,6 @@ async fn never_started_pods_are_wreckage_and_swept_even_with_a_live_owner() {
         },
     )
     .await;
-    let scheduled = pods
-        .get(&missing)
-        .await
-        .expect("get")
-        .spec
-        .and_then(|s| s.node_name);
-    assert!(
-        scheduled.is_some(),
-        "the unstartable Pod was scheduled, its container never ran"
-    );
 
     let op = w.operator(SWEEPER, vec![]);
     for gone in [&never, &missing] {

@@ -10,8 +10,11 @@
 //!   hashes ([`metadata_label`]) that the list filter selects on;
 //! - `envVars` is `spec.env`; `network.allowOut` (domains) under a deny-all is
 //!   `spec.egress.allowedDomains`, `allow_internet_access: false` alone an empty allow-list;
-//! - `network.allowPublicTraffic: false` is [`PUBLIC_TRAFFIC_ANNOTATION`] `"false"`: its port
-//!   URLs then answer only requests carrying its traffic access token (see `ports`).
+//! - the port URLs answer only requests carrying the sandbox's traffic access token (see
+//!   `ports`), unless the create asked for `network.allowPublicTraffic: true`
+//!   ([`PUBLIC_TRAFFIC_ANNOTATION`] `"true"`). E2B leaves them public by default; here the
+//!   tenant is the namespace, and a sandbox id alone must not open a route into it for
+//!   anyone who can reach the listener.
 
 use std::collections::BTreeMap;
 
@@ -38,8 +41,8 @@ pub const AUTO_PAUSE_ANNOTATION: &str = "e2b.sandboxes.dev/auto-pause";
 pub const KEY_ANNOTATION: &str = "e2b.sandboxes.dev/api-key";
 /// The identity the sandbox was created as.
 pub const CREATOR_ANNOTATION: &str = "e2b.sandboxes.dev/created-by";
-/// `"false"` when the sandbox's port URLs need its traffic access token
-/// (`network.allowPublicTraffic: false`); public otherwise, as on E2B.
+/// `"true"` when the sandbox's port URLs are public (`network.allowPublicTraffic: true`);
+/// anything else needs its traffic access token.
 pub const PUBLIC_TRAFFIC_ANNOTATION: &str = "e2b.sandboxes.dev/public-traffic";
 /// Prefix of the metadata index labels.
 const METADATA_LABEL_PREFIX: &str = "meta.e2b.sandboxes.dev/";
@@ -298,16 +301,17 @@ fn annotations(
     ]))
 }
 
-/// Whether the request leaves the port URLs public (E2B's default).
+/// Whether the request opens the port URLs to anyone (only an explicit
+/// `allowPublicTraffic: true` does: a tenant's own choice, never a default).
 fn public_traffic(r: &NewSandbox) -> bool {
-    r.network.as_ref().and_then(|n| n.allow_public_traffic) != Some(false)
+    r.network.as_ref().and_then(|n| n.allow_public_traffic) == Some(true)
 }
 
-/// Whether the sandbox's port URLs need its traffic access token. Only an explicit
-/// `"false"` restricts: sandboxes made before the annotation existed stay public, as they
-/// were created.
+/// Whether the sandbox's port URLs need its traffic access token: always, unless the
+/// Sandbox says `"true"` — fail closed, so one without the annotation (or with a value
+/// someone typed by hand) is restricted.
 pub fn restricts_traffic(s: &Sandbox) -> bool {
-    annotation(s, PUBLIC_TRAFFIC_ANNOTATION) == Some("false")
+    annotation(s, PUBLIC_TRAFFIC_ANNOTATION) != Some("true")
 }
 
 /// The metadata of a Sandbox this API made (empty when absent or unreadable).

@@ -152,23 +152,33 @@ fn what_cannot_be_mapped_is_refused_with_a_400_naming_it() {
 }
 
 #[test]
-fn allow_public_traffic_false_restricts_the_port_urls() {
-    let closed =
-        create(serde_json::json!({"templateID": "base", "network": {"allowPublicTraffic": false}}))
-            .unwrap();
-    assert!(restricts_traffic(&closed));
-    let annotations = closed.metadata.annotations.clone().unwrap();
-    assert_eq!(annotations[PUBLIC_TRAFFIC_ANNOTATION], "false");
-    for open in [
+fn port_urls_are_restricted_unless_the_create_opens_them() {
+    for closed in [
         serde_json::json!({"templateID": "base"}),
-        serde_json::json!({"templateID": "base", "network": {"allowPublicTraffic": true}}),
+        serde_json::json!({"templateID": "base", "network": {}}),
+        serde_json::json!({"templateID": "base", "network": {"allowPublicTraffic": false}}),
     ] {
-        assert!(!restricts_traffic(&create(open).unwrap()));
+        let s = create(closed.clone()).unwrap();
+        assert!(restricts_traffic(&s), "{closed}");
+        let annotations = s.metadata.annotations.clone().unwrap();
+        assert_eq!(annotations[PUBLIC_TRAFFIC_ANNOTATION], "false", "{closed}");
     }
-    // A Sandbox without the annotation (made before it existed) stays public.
-    let mut old = closed;
-    old.metadata.annotations = None;
-    assert!(!restricts_traffic(&old));
+    let open =
+        create(serde_json::json!({"templateID": "base", "network": {"allowPublicTraffic": true}}))
+            .unwrap();
+    assert!(!restricts_traffic(&open));
+    // Fail closed: a Sandbox without the annotation, or with any other value, is restricted.
+    let mut other = open.clone();
+    other.metadata.annotations = None;
+    assert!(restricts_traffic(&other));
+    let mut typed = open;
+    typed
+        .metadata
+        .annotations
+        .as_mut()
+        .unwrap()
+        .insert(PUBLIC_TRAFFIC_ANNOTATION.into(), "yes".into());
+    assert!(restricts_traffic(&typed));
 }
 
 #[test]

@@ -122,7 +122,8 @@ async fn create(c: Caller, raw: Bytes) -> Result<Response, ApiError> {
 /// The `Sandbox` answer of create and connect. It always carries the envd access token:
 /// envd here requires it whatever `secure` asked, since an id alone must not open a
 /// sandbox to anyone who learns it (the SDKs send the token whenever the answer has one).
-/// The traffic access token comes only for a sandbox whose port URLs need it, as on E2B.
+/// The traffic access token comes for a sandbox whose port URLs need it: every one not
+/// created with `allowPublicTraffic: true` (see `mapping`).
 fn created(s: &E2bState, sid: &str, template: &str, sandbox: &Sandbox) -> CreatedSandbox {
     CreatedSandbox {
         template_id: template.to_string(),

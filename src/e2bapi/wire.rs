@@ -109,8 +109,8 @@ pub struct CreatedSandbox {
     pub envd_access_token: Option<String>,
     /// The domain the sandbox is reached under.
     pub domain: Option<String>,
-    /// Token for the sandbox's port URLs (`e2b-traffic-access-token`), only when it was
-    /// created with `network.allowPublicTraffic: false`.
+    /// Token for the sandbox's port URLs (`e2b-traffic-access-token`), unless it was
+    /// created with `network.allowPublicTraffic: true`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub traffic_access_token: Option<String>,
 }

@@ -42,7 +42,7 @@ async fn release(r: &Report<'_, SandboxWarmPool>, pctx: &PoolContext) -> Result<
         .await
         .map_err(|e| Outcome::cleanup_blocked("list the pool's members", e))?;
     let ledger = pool.status.clone().unwrap_or_default().ledger;
-    let gone = act::gone_claimants(r, &ledger).await?;
+    let gone = act::gone_claimants(r, &pctx.sandboxes, &ledger).await?;
     let live = |e: &LedgerEntry| {
         e.claimed_by
             .as_ref()

@@ -48,7 +48,8 @@ pub async fn write(
 
 /// Reads the pool `name` and applies `edit` to its ledger, again on a fresh read whenever
 /// the write loses a race. `edit` returns `None` when there is nothing to change (nothing is
-/// written), else what the change achieved. `Ok(None)` also when the pool does not exist.
+/// written), else what the change achieved; an edit that leaves the ledger as it was is not
+/// written either. `Ok(None)` also when the pool does not exist.
 pub async fn change<T>(
     api: &Api<SandboxWarmPool>,
     name: &str,
@@ -74,10 +75,14 @@ pub async fn change_from<T>(
                 None => return Ok(None),
             },
         };
-        let mut ledger = pool.status.clone().unwrap_or_default().ledger;
+        let before = pool.status.clone().unwrap_or_default().ledger;
+        let mut ledger = before.clone();
         let Some(done) = edit(&pool, &mut ledger) else {
             return Ok(None);
         };
+        if ledger == before {
+            return Ok(Some((done, pool)));
+        }
         if let Some(written) = write(api, &pool, &ledger).await? {
             return Ok(Some((done, written)));
         }

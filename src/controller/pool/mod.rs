@@ -22,8 +22,8 @@ use futures::StreamExt;
 use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::{WatchStreamExt, watcher};
 
 use crate::api::{LedgerEntry, Sandbox, SandboxWarmPool, SandboxWarmPoolStatus};
 use crate::controller::outcome::{Outcome, Report};
@@ -44,6 +44,9 @@ pub struct PoolContext {
     pub ctx: Arc<Context>,
     /// Resolve and build, as the Sandbox controller does them (no caches: direct reads).
     pub sctx: Arc<SandboxContext>,
+    /// The Sandboxes this controller watches, as last seen: a claimant it shows alive needs
+    /// no read of its own (see [`act::gone_claimants`]).
+    pub sandboxes: reflector::Store<Sandbox>,
 }
 
 /// One reconcile of one SandboxWarmPool.
@@ -92,7 +95,7 @@ async fn converge(
     let observed = members::observe(&handle, &uid).await?;
     let all: Vec<_> = observed.iter().map(members::member).collect();
     let ledger = next.ledger.clone();
-    let gone = act::gone_claimants(r, &ledger).await?;
+    let gone = act::gone_claimants(r, &pctx.sandboxes, &ledger).await?;
     let replicas = usize::try_from(pool.spec.replicas).unwrap_or(0);
     let plan = decide::decide(&all, &ledger, replicas, &hash, |e: &LedgerEntry| {
         e.claimed_by.as_ref().is_some_and(|c| gone.contains(&c.uid))
@@ -133,16 +136,18 @@ pub async fn run(
         ),
         None => (Api::all(ctx.client.clone()), Api::all(ctx.client.clone())),
     };
+    let (store, writer) = reflector::store();
+    let claimants = watcher(sandboxes, watcher::Config::default().any_semantic())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects();
     let pctx = Arc::new(PoolContext {
         sctx: SandboxContext::new(ctx.clone()),
         ctx,
+        sandboxes: store,
     });
     Controller::new(pools, watcher::Config::default().any_semantic())
-        .watches(
-            sandboxes,
-            watcher::Config::default().any_semantic(),
-            pool_of,
-        )
+        .watches_stream(claimants, pool_of)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, pctx)
         .for_each(|res| async move {

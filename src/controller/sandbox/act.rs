@@ -205,7 +205,7 @@ async fn deliver_env(
         .await?;
     next.self_delivered_env_hash = Some(env.version.clone());
     let msg = format!("delivered spec.selfDeliveredEnv into {SELF_DELIVERED_ENV_PATH}");
-    normal(on.ctx(), on.sandbox(), "EnvDelivered", msg).await;
+    normal_detached(on.ctx(), on.sandbox(), "EnvDelivered", msg);
     Ok(())
 }
 

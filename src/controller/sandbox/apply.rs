@@ -94,7 +94,9 @@ async fn converge(
         claim::cold_labels(r.object, &mut desired);
     }
     let proof = match &pool {
-        Some(pool) => claim::settle(r, &handle, pool, &desired, touched, pass).await?,
+        Some(pool) => {
+            claim::settle(r, &sctx.broker, &handle, pool, &desired, touched, pass).await?
+        }
         None => None,
     };
     record_external_name(r, &uid, added, proof.is_none(), pass).await?;

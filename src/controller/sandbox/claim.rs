@@ -5,7 +5,9 @@
 //! ownership is the pool's ledger ([`crate::controller::pool::ledger`]), written with a
 //! resourceVersion check BEFORE this Sandbox's status records the member. So a crash between
 //! the two leaves a ledger entry naming this Sandbox's UID, which the next pass finds and
-//! finishes; a Sandbox deleted meanwhile has its member removed by the pool controller. The
+//! finishes; a Sandbox deleted meanwhile has its member removed by the pool controller.
+//! Claims of one pool that arrive together share one member listing and one ledger write
+//! ([`super::broker`]). The
 //! identity check accepts the member through the ledger (see
 //! [`crate::provider::labels::ensure_owned_or_claimed`]).
 
@@ -19,12 +21,12 @@ use crate::api::{Claimant, Sandbox, SandboxSpec, SandboxWarmPool};
 use crate::controller::Context;
 use crate::controller::events::warning;
 use crate::controller::outcome::{Outcome, Report};
-use crate::controller::pool::{ledger, members};
-use crate::provider::labels::{Claim, SPEC_HASH};
-use crate::provider::{SandboxDescriptor, SandboxState};
+use crate::controller::pool::members;
+use crate::provider::labels::Claim;
 use crate::registry::ProviderHandle;
 
 use super::apply::{Pass, WAIT};
+use super::broker::{Ask, Broker, PoolAt};
 use super::build::Desired;
 use super::observe::owned_by;
 use super::resolve::{self, SelfDeliveredEnv};
@@ -115,6 +117,7 @@ pub async fn env_file(
 /// or nothing (cold: it is created from `desired`). Returns the ledger's proof of ownership.
 pub async fn settle(
     r: &Report<'_, Sandbox>,
+    broker: &Broker,
     handle: &ProviderHandle,
     pool: &SandboxWarmPool,
     desired: &Desired,
@@ -129,7 +132,7 @@ pub async fn settle(
     if pass.current.claim.is_some() || (touched && created_cold(handle, &uid).await?) {
         return Ok(None);
     }
-    let proof = take(r, handle, pool, desired).await?;
+    let proof = take(r, broker, handle, pool, desired).await?;
     r.ctx
         .metrics
         .warm_pool_claim(if proof.is_some() { WARM } else { COLD });
@@ -210,62 +213,35 @@ pub fn cold_labels(sandbox: &Sandbox, desired: &mut Desired) {
     desired.request.labels.extend(free);
 }
 
-/// Takes a Ready member of the pool: one that runs and was built to the very spec this
-/// Sandbox would be created with, entered in the ledger for this Sandbox by a
+/// Takes a Ready member of the pool through the broker: one that runs and was built to the
+/// very spec this Sandbox would be created with, entered in the ledger for this Sandbox by a
 /// resourceVersion-checked write. `None` when no such member is free.
 async fn take(
     r: &Report<'_, Sandbox>,
+    broker: &Broker,
     handle: &ProviderHandle,
     pool: &SandboxWarmPool,
     desired: &Desired,
 ) -> Result<Option<Claim>, Outcome> {
-    let pool_uid = pool.uid().unwrap_or_default();
-    let found = members::observe(handle, &pool_uid).await?;
-    let ready: Vec<String> = found
-        .iter()
-        .filter(|d| claimable(d, &desired.spec_hash))
-        .map(|d| d.id.clone())
-        .collect();
-    if ready.is_empty() {
-        return Ok(None);
-    }
-    let claimant = Claimant {
-        name: r.object.name_any(),
-        uid: r.object.uid().unwrap_or_default(),
-    };
     let api: Api<SandboxWarmPool> =
         Api::namespaced(r.ctx.client.clone(), &pool.namespace().unwrap_or_default());
-    let taken = ledger::change_from(&api, &pool.name_any(), Some(pool.clone()), |_, entries| {
-        let member = pick(&ready, &claimant.uid, |id| {
-            entries.iter().any(|e| e.member == id)
-        })?;
-        entries.push(crate::api::LedgerEntry {
-            member: member.clone(),
-            claimed_by: Some(claimant.clone()),
-        });
-        Some(member)
-    })
-    .await?;
-    Ok(taken.map(|(member, _)| Claim { pool_uid, member }))
-}
-
-/// A member a claim can take: running, built to `spec_hash`.
-fn claimable(d: &SandboxDescriptor, spec_hash: &str) -> bool {
-    d.state == SandboxState::Running
-        && d.labels.get(SPEC_HASH).map(String::as_str) == Some(spec_hash)
-}
-
-/// The free member a claimant tries first: claimants start at different places in the list
-/// (by their UID), so many claiming at once rarely race for the same one.
-fn pick(ready: &[String], uid: &str, in_ledger: impl Fn(&str) -> bool) -> Option<String> {
-    let start = uid
-        .bytes()
-        .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
-    let n = ready.len();
-    (0..n)
-        .map(|i| &ready[(start + i) % n])
-        .find(|id| !in_ledger(id))
-        .cloned()
+    let at = PoolAt {
+        api: &api,
+        read: pool,
+        handle,
+    };
+    let ask = Ask {
+        claimant: Claimant {
+            name: r.object.name_any(),
+            uid: r.object.uid().unwrap_or_default(),
+        },
+        spec_hash: desired.spec_hash.clone(),
+    };
+    let member = broker.claim(&at, ask).await?;
+    Ok(member.map(|member| Claim {
+        pool_uid: pool.uid().unwrap_or_default(),
+        member,
+    }))
 }
 
 #[cfg(test)]
@@ -306,17 +282,5 @@ mod tests {
             "env is delivered into the member, not created with"
         );
         assert_eq!(e.metadata.uid.as_deref(), Some("u"));
-    }
-
-    #[test]
-    fn a_claim_never_picks_a_member_in_the_ledger_and_spreads_claimants() {
-        let ready: Vec<String> = ["a", "b", "c"].map(String::from).to_vec();
-        let taken = |id: &str| id == "a" || id == "b";
-        assert_eq!(pick(&ready, "u1", taken), Some("c".to_string()));
-        assert_eq!(pick(&ready, "u1", |_| true), None);
-        let firsts: std::collections::BTreeSet<_> = (0..20)
-            .filter_map(|i| pick(&ready, &format!("uid-{i}"), |_| false))
-            .collect();
-        assert!(firsts.len() > 1, "{firsts:?}");
     }
 }

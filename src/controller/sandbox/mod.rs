@@ -7,6 +7,7 @@
 
 pub mod act;
 pub mod apply;
+pub mod broker;
 pub mod budget;
 pub mod build;
 pub mod claim;
@@ -53,6 +54,8 @@ pub struct SandboxContext {
     pub written: Written,
     /// Admission against the SandboxBudgets (set when the controller starts its watches).
     pub budgets: OnceLock<Arc<Budgets>>,
+    /// Batches the claims of each warm pool (see [`broker`]).
+    pub broker: broker::Broker,
 }
 
 impl SandboxContext {
@@ -64,6 +67,7 @@ impl SandboxContext {
             caches: OnceLock::new(),
             written: Written::default(),
             budgets: OnceLock::new(),
+            broker: broker::Broker::default(),
         })
     }
 }

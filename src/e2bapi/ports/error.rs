@@ -76,9 +76,9 @@ impl PortError {
     /// The sandbox's port URLs need its traffic access token, and the request has not got it.
     pub fn forbidden(sid: &str, port: u16, header_name: &str) -> PortError {
         let message = format!(
-            "missing or invalid {header_name} header: sandbox {sid} was created with \
-             network.allowPublicTraffic: false; send the trafficAccessToken of its create or \
-             connect answer"
+            "missing or invalid {header_name} header: the port URLs of sandbox {sid} need its \
+             traffic access token; send the trafficAccessToken of its create or connect \
+             answer, or create it with network.allowPublicTraffic: true to make them public"
         );
         PortError::new(StatusCode::FORBIDDEN, sid, port, message)
     }

@@ -1,5 +1,5 @@
 //! Which sandbox port a port URL request reaches, and whether it may: the id names the
-//! namespace and the object; a sandbox made with `allowPublicTraffic: false` admits only a
+//! namespace and the object; a sandbox not made with `allowPublicTraffic: true` admits only a
 //! request carrying its traffic access token (compared in constant time, checked before
 //! anything wakes the sandbox, never logged); then the access layer's directory finds it
 //! Ready and confirmed at its provider — recording the traffic for idleness and waking a

@@ -28,13 +28,18 @@ use crate::provider::stream::{ExecSession, ExitStatus, StreamExecRequest, TermSi
 /// The terminal size of a PTY asked for without one.
 const DEFAULT_SIZE: TermSize = TermSize { cols: 80, rows: 24 };
 
-/// `process.Process/Start`; an error before the first message ends the stream.
+/// `process.Process/Start`; an error before the first message — an unknown sandbox
+/// included — ends the stream.
 pub async fn start(
-    t: EnvdTarget,
+    t: Result<EnvdTarget, EnvdError>,
     replica: Extension<Replica>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
+    let t = match t {
+        Ok(t) => t,
+        Err(e) => return rpc::stream_failed(&e),
+    };
     started(t, replica, headers, body)
         .await
         .unwrap_or_else(|e| rpc::stream_failed(&e))
@@ -80,13 +85,17 @@ async fn started(
 }
 
 /// `process.Process/Connect`: answered by the replica holding the process; an error before
-/// the first message ends the stream.
+/// the first message — an unknown sandbox included — ends the stream.
 pub async fn connect(
-    t: EnvdTarget,
+    t: Result<EnvdTarget, EnvdError>,
     replica: Extension<Replica>,
     call: Call,
     body: Bytes,
 ) -> Response {
+    let t = match t {
+        Ok(t) => t,
+        Err(e) => return rpc::stream_failed(&e),
+    };
     connected(t, replica, call, body)
         .await
         .unwrap_or_else(|e| rpc::stream_failed(&e))

@@ -1,0 +1,290 @@
+//! The claim broker: claims of one pool that arrive together are served together, with one
+//! listing of the pool's members and one ledger write for the whole batch (group commit).
+//!
+//! Why: every claim must move ownership through the pool's ledger by a
+//! resourceVersion-checked write (see [`crate::controller::pool::ledger`]). Written claim by
+//! claim, N claimants racing on one pool make N listings and N writes of which only one
+//! wins each round: the others are refused (409), read the pool again and retry, so a burst
+//! of 200 claims costs thousands of requests and most of them lose. Here the first claimant
+//! of a pool to find no batch in flight becomes the batch's leader: it takes every claim
+//! queued meanwhile, lists the members once, picks a distinct free member for each claimant,
+//! and writes the ledger once. A single claim is a batch of one: no wait is added.
+//!
+//! The ledger stays the one authority: the batch's write carries the resourceVersion it
+//! decided on, a 409 sends the whole batch to a fresh read, and a claimant whose UID the
+//! ledger already names gets that member back rather than a second one. A leader whose pass
+//! is cancelled drops its batch's replies; those claimants serve themselves next (their
+//! reply channel is closed), so no claim waits forever.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use kube::ResourceExt;
+use kube::api::Api;
+use tokio::sync::oneshot;
+
+use crate::api::{Claimant, LedgerEntry, SandboxWarmPool};
+use crate::controller::pool::{ledger, members};
+use crate::controller::{Error, Result};
+use crate::provider::labels::SPEC_HASH;
+use crate::provider::{ProviderError, SandboxDescriptor, SandboxState};
+use crate::registry::ProviderHandle;
+
+/// One claimant's ask: a running member built to `spec_hash`.
+#[derive(Debug, Clone)]
+pub struct Ask {
+    /// Who claims (the ledger entry names it).
+    pub claimant: Claimant,
+    /// The spec hash a member must carry to serve this claimant.
+    pub spec_hash: String,
+}
+
+/// The member a claim got (`None`: no free member; the claim is served cold).
+type Answer = Result<Option<String>>;
+
+/// A queued claim and where its answer goes.
+struct Queued {
+    ask: Ask,
+    reply: oneshot::Sender<Answer>,
+}
+
+/// The claims of one pool: those waiting, and the lock the batch leader holds.
+#[derive(Default)]
+struct Lane {
+    waiting: Mutex<Vec<Queued>>,
+    serving: tokio::sync::Mutex<()>,
+}
+
+/// The claim broker (one per Sandbox controller).
+#[derive(Default)]
+pub struct Broker {
+    lanes: Mutex<HashMap<String, Arc<Lane>>>,
+}
+
+/// What a batch acts on: the pool (as its leader read it) and its provider.
+pub struct PoolAt<'a> {
+    /// The pool's API (its namespace).
+    pub api: &'a Api<SandboxWarmPool>,
+    /// The pool as the claimant read it this pass: the batch decides its first attempt on it.
+    pub read: &'a SandboxWarmPool,
+    /// The pool's provider.
+    pub handle: &'a ProviderHandle,
+}
+
+impl Broker {
+    /// Claims a member for `ask`: the one the ledger already gives its claimant, else a free
+    /// running member built to its spec hash, entered in the ledger; `None` when none is free.
+    pub async fn claim(&self, at: &PoolAt<'_>, ask: Ask) -> Answer {
+        let lane = self.lane(at.read);
+        let (reply, mut answer) = oneshot::channel();
+        lock(&lane.waiting).push(Queued {
+            ask: ask.clone(),
+            reply,
+        });
+        let _serving = lane.serving.lock().await;
+        match answer.try_recv() {
+            Ok(answered) => return answered,
+            // Our batch's leader was cancelled after taking it: serve ourselves.
+            Err(oneshot::error::TryRecvError::Closed) => {
+                let (reply, _) = oneshot::channel();
+                let alone = [Queued { ask, reply }];
+                return serve(at, &alone).await?.pop().unwrap_or_else(unanswered);
+            }
+            Err(oneshot::error::TryRecvError::Empty) => {}
+        }
+        let batch: Vec<Queued> = std::mem::take(&mut *lock(&lane.waiting));
+        let answers = match serve(at, &batch).await {
+            Ok(answers) => answers,
+            Err(e) => batch.iter().map(|_| Err(copy(&e))).collect(),
+        };
+        for (queued, answered) in batch.into_iter().zip(answers) {
+            let _ = queued.reply.send(answered);
+        }
+        answer.try_recv().unwrap_or_else(|_| unanswered())
+    }
+
+    /// The lane of a pool (by namespace, name and UID: a pool recreated under the same name
+    /// is another lane).
+    fn lane(&self, pool: &SandboxWarmPool) -> Arc<Lane> {
+        let key = format!(
+            "{}/{}/{}",
+            pool.namespace().unwrap_or_default(),
+            pool.name_any(),
+            pool.uid().unwrap_or_default()
+        );
+        let mut lanes = lock(&self.lanes);
+        lanes.entry(key).or_default().clone()
+    }
+}
+
+/// Serves a batch: one listing of the members, then one ledger write of every assignment
+/// (decided again on a fresh read whenever the write loses a race). One answer per claim.
+async fn serve(at: &PoolAt<'_>, batch: &[Queued]) -> Result<Vec<Answer>> {
+    let pool_uid = at.read.uid().unwrap_or_default();
+    let found = members::observe(at.handle, &pool_uid).await?;
+    let name = at.read.name_any();
+    let changed = ledger::change_from(at.api, &name, Some(at.read.clone()), |_, entries| {
+        let picked: Vec<Option<String>> = batch
+            .iter()
+            .map(|q| assign(&found, &q.ask, entries))
+            .collect();
+        Some(picked)
+    })
+    .await?;
+    let picked = match changed {
+        Some((picked, _)) => picked,
+        // The pool is gone: nothing to claim from.
+        None => vec![None; batch.len()],
+    };
+    Ok(picked.into_iter().map(Ok).collect())
+}
+
+/// The member for one claimant: the ledger's entry for it, else a free claimable member
+/// (entered into `entries`), else none.
+fn assign(
+    found: &[SandboxDescriptor],
+    ask: &Ask,
+    entries: &mut Vec<LedgerEntry>,
+) -> Option<String> {
+    let uid = &ask.claimant.uid;
+    if let Some(e) = entries
+        .iter()
+        .find(|e| e.claimed_by.as_ref().is_some_and(|c| &c.uid == uid))
+    {
+        return Some(e.member.clone());
+    }
+    let ready: Vec<&str> = found
+        .iter()
+        .filter(|d| claimable(d, &ask.spec_hash))
+        .map(|d| d.id.as_str())
+        .collect();
+    let member = pick(&ready, uid, |id| entries.iter().any(|e| e.member == id))?;
+    entries.push(LedgerEntry {
+        member: member.clone(),
+        claimed_by: Some(ask.claimant.clone()),
+    });
+    Some(member)
+}
+
+/// A member a claim can take: running, built to `spec_hash`.
+fn claimable(d: &SandboxDescriptor, spec_hash: &str) -> bool {
+    d.state == SandboxState::Running
+        && d.labels.get(SPEC_HASH).map(String::as_str) == Some(spec_hash)
+}
+
+/// The free member a claimant tries first: claimants start at different places in the list
+/// (by their UID), so claims decided apart (by two passes) rarely want the same one.
+fn pick(ready: &[&str], uid: &str, in_ledger: impl Fn(&str) -> bool) -> Option<String> {
+    let start = uid
+        .bytes()
+        .fold(0usize, |h, b| h.wrapping_mul(31).wrapping_add(b.into()));
+    let n = ready.len();
+    (0..n)
+        .map(|i| ready[(start + i) % n])
+        .find(|id| !in_ledger(id))
+        .map(str::to_string)
+}
+
+/// A claim that got no answer (cannot happen: a batch answers every claim it took). An
+/// error rather than "none free", which would create a sandbox cold beside a member the
+/// ledger may give it: the next pass finds that entry.
+fn unanswered() -> Answer {
+    Err(Error::Provider(ProviderError::transient(
+        "a claim got no answer from its batch; retrying",
+    )))
+}
+
+/// The same error for every claimant of a failed batch (each reports it on its own object).
+fn copy(e: &Error) -> Error {
+    Error::Provider(ProviderError::transient(format!("claiming a member: {e}")))
+}
+
+/// A std mutex's guard; a poisoned one (a panic while held) is still consistent here: its
+/// data is a queue of claims or a map of lanes, each change of which is one push or take.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::provider::StartedAt;
+
+    fn member(id: &str, state: SandboxState, hash: &str) -> SandboxDescriptor {
+        SandboxDescriptor {
+            id: id.into(),
+            state,
+            labels: [(SPEC_HASH.to_string(), hash.to_string())].into(),
+            created_at: None,
+            started_at: StartedAt::Unknown,
+            exit_code: None,
+            template_ref: None,
+            image: None,
+            volumes: vec![],
+            ports: vec![],
+            resources: Default::default(),
+            command: None,
+            restart_policy: crate::provider::RestartPolicy::Never,
+            env: Default::default(),
+            image_digest: None,
+            image_pull: None,
+            isolation: None,
+        }
+    }
+
+    fn ask(uid: &str) -> Ask {
+        Ask {
+            claimant: Claimant {
+                name: format!("s-{uid}"),
+                uid: uid.into(),
+            },
+            spec_hash: "h".into(),
+        }
+    }
+
+    #[test]
+    fn a_batch_gives_each_claimant_a_distinct_member_and_no_more_than_there_are() {
+        let found = vec![
+            member("a", SandboxState::Running, "h"),
+            member("b", SandboxState::Running, "h"),
+            member("c", SandboxState::Stopped, "h"),
+            member("d", SandboxState::Running, "other"),
+        ];
+        let mut entries = Vec::new();
+        let picked: Vec<_> = ["u1", "u2", "u3"]
+            .iter()
+            .map(|u| assign(&found, &ask(u), &mut entries))
+            .collect();
+        let given: Vec<_> = picked.iter().flatten().cloned().collect();
+        assert_eq!(given.len(), 2, "{picked:?}");
+        assert_ne!(given[0], given[1]);
+        assert!(given.iter().all(|m| m == "a" || m == "b"), "{given:?}");
+        assert_eq!(entries.len(), 2);
+    }
+
+    #[test]
+    fn a_claimant_the_ledger_names_gets_its_member_back_not_a_second_one() {
+        let found = vec![
+            member("a", SandboxState::Running, "h"),
+            member("b", SandboxState::Running, "h"),
+        ];
+        let mut entries = vec![LedgerEntry {
+            member: "b".into(),
+            claimed_by: Some(ask("u1").claimant),
+        }];
+        assert_eq!(assign(&found, &ask("u1"), &mut entries), Some("b".into()));
+        assert_eq!(entries.len(), 1);
+    }
+
+    #[test]
+    fn a_claim_never_picks_a_member_in_the_ledger_and_spreads_claimants() {
+        let ready = ["a", "b", "c"];
+        let taken = |id: &str| id == "a" || id == "b";
+        assert_eq!(pick(&ready, "u1", taken), Some("c".to_string()));
+        assert_eq!(pick(&ready, "u1", |_| true), None);
+        let firsts: std::collections::BTreeSet<_> = (0..20)
+            .filter_map(|i| pick(&ready, &format!("uid-{i}"), |_| false))
+            .collect();
+        assert!(firsts.len() > 1, "{firsts:?}");
+    }
+}
