@@ -140,7 +140,7 @@ pub async fn run(
     let claimants = watcher(sandboxes, watcher::Config::default().any_semantic())
         .default_backoff()
         .reflect(writer)
-        .applied_objects();
+        .touched_objects();
     let pctx = Arc::new(PoolContext {
         sctx: SandboxContext::new(ctx.clone()),
         ctx,
