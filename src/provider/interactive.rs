@@ -6,17 +6,22 @@
 //!
 //! Neither Docker's exec API nor the Pod `exec` subresource can signal the process they
 //! started, and the pid the engine reports is a host pid, which an operator in a Pod cannot
-//! reach. So the argv runs under a small `sh` wrapper that writes its own pid (`$$`) into a
-//! pid file named by a random token and then `exec`s the argv — the program keeps that pid.
-//! A signal is a second, ordinary exec in the same sandbox: `kill -s NAME <pid>`. The wrapper
-//! also sets the initial terminal size with `stty` when a TTY is asked for: a resize sent
-//! beside the start may reach the terminal after the program read its size (Docker's API
-//! before 1.42 has no size at exec creation at all), while the wrapper's `stty` runs before
-//! the program does.
+//! reach. So the argv runs under a small `sh` wrapper that puts a random per-session token in
+//! its environment (`SANDBOX_EXEC_TOKEN`) and then `exec`s the argv: the program keeps the
+//! wrapper's pid and its environment. A signal is a second, ordinary exec in the same sandbox
+//! that finds the session's process by that token in `/proc/*/environ` (the one whose parent
+//! does not carry it, so a child the program started is not taken for it) and runs
+//! `kill -s NAME` on it. Nothing is written into the sandbox, so nothing is left to remove
+//! when the session ends — a clean-up exec after each session would run beside the next
+//! one — and a pid reused by another process is never signalled: it lacks the token. The
+//! wrapper also sets the initial terminal size with `stty` when a TTY is asked for: a resize
+//! sent beside the start may reach the terminal after the program read its size (Docker's
+//! API before 1.42 has no size at exec creation at all), while the wrapper's `stty` runs
+//! before the program does.
 //!
-//! The sandbox's image needs `sh`, `cat`, `kill` and, for a TTY, `stty` (every Debian-based
-//! image has them). A pid file that cannot be written does not stop the program: the signal
-//! then fails and says why.
+//! The sandbox's image needs `sh`, `cat`, `kill`, `sleep` and, for a TTY, `stty` (every
+//! Debian-based image has them), and a `/proc` the sandbox's user can read its own
+//! processes' environments in (every Linux container's).
 
 use bytes::{Bytes, BytesMut};
 use futures::FutureExt;
@@ -83,35 +88,46 @@ pub fn session(id: &str, tty: bool) -> (ExecSession, Ends) {
     (caller, provider)
 }
 
-/// Directory of the pid files (world-writable in every image).
-const PID_DIR: &str = "/tmp";
-
-/// The wrapper: `$0` is the pid file, `$1` and `$2` the terminal's rows and columns (empty
-/// without a TTY), the rest the program's argv.
-const WRAPPER: &str = r#"echo $$ >"$0" 2>/dev/null
+/// The wrapper: `$0` is the session's token, `$1` and `$2` the terminal's rows and columns
+/// (empty without a TTY), the rest the program's argv.
+const WRAPPER: &str = r#"export SANDBOX_EXEC_TOKEN="$0"
 if [ -n "$1" ]; then stty rows "$1" cols "$2" 2>/dev/null; fi
 shift 2
 exec "$@""#;
 
-/// The signaller: waits (bounded, inside the sandbox) for the wrapper to have written its
-/// pid, then signals it. `$0` is the pid file, `$1` the signal's name.
-const SIGNALLER: &str = r#"i=0
-while [ ! -s "$0" ] && [ "$i" -lt 50 ]; do sleep 0.1; i=$((i+1)); done
-pid=$(cat "$0") || { echo "the process's pid file $0 is missing (is /tmp writable?)" >&2; exit 1; }
-kill -s "$1" "$pid""#;
+/// The signaller: looks (bounded, inside the sandbox: the program may not have started yet)
+/// for the process whose environment carries the token `$0` and whose parent's does not,
+/// and sends it the signal named `$1`. The environment's NUL separators are dropped by the
+/// command substitution; the token's fixed length keeps the match exact.
+const SIGNALLER: &str = r#"t="SANDBOX_EXEC_TOKEN=$0"
+i=0
+while [ "$i" -lt 50 ]; do
+  for d in /proc/[0-9]*; do
+    case "$(cat "$d/environ" 2>/dev/null)" in *"$t"*) ;; *) continue ;; esac
+    pp=
+    while read -r k v; do [ "$k" = PPid: ] && pp=$v; done <"$d/status"
+    case "$(cat "/proc/$pp/environ" 2>/dev/null)" in *"$t"*) continue ;; esac
+    kill -s "$1" "${d#/proc/}"
+    exit
+  done
+  sleep 0.1
+  i=$((i+1))
+done
+echo "no process of this session is running (or /proc/PID/environ is unreadable)" >&2
+exit 1"#;
 
 /// An argv wrapped for signals (see the module docs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Wrapped {
     /// What to run instead of the caller's argv.
     pub argv: Vec<String>,
-    /// Where the process's pid is recorded.
-    pub pid_file: String,
+    /// The session's token, in its process's environment as `SANDBOX_EXEC_TOKEN`.
+    pub token: String,
 }
 
 /// Wraps `argv` so that it can be signalled, with the initial terminal size `tty`.
 pub fn wrap(argv: &[String], tty: Option<TermSize>) -> Wrapped {
-    let pid_file = format!("{PID_DIR}/.sandbox-exec-{:016x}.pid", fastrand::u64(..));
+    let token = format!("{:016x}", fastrand::u64(..));
     let (rows, cols) = match tty {
         Some(size) => (size.rows.to_string(), size.cols.to_string()),
         None => (String::new(), String::new()),
@@ -120,32 +136,26 @@ pub fn wrap(argv: &[String], tty: Option<TermSize>) -> Wrapped {
         "sh".to_string(),
         "-c".into(),
         WRAPPER.into(),
-        pid_file.clone(),
+        token.clone(),
         rows,
         cols,
     ];
     wrapped.extend(argv.iter().cloned());
     Wrapped {
         argv: wrapped,
-        pid_file,
+        token,
     }
 }
 
-/// The argv that delivers `signal` to the process wrapped with `pid_file`.
-pub fn signal_argv(pid_file: &str, signal: Signal) -> Vec<String> {
+/// The argv that delivers `signal` to the process of the session with `token`.
+pub fn signal_argv(token: &str, signal: Signal) -> Vec<String> {
     vec![
         "sh".into(),
         "-c".into(),
         SIGNALLER.into(),
-        pid_file.into(),
+        token.into(),
         signal.name().into(),
     ]
-}
-
-/// The argv that removes `pid_file` once its process has ended, so a later pid reuse is
-/// never signalled.
-pub fn cleanup_argv(pid_file: &str) -> Vec<String> {
-    vec!["rm".into(), "-f".into(), pid_file.into()]
 }
 
 /// An empty argv is `Invalid`, naming the sandbox.
@@ -232,17 +242,52 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_wrapper_keeps_the_argv_whole_and_names_a_fresh_pid_file() {
+    fn the_wrapper_keeps_the_argv_whole_and_carries_a_fresh_token() {
         let argv = vec!["printf".to_string(), "%s\n".into(), "a b".into()];
         let a = wrap(&argv, None);
         let b = wrap(&argv, Some(TermSize { cols: 80, rows: 24 }));
-        assert_ne!(a.pid_file, b.pid_file);
-        assert_eq!(a.argv[3], a.pid_file);
+        assert_ne!(a.token, b.token);
+        assert_eq!(
+            a.token.len(),
+            16,
+            "fixed length: the signaller's match is exact"
+        );
+        assert_eq!(a.argv[3], a.token);
         assert_eq!(&a.argv[4..6], ["", ""]);
         assert_eq!(&b.argv[4..6], ["24", "80"]);
         assert_eq!(&a.argv[6..], argv.as_slice());
-        let kill = signal_argv(&a.pid_file, Signal::Terminate);
-        assert_eq!(&kill[3..], [a.pid_file.as_str(), "TERM"]);
+        let kill = signal_argv(&a.token, Signal::Terminate);
+        assert_eq!(&kill[3..], [a.token.as_str(), "TERM"]);
+    }
+
+    /// The wrapper and the signaller as a sandbox runs them (here with the host's `sh` and
+    /// `/proc`): the signal reaches the session's program — not a child that inherited the
+    /// token, and nothing of another session.
+    #[test]
+    fn the_signaller_finds_the_sessions_program_by_its_token() {
+        use std::os::unix::process::ExitStatusExt;
+        use std::process::Command;
+        let spawn = |argv: &[String]| Command::new(&argv[0]).args(&argv[1..]).spawn();
+        let program = ["sh", "-c", "sleep 30 & wait"].map(String::from);
+        let ours = wrap(&program, None);
+        let other = wrap(&["sleep".to_string(), "30".into()], None);
+        let mut ours_child = spawn(&ours.argv).expect("spawn the session");
+        let mut other_child = spawn(&other.argv).expect("spawn another session");
+        let kill = signal_argv(&ours.token, Signal::Terminate);
+        let sent = Command::new(&kill[0])
+            .args(&kill[1..])
+            .output()
+            .expect("signaller");
+        assert!(
+            sent.status.success(),
+            "{}",
+            String::from_utf8_lossy(&sent.stderr)
+        );
+        let ended = ours_child.wait().expect("wait");
+        assert_eq!(ended.signal(), Some(15), "SIGTERM: {ended:?}");
+        assert!(other_child.try_wait().expect("try_wait").is_none());
+        other_child.kill().ok();
+        other_child.wait().ok();
     }
 
     #[tokio::test]

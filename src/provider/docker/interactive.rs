@@ -3,7 +3,7 @@
 //! One exec per session: created with stdin, stdout and stderr attached (and a TTY when asked
 //! for), started attached (the engine hijacks the connection: multiplexed output one way,
 //! raw stdin the other), resized with the exec resize call, and its exit code read from
-//! `inspect` once the output has ended. Signals go through the shared pid-file wrapper (see
+//! `inspect` once the output has ended. Signals go through the shared token wrapper (see
 //! [`crate::provider::interactive`]): Docker has no call that signals an exec.
 //!
 //! Three tasks run per session, each bounded: the *pump* moves output frames from the
@@ -11,8 +11,7 @@
 //! stops reading, the engine stops copying, and the process blocks on its full pipe — a slow
 //! reader never makes us buffer), then reads the exit code; the *feeder* applies the caller's
 //! input in order (stdin bytes, EOF as a half-close of our side of the connection — the engine
-//! then closes the process's stdin —, resizes, signals) and ends with the process; the pid
-//! file is removed once the process has ended.
+//! then closes the process's stdin —, resizes, signals) and ends with the process.
 //!
 //! The caller should read both output streams (or drop the one it does not want, whose
 //! output is then discarded): a full, unread stderr queue holds stdout back too, as a full
@@ -41,7 +40,7 @@ use crate::provider::{ExecRequest, ProviderError, ProviderResult};
 const EXIT_BOUND: Duration = Duration::from_secs(30);
 /// How often the exit is re-read meanwhile.
 const EXIT_POLL: Duration = Duration::from_millis(20);
-/// Bound on the exec that delivers a signal or removes the pid file.
+/// Bound on the exec that delivers a signal.
 const HELPER_BOUND: Duration = Duration::from_secs(15);
 
 type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
@@ -102,9 +101,6 @@ impl Session {
             let exit = pump.exit_code().await;
             feeder.abort();
             let _ = ends.exit.send(exit);
-            pump.helper(interactive::cleanup_argv(&pump.wrapped.pid_file))
-                .await
-                .ok();
         });
         session
     }
@@ -163,11 +159,11 @@ impl Session {
     }
 
     async fn signal(&self, signal: Signal) -> ProviderResult<()> {
-        self.helper(interactive::signal_argv(&self.wrapped.pid_file, signal))
+        self.helper(interactive::signal_argv(&self.wrapped.token, signal))
             .await
     }
 
-    /// Runs a helper command (signal, clean-up) to completion; a non-zero exit is an error
+    /// Runs a helper command (a signal) to completion; a non-zero exit is an error
     /// carrying its stderr.
     async fn helper(&self, argv: Vec<String>) -> ProviderResult<()> {
         let request = ExecRequest {

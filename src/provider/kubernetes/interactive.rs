@@ -3,7 +3,7 @@
 //! exit code comes from the status channel. The exec API has no environment, working
 //! directory or signal: the argv is wrapped for env and cwd
 //! ([`shellfs::wrap`](crate::provider::shellfs::wrap)) and then for signals by the shared
-//! pid-file wrapper ([`crate::provider::interactive`]), whose signals are second execs.
+//! token wrapper ([`crate::provider::interactive`]), whose signals are second execs.
 //!
 //! Backpressure: the connection's pipes hold at most [`CHUNK`] bytes per stream; when the
 //! caller does not read, the connection is not read either, and the API server's and the
@@ -28,7 +28,7 @@ use crate::provider::stream::{
 };
 use crate::provider::{ExecRequest, ProviderError, ProviderResult};
 
-/// Bound on the exec that delivers a signal or removes the pid file.
+/// Bound on the exec that delivers a signal.
 const HELPER_BOUND: std::time::Duration = std::time::Duration::from_secs(15);
 
 type Stdin = tokio::io::WriteHalf<tokio::io::SimplexStream>;
@@ -84,7 +84,7 @@ struct Session {
 
 impl Session {
     /// Hands the caller its ends; a task holds the connection until the exit status came
-    /// (dropping the process would abort it) and then removes the pid file.
+    /// (dropping the process would abort it).
     async fn run(self, request: &StreamExecRequest, mut process: AttachedProcess) -> ExecSession {
         let what = format!("exec in sandbox {}", self.id);
         let stdout = process
@@ -104,7 +104,6 @@ impl Session {
         let feeder = tokio::spawn(self.clone().feed(input_rx, process.stdin(), resizer));
         let (exit_tx, exit_rx) = oneshot::channel();
         let status = process.take_status();
-        let holder = self.clone();
         tokio::spawn(async move {
             let status = match status {
                 Some(status) => status.await,
@@ -116,10 +115,6 @@ impl Session {
                 .map(|code| ExitStatus { code })
                 .map_err(|why| ProviderError::transient(format!("{what}: {why}")));
             let _ = exit_tx.send(exit);
-            holder
-                .helper(interactive::cleanup_argv(&holder.wrapped.pid_file))
-                .await
-                .ok();
         });
         ExecSession {
             input: input_tx,
@@ -147,7 +142,7 @@ impl Session {
                 ExecInput::CloseStdin => close(&mut stdin).await,
                 ExecInput::Resize(size) => resize(resizer.as_mut(), size).await,
                 ExecInput::Signal(signal) => {
-                    self.helper(interactive::signal_argv(&self.wrapped.pid_file, signal))
+                    self.helper(interactive::signal_argv(&self.wrapped.token, signal))
                         .await
                 }
             };
@@ -158,7 +153,7 @@ impl Session {
         let _ = close(&mut stdin).await;
     }
 
-    /// Runs a helper command (signal, clean-up) to completion; a non-zero exit is an error
+    /// Runs a helper command (a signal) to completion; a non-zero exit is an error
     /// carrying its stderr.
     async fn helper(&self, argv: Vec<String>) -> ProviderResult<()> {
         let out = bounded_exec(&self.pods, &self.id, &argv, None, HELPER_BOUND).await?;
