@@ -29,7 +29,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::DockerProvider;
-use super::exec::{attached_options, exec_error, start_attached};
+use super::exec::{self, attached_options, exec_error, start_attached};
 use crate::provider::interactive::{self, Queue, Wrapped};
 use crate::provider::stream::{
     ExecInput, ExecSession, ExitStatus, Signal, StreamExecRequest, StreamingExec, TermSize,
@@ -38,8 +38,6 @@ use crate::provider::{ExecRequest, ProviderError, ProviderResult};
 
 /// How long the engine may take to record an exec's exit after its output ended.
 const EXIT_BOUND: Duration = Duration::from_secs(30);
-/// How often the exit is re-read meanwhile.
-const EXIT_POLL: Duration = Duration::from_millis(20);
 /// Bound on the exec that delivers a signal.
 const HELPER_BOUND: Duration = Duration::from_secs(15);
 
@@ -179,26 +177,8 @@ impl Session {
     /// The exit code, once the engine has recorded it (a moment after the output ends).
     async fn exit_code(&self) -> ProviderResult<ExitStatus> {
         let deadline = tokio::time::Instant::now() + EXIT_BOUND;
-        loop {
-            let inspected = self
-                .docker
-                .inspect_exec(&self.exec_id)
-                .await
-                .map_err(|e| exec_error(&self.id, "reading an exec's exit code", e))?;
-            if inspected.running != Some(true)
-                && let Some(code) = inspected.exit_code
-            {
-                return Ok(ExitStatus { code });
-            }
-            if tokio::time::Instant::now() >= deadline {
-                return Err(ProviderError::transient(format!(
-                    "exec in sandbox {}: the engine did not report an exit code within {:?} \
-                     of the output's end",
-                    self.id, EXIT_BOUND
-                )));
-            }
-            tokio::time::sleep(EXIT_POLL).await;
-        }
+        let code = exec::exit_code(&self.docker, &self.exec_id, &self.id, deadline).await?;
+        Ok(ExitStatus { code })
     }
 }
 
