@@ -222,6 +222,7 @@ impl Provider for DockerProvider {
                     .map_err(|e| map_err(&format!("starting sandbox {id}"), e))
             }
             Err(e) if is_not_found(&e) => Err(not_found(id, e)),
+            Err(e) if let Some(full) = super::networks::network_full(id, &e) => Err(full),
             Err(e) => {
                 // A paused container cannot be started; it can be unpaused into running.
                 match self.status(id).await? {

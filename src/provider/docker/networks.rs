@@ -234,6 +234,25 @@ pub(crate) fn is_network_gone(err: &bollard::errors::Error) -> bool {
     }
 }
 
+/// The error for a start the engine refused because the sandbox's network has no free
+/// address, naming the cause and the fix; `None` for any other error. Each namespace's
+/// sandboxes share one network, sized by dockerd's `default-address-pools` (`size` 24 holds
+/// 253), so a namespace holds at most that many running sandboxes. Transient: an address
+/// frees up when one of them stops.
+pub(crate) fn network_full(id: &str, err: &bollard::errors::Error) -> Option<ProviderError> {
+    let bollard::errors::Error::DockerResponseServerError { message, .. } = err else {
+        return None;
+    };
+    message.contains("no available IPv4 addresses").then(|| {
+        ProviderError::transient(format!(
+            "starting sandbox {id}: its namespace's network has no free address ({message}); \
+             every sandbox of a namespace shares one network of dockerd's address-pool size: \
+             stop or delete some of them, or give dockerd larger pools \
+             (`default-address-pools` `size` 22 holds 1,021 per network)"
+        ))
+    })
+}
+
 /// Every network a container of the listing is attached to or asks for.
 fn attached(containers: &[ContainerSummary]) -> HashSet<&str> {
     let mut used = HashSet::new();
@@ -261,6 +280,25 @@ fn attached(containers: &[ContainerSummary]) -> HashSet<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_full_network_names_the_pool_size_and_other_errors_pass() {
+        let full = bollard::errors::Error::DockerResponseServerError {
+            status_code: 500,
+            message: "no available IPv4 addresses on this network's address pools: n (x)".into(),
+        };
+        let err = network_full("s", &full).expect("recognised");
+        assert!(
+            err.message().contains("default-address-pools"),
+            "{}",
+            err.message()
+        );
+        let other = bollard::errors::Error::DockerResponseServerError {
+            status_code: 500,
+            message: "something else".into(),
+        };
+        assert!(network_full("s", &other).is_none());
+    }
 
     fn owner(instance: &str, namespace: &str) -> Owner {
         Owner {
