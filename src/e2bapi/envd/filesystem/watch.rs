@@ -239,14 +239,8 @@ fn unknown(id: &str) -> EnvdError {
 }
 
 /// `WatchDir`: a `start` message, then the events as they are found, until the client goes
-/// away or the directory cannot be listed (the stream's error). An unknown sandbox, too, is
-/// the stream's error, never a bare HTTP status (which a Connect client reads as a code of
-/// its own).
-pub async fn watch_dir(t: Result<EnvdTarget, EnvdError>, h: HeaderMap, body: Bytes) -> Response {
-    let t = match t {
-        Ok(t) => t,
-        Err(e) => return rpc::stream_failed(&e),
-    };
+/// away or the directory cannot be listed (the stream's error).
+pub async fn watch_dir(t: EnvdTarget, h: HeaderMap, body: Bytes) -> Response {
     let started = match start_stream(t, &h, &body).await {
         Ok(poller) => poller,
         Err(e) => return rpc::stream_failed(&e),

@@ -28,18 +28,13 @@ use crate::provider::stream::{ExecSession, ExitStatus, StreamExecRequest, TermSi
 /// The terminal size of a PTY asked for without one.
 const DEFAULT_SIZE: TermSize = TermSize { cols: 80, rows: 24 };
 
-/// `process.Process/Start`; an error before the first message — an unknown sandbox
-/// included — ends the stream.
+/// `process.Process/Start`; an error before the first message ends the stream.
 pub async fn start(
-    t: Result<EnvdTarget, EnvdError>,
+    t: EnvdTarget,
     replica: Extension<Replica>,
     headers: HeaderMap,
     body: Bytes,
 ) -> Response {
-    let t = match t {
-        Ok(t) => t,
-        Err(e) => return rpc::stream_failed(&e),
-    };
     started(t, replica, headers, body)
         .await
         .unwrap_or_else(|e| rpc::stream_failed(&e))
@@ -85,17 +80,13 @@ async fn started(
 }
 
 /// `process.Process/Connect`: answered by the replica holding the process; an error before
-/// the first message — an unknown sandbox included — ends the stream.
+/// the first message ends the stream.
 pub async fn connect(
-    t: Result<EnvdTarget, EnvdError>,
+    t: EnvdTarget,
     replica: Extension<Replica>,
     call: Call,
     body: Bytes,
 ) -> Response {
-    let t = match t {
-        Ok(t) => t,
-        Err(e) => return rpc::stream_failed(&e),
-    };
     connected(t, replica, call, body)
         .await
         .unwrap_or_else(|e| rpc::stream_failed(&e))
