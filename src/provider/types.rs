@@ -332,6 +332,33 @@ pub struct SandboxDescriptor {
     pub isolation: Option<String>,
 }
 
+#[cfg(test)]
+impl SandboxDescriptor {
+    /// Tests' starting point: an id and a state, no labels, never started, nothing else
+    /// reported (struct update sets what a test is about).
+    pub fn bare(id: &str, state: SandboxState) -> Self {
+        SandboxDescriptor {
+            id: id.into(),
+            state,
+            labels: BTreeMap::new(),
+            created_at: None,
+            started_at: StartedAt::Never,
+            exit_code: None,
+            template_ref: None,
+            image: None,
+            volumes: vec![],
+            ports: vec![],
+            resources: AppliedResources::default(),
+            command: None,
+            restart_policy: RestartPolicy::Never,
+            env: BTreeMap::new(),
+            image_digest: None,
+            image_pull: None,
+            isolation: None,
+        }
+    }
+}
+
 /// Narrowing for `find`. Every field is something the caller set itself.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SandboxQuery {

@@ -111,23 +111,8 @@ mod tests {
     #[test]
     fn a_member_is_known_by_its_name_label_not_the_provider_id() {
         let d = SandboxDescriptor {
-            id: "e2b-id-1".into(),
-            state: crate::provider::SandboxState::Running,
             labels: [(POOL_MEMBER.to_string(), "sbxwp-u-0".to_string())].into(),
-            created_at: None,
-            started_at: crate::provider::StartedAt::Never,
-            exit_code: None,
-            template_ref: None,
-            image: None,
-            volumes: vec![],
-            ports: vec![],
-            resources: Default::default(),
-            command: None,
-            restart_policy: crate::provider::RestartPolicy::Never,
-            env: Default::default(),
-            image_digest: None,
-            image_pull: None,
-            isolation: None,
+            ..SandboxDescriptor::bare("e2b-id-1", crate::provider::SandboxState::Running)
         };
         let m = member(&d);
         assert_eq!(m.name, "sbxwp-u-0");

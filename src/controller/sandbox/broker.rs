@@ -212,23 +212,9 @@ mod tests {
 
     fn member(id: &str, state: SandboxState, hash: &str) -> SandboxDescriptor {
         SandboxDescriptor {
-            id: id.into(),
-            state,
             labels: [(SPEC_HASH.to_string(), hash.to_string())].into(),
-            created_at: None,
             started_at: StartedAt::Unknown,
-            exit_code: None,
-            template_ref: None,
-            image: None,
-            volumes: vec![],
-            ports: vec![],
-            resources: Default::default(),
-            command: None,
-            restart_policy: crate::provider::RestartPolicy::Never,
-            env: Default::default(),
-            image_digest: None,
-            image_pull: None,
-            isolation: None,
+            ..SandboxDescriptor::bare(id, state)
         }
     }
 

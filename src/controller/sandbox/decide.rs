@@ -370,30 +370,18 @@ mod tests {
         exit: Option<i64>,
     ) -> SandboxDescriptor {
         SandboxDescriptor {
-            id: "sbx-1".into(),
-            state,
             labels: BTreeMap::from([(SPEC_HASH.to_string(), hash.to_string())]),
-            created_at: None,
             started_at: if started {
                 crate::provider::StartedAt::At(chrono::Utc::now())
             } else {
                 crate::provider::StartedAt::Never
             },
             exit_code: exit,
-            template_ref: None,
-            image: None,
-            volumes: vec![],
-            ports: vec![],
             resources: AppliedResources {
                 memory_bytes: Some(100),
                 ..AppliedResources::default()
             },
-            command: None,
-            restart_policy: RestartPolicy::Never,
-            env: BTreeMap::new(),
-            image_digest: None,
-            image_pull: None,
-            isolation: None,
+            ..SandboxDescriptor::bare("sbx-1", state)
         }
     }
 
