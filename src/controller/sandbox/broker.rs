@@ -75,46 +75,71 @@ impl Broker {
     /// Claims a member for `ask`: the one the ledger already gives its claimant, else a free
     /// running member built to its spec hash, entered in the ledger; `None` when none is free.
     pub async fn claim(&self, at: &PoolAt<'_>, ask: Ask) -> Answer {
-        let lane = self.lane(at.read);
-        let (reply, mut answer) = oneshot::channel();
-        lock(&lane.waiting).push(Queued {
-            ask: ask.clone(),
-            reply,
-        });
-        let _serving = lane.serving.lock().await;
-        match answer.try_recv() {
-            Ok(answered) => return answered,
-            // Our batch's leader was cancelled after taking it: serve ourselves.
-            Err(oneshot::error::TryRecvError::Closed) => {
-                let (reply, _) = oneshot::channel();
-                let alone = [Queued { ask, reply }];
-                return serve(at, &alone).await?.pop().unwrap_or_else(unanswered);
-            }
-            Err(oneshot::error::TryRecvError::Empty) => {}
-        }
-        let batch: Vec<Queued> = std::mem::take(&mut *lock(&lane.waiting));
-        let answers = match serve(at, &batch).await {
-            Ok(answers) => answers,
-            Err(e) => batch.iter().map(|_| Err(copy(&e))).collect(),
-        };
-        for (queued, answered) in batch.into_iter().zip(answers) {
-            let _ = queued.reply.send(answered);
-        }
-        answer.try_recv().unwrap_or_else(|_| unanswered())
+        let key = lane_key(at.read);
+        let lane = self.lane(&key);
+        let answered = claim_in(&lane, at, ask).await;
+        drop(lane);
+        self.forget_if_idle(&key);
+        answered
     }
 
-    /// The lane of a pool (by namespace, name and UID: a pool recreated under the same name
-    /// is another lane).
-    fn lane(&self, pool: &SandboxWarmPool) -> Arc<Lane> {
-        let key = format!(
-            "{}/{}/{}",
-            pool.namespace().unwrap_or_default(),
-            pool.name_any(),
-            pool.uid().unwrap_or_default()
-        );
+    /// The lane under `key`, made when there is none.
+    fn lane(&self, key: &str) -> Arc<Lane> {
         let mut lanes = lock(&self.lanes);
-        lanes.entry(key).or_default().clone()
+        lanes.entry(key.to_string()).or_default().clone()
     }
+
+    /// Drops the lane under `key` once no claim holds it, so the map holds only the pools
+    /// with claims in flight (pools come and go for as long as the operator runs). Checked
+    /// under the map's lock, under which claims also take their lane: a claim holding it
+    /// keeps it. A claim cancelled mid-way leaves its lane to the pool's next claim.
+    fn forget_if_idle(&self, key: &str) {
+        let mut lanes = lock(&self.lanes);
+        if lanes.get(key).is_some_and(|l| Arc::strong_count(l) == 1) {
+            lanes.remove(key);
+        }
+    }
+}
+
+/// The lane key of a pool: namespace, name and UID (a pool recreated under the same name is
+/// another lane).
+fn lane_key(pool: &SandboxWarmPool) -> String {
+    format!(
+        "{}/{}/{}",
+        pool.namespace().unwrap_or_default(),
+        pool.name_any(),
+        pool.uid().unwrap_or_default()
+    )
+}
+
+/// One claim through `lane`: queued, then answered by the batch that took it, or leading
+/// the next batch itself.
+async fn claim_in(lane: &Lane, at: &PoolAt<'_>, ask: Ask) -> Answer {
+    let (reply, mut answer) = oneshot::channel();
+    lock(&lane.waiting).push(Queued {
+        ask: ask.clone(),
+        reply,
+    });
+    let _serving = lane.serving.lock().await;
+    match answer.try_recv() {
+        Ok(answered) => return answered,
+        // Our batch's leader was cancelled after taking it: serve ourselves.
+        Err(oneshot::error::TryRecvError::Closed) => {
+            let (reply, _) = oneshot::channel();
+            let alone = [Queued { ask, reply }];
+            return serve(at, &alone).await?.pop().unwrap_or_else(unanswered);
+        }
+        Err(oneshot::error::TryRecvError::Empty) => {}
+    }
+    let batch: Vec<Queued> = std::mem::take(&mut *lock(&lane.waiting));
+    let answers = match serve(at, &batch).await {
+        Ok(answers) => answers,
+        Err(e) => batch.iter().map(|_| Err(copy(&e))).collect(),
+    };
+    for (queued, answered) in batch.into_iter().zip(answers) {
+        let _ = queued.reply.send(answered);
+    }
+    answer.try_recv().unwrap_or_else(|_| unanswered())
 }
 
 /// Serves a batch: one listing of the members, then one ledger write of every assignment
@@ -226,6 +251,20 @@ mod tests {
             },
             spec_hash: "h".into(),
         }
+    }
+
+    #[test]
+    fn a_lane_is_kept_while_a_claim_holds_it_and_forgotten_after() {
+        let broker = Broker::default();
+        let held = broker.lane("ns/p/u");
+        broker.forget_if_idle("ns/p/u");
+        assert!(
+            Arc::ptr_eq(&held, &broker.lane("ns/p/u")),
+            "a held lane stays"
+        );
+        drop(held);
+        broker.forget_if_idle("ns/p/u");
+        assert!(lock(&broker.lanes).is_empty(), "an idle lane is dropped");
     }
 
     #[test]
