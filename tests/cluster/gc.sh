@@ -18,7 +18,7 @@ set -euo pipefail
 cd "$(dirname "$0")"
 source ./env.sh
 LABEL=test.sandboxes.dev/pid
-CRS=sandboxes.sandboxes.dev,sandboxvolumes.sandboxes.dev,sandboxtemplates.sandboxes.dev
+CRS=sandboxes.sandboxes.dev,sandboxvolumes.sandboxes.dev,sandboxtemplates.sandboxes.dev,sandboxwarmpools.sandboxes.dev,sandboxbudgets.sandboxes.dev
 
 log() { echo "gc.sh: $*" >&2; }
 
