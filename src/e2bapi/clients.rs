@@ -40,7 +40,7 @@ impl Impersonation {
         let mut config = self.base.clone();
         config.auth_info.impersonate = Some(user.clone());
         config.auth_info.impersonate_groups = None;
-        let client = Client::try_from(config)
+        let client = crate::kube_client::client(config)
             .map_err(|e| ApiError::internal(format!("a client for {user}: {e}")))?;
         clients.insert(user, client.clone());
         Ok(client)

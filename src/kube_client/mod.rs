@@ -14,11 +14,24 @@
 pub mod paging;
 
 use http::{Method, Request, Uri};
-use kube::client::ClientBuilder;
+use http_body_util::BodyExt;
+use hyper_timeout::TimeoutConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use kube::client::retry::RetryPolicy;
+use kube::client::{ClientBuilder, ConfigExt, DynBody};
 use kube::{Client, Config};
+use tower::retry::RetryLayer;
 use tower::util::MapRequestLayer;
+use tower::{BoxError, ServiceBuilder, ServiceExt};
+use tower_http::ServiceExt as _;
+use tower_http::trace::TraceLayer;
 
 use crate::metrics::Metrics;
+
+/// The client stack [`builder`] makes (kube's own `GenericService`, which it does not export).
+pub type Stack =
+    tower::util::BoxService<Request<kube::client::Body>, http::Response<Box<DynBody>>, BoxError>;
 
 /// A client from the inferred configuration (in-cluster, else `KUBECONFIG`), counting its
 /// requests into `metrics`.
@@ -30,7 +43,48 @@ pub async fn counted(metrics: &Metrics) -> kube::Result<Client> {
         metrics.kube_request(verb, &resource);
         request
     });
-    Ok(ClientBuilder::try_from(config)?.with_layer(&count).build())
+    Ok(builder(config)?.with_layer(&count).build())
+}
+
+/// A client for `config`: see [`builder`].
+pub fn client(config: Config) -> kube::Result<Client> {
+    Ok(builder(config)?.build())
+}
+
+/// kube's own client stack (base URI, retries, authentication, extra headers, tracing,
+/// timeouts, rustls), with `TCP_NODELAY` on its connections. kube leaves Nagle's algorithm
+/// on, and a resumed TLS session then costs every new connection 40 ms: the client's
+/// `Finished` and the request go out as two writes, the second held until the API server
+/// acknowledges the first, which it delays (it has nothing to send on a resumption). A
+/// connection is new after each exec, attach or dropped watch (none goes back to the pool),
+/// so the E2B API's create and the Kubernetes provider's claim paid it on every call.
+pub fn builder(config: Config) -> kube::Result<ClientBuilder<Stack>> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let mut connector = TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    let hyper: hyper_util::client::legacy::Client<_, kube::client::Body> =
+        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build(connector);
+    let retry = config
+        .default_retry
+        .then(|| RetryLayer::new(RetryPolicy::server_retry()));
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(retry)
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .layer(TraceLayer::new_for_http())
+        .map_err(BoxError::from)
+        .service(hyper);
+    let boxed = service
+        .map_response_body(|body| Box::new(BodyExt::map_err(body, BoxError::from)) as Box<DynBody>)
+        .boxed();
+    Ok(ClientBuilder::new(boxed, config.default_namespace))
 }
 
 /// The Kubernetes verb and `resource[/subresource]` of a request, read from its method and

@@ -95,7 +95,7 @@ impl Target {
         config.default_retry = false;
         let namespace = namespace.unwrap_or_else(|| config.default_namespace.clone());
         let server = config.cluster_url.to_string();
-        let client = Client::try_from(config)
+        let client = crate::kube_client::client(config)
             .map_err(|e| PluginError::Config(format!("building the API client: {e}")))?;
         Ok(Target {
             client,

@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use kube::Client;
 use tracing_subscriber::EnvFilter;
 
 use super::Sweeper;
@@ -111,7 +110,10 @@ pub async fn run(args: &SweepArgs) -> Result<Vec<PassReport>, SweepCliError> {
             });
         }
     }
-    let client = Client::try_default().await?;
+    let kube_config = kube::Config::infer()
+        .await
+        .map_err(kube::Error::InferConfig)?;
+    let client = crate::kube_client::client(kube_config)?;
     let metrics = Metrics::new();
     let providers = ProviderRegistry::from_config(&config, &metrics).await?;
     let mut sweeper = Sweeper::new(client, metrics, &config.instance, &config.sweeper);

@@ -92,7 +92,7 @@ impl KubernetesProvider {
                 ))
             })?,
         };
-        let client = kube::Client::try_from(config).map_err(|e| {
+        let client = crate::kube_client::client(config).map_err(|e| {
             ProviderError::invalid(format!("a client for the kubernetes provider: {e}"))
         })?;
         Ok(Self::with_client(name, client, settings))
