@@ -107,6 +107,9 @@ print(f"e2b: SDK Sandbox.create() + commands.run('true') {s:.3f} s vs docker run
 if p:
     m = p["median"]
     print(f"e2b: the same through a warm pool (a claim) {m * 1000:.0f} ms ({'meets' if m <= 0.1 else 'misses'} target <= 100 ms)")
+c = r.get("create_only") or {}
+if c.get("sdk") and c.get("pool"):
+    print(f"e2b:   of which Sandbox.create() alone: {c['sdk']['median'] * 1000:.0f} ms cold, {c['pool']['median'] * 1000:.0f} ms from the pool")
 else:
     print(f"e2b: through a warm pool: not measured ({r['pool_error']})")
 PY
