@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use harness::cluster::kubectl;
 use harness::e2b_sdk::{
-    Sdk, api_config, api_up, created_and_ran, ensure_sleep_crd, free_port, key_for, options,
+    Sdk, SdkKind, api_config, api_up, created_and_ran, ensure_sleep_crd, free_port, key_for,
+    options,
 };
 use harness::kubernetes::Kubernetes;
 use harness::tenant::tenant;
@@ -60,6 +61,20 @@ enum Hibernation {
     EndsProcesses,
 }
 
+/// kill, then a command through the same SDK handle: envd is reached through E2B's proxy,
+/// whose 502 "The sandbox was not found" each SDK turns into its sandbox-stopped error (a
+/// plain 404 reads as "unimplemented" to the JS SDK's Connect client).
+fn gone_after_kill(sdk: &Sdk, key: &str, on: &serde_json::Value) {
+    let after = sdk.run(key, "run_after_kill", on.clone());
+    let (stopped, says) = match sdk.kind() {
+        SdkKind::Python => ("SandboxNotRunningException", "was not found"),
+        SdkKind::Js => ("SandboxNotFoundError", "not running anymore"),
+    };
+    assert_eq!(after["error"], stopped, "{after}");
+    let message = after["message"].as_str().unwrap_or_default();
+    assert!(message.contains(says), "{after}");
+}
+
 /// The whole envd body with the Python and the JS SDK at once, each on a thread with a
 /// runtime of its own (the SDK drivers are blocking child processes), each SDK's scenarios
 /// answered by one driver process ([`Sdk::serving`]).
@@ -85,7 +100,7 @@ async fn envd(sdk: &Sdk, key: &str, port: u16, hibernation: Hibernation) {
     files::all(sdk, key, &sid);
     pause_then_connect(sdk, key, &sid, hibernation).await;
     let on = json!({"sandbox_id": sid});
-    assert_eq!(sdk.ok(key, "kill", on.clone())["killed"], true);
+    gone_after_kill(sdk, key, &on);
     // kill deletes the Sandbox; its finalizer runs before get_info stops finding it.
     let not_found = sdk.error_name("SandboxNotFound");
     wait_for(

@@ -21,11 +21,22 @@ use crate::registry::{ProviderHandle, ProviderRegistry};
 /// What a subresource needs of the sandbox.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Need {
-    /// Ready and running: exec, attach, port-forward, files.
+    /// Ready and running: exec, attach, port-forward, files. A Sandbox being deleted still
+    /// serves them until its provider resource goes, as a terminating Pod's exec does.
     Running,
+    /// Running and not being deleted: the E2B API's envd and port URLs, where a killed
+    /// sandbox is gone at once (404 while its finalizer still removes it).
+    Live,
     /// Only that it exists at the provider: its log is readable whatever its state (a
     /// crashed sandbox's log is what its owner wants to read).
     Existing,
+}
+
+impl Need {
+    /// Whether the sandbox must be Ready and running.
+    fn running(self) -> bool {
+        matches!(self, Need::Running | Need::Live)
+    }
 }
 
 /// The sandbox a request reaches.
@@ -99,7 +110,12 @@ impl Directory for Sandboxes {
     async fn find(&self, namespace: &str, name: &str, need: Need) -> Result<Target, AccessError> {
         let what = format!("{namespace}/{name}");
         let mut sandbox = self.get(namespace, name).await?;
-        if need == Need::Running {
+        if need == Need::Live && sandbox.metadata.deletion_timestamp.is_some() {
+            return Err(AccessError::NotFound(format!(
+                "sandbox {what} was killed: its Sandbox is being deleted"
+            )));
+        }
+        if need.running() {
             sandbox = activity::before_use(&self.client, sandbox).await?;
             check_ready(&sandbox, &what)?;
         }
@@ -120,10 +136,10 @@ impl Directory for Sandboxes {
         let claim = crate::claims::proof(&self.client, &sandbox)
             .await
             .map_err(|e| AccessError::Unavailable(format!("cannot read the warm pool: {e}")))?;
-        let heartbeat = match need {
-            Need::Running => activity::heartbeat(&self.client, &sandbox),
-            _ => None,
-        };
+        let heartbeat = need
+            .running()
+            .then(|| activity::heartbeat(&self.client, &sandbox))
+            .flatten();
         let target = Target {
             handle,
             id,
@@ -153,7 +169,7 @@ async fn confirm(
     if uid.is_empty() || ensure_owned_or_claimed("", &target.id, &d.labels, uid, claim).is_err() {
         return Err(gone());
     }
-    if need == Need::Running && d.state != SandboxState::Running {
+    if need.running() && d.state != SandboxState::Running {
         return Err(AccessError::Conflict(format!(
             "sandbox {what} is not running (it is {:?}); set spec.state: Running",
             d.state

@@ -145,8 +145,18 @@ export default function scenarios(Sandbox, { CommandExitError }) {
     return { token: (await connect(args)).envdAccessToken };
   }
 
+  /** kill, then a command through the same handle: the sandbox is gone, and the SDK says so
+   * from the proxy's 502 (the error is the answer). */
+  async function runAfterKill(args) {
+    const sbx = await connect(args);
+    await sbx.kill();
+    await sbx.commands.run("true");
+    return { ran: true };
+  }
+
   return {
     create_and_run: createAndRun,
+    run_after_kill: runAfterKill,
     run_foreground: runForeground,
     commands_run: run,
     start_background: startBackground,

@@ -162,8 +162,18 @@ def token(args):
     return {"token": _sandbox(args)._envd_access_token}
 
 
+def run_after_kill(args):
+    """kill, then a command through the same handle: the sandbox is gone, and the SDK says so
+    from the proxy's 502 (the error is the answer)."""
+    sbx = _sandbox(args)
+    sbx.kill()
+    sbx.commands.run("true")
+    return {"ran": True}
+
+
 SCENARIOS = {
     "create_and_run": create_and_run,
+    "run_after_kill": run_after_kill,
     "run_foreground": run_foreground,
     "commands_run": run,
     "processes": processes,

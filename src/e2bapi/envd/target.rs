@@ -8,12 +8,15 @@
 use axum::extract::FromRequestParts;
 use axum::http::HeaderMap;
 use axum::http::request::Parts;
+use axum::response::{IntoResponse, Response};
 use subtle::ConstantTimeEq;
 
 use super::ENVD_PORT;
 use super::error::{Code, EnvdError};
 use crate::access::lookup::{Need, Target};
+use crate::access::status::AccessError;
 use crate::e2bapi::id::{self, SandboxRef};
+use crate::e2bapi::ports::error::PortError;
 use crate::e2bapi::routes::E2bState;
 
 /// The header naming the sandbox (`E2B_SANDBOX_URL` mode).
@@ -33,24 +36,60 @@ pub struct EnvdTarget {
     pub state: E2bState,
 }
 
-impl FromRequestParts<E2bState> for EnvdTarget {
-    type Rejection = EnvdError;
+/// Why a request reaches no envd: envd's own refusal (a bad token, say), or — for a sandbox
+/// that is not there (never was, killed, timed out) — the answer of E2B's proxy in front of
+/// envd: a 502 "The sandbox was not found", which both SDKs report as the sandbox having
+/// stopped (Python's `SandboxNotRunningException`, JS's `TimeoutError`), where envd's own 404
+/// would read as "unimplemented" on a Connect stream.
+#[derive(Debug)]
+pub enum Unreached {
+    /// envd refuses the request.
+    Envd(EnvdError),
+    /// No such sandbox, answered as E2B's proxy does.
+    Gone(PortError),
+}
 
-    async fn from_request_parts(parts: &mut Parts, s: &E2bState) -> Result<Self, EnvdError> {
+impl From<EnvdError> for Unreached {
+    fn from(e: EnvdError) -> Self {
+        Unreached::Envd(e)
+    }
+}
+
+impl IntoResponse for Unreached {
+    fn into_response(self) -> Response {
+        match self {
+            Unreached::Envd(e) => e.into_response(),
+            Unreached::Gone(e) => e.into_response(),
+        }
+    }
+}
+
+impl FromRequestParts<E2bState> for EnvdTarget {
+    type Rejection = Unreached;
+
+    async fn from_request_parts(parts: &mut Parts, s: &E2bState) -> Result<Self, Unreached> {
         let (sid, port) = addressed(&parts.headers, s.site.domain.as_deref())?;
         if port != ENVD_PORT {
             return Err(EnvdError::new(
                 Code::NotFound,
                 format!("port {port} of sandbox {sid:?} is not envd ({ENVD_PORT})"),
-            ));
+            )
+            .into());
         }
         check_token(&parts.headers, &s.site.tokens.token(&sid))?;
-        let object = id::parse(&sid).ok_or_else(|| not_found(&sid))?;
-        let target = s
+        let gone = |detail: String| Unreached::Gone(PortError::not_found(&sid, port, detail));
+        let Some(object) = id::parse(&sid) else {
+            return Err(gone(format!("{sid:?} is not a sandbox id of this API")));
+        };
+        let target = match s
             .sandboxes
-            .find(&object.namespace, &object.name, Need::Running)
+            .find(&object.namespace, &object.name, Need::Live)
             .await
-            .map_err(EnvdError::from)?;
+        {
+            Ok(target) => target,
+            Err(AccessError::NotFound(m)) => return Err(gone(m)),
+            Err(e) => return Err(EnvdError::from(e).into()),
+        };
         Ok(EnvdTarget {
             sid,
             object,
@@ -58,10 +97,6 @@ impl FromRequestParts<E2bState> for EnvdTarget {
             state: s.clone(),
         })
     }
-}
-
-fn not_found(sid: &str) -> EnvdError {
-    EnvdError::new(Code::NotFound, format!("sandbox {sid:?} not found"))
 }
 
 /// The sandbox id and port a request addresses: the `E2b-Sandbox-Id` header (with

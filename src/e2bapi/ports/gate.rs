@@ -48,7 +48,7 @@ pub async fn admit(
     }
     let target = s
         .sandboxes
-        .find(&object.namespace, &object.name, Need::Running)
+        .find(&object.namespace, &object.name, Need::Live)
         .await
         .map_err(|e| PortError::from_access(sid, port, &e))?;
     forwardable(sid, port, target)
