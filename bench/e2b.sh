@@ -96,7 +96,8 @@ done
 kubectl wait -n "$NS" --for=jsonpath='{.status.readyReplicas}'=5 sbxwp/bench-e2b --timeout=300s >/dev/null
 
 E2B_API_URL="http://127.0.0.1:$API_PORT" E2B_SANDBOX_URL="http://127.0.0.1:$API_PORT" E2B_DOMAIN=e2b.bench \
-  E2B_API_KEY="$KEY" "$SDK_PY" bench/e2b_bench.py --n "$N" --image "$IMAGE" --pool bench-e2b --out "$OUT/e2b.json"
+  E2B_API_KEY="$KEY" "$SDK_PY" bench/e2b_bench.py --n "$N" --image "$IMAGE" --pool bench-e2b --namespace "$NS" \
+  --out "$OUT/e2b.json"
 
 report=$(python3 - "$OUT/e2b.json" <<'PY'
 import json, sys
