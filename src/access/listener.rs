@@ -88,6 +88,9 @@ pub async fn serve(
         };
         match accepted {
             Ok((tcp, addr)) => {
+                // Exec and port-forward frames are small writes in a row: without this,
+                // Nagle holds each one until the API server acknowledges the last.
+                let _ = tcp.set_nodelay(true);
                 tokio::spawn(connection(tcp, addr, trust.acceptor(), router.clone()));
             }
             Err(e) => {

@@ -137,6 +137,10 @@ impl E2bApiServer {
         } = self;
         let graceful = stop.clone();
         let serve = async move {
+            // envd's Connect streams are small frames in a row: no Nagle delay between them.
+            let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+                let _ = tcp.set_nodelay(true);
+            });
             let served = axum::serve(listener, router)
                 .with_graceful_shutdown(graceful)
                 .await;
