@@ -1,7 +1,8 @@
-//! Waiting for a sandbox to run. E2B's create (and the connect that resumes a paused
-//! sandbox) answers once the sandbox runs, and the SDKs use envd right after it; the
-//! operator makes a Sandbox run asynchronously, so these answers watch the Sandbox until
-//! its `Ready` condition, computed from the generation just written, is true.
+//! Waiting for a sandbox to reach the state its spec asks for. E2B's create (and the connect
+//! that resumes a paused sandbox) answers once the sandbox runs, and the SDKs use envd right
+//! after it; its pause answers once the sandbox is paused. The operator converges a Sandbox
+//! asynchronously, so these answers watch the Sandbox until its `Ready` condition (the
+//! observed state is the desired one), computed from the generation just written, is true.
 
 use std::time::Duration;
 
@@ -23,7 +24,8 @@ const WATCH_RETRIES: u32 = 5;
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
     Waiting,
-    Running,
+    /// In the state its spec asks for.
+    Reached,
     /// `Stalled` (it cannot run without a change to its spec), with its `Ready` message.
     Stalled(String),
     Gone,
@@ -45,7 +47,7 @@ fn verdict(sandbox: Option<&Sandbox>, generation: i64) -> Verdict {
             .filter(|c| c.observed_generation.is_none_or(|g| g >= generation))
     };
     if current(CONDITION_READY).is_some_and(Condition::is_true) {
-        return Verdict::Running;
+        return Verdict::Reached;
     }
     if current(CONDITION_STALLED).is_some_and(Condition::is_true) {
         let ready = current(CONDITION_READY).or_else(|| current(CONDITION_STALLED));
@@ -55,14 +57,16 @@ fn verdict(sandbox: Option<&Sandbox>, generation: i64) -> Verdict {
     Verdict::Waiting
 }
 
-/// Waits (at most [`WAIT`]) until `sandbox`, as written at its current generation, runs.
-/// A Stalled sandbox answers at once with its `Ready` message (400: its spec is what stops
-/// it); one that does not run in time, cannot be watched, or is deleted meanwhile, is a
-/// 500 naming the Sandbox and how to look at it.
-pub async fn running(api: &Api<Sandbox>, sandbox: &Sandbox, sid: &str) -> Result<(), ApiError> {
+/// Waits (at most [`WAIT`]) until `sandbox`, as written at its current generation, is in
+/// the state its spec asks for (running, or paused after a pause). A Stalled sandbox answers
+/// at once with its `Ready` message (400: its spec is what stops it); one that does not get
+/// there in time, cannot be watched, or is deleted meanwhile, is a 500 naming the Sandbox
+/// and how to look at it.
+pub async fn reached(api: &Api<Sandbox>, sandbox: &Sandbox, sid: &str) -> Result<(), ApiError> {
     let name = sandbox.metadata.name.clone().unwrap_or_default();
     let ns = sandbox.metadata.namespace.clone().unwrap_or_default();
     let generation = sandbox.metadata.generation.unwrap_or(0);
+    let want = format!("{:?}", sandbox.spec.state.unwrap_or_default());
     let describe = format!("see `kubectl describe sandbox {name} -n {ns}`");
     let deadline = tokio::time::Instant::now() + WAIT;
     let last = settled(api, &name, generation, deadline)
@@ -73,12 +77,14 @@ pub async fn running(api: &Api<Sandbox>, sandbox: &Sandbox, sid: &str) -> Result
             ))
         })?;
     match verdict(last.as_ref(), generation) {
-        Verdict::Running => Ok(()),
+        Verdict::Reached => Ok(()),
         Verdict::Stalled(why) => Err(ApiError::bad_request(format!(
-            "sandbox {sid:?} (Sandbox {name} in namespace {ns}) cannot run: {why}; {describe}"
+            "sandbox {sid:?} (Sandbox {name} in namespace {ns}) cannot get to {want}: {why}; \
+             {describe}"
         ))),
         Verdict::Gone | Verdict::Waiting => Err(ApiError::internal(format!(
-            "sandbox {sid:?} (Sandbox {name} in namespace {ns}) was deleted before it ran"
+            "sandbox {sid:?} (Sandbox {name} in namespace {ns}) was deleted before it got to \
+             {want}"
         ))),
     }
 }
@@ -102,7 +108,7 @@ async fn settled(
             }
             Ok(Ok(last)) => return Ok(last),
             Ok(Err(e)) if failures + 1 >= WATCH_RETRIES => {
-                return Err(format!("could not be watched until it runs: {e}"));
+                return Err(format!("could not be watched until it is Ready: {e}"));
             }
             Ok(Err(e)) => {
                 failures += 1;
@@ -140,9 +146,9 @@ mod tests {
         assert_eq!(verdict(Some(&with(&[])), 1), Verdict::Waiting);
         let stale = with(&[("Ready", "True", Some(1))]);
         assert_eq!(verdict(Some(&stale), 2), Verdict::Waiting);
-        assert_eq!(verdict(Some(&stale), 1), Verdict::Running);
+        assert_eq!(verdict(Some(&stale), 1), Verdict::Reached);
         let unmarked = with(&[("Ready", "True", None)]);
-        assert_eq!(verdict(Some(&unmarked), 3), Verdict::Running);
+        assert_eq!(verdict(Some(&unmarked), 3), Verdict::Reached);
         let starting = with(&[("Ready", "False", Some(2))]);
         assert_eq!(verdict(Some(&starting), 2), Verdict::Waiting);
     }

@@ -112,7 +112,7 @@ async fn create(c: Caller, raw: Bytes) -> Result<Response, ApiError> {
         .await
         .map_err(|e| ApiError::from_kube("creating the Sandbox", e))?;
     tracing::info!(namespace = %tenant.namespace, name = %object.name, key = %tenant.key_name, "E2B API: created a sandbox");
-    ready::running(&api, &made, &sid).await?;
+    ready::reached(&api, &made, &sid).await?;
     Ok(json(
         StatusCode::CREATED,
         &created(&s, &sid, &request.template_id, &made),
@@ -212,11 +212,14 @@ async fn pause(t: Target, raw: Bytes) -> Result<StatusCode, ApiError> {
         return Err(ApiError::conflict(msg));
     }
     // A paused sandbox does not time out: its lifetime starts again on connect.
-    patch_spec(
+    let paused = patch_spec(
         &t,
         serde_json::json!({"state": "Sleeping", "lifetime": null}),
     )
     .await?;
+    // As on E2B, the answer comes once the sandbox is paused: a connect right after it then
+    // resumes a paused sandbox, never one whose pause has not happened yet.
+    ready::reached(&t.caller.api, &paused, &t.sid).await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -286,7 +289,7 @@ async fn wake(t: Target, raw: Bytes, only_paused: bool) -> Result<Response, ApiE
             (StatusCode::CREATED, patch_spec(&t, spec).await?)
         }
     };
-    ready::running(&t.caller.api, &now, &t.sid).await?;
+    ready::reached(&t.caller.api, &now, &t.sid).await?;
     let template = view::template_of(&t.sandbox);
     let answer = created(&t.caller.state, &t.sid, &template, &now);
     Ok(json(status, &answer))
