@@ -88,8 +88,11 @@ fn gc_removes_the_containers_and_volumes_of_exited_processes_only() {
     create("volume", &live, Some(&live_pid));
     create("volume", &unlabelled, None);
 
+    // The checkout's own script, read at run time: a test binary reused by another checkout
+    // (a shared target directory whose fingerprint matched) would name the first one's.
+    let manifest = std::env::var("CARGO_MANIFEST_DIR").expect("cargo test sets CARGO_MANIFEST_DIR");
     let gc = Command::new("bash")
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/../cluster/gc.sh"))
+        .arg(format!("{manifest}/../cluster/gc.sh"))
         .output()
         .expect("gc.sh runs");
     let log = String::from_utf8_lossy(&gc.stderr);
