@@ -75,6 +75,9 @@ pub struct Context {
     pub failpoints: Vec<String>,
     /// Which cached images a Sandbox may boot (`openImages`, registry verification).
     pub images: Arc<sandbox::images::ImageRules>,
+    /// When each warm pool last had a claim: the link between the Sandbox controller's
+    /// claims and the pool controller's refill pacing ([`pool::pace`]).
+    pub claim_times: Arc<pool::pace::ClaimTimes>,
 }
 
 /// Maps kube-runtime's finalizer outcome onto ours, keeping the error category.
@@ -150,6 +153,7 @@ impl Context {
             template_users: Arc::default(),
             failpoints,
             images: Arc::new(images),
+            claim_times: Arc::default(),
         })
     }
 

@@ -129,6 +129,52 @@ impl Outcome {
         }
     }
 
+    /// This outcome, looked at again within `d` at the latest (work held back for `d`).
+    pub fn look_again_within(self, d: Duration) -> Self {
+        let sooner = |r: Option<Duration>| Some(r.map_or(d, |r| r.min(d)));
+        match self {
+            Outcome::Ready {
+                reason,
+                message,
+                recheck,
+            } => Outcome::Ready {
+                reason,
+                message,
+                recheck: sooner(recheck),
+            },
+            Outcome::Waiting {
+                reason,
+                message,
+                recheck,
+            } => Outcome::Waiting {
+                reason,
+                message,
+                recheck: sooner(recheck),
+            },
+            Outcome::InProgress {
+                reason,
+                message,
+                recheck,
+                announce,
+            } => Outcome::InProgress {
+                reason,
+                message,
+                recheck: recheck.min(d),
+                announce,
+            },
+            Outcome::Stalled {
+                reason,
+                message,
+                recheck,
+            } => Outcome::Stalled {
+                reason,
+                message,
+                recheck: sooner(recheck),
+            },
+            other => other,
+        }
+    }
+
     /// A failure outside any step.
     pub fn failed(error: impl Into<Error>) -> Self {
         Outcome::Failed {

@@ -13,10 +13,11 @@ pub mod cleanup;
 pub mod decide;
 pub mod ledger;
 pub mod members;
+pub mod pace;
 pub mod report;
 
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::ResourceExt;
@@ -97,16 +98,28 @@ async fn converge(
     let ledger = next.ledger.clone();
     let gone = act::gone_claimants(r, &pctx.sandboxes, &ledger).await?;
     let replicas = usize::try_from(pool.spec.replicas).unwrap_or(0);
-    let plan = decide::decide(&all, &ledger, replicas, &hash, |e: &LedgerEntry| {
+    let mut plan = decide::decide(&all, &ledger, replicas, &hash, |e: &LedgerEntry| {
         e.claimed_by.as_ref().is_some_and(|c| gone.contains(&c.uid))
     });
+    let free = decide::counts(&all, &ledger, &hash).ready;
+    let last_claim = pctx.ctx.claim_times.last(pool);
+    let held = pace::hold(last_claim, free, Instant::now()).filter(|_| plan.create > 0);
+    if held.is_some() {
+        plan.create = 0;
+    }
     let on = act::On {
         r,
         pctx,
         handle: &handle,
     };
     let acted = act::act(&on, &plan, &all, &hash).await?;
-    report::report(&on, acted, &hash, next).await
+    let outcome = report::report(&on, acted, &hash, next).await;
+    match held {
+        Some(left) => outcome
+            .map(|o| o.look_again_within(left))
+            .map_err(|o| o.look_again_within(left)),
+        None => outcome,
+    }
 }
 
 /// The pool's provider: a template naming one that is not configured stalls the pool.

@@ -237,6 +237,7 @@ async fn take(
         },
         spec_hash: desired.spec_hash.clone(),
     };
+    r.ctx.claim_times.record(pool);
     let member = broker.claim(&at, ask).await?;
     Ok(member.map(|member| Claim {
         pool_uid: pool.uid().unwrap_or_default(),
