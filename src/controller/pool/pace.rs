@@ -99,6 +99,10 @@ mod tests {
         times.record(&a);
         assert!(times.last(&a).is_some());
         assert_eq!(times.last(&b), None);
-        assert_eq!(times.last(&pool("a", "3")), None, "a pool made again is another");
+        assert_eq!(
+            times.last(&pool("a", "3")),
+            None,
+            "a pool made again is another"
+        );
     }
 }
