@@ -73,6 +73,8 @@ stop_operator() {
   [ -n "$OP_PID" ] || return 0
   "${PY[@]}" cleanup --namespace "$NS" || true
   kubectl delete sbx --all -n "$NS" --timeout=300s >/dev/null 2>&1 || true
+  # A pool's finalizer goes once its claimed members' Sandboxes have: let the operator see it.
+  kubectl wait --for=delete sbxwp --all -n "$NS" --timeout=120s >/dev/null 2>&1 || true
   kill -TERM "$OP_PID" 2>/dev/null || true
   wait "$OP_PID" 2>/dev/null || true
   OP_PID=""
