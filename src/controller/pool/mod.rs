@@ -130,6 +130,17 @@ fn provider(ctx: &Context, pool: &SandboxWarmPool) -> Result<ProviderHandle, Out
         .map_err(|msg| Outcome::stalled("ProviderNotConfigured", format!("spec.template: {msg}")))
 }
 
+/// Who a pool is in this process's claim bookkeeping (the broker's lanes, the claim times):
+/// namespace, name and UID, so a pool recreated under the same name is another.
+pub fn identity(pool: &SandboxWarmPool) -> String {
+    format!(
+        "{}/{}/{}",
+        pool.namespace().unwrap_or_default(),
+        pool.name_any(),
+        pool.uid().unwrap_or_default()
+    )
+}
+
 /// The pool a Sandbox claims from (a Sandbox change can free or take a member).
 fn pool_of(sandbox: Sandbox) -> Option<ObjectRef<SandboxWarmPool>> {
     let name = &sandbox.spec.warm_pool_ref.as_ref()?.name;

@@ -10,8 +10,6 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use kube::ResourceExt;
-
 use crate::api::SandboxWarmPool;
 
 /// How long after a claim a pool with a free member holds its creates.
@@ -22,8 +20,8 @@ const KEPT: Duration = Duration::from_secs(60);
 
 /// When each pool last had a claim in this process: written by the Sandbox controller as a
 /// claim starts (before its ledger write wakes the pool's own reconcile), read by the pool
-/// controller. A pool is its namespace, name and UID (one recreated under the same name is
-/// another); entries older than a minute are dropped as others come.
+/// controller. A pool is its [`super::identity`]; entries older than a minute are dropped
+/// as others come.
 #[derive(Default)]
 pub struct ClaimTimes(Mutex<HashMap<String, Instant>>);
 
@@ -36,7 +34,7 @@ impl ClaimTimes {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         times.retain(|_, at| now.saturating_duration_since(*at) < KEPT);
-        times.insert(key(pool), now);
+        times.insert(super::identity(pool), now);
     }
 
     /// When a claim on `pool` last started, if one did lately.
@@ -45,17 +43,8 @@ impl ClaimTimes {
             .0
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        times.get(&key(pool)).copied()
+        times.get(&super::identity(pool)).copied()
     }
-}
-
-fn key(pool: &SandboxWarmPool) -> String {
-    format!(
-        "{}/{}/{}",
-        pool.namespace().unwrap_or_default(),
-        pool.name_any(),
-        pool.uid().unwrap_or_default()
-    )
 }
 
 /// How long creates wait from `now`: `None` to create now. `last_claim`: when the pool's

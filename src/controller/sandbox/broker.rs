@@ -24,7 +24,7 @@ use kube::api::Api;
 use tokio::sync::oneshot;
 
 use crate::api::{Claimant, LedgerEntry, SandboxWarmPool};
-use crate::controller::pool::{ledger, members};
+use crate::controller::pool::{self, ledger, members};
 use crate::controller::{Error, Result};
 use crate::provider::labels::SPEC_HASH;
 use crate::provider::{ProviderError, SandboxDescriptor, SandboxState};
@@ -75,7 +75,7 @@ impl Broker {
     /// Claims a member for `ask`: the one the ledger already gives its claimant, else a free
     /// running member built to its spec hash, entered in the ledger; `None` when none is free.
     pub async fn claim(&self, at: &PoolAt<'_>, ask: Ask) -> Answer {
-        let key = lane_key(at.read);
+        let key = pool::identity(at.read);
         let lane = self.lane(&key);
         let answered = claim_in(&lane, at, ask).await;
         drop(lane);
@@ -99,17 +99,6 @@ impl Broker {
             lanes.remove(key);
         }
     }
-}
-
-/// The lane key of a pool: namespace, name and UID (a pool recreated under the same name is
-/// another lane).
-fn lane_key(pool: &SandboxWarmPool) -> String {
-    format!(
-        "{}/{}/{}",
-        pool.namespace().unwrap_or_default(),
-        pool.name_any(),
-        pool.uid().unwrap_or_default()
-    )
 }
 
 /// One claim through `lane`: queued, then answered by the batch that took it, or leading
