@@ -2,7 +2,12 @@
 //!
 //! Every external call goes through [`ProviderHandle::call`], so one slow provider fills only
 //! its own permits and times out on its own clock: it never stalls reconciles for the
-//! others.
+//! others. Interactive processes and whole-file writes go through the handle too
+//! ([`exec`]), which keeps a process waiting in a sandbox in use where the provider says
+//! starting one is costly ([`warm`]).
+
+pub mod exec;
+pub mod warm;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -33,6 +38,8 @@ pub struct ProviderHandle {
     limit: Arc<Semaphore>,
     timeout: Duration,
     metrics: Metrics,
+    /// The processes waiting in this provider's sandboxes; `None` where it keeps none.
+    warm: Option<Arc<warm::WarmExec>>,
 }
 
 impl ProviderHandle {
@@ -43,11 +50,13 @@ impl ProviderHandle {
         timeout: Duration,
         metrics: Metrics,
     ) -> Self {
+        let warm = warm::wanted(provider.as_ref()).then(Arc::default);
         ProviderHandle {
             provider,
             limit: Arc::new(Semaphore::new(concurrency.max(1))),
             timeout,
             metrics,
+            warm,
         }
     }
 

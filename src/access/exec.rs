@@ -26,12 +26,12 @@ pub async fn serve(
 ) -> Result<Response<Body>, AccessError> {
     let params = ExecParams::from_query(request.uri().query())?;
     let handle = &target.handle;
-    let Some(exec) = handle.provider.streaming_exec() else {
+    if !handle.can_exec_stream() {
         return Err(AccessError::NotImplemented(format!(
             "provider {} cannot exec interactively",
             handle.name()
         )));
-    };
+    }
     let version = Version::negotiate(upgrade::offered(request.headers())).ok_or_else(|| {
         AccessError::BadRequest(format!(
             "exec speaks the WebSocket subprotocols {:?}",
@@ -41,7 +41,7 @@ pub async fn serve(
     // Checked before the process starts, so a plain request starts nothing.
     let accept = upgrade::check(request.headers(), version.protocol())?;
     let session = handle
-        .call("exec_stream", exec.exec_stream(&target.id, &params.request))
+        .exec_stream(&target.id, &params.request)
         .await
         .map_err(|e| AccessError::from_provider("exec", &e))?;
     let (response, on) = upgrade::switch(&mut request, &accept, version.protocol())?;

@@ -63,6 +63,14 @@ pub trait Provider: Send + Sync {
         false
     }
 
+    /// Whether starting a process in a running sandbox costs a container runtime exec (tens
+    /// of milliseconds before the program runs: Docker's exec, the Pod `exec` subresource),
+    /// so that the operator keeps one started ahead of need in sandboxes in use (see
+    /// `registry::warm`). Needs [`Provider::streaming_exec`] and a POSIX `sh` in the image.
+    fn warm_exec(&self) -> bool {
+        false
+    }
+
     /// Creates a sandbox WITHOUT starting it, under the request's deterministic name.
     ///
     /// A name that already exists is `Conflict` (the caller observes and adopts instead of

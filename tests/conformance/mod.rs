@@ -26,6 +26,7 @@ pub mod files;
 pub mod fixture;
 pub mod hibernation;
 pub mod interactive;
+pub mod kubernetes;
 pub mod lifecycle;
 pub mod resources;
 pub mod rules;

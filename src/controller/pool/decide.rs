@@ -96,6 +96,15 @@ pub fn counts(members: &[Member], ledger: &[LedgerEntry], hash: &str) -> Counts 
     }
 }
 
+/// The ids of the members a claim can take now: unclaimed, current, running.
+pub fn claimable<'a>(members: &'a [Member], ledger: &[LedgerEntry], hash: &str) -> Vec<&'a str> {
+    unclaimed(members, ledger)
+        .into_iter()
+        .filter(|m| current(m, hash) && m.state == SandboxState::Running)
+        .map(|m| m.id.as_str())
+        .collect()
+}
+
 /// Decides the pass. `claimant_gone` says, for a claimed entry, that its Sandbox no longer
 /// exists (read directly, never guessed).
 pub fn decide(

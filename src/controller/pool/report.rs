@@ -9,7 +9,7 @@ use crate::controller::outcome::Outcome;
 use crate::controller::status::{RECONCILING, STALLED};
 
 use super::act::On;
-use super::decide::{Counts, counts};
+use super::decide::{Counts, claimable, counts};
 use super::{WAIT, members};
 
 /// The reason a pool stalls with when a fill or roll outlives its deadline.
@@ -19,7 +19,9 @@ pub const DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 const DEFAULT_DEADLINE_SECONDS: i64 = 600;
 
 /// Counts the members (again, when the pass acted) into status; Ready when `replicas`
-/// current members run and no older ones are left.
+/// current members run and no older ones are left. Each member a claim can take gets a
+/// process waiting in it (see `registry::warm`), so the claim's environment delivery does
+/// not wait for a runtime exec.
 pub async fn report(
     on: &On<'_>,
     acted: bool,
@@ -33,6 +35,9 @@ pub async fn report(
     let observed = members::observe(on.handle, &pool.uid().unwrap_or_default()).await?;
     let all: Vec<_> = observed.iter().map(members::member).collect();
     let c = counts(&all, &next.ledger, hash);
+    for id in claimable(&all, &next.ledger, hash) {
+        on.handle.prime(id, None);
+    }
     let int = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     next.replicas = int(c.replicas);
     next.ready_replicas = int(c.ready);

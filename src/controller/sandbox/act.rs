@@ -190,18 +190,16 @@ async fn deliver_env(
 ) -> Result<()> {
     let Some(env) = env else { return Ok(()) };
     let handle = on.handle;
-    let files = handle.provider.files().ok_or_else(|| {
-        ProviderError::unsupported(format!(
+    if handle.provider.files().is_none() {
+        return Err(ProviderError::unsupported(format!(
             "provider {} has no file API to deliver spec.selfDeliveredEnv; remove it or use another provider",
             handle.name()
         ))
-    })?;
+        .into());
+    }
     let content = env.content.as_bytes();
     handle
-        .call(
-            "write_file",
-            files.write_file(id, SELF_DELIVERED_ENV_PATH, content, 0o600),
-        )
+        .write_file(id, SELF_DELIVERED_ENV_PATH, content, 0o600)
         .await?;
     next.self_delivered_env_hash = Some(env.version.clone());
     let msg = format!("delivered spec.selfDeliveredEnv into {SELF_DELIVERED_ENV_PATH}");

@@ -361,6 +361,11 @@ impl Provider for DockerProvider {
         Some(self)
     }
 
+    /// Every exec is a `runc exec` (or `runsc exec`) behind the engine.
+    fn warm_exec(&self) -> bool {
+        true
+    }
+
     fn logs(&self) -> Option<&dyn crate::provider::stream::Logs> {
         Some(self)
     }

@@ -151,6 +151,11 @@ impl Provider for KubernetesProvider {
         true
     }
 
+    /// Every exec is a kubelet stream and a runtime exec in the Pod's container.
+    fn warm_exec(&self) -> bool {
+        true
+    }
+
     /// The Pod limits a silent spec gets (`defaultResources`), so a namespace's budget counts
     /// what the Pod may really take.
     fn default_resources(&self) -> crate::provider::Resources {

@@ -24,10 +24,13 @@ pub const READ: &str =
 
 /// Stdin replaces the whole file `$1` with mode `$2` (octal): written beside the target, then
 /// renamed over it, so a reader never sees half a file and a write never appends. Missing
-/// parents are created; a parent that is a file is `UNDER_A_FILE`.
-pub const WRITE: &str = r#"[ -d "$1" ] && exit 21; d=$(dirname -- "$1"); p=$d;
-while [ "$p" != / ]; do [ -e "$p" ] && [ ! -d "$p" ] && exit 25; p=$(dirname -- "$p"); done;
-mkdir -p -- "$d" || exit 1;
+/// parents are created; a parent that is a file is `UNDER_A_FILE`. `$1` is normalised and
+/// absolute (no `//`, no trailing `/`), so its parents come from parameter expansion: a
+/// write into an existing directory runs `cat`, `chmod` and `mv` and nothing else.
+pub const WRITE: &str = r#"[ -d "$1" ] && exit 21; d=${1%/*}; [ -n "$d" ] || d=/;
+if [ ! -d "$d" ]; then p=$d;
+while [ "$p" != / ]; do [ -e "$p" ] && [ ! -d "$p" ] && exit 25; p=${p%/*}; [ -n "$p" ] || p=/; done;
+mkdir -p -- "$d" || exit 1; fi;
 t="$d/.sbx-write.$$"; cat > "$t" && chmod "$2" "$t" && mv -f -- "$t" "$1" || { rm -f -- "$t"; exit 1; }"#;
 
 /// One level of directory `$1` (following a symlink to one), as [`LISTING_FORMAT`] records.

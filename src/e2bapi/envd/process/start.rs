@@ -49,17 +49,17 @@ async fn started(
     rpc::refuse_other_user(&headers, None)?;
     let (request, started) = plan(&t.sid, rpc::enveloped(&body)?)?;
     let handle = &t.target.handle;
-    let exec = handle.provider.streaming_exec().ok_or_else(|| {
-        EnvdError::new(
+    if !handle.can_exec_stream() {
+        return Err(EnvdError::new(
             Code::Unimplemented,
             format!(
                 "provider {} cannot run interactive processes",
                 handle.name()
             ),
-        )
-    })?;
+        ));
+    }
     let session = handle
-        .call("exec_stream", exec.exec_stream(&t.target.id, &request))
+        .exec_stream(&t.target.id, &request)
         .await
         .map_err(|e| EnvdError::from(AccessError::from_provider("starting the process", &e)))?;
     let ExecSession {

@@ -1,0 +1,324 @@
+//! Warm processes (`registry::warm`), for real: the conformance suite's interactive checks
+//! run with every process handed to a reader that was waiting in the sandbox — on Docker and
+//! on the Kubernetes provider — and each check fails if its process was started any other
+//! way. Then what the handle adds: a file written through a waiting process, a reader that
+//! is dropped runs nothing, and a frozen sandbox's reader is abandoned without running its
+//! command, then or later.
+
+mod harness;
+#[macro_use]
+mod conformance;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sandbox_operator::metrics::Metrics;
+use sandbox_operator::provider::stream::{
+    ExecSession, Logs, PortForward, StreamExecRequest, StreamingExec,
+};
+use sandbox_operator::provider::{
+    CreateRequest, ExecOutput, ExecRequest, Files, Hibernation, Provider, ProviderResult,
+    SandboxDescriptor, SandboxQuery,
+};
+use sandbox_operator::registry::ProviderHandle;
+
+use conformance::fixture::{Fixture, Skipped};
+use conformance::support::{running, sh, wait_until};
+
+/// Counts the readers in a sandbox (the pattern does not match its own command line).
+const READERS: &str = r#"grep -l "sbx-[w]arm-1" /proc/[0-9]*/cmdline 2>/dev/null | wc -l"#;
+
+/// The series that counts processes handed to a waiting reader.
+const WARM_OK: &str = "sandbox_operator_provider_calls_total{provider=\"PROVIDER\",operation=\"exec_warm\",outcome=\"ok\"}";
+
+/// A provider whose interactive processes go through a handle's waiting processes: each
+/// request primes the sandbox first (so a reader is waiting, or being started, when the
+/// request takes it), and a process started without one is an error.
+struct Warmed {
+    inner: Arc<dyn Provider>,
+    exec: WarmedExec,
+}
+
+struct WarmedExec {
+    handle: ProviderHandle,
+    metrics: Metrics,
+}
+
+impl WarmedExec {
+    fn handed(&self) -> f64 {
+        let series = WARM_OK.replace("PROVIDER", self.handle.name());
+        harness::metrics::sum(&self.metrics.render(), &series)
+    }
+}
+
+#[async_trait]
+impl StreamingExec for WarmedExec {
+    async fn exec_stream(
+        &self,
+        id: &str,
+        request: &StreamExecRequest,
+    ) -> ProviderResult<ExecSession> {
+        let before = self.handed();
+        self.handle.prime(id, None);
+        let session = self.handle.exec_stream(id, request).await?;
+        if request.tty.is_none() && self.handed() != before + 1.0 {
+            return Err(sandbox_operator::provider::ProviderError::invalid(format!(
+                "the process in {id} was not handed to a waiting reader"
+            )));
+        }
+        Ok(session)
+    }
+}
+
+impl WarmedExec {
+    /// A handle of its own over `provider`.
+    fn over(provider: Arc<dyn Provider>) -> WarmedExec {
+        let metrics = Metrics::new();
+        let handle = ProviderHandle::new(provider, 8, Duration::from_secs(60), metrics.clone());
+        WarmedExec { handle, metrics }
+    }
+}
+
+fn warmed(made: Result<Fixture, Skipped>) -> Result<Fixture, Skipped> {
+    let mut fx = made?;
+    fx.provider = Arc::new(Warmed {
+        inner: fx.provider.clone(),
+        exec: WarmedExec::over(fx.provider.clone()),
+    });
+    Ok(fx)
+}
+
+async fn docker() -> Result<Fixture, Skipped> {
+    warmed(conformance::docker::fixture().await)
+}
+
+async fn kubernetes() -> Result<Fixture, Skipped> {
+    warmed(conformance::kubernetes::fixture().await)
+}
+
+mod on_docker {
+    conformance_suite!(@each super::docker;
+        interactive::stream_exec_delivers_stdin_and_its_end,
+        interactive::stream_exec_passes_the_exit_code_through,
+        interactive::stream_exec_keeps_stdout_and_stderr_apart,
+        interactive::stream_exec_tty_has_its_size_and_resizes,
+        interactive::stream_exec_delivers_signals,
+        interactive::stream_exec_carries_a_large_stream,
+        interactive::stream_exec_holds_a_fast_producer_for_a_slow_reader,
+    );
+}
+
+mod on_kubernetes {
+    conformance_suite!(@each super::kubernetes;
+        interactive::stream_exec_delivers_stdin_and_its_end,
+        interactive::stream_exec_passes_the_exit_code_through,
+        interactive::stream_exec_keeps_stdout_and_stderr_apart,
+        interactive::stream_exec_delivers_signals,
+        interactive::stream_exec_carries_a_large_stream,
+        interactive::stream_exec_holds_a_fast_producer_for_a_slow_reader,
+    );
+}
+
+/// A file written through a waiting process has exactly its bytes and mode, and the write
+/// took the waiting process (no runtime exec).
+async fn a_file_is_written_through_a_waiting_process(fx: &Fixture) -> Result<(), String> {
+    let id = running(fx).await?;
+    let w = &WarmedExec::over(fx.provider.clone());
+    w.handle.prime(&id, None);
+    wait_until("a waiting process", fx.patience, || async {
+        w.handle
+            .is_primed(&id)
+            .then_some(())
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await?;
+    let before = w.handed();
+    let data: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    w.handle
+        .write_file(&id, "/run/sandboxes.dev/env", &data, 0o600)
+        .await
+        .map_err(|e| e.to_string())?;
+    if w.handed() != before + 1.0 {
+        return Err("the write did not use the waiting process".into());
+    }
+    let files = fx.provider.files().ok_or("files")?;
+    let back = files
+        .read_file(&id, "/run/sandboxes.dev/env")
+        .await
+        .map_err(|e| e.to_string())?;
+    if back != data {
+        return Err(format!(
+            "{} bytes read back, not the {} written",
+            back.len(),
+            data.len()
+        ));
+    }
+    let mode = sh(fx, &id, "stat -c %a /run/sandboxes.dev/env").await?;
+    if mode.trim() != "600" {
+        return Err(format!("mode {mode:?}, not 600"));
+    }
+    Ok(())
+}
+
+/// A waiting reader that is dropped (here: its linger is over) ends without running
+/// anything, and leaves no process behind.
+async fn a_dropped_reader_runs_nothing(fx: &Fixture) -> Result<(), String> {
+    let id = running(fx).await?;
+    let w = &WarmedExec::over(fx.provider.clone());
+    w.handle.prime(&id, Some(Duration::from_millis(300)));
+    let readers = READERS;
+    wait_until("the reader to start", fx.patience, || async {
+        let n = sh(fx, &id, readers).await?;
+        (n.trim() != "0")
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await?;
+    wait_until("the reader to end", fx.patience, || async {
+        let n = sh(fx, &id, readers).await?;
+        (n.trim() == "0" && !w.handle.is_primed(&id))
+            .then_some(())
+            .ok_or_else(|| format!("{} readers still there", n.trim()))
+    })
+    .await?;
+    Ok(())
+}
+
+/// A reader in a sandbox frozen by hibernation never answers: the request gets its process
+/// the ordinary way (which refuses a frozen sandbox), and after the resume the abandoned
+/// reader ends without running the command it was handed.
+async fn a_frozen_readers_command_never_runs(fx: &Fixture) -> Result<(), String> {
+    let id = running(fx).await?;
+    let w = &WarmedExec::over(fx.provider.clone());
+    w.handle.prime(&id, None);
+    wait_until("the reader to start", fx.patience, || async {
+        let n = sh(fx, &id, READERS).await?;
+        (n.trim() != "0")
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await?;
+    let hibernation = fx.provider.hibernation().ok_or("hibernation")?;
+    hibernation
+        .hibernate(&id)
+        .await
+        .map_err(|e| e.to_string())?;
+    let request = StreamExecRequest {
+        argv: vec!["sh".into(), "-c".into(), "echo ran > /tmp/frozen".into()],
+        env: BTreeMap::new(),
+        cwd: None,
+        stdin: false,
+        tty: None,
+    };
+    let refused = w.handle.exec_stream(&id, &request).await;
+    if refused.is_ok() {
+        return Err("a process started in a frozen sandbox".into());
+    }
+    hibernation.resume(&id).await.map_err(|e| e.to_string())?;
+    let readers = READERS;
+    wait_until("the abandoned reader to end", fx.patience, || async {
+        let n = sh(fx, &id, readers).await?;
+        (n.trim() == "0")
+            .then_some(())
+            .ok_or_else(|| "still there".to_string())
+    })
+    .await?;
+    let ran = sh(fx, &id, "cat /tmp/frozen 2>/dev/null || echo absent").await?;
+    if ran.trim() != "absent" {
+        return Err(format!("the abandoned command ran: {ran:?}"));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_a_file_is_written_through_a_waiting_process() {
+    let Some(fx) = conformance::setup(conformance::docker::fixture().await) else {
+        return;
+    };
+    let result = a_file_is_written_through_a_waiting_process(&fx).await;
+    conformance::finish(fx, result).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_a_file_is_written_through_a_waiting_process() {
+    let Some(fx) = conformance::setup(conformance::kubernetes::fixture().await) else {
+        return;
+    };
+    let result = a_file_is_written_through_a_waiting_process(&fx).await;
+    conformance::finish(fx, result).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_a_dropped_reader_runs_nothing() {
+    let Some(fx) = conformance::setup(conformance::docker::fixture().await) else {
+        return;
+    };
+    let result = a_dropped_reader_runs_nothing(&fx).await;
+    conformance::finish(fx, result).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_a_frozen_readers_command_never_runs() {
+    let Some(fx) = conformance::setup(conformance::docker::fixture().await) else {
+        return;
+    };
+    let result = a_frozen_readers_command_never_runs(&fx).await;
+    conformance::finish(fx, result).await;
+}
+
+#[async_trait]
+impl Provider for Warmed {
+    fn name(&self) -> &str {
+        self.inner.name()
+    }
+    fn kind(&self) -> &'static str {
+        self.inner.kind()
+    }
+    fn files_need_running(&self) -> bool {
+        self.inner.files_need_running()
+    }
+    async fn create(&self, request: &CreateRequest) -> ProviderResult<SandboxDescriptor> {
+        self.inner.create(request).await
+    }
+    async fn describe(&self, id: &str) -> ProviderResult<Option<SandboxDescriptor>> {
+        self.inner.describe(id).await
+    }
+    async fn find(&self, query: &SandboxQuery) -> ProviderResult<Vec<SandboxDescriptor>> {
+        self.inner.find(query).await
+    }
+    async fn start(&self, id: &str) -> ProviderResult<()> {
+        self.inner.start(id).await
+    }
+    async fn stop(&self, id: &str) -> ProviderResult<()> {
+        self.inner.stop(id).await
+    }
+    async fn sleep(&self, id: &str) -> ProviderResult<()> {
+        self.inner.sleep(id).await
+    }
+    async fn wake(&self, id: &str) -> ProviderResult<()> {
+        self.inner.wake(id).await
+    }
+    async fn destroy(&self, id: &str) -> ProviderResult<()> {
+        self.inner.destroy(id).await
+    }
+    async fn exec(&self, id: &str, request: &ExecRequest) -> ProviderResult<ExecOutput> {
+        self.inner.exec(id, request).await
+    }
+    fn hibernation(&self) -> Option<&dyn Hibernation> {
+        self.inner.hibernation()
+    }
+    fn files(&self) -> Option<&dyn Files> {
+        self.inner.files()
+    }
+    fn streaming_exec(&self) -> Option<&dyn StreamingExec> {
+        Some(&self.exec)
+    }
+    fn logs(&self) -> Option<&dyn Logs> {
+        self.inner.logs()
+    }
+    fn port_forward(&self) -> Option<&dyn PortForward> {
+        self.inner.port_forward()
+    }
+}
