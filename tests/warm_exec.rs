@@ -232,6 +232,49 @@ async fn a_frozen_readers_command_never_runs(fx: &Fixture) -> Result<(), String>
     Ok(())
 }
 
+/// A pause that races the start of a waiting process (primed, then hibernated at once)
+/// never leaves the engine wedged: every time, the sandbox can be described and resumed.
+/// Without the provider's freeze gate, a start that reaches a paused container hangs in
+/// the frozen cgroup and holds the container's locks; then this test thaws it by hand (so
+/// the engine serves the rest of the suite) and fails.
+async fn a_pause_racing_a_waiting_process_never_wedges_the_engine(
+    fx: &Fixture,
+) -> Result<(), String> {
+    let id = running(fx).await?;
+    let hibernation = fx.provider.hibernation().ok_or("hibernation")?;
+    for round in 0..10 {
+        let w = WarmedExec::over(fx.provider.clone());
+        let raced = async {
+            w.handle.prime(&id, None);
+            hibernation
+                .hibernate(&id)
+                .await
+                .map_err(|e| e.to_string())?;
+            fx.provider.describe(&id).await.map_err(|e| e.to_string())?;
+            hibernation.resume(&id).await.map_err(|e| e.to_string())
+        };
+        match tokio::time::timeout(Duration::from_secs(30), raced).await {
+            Ok(done) => done.map(|_| ())?,
+            Err(_) => {
+                harness::docker::thaw(&id).await;
+                return Err(format!(
+                    "round {round}: the engine hung on a paused sandbox"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docker_a_pause_racing_a_waiting_process_never_wedges_the_engine() {
+    let Some(fx) = conformance::setup(conformance::docker::fixture().await) else {
+        return;
+    };
+    let result = a_pause_racing_a_waiting_process_never_wedges_the_engine(&fx).await;
+    conformance::finish(fx, result).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docker_a_file_is_written_through_a_waiting_process() {
     let Some(fx) = conformance::setup(conformance::docker::fixture().await) else {

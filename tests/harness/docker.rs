@@ -292,3 +292,31 @@ impl TestEnv {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 }
+
+/// Thaws container `name`'s cgroup freezer by hand, whatever the engine thinks: the way out
+/// of an engine wedged on a paused container (see `provider::docker::freeze`), so a test
+/// that found one leaves an engine the rest of the suite can use. Best effort, cgroup v1
+/// (`freezer.state`) or v2 (`cgroup.freeze`); the full id comes from the CLI, which a
+/// wedged container's inspect may not answer, so the list is used.
+pub async fn thaw(name: &str) {
+    let listed = std::process::Command::new("docker")
+        .args([
+            "ps",
+            "-a",
+            "--no-trunc",
+            "--filter",
+            &format!("name=^{name}$"),
+            "--format",
+            "{{.ID}}",
+        ])
+        .output();
+    let Ok(out) = listed else { return };
+    let id = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    if id.is_empty() {
+        return;
+    }
+    let v1 = format!("/sys/fs/cgroup/freezer/docker/{id}/freezer.state");
+    let v2 = format!("/sys/fs/cgroup/system.slice/docker-{id}.scope/cgroup.freeze");
+    let _ = std::fs::write(v1, "THAWED");
+    let _ = std::fs::write(v2, "0");
+}

@@ -41,7 +41,8 @@ impl Target<'_> {
 
 /// What the act stage did.
 pub enum Acted {
-    /// No step ran: the observation made before acting still stands.
+    /// No step ran, or only steps that leave the descriptor as it was (see
+    /// [`Step::leaves_the_descriptor`]): the observation made before acting still stands.
     Nothing(Option<Box<SandboxDescriptor>>),
     /// Steps ran, ending on the provider id `target`: what they changed must be observed.
     Steps { target: Option<String> },
@@ -66,6 +67,8 @@ pub async fn act_all(
     if plan.steps.is_empty() {
         return Ok(Acted::Nothing(observed.map(Box::new)));
     }
+    let unchanged = observed.clone().map(Box::new);
+    let leaves = plan.steps.iter().all(|s| s.leaves_the_descriptor());
     announce(
         on,
         plan,
@@ -91,6 +94,9 @@ pub async fn act_all(
     }
     if let Some(Unrecorded(record)) = unrecorded {
         on.r.save(&*current, &record).await?;
+    }
+    if leaves && unchanged.is_some() {
+        return Ok(Acted::Nothing(unchanged));
     }
     Ok(Acted::Steps { target })
 }

@@ -37,6 +37,15 @@ pub enum Step {
     Restore,
 }
 
+impl Step {
+    /// Whether the step changes only what is inside the sandbox's filesystem, nothing the
+    /// provider reports of it (state, ports, resources, network): an observation made before
+    /// it still describes the sandbox after it.
+    pub fn leaves_the_descriptor(self) -> bool {
+        matches!(self, Step::DeliverEnv)
+    }
+}
+
 /// A state the controller reports instead of acting on.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Hold {
@@ -325,6 +334,27 @@ mod tests {
     use std::collections::BTreeMap;
 
     use super::*;
+
+    #[test]
+    fn only_the_env_file_leaves_the_observation_standing() {
+        let all = [
+            Step::Create,
+            Step::Destroy,
+            Step::DeliverEnv,
+            Step::Start,
+            Step::Stop,
+            Step::Hibernate,
+            Step::Resume,
+            Step::SetResources,
+            Step::SetEgress,
+            Step::Restore,
+        ];
+        let leaving: Vec<_> = all
+            .into_iter()
+            .filter(|s| s.leaves_the_descriptor())
+            .collect();
+        assert_eq!(leaving, [Step::DeliverEnv]);
+    }
     use crate::provider::labels::Owner;
     use crate::provider::{CreateRequest, RestartPolicy};
 

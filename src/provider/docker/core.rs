@@ -256,7 +256,11 @@ impl Provider for DockerProvider {
     /// sandbox is a success; a sandbox that is not running cannot be paused (`Conflict`).
     async fn sleep(&self, id: &str) -> ProviderResult<()> {
         let docker = self.engine().await?;
-        match docker.pause_container(id).await {
+        let paused = {
+            let _gate = self.freeze.pause(id).await;
+            docker.pause_container(id).await
+        };
+        match paused {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => Err(not_found(id, e)),
             Err(e) => match self.status(id).await? {

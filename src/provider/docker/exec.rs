@@ -31,6 +31,9 @@ use crate::provider::{ErrorKind, ExecOutput, ExecRequest, ProviderError, Provide
 /// whole one.
 pub(crate) const MAX_EXEC_OUTPUT: usize = 64 * 1024 * 1024;
 
+/// How long the engine may take to start an exec's process once it has its connection.
+const START_BOUND: Duration = Duration::from_secs(30);
+
 /// How often the exit code is re-read when the output stream closed before the engine
 /// recorded the exit (a short race inside dockerd).
 const EXIT_POLL: Duration = Duration::from_millis(20);
@@ -89,9 +92,9 @@ impl DockerProvider {
         stdin: Option<&[u8]>,
         deadline: Instant,
     ) -> ProviderResult<ExecOutput> {
-        let docker = self.engine().await?;
-        let (exec_id, started) =
-            start_attached(docker, id, exec_options(request, stdin.is_some())).await?;
+        let (exec_id, started) = self
+            .start_attached(id, exec_options(request, stdin.is_some()))
+            .await?;
         let (stdout, stderr) = match started {
             StartExecResults::Attached { output, input } => {
                 write_input(id, request, input, stdin).await?;
@@ -99,7 +102,7 @@ impl DockerProvider {
             }
             StartExecResults::Detached => (Vec::new(), Vec::new()),
         };
-        let exit_code = exit_code(docker, &exec_id, id, deadline).await?;
+        let exit_code = exit_code(self.engine().await?, &exec_id, id, deadline).await?;
         Ok(ExecOutput {
             stdout,
             stderr,
@@ -108,9 +111,50 @@ impl DockerProvider {
     }
 }
 
-/// Creates an exec in sandbox `id` and starts it attached (a TTY when `options` asks for
-/// one); returns the exec's id and its connection.
-pub(crate) async fn start_attached(
+impl DockerProvider {
+    /// Creates an exec in sandbox `id` and starts it attached (a TTY when `options` asks
+    /// for one), never across a pause of it (see `freeze`); returns the exec's id and its
+    /// connection.
+    pub(crate) async fn start_attached(
+        &self,
+        id: &str,
+        options: CreateExecOptions<String>,
+    ) -> ProviderResult<(String, StartExecResults)> {
+        let docker = self.engine().await?;
+        let _gate = self.freeze.exec(id).await;
+        let (exec_id, started) = start_attached(docker, id, options).await?;
+        started_process(docker, &exec_id, id).await?;
+        Ok((exec_id, started))
+    }
+}
+
+/// Waits until the engine has started the exec's process (it has a pid) or recorded its
+/// end. The engine answers an attached start as soon as it has taken the connection, and
+/// starts the process only after that; a pause must not come in between (see `freeze`).
+async fn started_process(docker: &Docker, exec_id: &str, id: &str) -> ProviderResult<()> {
+    let deadline = Instant::now() + START_BOUND;
+    let mut pause = Duration::from_millis(1);
+    loop {
+        let inspected = docker
+            .inspect_exec(exec_id)
+            .await
+            .map_err(|e| exec_error(id, "waiting for an exec to start", e))?;
+        if inspected.pid.is_some_and(|p| p > 0) || inspected.exit_code.is_some() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err(ProviderError::transient(format!(
+                "exec in sandbox {id}: the engine did not start the process within {START_BOUND:?}"
+            )));
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(EXIT_POLL);
+    }
+}
+
+/// Creates an exec in sandbox `id` and starts it attached; see
+/// [`DockerProvider::start_attached`], the one caller.
+async fn start_attached(
     docker: &Docker,
     id: &str,
     options: CreateExecOptions<String>,

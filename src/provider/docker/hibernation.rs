@@ -72,7 +72,11 @@ impl Hibernation for DockerProvider {
             )),
             S::RUNNING => {
                 let docker = self.engine().await?;
-                match docker.pause_container(id).await {
+                let paused = {
+                    let _gate = self.freeze.pause(id).await;
+                    docker.pause_container(id).await
+                };
+                match paused {
                     Ok(()) => {
                         let after = self.snapshot(id).await?;
                         if after.status == S::PAUSED && before.same_processes(&after) {

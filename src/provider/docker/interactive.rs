@@ -29,7 +29,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
 
 use super::DockerProvider;
-use super::exec::{self, attached_options, exec_error, start_attached};
+use super::exec::{self, attached_options, exec_error};
 use crate::provider::interactive::{self, Queue, Wrapped};
 use crate::provider::stream::{
     ExecInput, ExecSession, ExitStatus, Signal, StreamExecRequest, StreamingExec, TermSize,
@@ -61,7 +61,7 @@ impl StreamingExec for DockerProvider {
             request.stdin,
             request.tty.is_some(),
         );
-        let (exec_id, started) = start_attached(&docker, id, options).await?;
+        let (exec_id, started) = self.start_attached(id, options).await?;
         let StartExecResults::Attached { output, input } = started else {
             return Err(ProviderError::transient(format!(
                 "exec in sandbox {id}: the engine started the exec detached"

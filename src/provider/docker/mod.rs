@@ -58,6 +58,7 @@ mod events;
 mod exec;
 mod execfiles;
 mod files;
+mod freeze;
 
 use std::sync::Arc;
 
@@ -112,6 +113,8 @@ pub struct DockerProvider {
     gateway: Option<Arc<egress::Gateway>>,
     /// The namespace networks ensured so far (shared by clones; see `networks`).
     networks: Arc<networks::Known>,
+    /// Keeps exec starts and pauses of one container apart (shared by clones; see `freeze`).
+    pub(crate) freeze: Arc<freeze::FreezeGate>,
 }
 
 impl DockerProvider {
@@ -164,6 +167,7 @@ impl DockerProvider {
             pulls: Arc::new(pull::Pulls::new(pull_timeout)),
             firewall: Arc::new(OnceCell::new()),
             networks: Arc::default(),
+            freeze: Arc::default(),
         })
     }
 
