@@ -53,9 +53,11 @@ impl ProviderHandle {
     /// reader did not take the command.
     async fn warm_start(&self, id: &str, request: &StreamExecRequest) -> Option<ExecSession> {
         let warm = self.warm.as_ref().filter(|_| request.tty.is_none())?;
+        let asked = Instant::now();
         let taken = warm.take(id).await?;
         let started = Instant::now();
         let handed = warm::hand(taken, request).await;
+        tracing::debug!(sandbox = id, taken = ?started - asked, handed = ?started.elapsed(), "warm process");
         let outcome = match &handed {
             Handed::Running(_) => "ok",
             Handed::Refused => "refused",

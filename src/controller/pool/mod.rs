@@ -38,6 +38,14 @@ const KIND: &str = "SandboxWarmPool";
 /// How soon a pool that is filling or rolling is looked at again.
 pub const WAIT: Duration = Duration::from_secs(2);
 
+/// How long a pool's reconcile waits for its triggers to settle. One claim triggers its
+/// pool several times within milliseconds (the claimant appears, the ledger is written,
+/// the claimant's status is written), and each pass lists the members at the provider: a
+/// listing is the heaviest call an engine serves, and measured on Docker, a pass per
+/// trigger made thirteen listings per claim, which slowed the claims' own engine calls.
+/// Refills wait longer than this after a claim anyway (see [`pace`]).
+const SETTLE: Duration = Duration::from_millis(200);
+
 /// What the pool reconciles share: the common context, and a Sandbox controller state to
 /// resolve and build members exactly as Sandboxes are.
 pub struct PoolContext {
@@ -113,7 +121,7 @@ async fn converge(
         handle: &handle,
     };
     let acted = act::act(&on, &plan, &all, &hash).await?;
-    let outcome = report::report(&on, acted, &hash, next).await;
+    let outcome = report::report(&on, acted, observed, &hash, next).await;
     match held {
         Some(left) => outcome
             .map(|o| o.look_again_within(left))
@@ -171,6 +179,7 @@ pub async fn run(
         sandboxes: store,
     });
     Controller::new(pools, watcher::Config::default().any_semantic())
+        .with_config(kube::runtime::controller::Config::default().debounce(SETTLE))
         .watches_stream(claimants, pool_of)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, pctx)

@@ -7,6 +7,7 @@ use kube::ResourceExt;
 use crate::api::{Condition, SandboxWarmPoolStatus, condition};
 use crate::controller::outcome::Outcome;
 use crate::controller::status::{RECONCILING, STALLED};
+use crate::provider::SandboxDescriptor;
 
 use super::act::On;
 use super::decide::{Counts, claimable, counts};
@@ -18,21 +19,28 @@ pub const DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
 /// Deadline when `spec.progressDeadlineSeconds` is omitted.
 const DEFAULT_DEADLINE_SECONDS: i64 = 600;
 
-/// Counts the members (again, when the pass acted) into status; Ready when `replicas`
-/// current members run and no older ones are left. Each member a claim can take gets a
+/// Counts the members into status — as observed before acting (`seen`), or observed again
+/// when the pass acted; Ready when `replicas` current members run and no older ones are
+/// left. Each member a claim can take gets a
 /// process waiting in it (see `registry::warm`), so the claim's environment delivery does
 /// not wait for a runtime exec.
 pub async fn report(
     on: &On<'_>,
     acted: bool,
+    seen: Vec<SandboxDescriptor>,
     hash: &str,
     next: &mut SandboxWarmPoolStatus,
 ) -> Result<Outcome, Outcome> {
     let pool = on.r.object;
-    if acted && let Some(fresh) = on.r.api.get_opt(&pool.name_any()).await? {
-        next.ledger = fresh.status.unwrap_or_default().ledger;
-    }
-    let observed = members::observe(on.handle, &pool.uid().unwrap_or_default()).await?;
+    let observed = match acted {
+        false => seen,
+        true => {
+            if let Some(fresh) = on.r.api.get_opt(&pool.name_any()).await? {
+                next.ledger = fresh.status.unwrap_or_default().ledger;
+            }
+            members::observe(on.handle, &pool.uid().unwrap_or_default()).await?
+        }
+    };
     let all: Vec<_> = observed.iter().map(members::member).collect();
     let c = counts(&all, &next.ledger, hash);
     for id in claimable(&all, &next.ledger, hash) {
