@@ -78,6 +78,9 @@ pub struct Context {
     /// When each warm pool last had a claim: the link between the Sandbox controller's
     /// claims and the pool controller's refill pacing ([`pool::pace`]).
     pub claim_times: Arc<pool::pace::ClaimTimes>,
+    /// The last listing of each warm pool's members: the link between the pool controller,
+    /// which lists them, and the claims, which pick from it ([`pool::sightings`]).
+    pub sightings: Arc<pool::sightings::Sightings>,
 }
 
 /// Maps kube-runtime's finalizer outcome onto ours, keeping the error category.
@@ -154,6 +157,7 @@ impl Context {
             failpoints,
             images: Arc::new(images),
             claim_times: Arc::default(),
+            sightings: Arc::default(),
         })
     }
 

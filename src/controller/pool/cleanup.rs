@@ -38,7 +38,7 @@ async fn release(r: &Report<'_, SandboxWarmPool>, pctx: &PoolContext) -> Result<
         pctx,
         handle: &handle,
     };
-    let observed = members::observe(&handle, &pool.uid().unwrap_or_default())
+    let observed = members::observe(r.ctx, &handle, &pool.uid().unwrap_or_default())
         .await
         .map_err(|e| Outcome::cleanup_blocked("list the pool's members", e))?;
     let ledger = pool.status.clone().unwrap_or_default().ledger;
@@ -56,6 +56,7 @@ async fn release(r: &Report<'_, SandboxWarmPool>, pctx: &PoolContext) -> Result<
     act::retire(&on, &unclaimed).await?;
     let held: Vec<&LedgerEntry> = ledger.iter().filter(|e| live(e)).collect();
     if held.is_empty() {
+        r.ctx.sightings.forget(&pool.uid().unwrap_or_default());
         return Ok(());
     }
     let names: Vec<String> = held

@@ -6,6 +6,7 @@ use kube::ResourceExt;
 use sha2::{Digest, Sha256};
 
 use crate::api::{Sandbox, SandboxSpec, SandboxWarmPool};
+use crate::controller::Context;
 use crate::controller::outcome::Outcome;
 use crate::controller::sandbox::build::{self, Desired};
 use crate::controller::sandbox::{SandboxContext, images, resolve};
@@ -68,13 +69,17 @@ pub async fn desired(
     Ok(desired)
 }
 
-/// Every member the provider holds for the pool with `uid`, whatever its state.
+/// Every member the provider holds for the pool with `uid`, whatever its state, recorded
+/// for claims to pick from (see [`super::sightings`]).
 pub async fn observe(
+    ctx: &Context,
     handle: &ProviderHandle,
     uid: &str,
 ) -> Result<Vec<SandboxDescriptor>, ProviderError> {
     let query = crate::controller::sandbox::observe::owned_by(uid);
-    handle.call("find", handle.provider.find(&query)).await
+    let found = handle.call("find", handle.provider.find(&query)).await?;
+    ctx.sightings.record(uid, &found);
+    Ok(found)
 }
 
 /// A descriptor as the pure decide step reads it.

@@ -15,6 +15,7 @@ pub mod ledger;
 pub mod members;
 pub mod pace;
 pub mod report;
+pub mod sightings;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -101,7 +102,7 @@ async fn converge(
     let handle = provider(r.ctx, pool)?;
     let hash = members::template_hash(&pool.spec.template);
     next.template_hash = Some(hash.clone());
-    let observed = members::observe(&handle, &uid).await?;
+    let observed = members::observe(r.ctx, &handle, &uid).await?;
     let all: Vec<_> = observed.iter().map(members::member).collect();
     let ledger = next.ledger.clone();
     let gone = act::gone_claimants(r, &pctx.sandboxes, &ledger).await?;

@@ -38,7 +38,7 @@ pub async fn report(
             if let Some(fresh) = on.r.api.get_opt(&pool.name_any()).await? {
                 next.ledger = fresh.status.unwrap_or_default().ledger;
             }
-            members::observe(on.handle, &pool.uid().unwrap_or_default()).await?
+            members::observe(on.r.ctx, on.handle, &pool.uid().unwrap_or_default()).await?
         }
     };
     let all: Vec<_> = observed.iter().map(members::member).collect();

@@ -18,6 +18,7 @@ use crate::controller::status::{self, Health};
 use crate::controller::{Error, Result};
 use crate::idle::{self, Verdict};
 use crate::provider::SandboxDescriptor;
+use crate::provider::labels::ensure_owned_or_claimed;
 use crate::registry::ProviderHandle;
 
 use super::SandboxContext;
@@ -93,17 +94,18 @@ async fn converge(
     if pool.is_some() {
         claim::cold_labels(r.object, &mut desired);
     }
-    let proof = match &pool {
+    let settled = match &pool {
         Some(pool) => {
             claim::settle(r, &sctx.broker, &handle, pool, &desired, touched, pass).await?
         }
-        None => None,
+        None => claim::Settled::default(),
     };
+    let proof = settled.proof;
     record_external_name(r, &uid, added, proof.is_none(), pass).await?;
     let observed = if touched || proof.is_some() {
         // `next`: a warm claim's member is recorded there, not yet written (see `claim`).
         let known = pass.next.sandbox_id.as_deref();
-        observe_first(r, &handle, known, &uid, proof.as_ref()).await?
+        observe_first(r, &handle, known, &uid, proof.as_ref(), settled.seen).await?
     } else {
         None
     };
@@ -125,8 +127,17 @@ async fn converge(
         sctx,
         claim: proof.as_ref(),
     };
-    let acted = act::act_all(&on, &desired, env.as_ref(), &plan, observed, pass).await?;
-    observe::report(&on, &desired, acted, &deadline, pass).await
+    // The egress verdict a first report needs, asked while steps that leave the sandbox as
+    // observed run (a warm claim's env delivery), not after them.
+    let early = observed
+        .as_ref()
+        .filter(|_| pass.next.egress.is_none() && plan.leaves_the_descriptor())
+        .map(|d| d.id.clone());
+    let (acted, verdict) = tokio::join!(
+        act::act_all(&on, &desired, env.as_ref(), &plan, observed, pass),
+        observe::verdict_of(&handle, early)
+    );
+    observe::report(&on, &desired, acted?, verdict, &deadline, pass).await
 }
 
 /// The object to work from: the watch cache's copy, unless it may not have seen our own
@@ -334,14 +345,21 @@ fn build(
     Ok(desired)
 }
 
-/// Observes the sandbox before acting; one found only by its owner label is adopted.
+/// Observes the sandbox before acting; one found only by its owner label is adopted. `seen`:
+/// the claimed member as its claim described it moments ago, which stands for a description
+/// of the same id (judged by the same ownership rule).
 async fn observe_first(
     r: &Report<'_, Sandbox>,
     handle: &ProviderHandle,
     known: Option<&str>,
     uid: &str,
     claim: Option<&crate::provider::labels::Claim>,
+    seen: Option<SandboxDescriptor>,
 ) -> Result<Option<SandboxDescriptor>, Outcome> {
+    if let Some(d) = seen.filter(|d| Some(d.id.as_str()) == known) {
+        ensure_owned_or_claimed("status.sandboxId", &d.id, &d.labels, uid, claim)?;
+        return Ok(Some(d));
+    }
     let observed = observe(handle, known, uid, claim).await?;
     if let Some(d) = &observed
         && known.is_none()

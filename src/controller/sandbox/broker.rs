@@ -25,8 +25,8 @@ use tokio::sync::oneshot;
 
 use crate::api::{Claimant, LedgerEntry, SandboxWarmPool};
 use crate::controller::pool::{self, ledger, members};
-use crate::controller::{Error, Result};
-use crate::provider::labels::SPEC_HASH;
+use crate::controller::{Context, Error, Result};
+use crate::provider::labels::{OWNER_UID, SPEC_HASH};
 use crate::provider::{ProviderError, SandboxDescriptor, SandboxState};
 use crate::registry::ProviderHandle;
 
@@ -39,8 +39,18 @@ pub struct Ask {
     pub spec_hash: String,
 }
 
+/// What a claim took: the member, and what the batch saw of it when it described it just
+/// before the ledger write (the claim's pass then need not describe it again).
+#[derive(Debug, Clone)]
+pub struct Taken {
+    /// The member's provider id.
+    pub member: String,
+    /// Its description, when the batch made one (a member picked from a sighting).
+    pub seen: Option<SandboxDescriptor>,
+}
+
 /// The member a claim got (`None`: no free member; the claim is served cold).
-type Answer = Result<Option<String>>;
+type Answer = Result<Option<Taken>>;
 
 /// A queued claim and where its answer goes.
 struct Queued {
@@ -63,6 +73,8 @@ pub struct Broker {
 
 /// What a batch acts on: the pool (as its leader read it) and its provider.
 pub struct PoolAt<'a> {
+    /// The shared controller context (the pools' sightings).
+    pub ctx: &'a Context,
     /// The pool's API (its namespace).
     pub api: &'a Api<SandboxWarmPool>,
     /// The pool as the claimant read it this pass: the batch decides its first attempt on it.
@@ -131,26 +143,110 @@ async fn claim_in(lane: &Lane, at: &PoolAt<'_>, ask: Ask) -> Answer {
     answer.try_recv().unwrap_or_else(|_| unanswered())
 }
 
-/// Serves a batch: one listing of the members, then one ledger write of every assignment
-/// (decided again on a fresh read whenever the write loses a race). One answer per claim.
+/// Serves a batch: candidates from the pool's last sighting, described now, or — when the
+/// sighting cannot serve every claimant — one listing of the members; then one ledger write
+/// of every assignment (decided again on a fresh read whenever the write loses a race). One
+/// answer per claim. A batch that got members from the sighting for only some claimants is
+/// served again from a listing: those the ledger now names get the same member back.
 async fn serve(at: &PoolAt<'_>, batch: &[Queued]) -> Result<Vec<Answer>> {
+    if let Some(seen) = sighted(at, batch).await {
+        let picked = commit(at, batch, &seen).await?;
+        if picked.iter().all(Option::is_some) {
+            return Ok(answers(picked, Some(&seen)));
+        }
+    }
     let pool_uid = at.read.uid().unwrap_or_default();
-    let found = members::observe(at.handle, &pool_uid).await?;
+    let found = members::observe(at.ctx, at.handle, &pool_uid).await?;
+    let picked = commit(at, batch, &found).await?;
+    Ok(answers(picked, None))
+}
+
+/// Writes the batch's assignments from `found` into the ledger: the member each claimant
+/// got, `None` for those that got none (or all, when the pool is gone).
+async fn commit(
+    at: &PoolAt<'_>,
+    batch: &[Queued],
+    found: &[SandboxDescriptor],
+) -> Result<Vec<Option<String>>> {
     let name = at.read.name_any();
     let changed = ledger::change_from(at.api, &name, Some(at.read.clone()), |_, entries| {
         let picked: Vec<Option<String>> = batch
             .iter()
-            .map(|q| assign(&found, &q.ask, entries))
+            .map(|q| assign(found, &q.ask, entries))
             .collect();
         Some(picked)
     })
     .await?;
-    let picked = match changed {
+    Ok(match changed {
         Some((picked, _)) => picked,
         // The pool is gone: nothing to claim from.
         None => vec![None; batch.len()],
-    };
-    Ok(picked.into_iter().map(Ok).collect())
+    })
+}
+
+/// One answer per pick, carrying the member's description when `seen` holds one.
+fn answers(picked: Vec<Option<String>>, seen: Option<&[SandboxDescriptor]>) -> Vec<Answer> {
+    let described = |id: &str| seen.and_then(|s| s.iter().find(|d| d.id == id)).cloned();
+    picked
+        .into_iter()
+        .map(|p| {
+            Ok(p.map(|member| Taken {
+                seen: described(&member),
+                member,
+            }))
+        })
+        .collect()
+}
+
+/// Candidates for the batch from the pool's last sighting (see
+/// [`crate::controller::pool::sightings`]): as many free claimable members as the batch
+/// has claimants, each described now. `None` when the sighting cannot serve the batch —
+/// none recorded, too few free members in it, or one that no longer runs as sighted — so
+/// the batch lists the members instead.
+async fn sighted(at: &PoolAt<'_>, batch: &[Queued]) -> Option<Vec<SandboxDescriptor>> {
+    let pool_uid = at.read.uid()?;
+    let sighting = at.ctx.sightings.of(&pool_uid)?;
+    let ledger = at
+        .read
+        .status
+        .as_ref()
+        .map(|s| s.ledger.as_slice())
+        .unwrap_or_default();
+    let claimable_by_any =
+        |d: &SandboxDescriptor| batch.iter().any(|q| claimable(d, &q.ask.spec_hash));
+    let free: Vec<&str> = sighting
+        .iter()
+        .filter(|d| claimable_by_any(d) && ledger.iter().all(|e| e.member != d.id))
+        .map(|d| d.id.as_str())
+        .collect();
+    let first = batch.first()?;
+    let mut picks: Vec<String> = Vec::with_capacity(batch.len());
+    for _ in batch {
+        let p = pick(&free, &first.ask.claimant.uid, |id| {
+            picks.iter().any(|t| t == id)
+        })?;
+        picks.push(p);
+    }
+    let h = at.handle;
+    let described = futures::future::join_all(
+        picks
+            .iter()
+            .map(|id| h.call("describe", h.provider.describe(id))),
+    )
+    .await;
+    described
+        .into_iter()
+        .map(|d| {
+            d.ok()
+                .flatten()
+                .filter(|d| claimable_by_any(d) && owned_by_pool(d, &pool_uid))
+        })
+        .collect()
+}
+
+/// Whether a described member carries the pool's owner-uid label.
+fn owned_by_pool(d: &SandboxDescriptor, pool_uid: &str) -> bool {
+    d.labels.get(OWNER_UID).map(String::as_str) == Some(pool_uid)
 }
 
 /// The member for one claimant: the ledger's entry for it, else a free claimable member

@@ -22,6 +22,7 @@ use crate::controller::Context;
 use crate::controller::events::warning;
 use crate::controller::outcome::{Outcome, Report};
 use crate::controller::pool::members;
+use crate::provider::SandboxDescriptor;
 use crate::provider::labels::Claim;
 use crate::registry::ProviderHandle;
 
@@ -112,9 +113,19 @@ pub async fn env_file(
     Ok(Some(SelfDeliveredEnv { content, version }))
 }
 
+/// How a claiming Sandbox is served: the ledger's proof that a member is its own (`None`:
+/// served cold), and the member as the claim just described it, when it did.
+#[derive(Default)]
+pub struct Settled {
+    /// The ledger's proof of ownership.
+    pub proof: Option<Claim>,
+    /// The member's description, made just before the ledger write.
+    pub seen: Option<SandboxDescriptor>,
+}
+
 /// Settles how the Sandbox is served, before it is observed: the member the ledger gives
 /// it (a claim recorded, or interrupted by a crash and finished now), a member taken now,
-/// or nothing (cold: it is created from `desired`). Returns the ledger's proof of ownership.
+/// or nothing (cold: it is created from `desired`).
 pub async fn settle(
     r: &Report<'_, Sandbox>,
     broker: &Broker,
@@ -123,27 +134,30 @@ pub async fn settle(
     desired: &Desired,
     touched: bool,
     pass: &mut Pass,
-) -> Result<Option<Claim>, Outcome> {
+) -> Result<Settled, Outcome> {
     let uid = r.object.uid().unwrap_or_default();
     if let Some(proof) = crate::claims::of(pool, &uid) {
         record(r, handle, pass, &proof.member).await?;
-        return Ok(Some(proof));
+        let proof = Some(proof);
+        return Ok(Settled { proof, seen: None });
     }
     if pass.current.claim.is_some() || (touched && created_cold(handle, &uid).await?) {
-        return Ok(None);
+        return Ok(Settled::default());
     }
-    let proof = take(r, broker, handle, pool, desired).await?;
+    let taken = take(r, broker, handle, pool, desired).await?;
     r.ctx
         .metrics
-        .warm_pool_claim(if proof.is_some() { WARM } else { COLD });
-    match &proof {
-        Some(p) => {
-            r.ctx.failpoint("claim-after-ledger");
-            record(r, handle, pass, &p.member).await?;
-        }
-        None => pass.next.claim = Some(COLD.into()),
-    }
-    Ok(proof)
+        .warm_pool_claim(if taken.is_some() { WARM } else { COLD });
+    let Some((proof, seen)) = taken else {
+        pass.next.claim = Some(COLD.into());
+        return Ok(Settled::default());
+    };
+    r.ctx.failpoint("claim-after-ledger");
+    record(r, handle, pass, &proof.member).await?;
+    Ok(Settled {
+        proof: Some(proof),
+        seen,
+    })
 }
 
 /// Whether a sandbox labelled with the Sandbox's own UID exists: a cold create ran before
@@ -215,17 +229,19 @@ pub fn cold_labels(sandbox: &Sandbox, desired: &mut Desired) {
 
 /// Takes a Ready member of the pool through the broker: one that runs and was built to the
 /// very spec this Sandbox would be created with, entered in the ledger for this Sandbox by a
-/// resourceVersion-checked write. `None` when no such member is free.
+/// resourceVersion-checked write, with its description when the broker made one. `None`
+/// when no such member is free.
 async fn take(
     r: &Report<'_, Sandbox>,
     broker: &Broker,
     handle: &ProviderHandle,
     pool: &SandboxWarmPool,
     desired: &Desired,
-) -> Result<Option<Claim>, Outcome> {
+) -> Result<Option<(Claim, Option<SandboxDescriptor>)>, Outcome> {
     let api: Api<SandboxWarmPool> =
         Api::namespaced(r.ctx.client.clone(), &pool.namespace().unwrap_or_default());
     let at = PoolAt {
+        ctx: r.ctx,
         api: &api,
         read: pool,
         handle,
@@ -238,10 +254,13 @@ async fn take(
         spec_hash: desired.spec_hash.clone(),
     };
     r.ctx.claim_times.record(pool);
-    let member = broker.claim(&at, ask).await?;
-    Ok(member.map(|member| Claim {
-        pool_uid: pool.uid().unwrap_or_default(),
-        member,
+    let taken = broker.claim(&at, ask).await?;
+    Ok(taken.map(|t| {
+        let proof = Claim {
+            pool_uid: pool.uid().unwrap_or_default(),
+            member: t.member,
+        };
+        (proof, t.seen)
     }))
 }
 

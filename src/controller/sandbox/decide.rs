@@ -37,6 +37,13 @@ pub enum Step {
     Restore,
 }
 
+impl Plan {
+    /// Whether every step leaves the sandbox as observed (see [`Step::leaves_the_descriptor`]).
+    pub fn leaves_the_descriptor(&self) -> bool {
+        self.hold.is_none() && self.steps.iter().all(|s| s.leaves_the_descriptor())
+    }
+}
+
 impl Step {
     /// Whether the step changes only what is inside the sandbox's filesystem, nothing the
     /// provider reports of it (state, ports, resources, network): an observation made before

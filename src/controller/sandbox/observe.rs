@@ -69,13 +69,14 @@ pub async fn report(
     on: &Target<'_>,
     desired: &Desired,
     acted: Acted,
+    asked: Option<(String, Option<EgressStatus>)>,
     deadline: &Deadline,
     pass: &mut Pass,
 ) -> Result<Outcome, Outcome> {
     let (handle, sandbox) = (on.handle, on.r.object);
     let uid = sandbox.uid().unwrap_or_default();
     let (observed, verdict, acted) = match acted {
-        Acted::Nothing(observed) => (observed.map(|d| *d), None, false),
+        Acted::Nothing(observed) => (observed.map(|d| *d), asked, false),
         Acted::Steps { target } => {
             let (observed, verdict) =
                 observe_with_verdict(handle, target.as_deref(), &uid, on.claim).await;
@@ -114,6 +115,18 @@ fn power_state(desired: &Desired, d: &SandboxDescriptor, next: &SandboxStatus) -
         (DesiredState::Sleeping, SandboxState::Stopped) if asleep => SandboxState::Sleeping,
         (_, state) => state,
     }
+}
+
+/// The egress verdict of sandbox `id`, when there is one to ask for: asked beside steps
+/// that leave the sandbox as observed, and handed to [`report`], which uses it only for
+/// that very sandbox.
+pub async fn verdict_of(
+    handle: &ProviderHandle,
+    id: Option<String>,
+) -> Option<(String, Option<EgressStatus>)> {
+    let id = id?;
+    let verdict = egress(handle, &id).await;
+    Some((id, verdict))
 }
 
 /// [`observe`], with the egress verdict of `target` asked at the same time (the verdict of
