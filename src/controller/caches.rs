@@ -1,5 +1,6 @@
-//! Watch caches of the objects a Sandbox names (SandboxTemplates, SandboxVolumes), shared by
-//! the Sandbox controller's watches and its dereference step.
+//! Watch caches of the objects a Sandbox names (SandboxTemplates, SandboxVolumes,
+//! SandboxWarmPools), shared by the Sandbox controller's watches and its dereference and
+//! claim steps.
 //!
 //! A Sandbox waiting for its template or volume is woken by that object's watch event (see
 //! [`super::sandbox::run`]) instead of polling, and a resync of a converged Sandbox reads its
@@ -13,7 +14,7 @@ use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::api::{SandboxTemplate, SandboxVolume};
+use crate::api::{SandboxTemplate, SandboxVolume, SandboxWarmPool};
 
 /// How long a lookup waits for a cache's first listing before reading the API server
 /// instead.
@@ -26,6 +27,10 @@ pub struct Caches {
     pub templates: Store<SandboxTemplate>,
     /// Every SandboxVolume the operator watches.
     pub volumes: Store<SandboxVolume>,
+    /// Every SandboxWarmPool the operator watches: a claim decides on the cached pool, and
+    /// its ledger write, which carries the cached resourceVersion, is refused when the cache
+    /// was behind (then it reads the pool afresh).
+    pub pools: Store<SandboxWarmPool>,
 }
 
 /// Reads `name` in `namespace` from `cache` once it has synced, else (no cache, or not

@@ -80,7 +80,8 @@ async fn converge(
         .uid()
         .ok_or_else(|| Outcome::failed(Error::InvalidSpec("object has no UID".into())))?;
     // A claiming Sandbox is built from its pool's template (see `claim`).
-    let pool = claim::pool(r).await?;
+    let claimed = pass.current.claim.as_deref() == Some(claim::WARM);
+    let pool = claim::pool(r, sctx, claimed).await?;
     let effective = pool.as_ref().map(|p| claim::effective(r.object, p));
     let sandbox = effective.as_ref().unwrap_or(r.object);
     let handle = provider(r, sandbox, pass)?;
@@ -109,8 +110,14 @@ async fn converge(
     } else {
         None
     };
-    let plan = plan(
+    let on = Target {
+        r,
+        handle: &handle,
         sctx,
+        claim: proof.as_ref(),
+    };
+    let plan = plan(
+        &on,
         sandbox,
         &desired,
         &resolved,
@@ -121,12 +128,6 @@ async fn converge(
     if plan.steps.contains(&Step::Create) {
         images::admit(sandbox, r.ctx, &handle, &mut desired.request).await?;
     }
-    let on = Target {
-        r,
-        handle: &handle,
-        sctx,
-        claim: proof.as_ref(),
-    };
     // The egress verdict a first report needs, asked while steps that leave the sandbox as
     // observed run (a warm claim's env delivery), not after them.
     let early = observed
@@ -376,7 +377,7 @@ async fn observe_first(
 /// Decide (pure), then the reasons not to act: a failed restore still backing off, or a
 /// hold (the sandbox is gone, or its main process exited, and restartPolicy keeps it down).
 fn plan(
-    sctx: &SandboxContext,
+    on: &Target<'_>,
     sandbox: &Sandbox,
     desired: &Desired,
     resolved: &Resolved,
@@ -384,7 +385,10 @@ fn plan(
     observed: Option<&SandboxDescriptor>,
     pass: &mut Pass,
 ) -> Result<Plan, Outcome> {
+    let sctx = on.sctx;
     let current = &pass.current;
+    // Served from a pool, warm or cold: its build is the pool template's at that time.
+    let claimed = on.r.object.spec.warm_pool_ref.is_some();
     let plan = decide::decide(
         desired,
         &Observed {
@@ -402,6 +406,7 @@ fn plan(
                 current.last_hibernation.as_ref().map(|h| h.time.as_str()),
                 current.started_at.as_deref(),
             ),
+            claimed,
         },
     );
     // A failed template restore is retried at backoff pace, not at once (see restore.rs).

@@ -12,20 +12,22 @@
 //! [`crate::provider::labels::ensure_owned_or_claimed`]).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::Api;
 
 use crate::api::{Claimant, Sandbox, SandboxSpec, SandboxWarmPool};
-use crate::controller::Context;
 use crate::controller::events::warning;
 use crate::controller::outcome::{Outcome, Report};
 use crate::controller::pool::members;
+use crate::controller::{Context, caches};
 use crate::provider::SandboxDescriptor;
 use crate::provider::labels::Claim;
 use crate::registry::ProviderHandle;
 
+use super::SandboxContext;
 use super::apply::{Pass, WAIT};
 use super::broker::{Ask, Broker, PoolAt};
 use super::build::Desired;
@@ -37,15 +39,31 @@ pub const WARM: &str = "warm";
 /// `status.claim` of a Sandbox created from its pool's template.
 pub const COLD: &str = "cold";
 
-/// The pool a claiming Sandbox names, read fresh (its ledger decides the claim); `None` for
-/// a Sandbox without `spec.warmPoolRef`.
-pub async fn pool(r: &Report<'_, Sandbox>) -> Result<Option<SandboxWarmPool>, Outcome> {
+/// The pool a claiming Sandbox names; `None` for a Sandbox without `spec.warmPoolRef`. Read
+/// from the watch cache: a claim's ledger write carries the resourceVersion it read, so a
+/// cache that was behind costs a fresh read, never a wrong claim. A Sandbox served warm
+/// before (`claimed`) whose entry the cached ledger lacks reads it fresh: its proof must not
+/// be missed for a cache that is behind.
+pub async fn pool(
+    r: &Report<'_, Sandbox>,
+    sctx: &SandboxContext,
+    claimed: bool,
+) -> Result<Option<SandboxWarmPool>, Outcome> {
     let Some(pool_ref) = &r.object.spec.warm_pool_ref else {
         return Ok(None);
     };
     let ns = r.object.namespace().unwrap_or_default();
     let api: Api<SandboxWarmPool> = Api::namespaced(r.ctx.client.clone(), &ns);
-    match api.get_opt(&pool_ref.name).await? {
+    let cache = sctx.caches.get().map(|c| &c.pools);
+    let uid = r.object.uid().unwrap_or_default();
+    let cached = caches::lookup(cache, &api, &ns, &pool_ref.name).await?;
+    let pool = match cached {
+        Some(p) if !claimed || crate::claims::of(&p, &uid).is_some() => {
+            Some(Arc::unwrap_or_clone(p))
+        }
+        _ => api.get_opt(&pool_ref.name).await?,
+    };
+    match pool {
         Some(pool) => Ok(Some(pool)),
         None => Err(Outcome::waiting(
             "WarmPoolNotFound",

@@ -100,6 +100,11 @@ pub struct Observed<'a> {
     /// Whether env can be delivered only into a running sandbox (right after its start or
     /// resume) rather than into a created one before its main process starts.
     pub env_after_start: bool,
+    /// Whether the Sandbox was served from a warm pool (a member it claimed, or one created
+    /// cold from the pool's template). It keeps the build it got — a changed pool template
+    /// rolls only unclaimed members — so its spec hash, resources and allow-list are not
+    /// converged on the pool's template of today; its power state and env are its own.
+    pub claimed: bool,
 }
 
 /// Whether the last suspend or resume (`status.lastHibernation`) came after the last start
@@ -145,7 +150,7 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
     }
 
     let hash = current.labels.get(SPEC_HASH);
-    if hash != Some(&desired.spec_hash) {
+    if hash != Some(&desired.spec_hash) && !observed.claimed {
         let mut steps = vec![Step::Destroy];
         steps.extend(fresh(desired.state, env_when(observed)));
         return Plan {
@@ -159,7 +164,7 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
     }
 
     let mut steps = Vec::new();
-    if resources_differ(&desired.request.resources, &current.resources) {
+    if resources_differ(&desired.request.resources, &current.resources) && !observed.claimed {
         steps.push(Step::SetResources);
     }
     let exited_by_itself = exited_by_itself(current, observed, restart);
@@ -188,7 +193,9 @@ pub fn decide(desired: &Desired, observed: &Observed<'_>) -> Plan {
     };
     steps.extend_from_slice(power);
     with_env(&mut steps, observed, current.state == S::Running);
-    with_egress(&mut steps, observed.egress, current.state == S::Running);
+    if !observed.claimed {
+        with_egress(&mut steps, observed.egress, current.state == S::Running);
+    }
     Plan {
         steps,
         ..Plan::default()
@@ -433,7 +440,33 @@ mod tests {
             egress: EgressConvergence::NotInPlace,
             asleep: false,
             env_after_start: false,
+            claimed: false,
         }
+    }
+
+    #[test]
+    fn a_claimed_member_keeps_its_build_when_its_pool_template_changes() {
+        let d = desired(D::Running, RestartPolicy::Never);
+        let old_build = SandboxDescriptor {
+            resources: AppliedResources::default(),
+            ..descriptor(S::Running, "old", true, None)
+        };
+        let claimed = Observed {
+            claimed: true,
+            egress: EgressConvergence::Differs,
+            ..obs(Some(&old_build))
+        };
+        assert_eq!(decide(&d, &claimed), Plan::default());
+        let stopped = Desired {
+            state: D::Stopped,
+            ..d.clone()
+        };
+        assert_eq!(decide(&stopped, &claimed).steps, vec![Stop]);
+        let unclaimed = Observed {
+            claimed: false,
+            ..claimed
+        };
+        assert!(decide(&d, &unclaimed).steps.contains(&Destroy));
     }
 
     #[test]

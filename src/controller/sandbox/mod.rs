@@ -28,7 +28,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 
-use crate::api::{Sandbox, SandboxTemplate, SandboxVolume};
+use crate::api::{Sandbox, SandboxTemplate, SandboxVolume, SandboxWarmPool};
 use crate::controller::budgets::{self, Budgets};
 use crate::controller::caches::Caches;
 use crate::controller::events::{normal, warning};
@@ -384,12 +384,20 @@ pub async fn run(
         let st = v.status.clone().unwrap_or_default();
         (ready(&st.conditions), st.volume_name)
     });
+    // Pools: a claimant waiting for its pool to appear is woken by the pool's first
+    // generation; ledger and status churn only refresh the cache.
+    let (pools, pool_events) = cached::<SandboxWarmPool>(&ctx, &namespace, |_| (false, None));
     let sctx = SandboxContext::new(ctx.clone());
-    let _ = sctx.caches.set(Caches { templates, volumes });
+    let _ = sctx.caches.set(Caches {
+        templates,
+        volumes,
+        pools,
+    });
     let gate = Arc::new(Budgets::new(reader.clone(), budget_cache, wake));
     let _ = sctx.budgets.set(gate.clone());
     let by_template = reader.clone();
     let by_volume = reader.clone();
+    let by_pool = reader.clone();
     let controller = Controller::for_stream(objects, reader)
         .with_config(kube::runtime::controller::Config::default().concurrency(concurrency))
         .watches_stream(template_events, move |t: SandboxTemplate| {
@@ -404,6 +412,12 @@ pub async fn run(
                     .iter()
                     .flatten()
                     .any(|m| m.volume_ref.name == v.name_any())
+            })
+        })
+        .watches_stream(pool_events, move |p: SandboxWarmPool| {
+            naming(&by_pool, &p, |s| {
+                s.spec.warm_pool_ref.as_ref().map(|r| r.name.as_str())
+                    == Some(p.name_any().as_str())
             })
         })
         .reconcile_on(futures::stream::select(triggers, woken))
