@@ -6,16 +6,16 @@
 //! a waiting process is used by whichever comes first, and each process that ends leaves
 //! one waiting for the next.
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use bytes::Bytes;
 use futures::{FutureExt, StreamExt};
 
 use super::ProviderHandle;
 use super::warm::{self, Handed, LINGER};
 use crate::provider::interactive::CHUNK;
-use crate::provider::shellfs::{self, Shell, Transport};
+use crate::provider::shellfs::{self, FILE_TIMEOUT};
 use crate::provider::stream::{ExecInput, ExecSession, StreamExecRequest};
 use crate::provider::{ExecOutput, ProviderError, ProviderResult};
 
@@ -71,7 +71,10 @@ impl ProviderHandle {
         }
     }
 
-    /// `session`, leaving a waiting process in the sandbox once it has ended.
+    /// `session`, leaving processes waiting in the sandbox once it has ended if none waits
+    /// there any more. While one still waits, none is started: that one serves the next
+    /// request, and a start now would compete for the engine with whatever follows this one
+    /// (see [`warm::DEPTH`]).
     fn rearm_after(&self, id: &str, session: ExecSession) -> ExecSession {
         if self.warm.is_none() {
             return session;
@@ -81,7 +84,9 @@ impl ProviderHandle {
         ExecSession {
             exit: async move {
                 let ended = exit.await;
-                handle.prime(&id, Some(LINGER));
+                if !handle.is_primed(&id) {
+                    handle.prime(&id, Some(LINGER));
+                }
                 ended
             }
             .boxed(),
@@ -89,35 +94,47 @@ impl ProviderHandle {
         }
     }
 
-    /// Starts a process waiting in sandbox `id` unless one is there: kept until a request
-    /// takes it, it ends, or (with `linger`) it has waited that long. Nothing for a provider
-    /// that keeps none. Failures only mean the next request starts its process itself.
+    /// Starts processes waiting in sandbox `id` until it has [`warm::DEPTH`]: each kept until
+    /// a request takes it, it ends, or (with `linger`) it has waited that long. Nothing for a
+    /// provider that keeps none. Failures only mean a later request starts its process itself.
     pub fn prime(&self, id: &str, linger: Option<Duration>) {
         let Some(warm) = self.warm.clone() else {
             return;
         };
-        let Some((serial, taken)) = warm.register(id) else {
-            return;
-        };
-        let (handle, id) = (self.clone(), id.to_string());
-        tokio::spawn(async move {
-            if let Some(exec) = handle.provider.streaming_exec() {
-                let reader = warm::reader_request();
-                match handle
-                    .call("exec_prime", exec.exec_stream(&id, &reader))
-                    .await
-                {
-                    Ok(session) => warm::keep(session, taken, linger).await,
+        while let Some(keeper) = warm.register(id) {
+            let (handle, warm, id) = (self.clone(), warm.clone(), id.to_string());
+            tokio::spawn(async move {
+                let started = match handle.provider.streaming_exec() {
+                    Some(exec) => {
+                        let reader = warm::reader_request();
+                        handle
+                            .call("exec_prime", exec.exec_stream(&id, &reader))
+                            .await
+                    }
+                    None => Err(ProviderError::unsupported("no streaming exec")),
+                };
+                match started {
+                    Ok(session) => {
+                        keeper.answered.store(true, Ordering::Release);
+                        warm::keep(session, keeper.taken, linger).await;
+                    }
                     Err(e) => tracing::debug!(sandbox = %id, error = %e, "no waiting process"),
                 }
-            }
-            warm.deregister(&id, serial);
-        });
+                warm.deregister(&id, keeper.serial);
+            });
+        }
     }
 
     /// Whether sandbox `id` has a process waiting (or being started).
     pub fn is_primed(&self, id: &str) -> bool {
         self.warm.as_ref().is_some_and(|w| w.has(id))
+    }
+
+    /// Whether no process is still being started in sandbox `id` (always, for a provider
+    /// that keeps none): a pool counts a member ready once it is, so that the claims that
+    /// follow a pool's readiness do not meet the starts of its waiting processes.
+    pub fn is_settled(&self, id: &str) -> bool {
+        self.warm.as_ref().is_none_or(|w| w.settled(id))
     }
 
     /// Creates or replaces the whole file `path` in sandbox `id`: through the shell file
@@ -131,7 +148,7 @@ impl ProviderHandle {
         mode: u32,
     ) -> ProviderResult<()> {
         if self.is_primed(id) {
-            return shellfs::write_file(&Warmed(self), id, path, data, mode).await;
+            return self.write_reported(id, path, data, mode).await;
         }
         let files = self.provider.files().ok_or_else(|| {
             ProviderError::unsupported(format!("provider {} has no file API", self.name()))
@@ -141,37 +158,64 @@ impl ProviderHandle {
     }
 }
 
-/// A handle as the shell file protocol's [`Shell`]: each command through
-/// [`ProviderHandle::exec_stream`].
-struct Warmed<'a>(&'a ProviderHandle);
-
-#[async_trait]
-impl Shell for Warmed<'_> {
-    fn transport(&self) -> Transport {
-        Transport::Binary
-    }
-
-    async fn shell_exec(
+impl ProviderHandle {
+    /// A whole-file write through [`Self::exec_stream`] that returns as soon as the script
+    /// has written its status (see [`shellfs::reported_write`]): the streams' close and the
+    /// exit record (~4 ms on Docker) are awaited in the background, where the process's end
+    /// leaves another waiting. A failure waits for its stderr, which says why.
+    async fn write_reported(
         &self,
         id: &str,
-        argv: Vec<String>,
-        stdin: Option<&[u8]>,
-        timeout: Duration,
-    ) -> ProviderResult<ExecOutput> {
+        path: &str,
+        data: &[u8],
+        mode: u32,
+    ) -> ProviderResult<()> {
+        let (argv, path) = shellfs::reported_write(id, path, mode)?;
         let request = StreamExecRequest {
             argv,
             env: Default::default(),
             cwd: None,
-            stdin: stdin.is_some(),
+            stdin: true,
             tty: None,
         };
         let run = async {
-            let session = self.0.exec_stream(id, &request).await?;
-            to_completion(session, stdin).await
+            let ExecSession {
+                input,
+                mut stdout,
+                stderr,
+                exit,
+            } = self.exec_stream(id, &request).await?;
+            let status = async {
+                let mut out = Vec::new();
+                while let Some(chunk) = stdout.next().await {
+                    out.extend_from_slice(&chunk?);
+                    if let Some(code) = shellfs::reported_status(&out) {
+                        return Ok(Some(code));
+                    }
+                }
+                Ok::<_, ProviderError>(None)
+            };
+            let ((), status) = tokio::join!(feed(input, Some(data)), status);
+            let rest = ExecSession {
+                input: tokio::sync::mpsc::channel(1).0,
+                stdout,
+                stderr,
+                exit,
+            };
+            match status? {
+                Some(0) => {
+                    tokio::spawn(to_completion(rest, None));
+                    Ok(())
+                }
+                _ => {
+                    let out = to_completion(rest, None).await?;
+                    shellfs::reported_outcome(id, &path, out.exit_code, out.stderr)
+                }
+            }
         };
-        tokio::time::timeout(timeout, run).await.map_err(|_| {
+        tokio::time::timeout(FILE_TIMEOUT, run).await.map_err(|_| {
             ProviderError::transient(format!(
-                "a file operation in sandbox {id} did not finish within {timeout:?}"
+                "writing {path} in sandbox {id} did not finish within {FILE_TIMEOUT:?}"
             ))
         })?
     }
@@ -185,18 +229,7 @@ async fn to_completion(session: ExecSession, stdin: Option<&[u8]>) -> ProviderRe
         stderr,
         exit,
     } = session;
-    let feed = async move {
-        for chunk in stdin.unwrap_or_default().chunks(CHUNK) {
-            if input
-                .send(ExecInput::Stdin(Bytes::copy_from_slice(chunk)))
-                .await
-                .is_err()
-            {
-                return;
-            }
-        }
-        let _ = input.send(ExecInput::CloseStdin).await;
-    };
+    let feed = feed(input, stdin);
     let gather = |s: futures::stream::BoxStream<'static, ProviderResult<Bytes>>| async move {
         let mut all = Vec::new();
         let mut s = s;
@@ -217,4 +250,18 @@ async fn to_completion(session: ExecSession, stdin: Option<&[u8]>) -> ProviderRe
         stderr: stderr?,
         exit_code: exit.await?.code,
     })
+}
+
+/// Sends `stdin` (then its end) to a process's input.
+async fn feed(input: tokio::sync::mpsc::Sender<ExecInput>, stdin: Option<&[u8]>) {
+    for chunk in stdin.unwrap_or_default().chunks(CHUNK) {
+        if input
+            .send(ExecInput::Stdin(Bytes::copy_from_slice(chunk)))
+            .await
+            .is_err()
+        {
+            return;
+        }
+    }
+    let _ = input.send(ExecInput::CloseStdin).await;
 }

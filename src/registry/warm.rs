@@ -19,15 +19,16 @@
 //! whose reader does not take its command, starts the process the ordinary way.
 //!
 //! A waiting reader costs a shell process in the sandbox and one provider connection. Only
-//! sandboxes in use get one: the one a request used is replaced once that request's process
-//! ends (lingering [`LINGER`]), and a warm pool's free members get one each (until claimed),
-//! so a claim's environment delivery does not wait for a runtime exec.
+//! sandboxes in use get them, [`DEPTH`] at a time: when a request has used the last one, new
+//! ones are started once its process ends (lingering [`LINGER`]), and a warm pool's free
+//! members get theirs as they join the pool, so a claim's environment delivery and the
+//! claimant's first command each find one waiting.
 
 pub mod reader;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -40,6 +41,14 @@ use crate::provider::stream::{ExecInput, ExecSession, StreamExecRequest};
 /// How long a waiting process left by a request is kept for the next one.
 pub const LINGER: Duration = Duration::from_secs(120);
 
+/// How many processes wait in one sandbox. Two, so that the one a request takes is
+/// replaced while the other serves the next request: starting a process is tens of
+/// milliseconds of engine CPU, and it then competes with nothing on the path of a request
+/// that follows at once (a claim's env delivery and its first command; back-to-back
+/// execs). Measured on Docker with one: the replacement for a claim's env delivery, started
+/// as the claim wrote its status, slowed that write and the next claim (28 ms → 39 ms median).
+pub const DEPTH: usize = 2;
+
 /// How long a taken reader may take to answer its header. It is already running and waiting
 /// for it, so this only bounds a frozen or overloaded sandbox, which then gets its process
 /// the ordinary way.
@@ -48,17 +57,29 @@ const START_BOUND: Duration = Duration::from_secs(2);
 /// How a waiting process gets its command once taken.
 type Taker = oneshot::Sender<oneshot::Sender<ExecSession>>;
 
-/// One registered keeper: which one (a newer keeper may replace it under the same id) and
-/// how to take its process.
+/// One registered keeper: which one, how to take its process, and whether its start has
+/// been answered (its process waits, or it could not be started and the keeper is leaving).
 struct Keeper {
     serial: u64,
     take: Taker,
+    answered: Arc<AtomicBool>,
 }
 
-/// The waiting processes of one provider, by sandbox id.
+/// A registered keeper's side: its serial, where its process is taken from, and the flag it
+/// sets once its start has been answered.
+pub struct Registered {
+    /// Which keeper.
+    pub serial: u64,
+    /// Where a request asks for its process.
+    pub taken: oneshot::Receiver<oneshot::Sender<ExecSession>>,
+    /// Set once the start has been answered.
+    pub answered: Arc<AtomicBool>,
+}
+
+/// The waiting processes of one provider, by sandbox id, oldest first.
 #[derive(Default)]
 pub struct WarmExec {
-    keepers: Mutex<HashMap<String, Keeper>>,
+    keepers: Mutex<HashMap<String, Vec<Keeper>>>,
     serial: AtomicU64,
 }
 
@@ -76,38 +97,72 @@ impl WarmExec {
         lock(&self.keepers).contains_key(id)
     }
 
-    /// Registers a keeper for `id` unless one is there; returns the receiving end of its
-    /// take channel and its serial for the task that starts the process, `None` when one is
-    /// there already.
-    pub fn register(
-        &self,
-        id: &str,
-    ) -> Option<(u64, oneshot::Receiver<oneshot::Sender<ExecSession>>)> {
+    /// Whether no process of sandbox `id` is still being started: each registered one waits
+    /// (or none is registered, or they could not be started).
+    pub fn settled(&self, id: &str) -> bool {
+        lock(&self.keepers)
+            .get(id)
+            .is_none_or(|kept| kept.iter().all(|k| k.answered.load(Ordering::Acquire)))
+    }
+
+    /// Registers a keeper for `id` unless [`DEPTH`] are there, for the task that starts its
+    /// process; `None` when the sandbox has its keepers already.
+    pub fn register(&self, id: &str) -> Option<Registered> {
         let mut keepers = lock(&self.keepers);
-        if keepers.contains_key(id) {
+        let kept = keepers.entry(id.to_string()).or_default();
+        if kept.len() >= DEPTH {
             return None;
         }
         let serial = self.serial.fetch_add(1, Ordering::Relaxed);
         let (take, taken) = oneshot::channel();
-        keepers.insert(id.to_string(), Keeper { serial, take });
-        Some((serial, taken))
+        let answered = Arc::new(AtomicBool::new(false));
+        kept.push(Keeper {
+            serial,
+            take,
+            answered: answered.clone(),
+        });
+        Some(Registered {
+            serial,
+            taken,
+            answered,
+        })
     }
 
-    /// Removes the keeper `serial` of `id` (not a newer one registered since).
+    /// Removes the keeper `serial` of `id`, if it is still registered.
     pub fn deregister(&self, id: &str, serial: u64) {
         let mut keepers = lock(&self.keepers);
-        if keepers.get(id).is_some_and(|k| k.serial == serial) {
-            keepers.remove(id);
+        if let Some(kept) = keepers.get_mut(id) {
+            kept.retain(|k| k.serial != serial);
+            if kept.is_empty() {
+                keepers.remove(id);
+            }
         }
     }
 
-    /// The waiting process of sandbox `id`, once its keeper has started it; `None` when
-    /// there is none, or it could not be started, or it ended meanwhile.
+    /// A waiting process of sandbox `id`, the oldest first, once its keeper has started it;
+    /// `None` when there is none, or none could be started, or each ended meanwhile.
     pub async fn take(&self, id: &str) -> Option<ExecSession> {
-        let keeper = lock(&self.keepers).remove(id)?;
-        let (reply, session) = oneshot::channel();
-        keeper.take.send(reply).ok()?;
-        session.await.ok()
+        while let Some(keeper) = self.pop(id) {
+            let (reply, session) = oneshot::channel();
+            if keeper.take.send(reply).is_err() {
+                continue;
+            }
+            if let Ok(session) = session.await {
+                return Some(session);
+            }
+        }
+        None
+    }
+
+    /// Unregisters the oldest keeper of `id`.
+    fn pop(&self, id: &str) -> Option<Keeper> {
+        let mut keepers = lock(&self.keepers);
+        let kept = keepers.get_mut(id)?;
+        let first = (!kept.is_empty()).then(|| kept.remove(0));
+        if kept.is_empty() {
+            keepers.remove(id);
+        }
+        first
     }
 }
 
@@ -214,26 +269,50 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_keeper_hands_its_process_over_once_and_a_newer_one_survives_the_old() {
+    async fn keepers_hand_their_processes_over_oldest_first_up_to_the_depth() {
         let warm = WarmExec::default();
-        let (serial, taken) = warm.register("a").expect("first keeper");
-        assert!(warm.register("a").is_none(), "one keeper per sandbox");
+        let Registered {
+            serial: first,
+            taken,
+            answered,
+        } = warm.register("a").expect("first keeper");
+        let second = warm.register("a").expect("second keeper");
+        assert!(!warm.settled("a"), "both are being started");
+        answered.store(true, Ordering::Release);
+        second.answered.store(true, Ordering::Release);
+        assert!(warm.settled("a"));
+        let second = second.serial;
+        assert!(warm.register("a").is_none(), "{DEPTH} keepers per sandbox");
+        let (s, _ends) = session();
+        let kept = tokio::spawn(keep(s, taken, None));
+        assert!(
+            warm.take("a").await.is_some(),
+            "the oldest hands its process"
+        );
+        kept.await.expect("keeper ends");
+        assert!(warm.has("a"), "the second still waits");
+        warm.deregister("a", first);
+        assert!(warm.has("a"), "a finished keeper's exit leaves the others");
+        warm.deregister("a", second);
+        assert!(!warm.has("a"));
+        assert!(warm.take("a").await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_take_skips_keepers_that_ended_for_one_that_hands_over() {
+        let warm = WarmExec::default();
+        drop(warm.register("a").expect("keeper"));
+        let taken = warm.register("a").expect("keeper").taken;
         let (s, _ends) = session();
         let kept = tokio::spawn(keep(s, taken, None));
         assert!(warm.take("a").await.is_some());
         kept.await.expect("keeper ends");
-        assert!(!warm.has("a"), "taken: gone from the map");
-        let (newer, _) = warm.register("a").expect("a new keeper");
-        warm.deregister("a", serial);
-        assert!(warm.has("a"), "the old keeper's exit leaves the new one");
-        warm.deregister("a", newer);
-        assert!(warm.take("a").await.is_none());
     }
 
     #[tokio::test]
     async fn a_process_that_ended_is_not_handed_over() {
         let warm = WarmExec::default();
-        let (_, taken) = warm.register("a").expect("keeper");
+        let taken = warm.register("a").expect("keeper").taken;
         let (s, ends) = session();
         ends.exit.send(Ok(ExitStatus { code: 137 })).ok();
         keep(s, taken, None).await;

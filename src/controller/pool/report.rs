@@ -21,9 +21,10 @@ const DEFAULT_DEADLINE_SECONDS: i64 = 600;
 
 /// Counts the members into status — as observed before acting (`seen`), or observed again
 /// when the pass acted; Ready when `replicas` current members run and no older ones are
-/// left. Each member a claim can take gets a
-/// process waiting in it (see `registry::warm`), so the claim's environment delivery does
-/// not wait for a runtime exec.
+/// left. Each member a claim can take gets processes waiting in it (see `registry::warm`),
+/// so a claim's environment delivery and first command do not wait for a runtime exec; a
+/// member counts as ready once they are started (or could not be), so claims that follow
+/// the pool's readiness do not compete with those starts.
 pub async fn report(
     on: &On<'_>,
     acted: bool,
@@ -42,9 +43,12 @@ pub async fn report(
         }
     };
     let all: Vec<_> = observed.iter().map(members::member).collect();
-    let c = counts(&all, &next.ledger, hash);
+    let mut c = counts(&all, &next.ledger, hash);
     for id in claimable(&all, &next.ledger, hash) {
         on.handle.prime(id, None);
+        if !on.handle.is_settled(id) {
+            c.ready = c.ready.saturating_sub(1);
+        }
     }
     let int = |n: usize| i32::try_from(n).unwrap_or(i32::MAX);
     next.replicas = int(c.replicas);

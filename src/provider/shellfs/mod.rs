@@ -187,18 +187,55 @@ pub async fn write_file<S: Shell + ?Sized>(
     data: &[u8],
     mode: u32,
 ) -> ProviderResult<()> {
+    let args = write_args(id, path, mode)?;
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    run(shell, id, scripts::WRITE, &args, Some(data), FILE_TIMEOUT)
+        .await
+        .map(|_| ())
+}
+
+/// The arguments of [`scripts::WRITE`] for a whole-file write of `path` with `mode`:
+/// the checked path, the mode masked to `0o777`, the umask that creates the file with that
+/// mode, and whether a `chmod` must add execute bits.
+fn write_args(id: &str, path: &str, mode: u32) -> ProviderResult<[String; 4]> {
     let path = below_root(id, "write", path)?;
-    let mode = format!("{:o}", mode & 0o777);
-    run(
-        shell,
-        id,
-        scripts::WRITE,
-        &[&path, &mode],
-        Some(data),
-        FILE_TIMEOUT,
-    )
-    .await
-    .map(|_| ())
+    let mode = mode & 0o777;
+    let chmod = if mode & 0o111 != 0 { "x" } else { "" };
+    Ok([
+        path,
+        format!("{mode:o}"),
+        format!("{:o}", !mode & 0o777),
+        chmod.to_string(),
+    ])
+}
+
+/// A whole-file write as one command for a shell that reports its status in band (see
+/// [`scripts::REPORTED`]): its argv (stdin is the data), and the path it writes.
+pub fn reported_write(id: &str, path: &str, mode: u32) -> ProviderResult<(Vec<String>, String)> {
+    let args = write_args(id, path, mode)?;
+    let script = format!("{}{}", scripts::REPORTED, scripts::WRITE);
+    let path = args[0].clone();
+    Ok((script_argv(&script, args.to_vec()), path))
+}
+
+/// The outcome of a write made with [`reported_write`]: its status, and stderr when it
+/// failed.
+pub fn reported_outcome(id: &str, path: &str, code: i64, stderr: Vec<u8>) -> ProviderResult<()> {
+    let out = ExecOutput {
+        stdout: Vec::new(),
+        stderr,
+        exit_code: code,
+    };
+    verdict(id, path, out).map(|_| ())
+}
+
+/// The exit code a [`scripts::REPORTED`] script wrote, once `out` (all of its stdout so
+/// far) is exactly that status; `None` while it is incomplete or is anything else.
+pub fn reported_status(out: &[u8]) -> Option<i64> {
+    let inner = out
+        .strip_prefix(&[scripts::STATUS_START])?
+        .strip_suffix(&[scripts::STATUS_END])?;
+    std::str::from_utf8(inner).ok()?.parse().ok()
 }
 
 /// One level of a directory, sorted by name. Absent = `NotFound`; `[]` only when empty.

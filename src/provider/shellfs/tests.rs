@@ -36,11 +36,13 @@ impl Shell for LocalShell {
             .stdin
             .take()
             .ok_or_else(|| ProviderError::transient("stdin"))?;
-        input
-            .write_all(stdin.unwrap_or_default())
-            .await
-            .map_err(|e| ProviderError::transient(e.to_string()))?;
-        drop(input);
+        // A script may exit without reading its input (a refused write).
+        match input.write_all(stdin.unwrap_or_default()).await {
+            Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+                return Err(ProviderError::transient(e.to_string()));
+            }
+            _ => drop(input),
+        }
         let out = tokio::time::timeout(timeout, child.wait_with_output())
             .await
             .map_err(|_| ProviderError::transient("timed out"))?
@@ -190,4 +192,41 @@ fn exit_codes_map_to_error_kinds() {
     for (code, expected) in kinds {
         assert_eq!(kind(verdict("s", "/p", out(code))), expected, "exit {code}");
     }
+}
+
+#[tokio::test]
+async fn a_reported_write_ends_its_stdout_with_its_status() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let shell = &LocalShell(Transport::Binary);
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let write = |path: String, mode| async move {
+        let (argv, _) = reported_write("s", &path, mode).unwrap();
+        let out = shell
+            .shell_exec("s", argv, Some(b"data"), Duration::from_secs(10))
+            .await
+            .unwrap();
+        reported_status(&out.stdout)
+    };
+    let mode = |p: &str| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+
+    let plain = format!("{root}/new/plain");
+    assert_eq!(write(plain.clone(), 0o640).await, Some(0));
+    assert_eq!(std::fs::read(&plain).unwrap(), b"data");
+    assert_eq!(mode(&plain), 0o640);
+    let tool = format!("{root}/tool");
+    assert_eq!(write(tool.clone(), 0o750).await, Some(0));
+    assert_eq!(mode(&tool), 0o750);
+    let into_a_dir = format!("{root}/new");
+    assert_eq!(write(into_a_dir, 0o644).await, Some(scripts::IS_DIR));
+}
+
+#[test]
+fn a_status_is_read_only_when_whole() {
+    let status = |s: &str| reported_status(s.as_bytes());
+    assert_eq!(status("\u{1f}0\u{1e}"), Some(0));
+    assert_eq!(status("\u{1f}21\u{1e}"), Some(21));
+    assert_eq!(status("\u{1f}21"), None);
+    assert_eq!(status("noise\u{1f}0\u{1e}"), None);
+    assert_eq!(status(""), None);
 }
