@@ -19,10 +19,10 @@ use sandbox_operator::provider::stream::{
     ExecSession, Logs, PortForward, StreamExecRequest, StreamingExec,
 };
 use sandbox_operator::provider::{
-    CreateRequest, ExecOutput, ExecRequest, Files, Hibernation, Provider, ProviderResult,
-    SandboxDescriptor, SandboxQuery,
+    CreateRequest, ErrorKind, ExecOutput, ExecRequest, Files, Hibernation, Provider,
+    ProviderResult, SandboxDescriptor, SandboxQuery,
 };
-use sandbox_operator::registry::ProviderHandle;
+use sandbox_operator::registry::{ProviderHandle, warm};
 
 use conformance::fixture::{Fixture, Skipped};
 use conformance::support::{running, sh, wait_until};
@@ -159,6 +159,27 @@ async fn a_file_is_written_through_a_waiting_process(fx: &Fixture) -> Result<(),
     if mode.trim() != "600" {
         return Err(format!("mode {mode:?}, not 600"));
     }
+    a_refused_write_is_reported(fx, w, &id).await
+}
+
+/// A write the script refuses (over a directory) through a waiting process fails with the
+/// script's reason, as the provider's own write would.
+async fn a_refused_write_is_reported(fx: &Fixture, w: &WarmedExec, id: &str) -> Result<(), String> {
+    wait_until("a waiting process again", fx.patience, || async {
+        w.handle
+            .is_primed(id)
+            .then_some(())
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await?;
+    let before = w.handed();
+    match w.handle.write_file(id, "/run", b"x", 0o600).await {
+        Err(e) if e.kind() == ErrorKind::Invalid => {}
+        other => return Err(format!("a write over a directory gave {other:?}")),
+    }
+    if w.handed() != before + 1.0 {
+        return Err("the refused write did not use the waiting process".into());
+    }
     Ok(())
 }
 
@@ -193,11 +214,12 @@ async fn a_frozen_readers_command_never_runs(fx: &Fixture) -> Result<(), String>
     let id = running(fx).await?;
     let w = &WarmedExec::over(fx.provider.clone());
     w.handle.prime(&id, None);
-    wait_until("the reader to start", fx.patience, || async {
+    let all = warm::DEPTH.to_string();
+    wait_until("the readers to start", fx.patience, || async {
         let n = sh(fx, &id, READERS).await?;
-        (n.trim() != "0")
+        (n.trim() == all)
             .then_some(())
-            .ok_or_else(|| "not yet".to_string())
+            .ok_or_else(|| format!("{} of {all}", n.trim()))
     })
     .await?;
     let hibernation = fx.provider.hibernation().ok_or("hibernation")?;
@@ -217,12 +239,13 @@ async fn a_frozen_readers_command_never_runs(fx: &Fixture) -> Result<(), String>
         return Err("a process started in a frozen sandbox".into());
     }
     hibernation.resume(&id).await.map_err(|e| e.to_string())?;
-    let readers = READERS;
+    // The reader that was handed the command ends; the one not asked keeps waiting.
+    let left = (warm::DEPTH - 1).to_string();
     wait_until("the abandoned reader to end", fx.patience, || async {
-        let n = sh(fx, &id, readers).await?;
-        (n.trim() == "0")
+        let n = sh(fx, &id, READERS).await?;
+        (n.trim() == left)
             .then_some(())
-            .ok_or_else(|| "still there".to_string())
+            .ok_or_else(|| format!("{} readers", n.trim()))
     })
     .await?;
     let ran = sh(fx, &id, "cat /tmp/frozen 2>/dev/null || echo absent").await?;
