@@ -194,6 +194,12 @@ register_access() {
   [ -n "$ip" ] || die "cannot tell this host's address; set SANDBOX_NODE_IP"
   ca="$(base64 -w0 <"$ACCESS_CERT")"
   info "APIService $APISERVICE -> $ip:$ACCESS_PORT (Service $ACCESS_NS/$ACCESS_SVC)"
+  # A `demo down` just before leaves the namespace terminating: what is applied into it now
+  # would be deleted with it, so wait until it is gone.
+  if [ "$(k get namespace "$ACCESS_NS" -o jsonpath='{.status.phase}' 2>/dev/null)" = Terminating ]; then
+    k wait --for=delete "namespace/$ACCESS_NS" --timeout=120s >/dev/null ||
+      die "namespace $ACCESS_NS is still terminating after 120 s"
+  fi
   k apply -f - >/dev/null <<EOF || die "registering the APIService failed"
 apiVersion: v1
 kind: Namespace

@@ -156,7 +156,16 @@ async fn upload(
 pub fn pack(local: &Path, root: &str) -> Result<Vec<u8>, PluginError> {
     let context = || format!("packing {}", local.display());
     let meta = std::fs::metadata(local).map_err(|e| PluginError::local(context(), e))?;
-    let mut builder = tar::Builder::new(Vec::new());
+    // A file's archive is its bytes plus a header, padding and the end blocks: sized once,
+    // so a large file is not copied again at every doubling of the buffer.
+    let capacity = if meta.is_dir() {
+        0
+    } else {
+        usize::try_from(meta.len())
+            .unwrap_or(0)
+            .saturating_add(4096)
+    };
+    let mut builder = tar::Builder::new(Vec::with_capacity(capacity));
     builder.follow_symlinks(false);
     let added = if meta.is_dir() {
         builder.append_dir_all(root, local)

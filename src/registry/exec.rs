@@ -55,6 +55,12 @@ impl ProviderHandle {
         let warm = self.warm.as_ref().filter(|_| request.tty.is_none())?;
         let asked = Instant::now();
         let taken = warm.take(id).await?;
+        // The last waiting one is gone: start the next now, not when this request ends, so a
+        // request that follows closely finds it started (an exec start costs ~60 ms on a
+        // hardened container, more than a short command takes).
+        if !self.is_primed(id) {
+            self.prime(id, Some(LINGER));
+        }
         let started = Instant::now();
         let handed = warm::hand(taken, request).await;
         tracing::debug!(sandbox = id, taken = ?started - asked, handed = ?started.elapsed(), "warm process");
@@ -72,9 +78,9 @@ impl ProviderHandle {
     }
 
     /// `session`, leaving processes waiting in the sandbox once it has ended if none waits
-    /// there any more. While one still waits, none is started: that one serves the next
-    /// request, and a start now would compete for the engine with whatever follows this one
-    /// (see [`warm::DEPTH`]).
+    /// there any more (a request that took the last one has started the next already). While
+    /// one still waits, none is started: that one serves the next request, and a start now
+    /// would compete for the engine with whatever follows this one (see [`warm::DEPTH`]).
     fn rearm_after(&self, id: &str, session: ExecSession) -> ExecSession {
         if self.warm.is_none() {
             return session;
