@@ -17,6 +17,7 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::container::LogOutput;
 use bollard::exec::{CreateExecOptions, StartExecOptions, StartExecResults};
+use bollard::models::ExecInspectResponse;
 use futures::{Stream, StreamExt};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
@@ -132,20 +133,39 @@ impl DockerProvider {
 /// end. The engine answers an attached start as soon as it has taken the connection, and
 /// starts the process only after that; a pause must not come in between (see `freeze`).
 async fn started_process(docker: &Docker, exec_id: &str, id: &str) -> ProviderResult<()> {
+    let started = |e: &ExecInspectResponse| {
+        (e.pid.is_some_and(|p| p > 0) || e.exit_code.is_some()).then_some(())
+    };
+    let late = format!(
+        "exec in sandbox {id}: the engine did not start the process within {START_BOUND:?}"
+    );
     let deadline = Instant::now() + START_BOUND;
+    let step = "waiting for an exec to start";
+    poll_exec(docker, (exec_id, id), deadline, step, &late, started).await
+}
+
+/// Re-reads exec `exec_id` (in sandbox `id`) until `done` says what it waited for: first
+/// after 1 ms, doubling up to [`EXIT_POLL`] (the engine's races are usually over within a
+/// millisecond or two). Past `deadline` the wait is `Transient`, with `late` as its message.
+async fn poll_exec<T>(
+    docker: &Docker,
+    (exec_id, id): (&str, &str),
+    deadline: Instant,
+    step: &str,
+    late: &str,
+    done: impl Fn(&ExecInspectResponse) -> Option<T>,
+) -> ProviderResult<T> {
     let mut pause = Duration::from_millis(1);
     loop {
         let inspected = docker
             .inspect_exec(exec_id)
             .await
-            .map_err(|e| exec_error(id, "waiting for an exec to start", e))?;
-        if inspected.pid.is_some_and(|p| p > 0) || inspected.exit_code.is_some() {
-            return Ok(());
+            .map_err(|e| exec_error(id, step, e))?;
+        if let Some(found) = done(&inspected) {
+            return Ok(found);
         }
         if Instant::now() >= deadline {
-            return Err(ProviderError::transient(format!(
-                "exec in sandbox {id}: the engine did not start the process within {START_BOUND:?}"
-            )));
+            return Err(ProviderError::transient(late));
         }
         tokio::time::sleep(pause).await;
         pause = (pause * 2).min(EXIT_POLL);
@@ -283,25 +303,11 @@ pub(super) async fn exit_code(
     id: &str,
     deadline: Instant,
 ) -> ProviderResult<i64> {
-    let mut pause = Duration::from_millis(1);
-    loop {
-        let inspected = docker
-            .inspect_exec(exec_id)
-            .await
-            .map_err(|e| exec_error(id, "reading an exec's exit code", e))?;
-        if inspected.running != Some(true)
-            && let Some(code) = inspected.exit_code
-        {
-            return Ok(code);
-        }
-        if Instant::now() >= deadline {
-            return Err(ProviderError::transient(format!(
-                "exec in sandbox {id}: the engine recorded no exit code after the output ended"
-            )));
-        }
-        tokio::time::sleep(pause).await;
-        pause = (pause * 2).min(EXIT_POLL);
-    }
+    let ended = |e: &ExecInspectResponse| e.exit_code.filter(|_| e.running != Some(true));
+    let late =
+        format!("exec in sandbox {id}: the engine recorded no exit code after the output ended");
+    let step = "reading an exec's exit code";
+    poll_exec(docker, (exec_id, id), deadline, step, &late, ended).await
 }
 
 /// Maps an exec-step error: 404 is the sandbox being gone, 409 is it not running.
