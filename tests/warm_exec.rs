@@ -289,50 +289,45 @@ async fn a_pause_racing_a_waiting_process_never_wedges_the_engine(
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn docker_a_pause_racing_a_waiting_process_never_wedges_the_engine() {
-    let Some(fx) = conformance::setup(conformance::docker::fixture().await) else {
-        return;
+/// A test named `$name` that runs check `$check` against the fixture `$fixture`.
+macro_rules! on_fixture {
+    ($name:ident, $fixture:path, $check:ident) => {
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn $name() {
+            let Some(fx) = conformance::setup($fixture().await) else {
+                return;
+            };
+            let result = $check(&fx).await;
+            conformance::finish(fx, result).await;
+        }
     };
-    let result = a_pause_racing_a_waiting_process_never_wedges_the_engine(&fx).await;
-    conformance::finish(fx, result).await;
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn docker_a_file_is_written_through_a_waiting_process() {
-    let Some(fx) = conformance::setup(conformance::docker::fixture().await) else {
-        return;
-    };
-    let result = a_file_is_written_through_a_waiting_process(&fx).await;
-    conformance::finish(fx, result).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kubernetes_a_file_is_written_through_a_waiting_process() {
-    let Some(fx) = conformance::setup(conformance::kubernetes::fixture().await) else {
-        return;
-    };
-    let result = a_file_is_written_through_a_waiting_process(&fx).await;
-    conformance::finish(fx, result).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn docker_a_dropped_reader_runs_nothing() {
-    let Some(fx) = conformance::setup(conformance::docker::fixture().await) else {
-        return;
-    };
-    let result = a_dropped_reader_runs_nothing(&fx).await;
-    conformance::finish(fx, result).await;
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn docker_a_frozen_readers_command_never_runs() {
-    let Some(fx) = conformance::setup(conformance::docker::fixture().await) else {
-        return;
-    };
-    let result = a_frozen_readers_command_never_runs(&fx).await;
-    conformance::finish(fx, result).await;
-}
+on_fixture!(
+    docker_a_pause_racing_a_waiting_process_never_wedges_the_engine,
+    conformance::docker::fixture,
+    a_pause_racing_a_waiting_process_never_wedges_the_engine
+);
+on_fixture!(
+    docker_a_file_is_written_through_a_waiting_process,
+    conformance::docker::fixture,
+    a_file_is_written_through_a_waiting_process
+);
+on_fixture!(
+    kubernetes_a_file_is_written_through_a_waiting_process,
+    conformance::kubernetes::fixture,
+    a_file_is_written_through_a_waiting_process
+);
+on_fixture!(
+    docker_a_dropped_reader_runs_nothing,
+    conformance::docker::fixture,
+    a_dropped_reader_runs_nothing
+);
+on_fixture!(
+    docker_a_frozen_readers_command_never_runs,
+    conformance::docker::fixture,
+    a_frozen_readers_command_never_runs
+);
 
 #[async_trait]
 impl Provider for Warmed {
