@@ -289,6 +289,42 @@ async fn a_pause_racing_a_waiting_process_never_wedges_the_engine(
     Ok(())
 }
 
+/// A request that takes the sandbox's last waiting process starts the next at once: while
+/// the requests' processes still run, one waits again (not only after one of them ends).
+async fn taking_the_last_reader_starts_the_next(fx: &Fixture) -> Result<(), String> {
+    let id = running(fx).await?;
+    let w = &WarmedExec::over(fx.provider.clone());
+    w.handle.prime(&id, None);
+    wait_until("the readers to start", fx.patience, || async {
+        w.handle
+            .is_settled(&id)
+            .then_some(())
+            .ok_or_else(|| "not yet".to_string())
+    })
+    .await?;
+    let before = w.handed();
+    let hold = StreamExecRequest {
+        argv: vec!["sh".into(), "-c".into(), "read x".into()],
+        env: BTreeMap::new(),
+        cwd: None,
+        stdin: true,
+        tty: None,
+    };
+    let mut running_now = Vec::new();
+    for _ in 0..warm::DEPTH {
+        let session = w.handle.exec_stream(&id, &hold).await;
+        running_now.push(session.map_err(|e| e.to_string())?);
+    }
+    if w.handed() != before + warm::DEPTH as f64 {
+        return Err("the requests did not take the waiting processes".into());
+    }
+    if !w.handle.is_primed(&id) {
+        return Err("no process waits while the requests run".into());
+    }
+    drop(running_now);
+    Ok(())
+}
+
 /// A test named `$name` that runs check `$check` against the fixture `$fixture`.
 macro_rules! on_fixture {
     ($name:ident, $fixture:path, $check:ident) => {
@@ -322,6 +358,11 @@ on_fixture!(
     docker_a_dropped_reader_runs_nothing,
     conformance::docker::fixture,
     a_dropped_reader_runs_nothing
+);
+on_fixture!(
+    docker_taking_the_last_reader_starts_the_next,
+    conformance::docker::fixture,
+    taking_the_last_reader_starts_the_next
 );
 on_fixture!(
     docker_a_frozen_readers_command_never_runs,
