@@ -747,7 +747,13 @@ mod specific {
         while let Some(chunk) = stream.next().await {
             archive.extend_from_slice(&chunk.unwrap());
         }
-        bulk.import(&id, "/dst", archive).await.unwrap();
+        bulk.import(
+            &id,
+            "/dst",
+            sandbox_operator::provider::whole_archive(archive),
+        )
+        .await
+        .unwrap();
         let copied = w.provider.files().unwrap();
         assert_eq!(
             copied.read_file(&id, "/dst/app/lib/f").await.unwrap(),
@@ -760,7 +766,14 @@ mod specific {
 
         let bytes = raw_archive_with_name(b"../escape");
         assert_eq!(
-            kind(bulk.import(&id, "/dst", bytes).await),
+            kind(
+                bulk.import(
+                    &id,
+                    "/dst",
+                    sandbox_operator::provider::whole_archive(bytes)
+                )
+                .await
+            ),
             ErrorKind::Invalid
         );
         let escaped = w.sh(&id, "test -e /escape && echo yes || echo no").await;

@@ -18,7 +18,7 @@ use conformance::{Expect, Faults, Fixture, Planter, Skipped};
 use sandbox_doubles::sprites::{self, SpritesDouble, SpritesOptions, TAG_LABEL};
 use sandbox_operator::provider::labels::Owner;
 use sandbox_operator::provider::sprites::SpritesProvider;
-use sandbox_operator::provider::{CreateRequest, Resources, RestartPolicy};
+use sandbox_operator::provider::{CreateRequest, Resources, RestartPolicy, whole_archive};
 
 conformance_suite!(fixture);
 
@@ -396,7 +396,7 @@ mod sprites_specific {
         while let Some(chunk) = stream.next().await {
             archive.extend_from_slice(&chunk.expect("chunk"));
         }
-        bulk.import(&id, "/tmp/copy", archive)
+        bulk.import(&id, "/tmp/copy", whole_archive(archive))
             .await
             .expect("import");
         let back = files

@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use bytes::Bytes;
-use futures::StreamExt;
 use futures::stream::BoxStream;
+use futures::{StreamExt, TryStreamExt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::provider::stream::*;
@@ -171,7 +171,14 @@ impl BulkFiles for Fake {
         }
         Ok(futures::stream::iter([Ok(Bytes::from(format!("tar of {path}")))]).boxed())
     }
-    async fn import(&self, _: &str, path: &str, archive: Vec<u8>) -> ProviderResult<()> {
+    async fn import(&self, _: &str, path: &str, archive: ArchiveStream) -> ProviderResult<()> {
+        let archive = archive
+            .try_fold(Vec::new(), |mut all, piece| async move {
+                all.extend_from_slice(&piece);
+                Ok(all)
+            })
+            .await
+            .map_err(|e| ProviderError::invalid(format!("reading the archive: {e}")))?;
         self.uploaded
             .lock()
             .map_err(|_| ProviderError::transient("poisoned"))?

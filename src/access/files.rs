@@ -2,6 +2,9 @@
 //! segment) or up (`PUT …/files?path=P` with a tar body, extracted at P). The import never
 //! restores ownership or setuid/setgid bits (the seam's rule for tenant-authored archives).
 
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use axum::body::Body;
 use axum::http::{Method, Request, Response, StatusCode, header};
 use futures::{StreamExt, TryStreamExt};
@@ -9,7 +12,7 @@ use futures::{StreamExt, TryStreamExt};
 use super::lookup::Target;
 use super::params;
 use super::status::AccessError;
-use crate::provider::BulkFiles;
+use crate::provider::{ArchiveStream, BulkFiles};
 
 /// The tar content type.
 pub const TAR: &str = "application/x-tar";
@@ -31,17 +34,18 @@ pub async fn serve(
     match *request.method() {
         Method::GET => download(&target, files, &path).await,
         Method::PUT | Method::POST => {
-            let declared = request
-                .headers()
-                .get(header::CONTENT_LENGTH)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.parse().ok());
-            let body = read_body(request.into_body(), max_upload, declared).await?;
-            handle
-                .call("import", files.import(&target.id, &path, body))
-                .await
-                .map_err(|e| AccessError::from_provider(&format!("files {path}"), &e))?;
-            Ok(success())
+            let (archive, over) = limited(request.into_body(), max_upload);
+            let imported = handle
+                .call("import", files.import(&target.id, &path, archive))
+                .await;
+            match imported {
+                Ok(()) => Ok(success()),
+                Err(_) if over.load(Ordering::Relaxed) => Err(AccessError::TooLarge(format!(
+                    "the tar body is larger than access.maxUploadBytes ({max_upload} bytes); \
+                     nothing was written"
+                ))),
+                Err(e) => Err(AccessError::from_provider(&format!("files {path}"), &e)),
+            }
         }
         _ => Err(AccessError::BadRequest(
             "files takes GET (download a tar) or PUT (upload a tar)".into(),
@@ -65,26 +69,25 @@ async fn download(
         .map_err(|e| AccessError::Internal(e.to_string()))
 }
 
-/// The whole upload, refused once it passes `max`. Its buffer is sized from the declared
-/// length (capped at `max`) so that the archive is copied once, as it arrives.
-async fn read_body(body: Body, max: u64, declared: Option<u64>) -> Result<Vec<u8>, AccessError> {
-    let limit = usize::try_from(max).unwrap_or(usize::MAX);
-    let too_large = || {
-        AccessError::TooLarge(format!(
-            "the tar body is larger than access.maxUploadBytes ({max} bytes) or was cut off"
-        ))
-    };
-    let hint = declared.unwrap_or(0).min(max);
-    let mut out = Vec::with_capacity(usize::try_from(hint).unwrap_or(0));
-    let mut frames = body.into_data_stream();
-    while let Some(chunk) = frames.next().await {
-        let chunk = chunk.map_err(|_| too_large())?;
-        if out.len() + chunk.len() > limit {
-            return Err(too_large());
+/// The upload as it arrives, for the provider to check while it is still being received.
+/// Past `max` bytes it ends in an error (the import then fails and writes nothing) and `over`
+/// is set, so that the answer can say why.
+fn limited(body: Body, max: u64) -> (ArchiveStream, Arc<AtomicBool>) {
+    let over = Arc::new(AtomicBool::new(false));
+    let flag = Arc::clone(&over);
+    let mut received: u64 = 0;
+    let archive = body.into_data_stream().map(move |piece| {
+        let piece = piece.map_err(std::io::Error::other)?;
+        received = received.saturating_add(piece.len() as u64);
+        if received > max {
+            flag.store(true, Ordering::Relaxed);
+            return Err(std::io::Error::other(format!(
+                "the upload is larger than access.maxUploadBytes ({max} bytes)"
+            )));
         }
-        out.extend_from_slice(&chunk);
-    }
-    Ok(out)
+        Ok(piece)
+    });
+    (archive.boxed(), over)
 }
 
 /// The `metav1.Status` of a finished upload.
@@ -110,19 +113,31 @@ mod tests {
         Body::from_stream(futures::stream::iter(frames.collect::<Vec<_>>()))
     }
 
-    #[tokio::test]
-    async fn an_upload_is_read_whole_up_to_the_limit_and_refused_past_it() {
-        let read = read_body(chunked(&[b"abc", b"def"]), 6, Some(6)).await;
-        assert_eq!(read.ok().as_deref(), Some(&b"abcdef"[..]));
-        let over = read_body(chunked(&[b"abc", b"defg"]), 6, None).await;
-        assert!(matches!(over, Err(AccessError::TooLarge(_))), "{over:?}");
+    async fn read(archive: ArchiveStream) -> Result<Vec<u8>, std::io::Error> {
+        archive
+            .try_fold(Vec::new(), |mut all, piece| async move {
+                all.extend_from_slice(&piece);
+                Ok(all)
+            })
+            .await
     }
 
     #[tokio::test]
-    async fn a_declared_length_never_reserves_more_than_the_limit() {
-        let read = read_body(chunked(&[b"ab"]), 8, Some(u64::MAX)).await;
-        let read = read.expect("under the limit");
-        assert_eq!(read, b"ab");
-        assert!(read.capacity() <= 8, "reserved {}", read.capacity());
+    async fn an_upload_up_to_the_limit_passes_through_whole() {
+        let (archive, over) = limited(chunked(&[b"abc", b"def"]), 6);
+        assert_eq!(read(archive).await.ok().as_deref(), Some(&b"abcdef"[..]));
+        assert!(!over.load(Ordering::Relaxed));
+    }
+
+    #[tokio::test]
+    async fn an_upload_past_the_limit_ends_in_an_error_and_says_so() {
+        let (archive, over) = limited(chunked(&[b"abc", b"defg"]), 6);
+        let read = read(archive).await;
+        let err = read.expect_err("past the limit");
+        assert!(
+            err.to_string().contains("maxUploadBytes (6 bytes)"),
+            "{err}"
+        );
+        assert!(over.load(Ordering::Relaxed));
     }
 }

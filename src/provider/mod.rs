@@ -379,7 +379,19 @@ pub trait BulkFiles: Send + Sync {
     ///
     /// Never restores ownership or setuid/setgid bits: an archive is tenant-authored data,
     /// and honouring its mode bits turns a captured workspace into a privilege escalation.
-    async fn import(&self, id: &str, path: &str, archive: Vec<u8>) -> ProviderResult<()>;
+    /// The archive is a stream so that it can be checked while it is still arriving (an
+    /// upload); a refused or broken archive (an `Err` item) still writes nothing.
+    async fn import(&self, id: &str, path: &str, archive: ArchiveStream) -> ProviderResult<()>;
+}
+
+/// A tar archive as it arrives, in pieces. An `Err` item ends it: the import that reads it
+/// fails and writes nothing.
+pub type ArchiveStream = BoxStream<'static, std::io::Result<bytes::Bytes>>;
+
+/// An archive already held whole, as an [`ArchiveStream`] of one piece.
+pub fn whole_archive(archive: impl Into<bytes::Bytes>) -> ArchiveStream {
+    let archive = archive.into();
+    Box::pin(futures::stream::once(async move { Ok(archive) }))
 }
 
 /// Egress observation.

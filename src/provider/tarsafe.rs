@@ -186,7 +186,17 @@ impl<R: Read> Read for Exact<R> {
 pub fn sanitise(input: &[u8], prefix: &str) -> Result<Sanitised, TarsafeError> {
     // The output is the input's size give or take a few headers: sized once, never regrown
     // (regrowing a 64 MiB archive copies it again at every doubling).
-    let mut archive = Vec::with_capacity(input.len() + 64 * 1024);
+    sanitise_read(input, prefix, input.len() + 64 * 1024)
+}
+
+/// [`sanitise`] of an archive read from `input` (one still arriving), into a buffer that
+/// starts with `capacity` bytes.
+pub fn sanitise_read(
+    input: impl Read,
+    prefix: &str,
+    capacity: usize,
+) -> Result<Sanitised, TarsafeError> {
+    let mut archive = Vec::with_capacity(capacity);
     let report = sanitise_into(input, &mut archive, Placement::under(prefix))?;
     Ok(Sanitised { archive, report })
 }

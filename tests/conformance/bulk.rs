@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::io::Read;
 
 use futures::StreamExt;
-use sandbox_operator::provider::{BulkFiles, ErrorKind};
+use sandbox_operator::provider::{BulkFiles, ErrorKind, whole_archive};
 
 use super::Fixture;
 use super::support::{Check, OrFail, random_bytes, running, sh};
@@ -71,7 +71,7 @@ fn finish(mut out: Vec<u8>) -> Vec<u8> {
 /// Export is rooted at the path's last segment and import of it into `dirname` reproduces
 /// the tree byte for byte; an absent path is `NotFound`; import never restores setuid,
 /// setgid or ownership, and refuses (whole) archives with `..`, absolute or
-/// through-a-symlink members.
+/// through-a-symlink members, and uploads that break before their end.
 pub async fn capability_bulk_files(fx: &Fixture) -> Check {
     let Some(bulk) = fx.provider.bulk_files() else {
         ensure!(
@@ -92,7 +92,7 @@ pub async fn capability_bulk_files(fx: &Fixture) -> Check {
         "mkdir -p /tmp/conf-ws/app/src && echo 'fn main() {}' > /tmp/conf-ws/app/src/main.rs",
     )
     .await?;
-    bulk.import(&id, "/tmp/conf-ws/app", blob_archive(&blob)?)
+    bulk.import(&id, "/tmp/conf-ws/app", whole_archive(blob_archive(&blob)?))
         .await
         .or_fail("import")?;
 
@@ -116,7 +116,7 @@ pub async fn capability_bulk_files(fx: &Fixture) -> Check {
     );
 
     let other = running(fx).await?;
-    bulk.import(&other, "/tmp/conf-ws", archive)
+    bulk.import(&other, "/tmp/conf-ws", whole_archive(archive))
         .await
         .or_fail("import the export")?;
     let sums = sh(
@@ -152,7 +152,7 @@ pub async fn capability_bulk_files(fx: &Fixture) -> Check {
     );
     raw_member(&mut a, "bin/group", tar::EntryType::Regular, 0o2755, b"g");
     raw_member(&mut a, "dev-node", tar::EntryType::Char, 0o666, b"");
-    bulk.import(&id, "/tmp/conf-imported", finish(a))
+    bulk.import(&id, "/tmp/conf-imported", whole_archive(finish(a)))
         .await
         .or_fail("import")?;
     let modes = sh(
@@ -203,7 +203,9 @@ async fn hostile_imports_are_refused(fx: &Fixture, bulk: &dyn BulkFiles, id: &st
         let mut a = Vec::new();
         raw_member(&mut a, "fine.txt", tar::EntryType::Regular, 0o644, b"fine");
         raw_member(&mut a, hostile, tar::EntryType::Regular, 0o644, b"evil");
-        let result = bulk.import(id, "/tmp/conf-target", finish(a)).await;
+        let result = bulk
+            .import(id, "/tmp/conf-target", whole_archive(finish(a)))
+            .await;
         ensure!(
             matches!(&result, Err(e) if e.is(ErrorKind::Invalid)),
             "import of a {hostile:?} member: {result:?}"
@@ -228,7 +230,9 @@ async fn hostile_imports_are_refused(fx: &Fixture, bulk: &dyn BulkFiles, id: &st
         0o644,
         b"evil",
     );
-    let result = bulk.import(id, "/tmp/conf-target2", finish(a)).await;
+    let result = bulk
+        .import(id, "/tmp/conf-target2", whole_archive(finish(a)))
+        .await;
     ensure!(
         matches!(&result, Err(e) if e.is(ErrorKind::Invalid)),
         "import writing through a symlink: {result:?}"
@@ -242,6 +246,49 @@ async fn hostile_imports_are_refused(fx: &Fixture, bulk: &dyn BulkFiles, id: &st
     ensure!(
         landed == "absent\n",
         "a write through a symlink escaped: {landed}"
+    );
+    broken_imports_write_nothing(fx, bulk, id).await
+}
+
+/// An upload that breaks after whole, harmless members (the stream's `Err` item) is refused
+/// and writes none of them: the archive is checked as it arrives, but written only whole.
+async fn broken_imports_write_nothing(fx: &Fixture, bulk: &dyn BulkFiles, id: &str) -> Check {
+    let mut a = Vec::new();
+    raw_member(
+        &mut a,
+        "first.txt",
+        tar::EntryType::Regular,
+        0o644,
+        b"first",
+    );
+    raw_member(
+        &mut a,
+        "second.txt",
+        tar::EntryType::Regular,
+        0o644,
+        &[7; 4096],
+    );
+    let pieces = vec![
+        Ok(bytes::Bytes::from(a)),
+        Err(std::io::Error::other("the client went away")),
+    ];
+    let result = bulk
+        .import(
+            id,
+            "/tmp/conf-broken",
+            futures::stream::iter(pieces).boxed(),
+        )
+        .await;
+    ensure!(result.is_err(), "import of a broken upload: {result:?}");
+    let landed = sh(
+        fx,
+        id,
+        "ls /tmp/conf-broken/first.txt /tmp/conf-broken/second.txt 2>/dev/null | wc -l",
+    )
+    .await?;
+    ensure!(
+        landed.trim() == "0",
+        "a broken upload landed files: {landed}"
     );
     Ok(())
 }

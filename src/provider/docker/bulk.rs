@@ -21,7 +21,7 @@ use super::files::is_symlink;
 use super::map_err;
 use crate::provider::shellfs;
 use crate::provider::validate;
-use crate::provider::{BulkFiles, ProviderError, ProviderResult};
+use crate::provider::{ArchiveStream, BulkFiles, ProviderError, ProviderResult};
 
 #[async_trait::async_trait]
 impl BulkFiles for DockerProvider {
@@ -68,9 +68,11 @@ impl BulkFiles for DockerProvider {
     }
 
     /// Extracts `archive` at `path` after sanitising it (see the module docs). Missing
-    /// directories on the way to `path` are created (`0o755`, root-owned). A hostile
-    /// archive is refused whole with `Invalid`, before anything is written.
-    async fn import(&self, id: &str, path: &str, archive: Vec<u8>) -> ProviderResult<()> {
+    /// directories on the way to `path` are created (`0o755`, root-owned). The archive is
+    /// sanitised as it arrives and handed to the engine only once its last member has been
+    /// checked: a hostile or broken archive is refused whole with `Invalid`, before anything
+    /// is written.
+    async fn import(&self, id: &str, path: &str, archive: ArchiveStream) -> ProviderResult<()> {
         let path = validate::sandbox_path("import path", path)?;
         if self.is_gvisor() {
             return shellfs::import(self, id, &path, archive).await;

@@ -19,7 +19,8 @@ use super::process;
 use crate::provider::shellfs;
 use crate::provider::validate;
 use crate::provider::{
-    BulkFiles, DirEntry, EntryKind, ErrorKind, ExecRequest, Files, ProviderError, ProviderResult,
+    ArchiveStream, BulkFiles, DirEntry, EntryKind, ErrorKind, ExecRequest, Files, ProviderError,
+    ProviderResult,
 };
 
 /// Bound on the helper commands this module runs (`chmod`, `tar -x`).
@@ -251,7 +252,7 @@ impl BulkFiles for E2bProvider {
 
     /// Sanitises the archive (see `tarsafe`), uploads it to a temporary file, extracts it at
     /// `path` (created if missing) without restoring ownership, and removes the file.
-    async fn import(&self, id: &str, path: &str, archive: Vec<u8>) -> ProviderResult<()> {
+    async fn import(&self, id: &str, path: &str, archive: ArchiveStream) -> ProviderResult<()> {
         let path = validate::sandbox_path("import path", path)?;
         let sanitised = shellfs::sanitise(archive, String::new(), id, &path).await?;
         let staged = format!(

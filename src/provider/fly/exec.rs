@@ -17,7 +17,8 @@ use futures::stream::BoxStream;
 use super::FlyProvider;
 use crate::provider::shellfs::{self, Shell, Transport, wrap};
 use crate::provider::{
-    BulkFiles, DirEntry, ErrorKind, ExecOutput, ExecRequest, Files, ProviderError, ProviderResult,
+    ArchiveStream, BulkFiles, DirEntry, ErrorKind, ExecOutput, ExecRequest, Files, ProviderError,
+    ProviderResult,
 };
 
 impl FlyProvider {
@@ -115,7 +116,7 @@ impl BulkFiles for FlyProvider {
         shellfs::export(self, id, path).await
     }
 
-    async fn import(&self, id: &str, path: &str, archive: Vec<u8>) -> ProviderResult<()> {
+    async fn import(&self, id: &str, path: &str, archive: ArchiveStream) -> ProviderResult<()> {
         shellfs::import(self, id, path, archive).await
     }
 }

@@ -9,7 +9,7 @@ use futures::stream::BoxStream;
 
 use super::KubernetesProvider;
 use crate::provider::shellfs::{self, Shell, Transport};
-use crate::provider::{BulkFiles, DirEntry, ExecOutput, Files, ProviderResult};
+use crate::provider::{ArchiveStream, BulkFiles, DirEntry, ExecOutput, Files, ProviderResult};
 
 #[async_trait]
 impl Shell for KubernetesProvider {
@@ -57,7 +57,7 @@ impl BulkFiles for KubernetesProvider {
         shellfs::export(self, id, path).await
     }
 
-    async fn import(&self, id: &str, path: &str, archive: Vec<u8>) -> ProviderResult<()> {
+    async fn import(&self, id: &str, path: &str, archive: ArchiveStream) -> ProviderResult<()> {
         shellfs::import(self, id, path, archive).await
     }
 }

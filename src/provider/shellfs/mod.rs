@@ -19,16 +19,21 @@ pub mod argv;
 pub mod listing;
 pub mod scripts;
 
+use std::io::BufReader;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use futures::Stream;
 use futures::stream::{self, BoxStream, StreamExt};
+use tokio_util::io::{StreamReader, SyncIoBridge};
 
 use super::tarsafe::{self, Sanitised};
 use super::validate::sandbox_path;
-use super::{DirEntry, ExecOutput, ProviderError, ProviderResult};
+use super::{ArchiveStream, DirEntry, ExecOutput, ProviderError, ProviderResult};
+
 use scripts::{ABSENT, IS_DIR, NOT_DIR, NOT_REGULAR, SYMLINK, UNDER_A_FILE};
 
 pub use argv::wrap;
@@ -281,7 +286,7 @@ pub async fn import<S: Shell + ?Sized>(
     shell: &S,
     id: &str,
     path: &str,
-    archive: Vec<u8>,
+    archive: ArchiveStream,
 ) -> ProviderResult<()> {
     let path = sandbox_path("path to import into", path)?;
     let sanitised = sanitise(archive, String::new(), id, &path).await?;
@@ -298,17 +303,24 @@ pub async fn import<S: Shell + ?Sized>(
     .map(|_| ())
 }
 
-/// The one sanitiser ([`tarsafe::sanitise`]) off the async runtime: traversal, absolute names
-/// and writes through the archive's own symlinks refused, devices dropped,
-/// setuid/setgid/sticky cleared, ownership reset, members placed under `prefix`. A hostile
-/// archive is `Invalid` naming `path` in sandbox `id`.
+/// The one sanitiser ([`tarsafe::sanitise_read`]) off the async runtime, reading `archive` as
+/// it arrives (an upload is checked while it is still being received): traversal, absolute
+/// names and writes through the archive's own symlinks refused, devices dropped,
+/// setuid/setgid/sticky cleared, ownership reset, members placed under `prefix`. A hostile or
+/// broken archive is `Invalid` naming `path` in sandbox `id`, and nothing of it is returned.
 pub async fn sanitise(
-    archive: Vec<u8>,
+    archive: ArchiveStream,
     prefix: String,
     id: &str,
     path: &str,
 ) -> ProviderResult<Sanitised> {
-    tokio::task::spawn_blocking(move || tarsafe::sanitise(&archive, &prefix))
+    // The bridge blocks the sanitiser's thread on the stream, so it is made here, on the
+    // runtime; the buffer turns the tar reader's small reads into few reads of the stream.
+    let input = BufReader::with_capacity(
+        READ_AHEAD,
+        SyncIoBridge::new(StreamReader::new(batched(archive))),
+    );
+    tokio::task::spawn_blocking(move || tarsafe::sanitise_read(input, &prefix, 0))
         .await
         .map_err(|e| ProviderError::transient(format!("sanitising the archive failed: {e}")))?
         .map_err(|e| {
@@ -316,6 +328,34 @@ pub async fn sanitise(
                 "refusing to import into {path} in sandbox {id}: {e}"
             ))
         })
+}
+
+/// How much of an arriving archive [`sanitise`] reads at once, and the least it is handed in.
+const READ_AHEAD: usize = 1 << 20;
+
+/// Hands an arriving archive to the sanitiser's thread in batches of at least [`READ_AHEAD`]
+/// bytes. The network delivers an upload in thousands of small reads; waking that thread for
+/// each of them cost more than sanitising them, so a task on the runtime gathers them first
+/// (without copying). It stops when the sanitiser stops reading.
+fn batched(mut archive: ArchiveStream) -> impl Stream<Item = std::io::Result<Bytes>> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<std::io::Result<Bytes>>>(2);
+    tokio::spawn(async move {
+        let mut batch = Vec::new();
+        let mut size = 0;
+        while let Some(piece) = archive.next().await {
+            let broken = piece.is_err();
+            size += piece.as_ref().map_or(0, Bytes::len);
+            batch.push(piece);
+            if size >= READ_AHEAD || broken {
+                if tx.send(std::mem::take(&mut batch)).await.is_err() || broken {
+                    return;
+                }
+                size = 0;
+            }
+        }
+        let _ = tx.send(batch).await;
+    });
+    stream::poll_fn(move |cx| rx.poll_recv(cx)).flat_map(stream::iter)
 }
 
 #[cfg(test)]

@@ -130,9 +130,14 @@ async fn trees_round_trip(shell: &LocalShell) {
         .into_iter()
         .flat_map(|c| c.unwrap().to_vec())
         .collect();
-    import(shell, "s", &format!("{root}/copy"), archive)
-        .await
-        .unwrap();
+    import(
+        shell,
+        "s",
+        &format!("{root}/copy"),
+        crate::provider::whole_archive(archive),
+    )
+    .await
+    .unwrap();
     assert_eq!(
         std::fs::read(format!("{root}/copy/src/f")).unwrap(),
         b"tree"
@@ -154,7 +159,7 @@ async fn trees_round_trip(shell: &LocalShell) {
     );
     let hostile = b"not a tar archive at all".repeat(40);
     assert_eq!(
-        kind(import(shell, "s", &root, hostile).await),
+        kind(import(shell, "s", &root, crate::provider::whole_archive(hostile)).await),
         ErrorKind::Invalid
     );
 }

@@ -12,7 +12,7 @@ use futures::stream::BoxStream;
 
 use super::{SpritesProvider, exec};
 use crate::provider::shellfs::{self, Shell, Transport};
-use crate::provider::{BulkFiles, ExecOutput, ExecRequest, ProviderResult};
+use crate::provider::{ArchiveStream, BulkFiles, ExecOutput, ExecRequest, ProviderResult};
 
 #[async_trait]
 impl Shell for SpritesProvider {
@@ -47,7 +47,7 @@ impl BulkFiles for SpritesProvider {
         shellfs::export(self, id, path).await
     }
 
-    async fn import(&self, id: &str, path: &str, archive: Vec<u8>) -> ProviderResult<()> {
+    async fn import(&self, id: &str, path: &str, archive: ArchiveStream) -> ProviderResult<()> {
         shellfs::import(self, id, path, archive).await
     }
 }
