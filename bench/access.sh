@@ -8,7 +8,8 @@
 #   exec: median of N runs of `kubectl sandbox exec demo -- true` / of `docker exec ID true`,
 #         rounds interleaved; and the plugin back to back
 #   resume: median of R execs on the demo Sandbox suspended by idleness / of plain execs
-#   cp:   median of 5 uploads of a 64 MiB file, MiB/s, kubectl sandbox cp / docker cp
+#   cp:   median of 7 uploads of a 64 MiB file, MiB/s, kubectl sandbox cp / docker cp, rounds
+#         interleaved
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${BENCH_ACCESS_N:-30}
@@ -78,8 +79,14 @@ kubectl patch sbx "$NAME" -n "$NS" --type=json \
   -p '[{"op":"remove","path":"/spec/idleAction"},{"op":"remove","path":"/spec/idleTimeoutSeconds"}]' >/dev/null
 exec_resume=$(printf '%s\n' "${resume_times[@]}" | median_of)
 head -c $((64 << 20)) /dev/urandom >"$WORK/blob"
-cp_plugin=$(median 5 kubectl sandbox cp "$WORK/blob" "$NS/$NAME:/tmp/blob")
-cp_docker=$(median 5 docker cp "$WORK/blob" "$ID:/tmp/blob")
+# Rounds interleaved, as the exec rounds: each pair of uploads runs on the same machine state.
+C=${BENCH_ACCESS_CP_N:-7}
+for _ in $(seq "$C"); do
+  median 1 kubectl sandbox cp "$WORK/blob" "$NS/$NAME:/tmp/blob" >>"$WORK/cp-plugin"
+  median 1 docker cp "$WORK/blob" "$ID:/tmp/blob" >>"$WORK/cp-docker"
+done
+cp_plugin=$(median_of <"$WORK/cp-plugin")
+cp_docker=$(median_of <"$WORK/cp-docker")
 
 report=$(awk -v ep="$exec_plugin" -v ed="$exec_docker" -v cpp="$cp_plugin" -v cpd="$cp_docker" \
   -v la="$launcher" -v dx="$exec_direct" -v er="$exec_resume" -v rn="$R" -v bb="$exec_b2b" 'BEGIN {

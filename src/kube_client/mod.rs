@@ -16,7 +16,7 @@ pub mod paging;
 use http::{Method, Request, Uri};
 use http_body_util::BodyExt;
 use hyper_timeout::TimeoutConnector;
-use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::connect::{Connect, HttpConnector};
 use hyper_util::rt::TokioExecutor;
 use kube::client::retry::RetryPolicy;
 use kube::client::{ClientBuilder, ConfigExt, DynBody};
@@ -59,17 +59,8 @@ pub fn client(config: Config) -> kube::Result<Client> {
 /// connection is new after each exec, attach or dropped watch (none goes back to the pool),
 /// so the E2B API's create and the Kubernetes provider's claim paid it on every call.
 pub fn builder(config: Config) -> kube::Result<ClientBuilder<Stack>> {
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_nodelay(true);
-    let https = config.rustls_https_connector_with_connector(http)?;
-    let mut connector = TimeoutConnector::new(https);
-    connector.set_connect_timeout(config.connect_timeout);
-    connector.set_read_timeout(config.read_timeout);
-    connector.set_write_timeout(config.write_timeout);
-    connector.set_reset_reader_on_write(config.reset_reader_on_write);
     let hyper: hyper_util::client::legacy::Client<_, kube::client::Body> =
-        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build(connector);
+        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build(connector(&config)?);
     let retry = config
         .default_retry
         .then(|| RetryLayer::new(RetryPolicy::server_retry()));
@@ -85,6 +76,46 @@ pub fn builder(config: Config) -> kube::Result<ClientBuilder<Stack>> {
         .map_response_body(|body| Box::new(BodyExt::map_err(body, BoxError::from)) as Box<DynBody>)
         .boxed();
     Ok(ClientBuilder::new(boxed, config.default_namespace))
+}
+
+/// A request body sent while it is still being produced.
+pub type StreamingBody = http_body_util::combinators::BoxBody<bytes::Bytes, std::io::Error>;
+
+/// The client stack [`streaming`] makes.
+pub type Streaming = tower::util::BoxService<
+    Request<StreamingBody>,
+    http::Response<hyper::body::Incoming>,
+    BoxError,
+>;
+
+/// A client whose request bodies are streams. kube's own `Body` can only be built whole, so an
+/// upload through [`client`] is packed entirely before its first byte is sent; this one sends
+/// each piece as it is packed. The same connections, base URI, authentication and extra
+/// headers as [`builder`], without retries: a streamed body cannot be sent twice.
+pub fn streaming(config: &Config) -> kube::Result<Streaming> {
+    let hyper: hyper_util::client::legacy::Client<_, StreamingBody> =
+        hyper_util::client::legacy::Builder::new(TokioExecutor::new()).build(connector(config)?);
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(hyper);
+    Ok(service.boxed())
+}
+
+/// kube's rustls connector with the config's timeouts, and `TCP_NODELAY` (see [`builder`]).
+fn connector(config: &Config) -> kube::Result<impl Connect + Clone + Send + Sync + 'static> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    let https = config.rustls_https_connector_with_connector(http)?;
+    let mut connector = TimeoutConnector::new(https);
+    connector.set_connect_timeout(config.connect_timeout);
+    connector.set_read_timeout(config.read_timeout);
+    connector.set_write_timeout(config.write_timeout);
+    connector.set_reset_reader_on_write(config.reset_reader_on_write);
+    Ok(connector)
 }
 
 /// The Kubernetes verb and `resource[/subresource]` of a request, read from its method and

@@ -17,6 +17,9 @@ use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper_util::rt::TokioIo;
 use kube::client::Body;
+use tower::ServiceExt;
+
+use crate::kube_client::StreamingBody;
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 use tokio_tungstenite::WebSocketStream;
@@ -39,6 +42,8 @@ pub struct Target {
     pub namespace: String,
     /// The API server's URL, for messages.
     pub server: String,
+    /// The configuration the client was made from, for a client whose request bodies stream.
+    pub config: Config,
 }
 
 /// One Sandbox's subresource: what a request is about (for its URL and its error messages).
@@ -95,12 +100,13 @@ impl Target {
         config.default_retry = false;
         let namespace = namespace.unwrap_or_else(|| config.default_namespace.clone());
         let server = config.cluster_url.to_string();
-        let client = crate::kube_client::client(config)
+        let client = crate::kube_client::client(config.clone())
             .map_err(|e| PluginError::Config(format!("building the API client: {e}")))?;
         Ok(Target {
             client,
             namespace,
             server,
+            config,
         })
     }
 }
@@ -112,14 +118,34 @@ pub async fn send(
     at: At<'_>,
     request: Request<Body>,
 ) -> Result<Response<Body>, PluginError> {
-    let response = target.client.send(request).await.map_err(|e| {
-        PluginError::Transport(format!(
-            "cannot reach the API server at {}: {}; is the cluster up, and is it the \
-             kubeconfig's current context (pick another with --context)?",
-            target.server,
-            causes(&e)
-        ))
-    })?;
+    let response = target
+        .client
+        .send(request)
+        .await
+        .map_err(|e| unreachable(target, &e))?;
+    accepted(response, at).await
+}
+
+/// [`send`] of a request whose body is sent while it is produced (an upload being packed).
+pub async fn send_streaming(
+    target: &Target,
+    at: At<'_>,
+    request: Request<StreamingBody>,
+) -> Result<(), PluginError> {
+    let client = crate::kube_client::streaming(&target.config)
+        .map_err(|e| PluginError::Config(format!("building the API client: {e}")))?;
+    let response = client
+        .oneshot(request)
+        .await
+        .map_err(|e| unreachable(target, e.as_ref()))?;
+    accepted(response, at).await.map(drop)
+}
+
+/// `response` when it succeeded (2xx or 101), else the refusal its status and body describe.
+async fn accepted<B: hyper::body::Body>(
+    response: Response<B>,
+    at: At<'_>,
+) -> Result<Response<B>, PluginError> {
     let status = response.status();
     if status.is_success() || status == StatusCode::SWITCHING_PROTOCOLS {
         return Ok(response);
@@ -135,6 +161,16 @@ pub async fn send(
         at.ns,
         at.name,
         at.sub,
+    ))
+}
+
+/// The API server could not be asked at all.
+fn unreachable(target: &Target, e: &(dyn std::error::Error + 'static)) -> PluginError {
+    PluginError::Transport(format!(
+        "cannot reach the API server at {}: {}; is the cluster up, and is it the \
+         kubeconfig's current context (pick another with --context)?",
+        target.server,
+        causes(e)
     ))
 }
 

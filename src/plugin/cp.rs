@@ -16,8 +16,9 @@ use kube::client::Body;
 
 use super::api::Subresource;
 use super::cli::CpArgs;
-use super::connect::{At, Target, send};
+use super::connect::{At, Target, send, send_streaming};
 use super::errors::PluginError;
+use super::pack::packed_body;
 use crate::provider::tarsafe;
 
 /// One side of a `cp`.
@@ -124,7 +125,8 @@ pub async fn cp(target: &Target, args: &CpArgs) -> Result<i32, PluginError> {
     Ok(0)
 }
 
-/// Packs `local` under the remote destination's name and PUTs it at its directory.
+/// Packs `local` under the remote destination's name and PUTs it at its directory, sending
+/// the archive while it is packed.
 async fn upload(
     target: &Target,
     ns: &str,
@@ -134,47 +136,30 @@ async fn upload(
 ) -> Result<(), PluginError> {
     let destination = upload_destination(local, path)?;
     let (dir, base) = split_remote(&destination)?;
-    let local_owned = local.to_path_buf();
-    let archive = tokio::task::spawn_blocking(move || pack(&local_owned, &base))
-        .await
-        .map_err(|e| PluginError::Transport(format!("packing: {e}")))??;
     let at = At {
         ns,
         name,
         sub: Subresource::Files,
     };
+    let (body, packing) = packed_body(local.to_path_buf(), base);
     let request = Request::put(at.url(&[("path", dir)]))
         .header(http::header::CONTENT_TYPE, "application/x-tar")
-        .body(Body::from(archive))
+        .body(body)
         .map_err(|e| PluginError::Usage(format!("building the request: {e}")))?;
-    send(target, at, request).await?;
-    Ok(())
-}
-
-/// A tar of `local` (a file, or a tree with its modes; symlinks inside kept as symlinks) whose
-/// one top-level member is `root`.
-pub fn pack(local: &Path, root: &str) -> Result<Vec<u8>, PluginError> {
-    let context = || format!("packing {}", local.display());
-    let meta = std::fs::metadata(local).map_err(|e| PluginError::local(context(), e))?;
-    // A file's archive is its bytes plus a header, padding and the end blocks: sized once,
-    // so a large file is not copied again at every doubling of the buffer.
-    let capacity = if meta.is_dir() {
-        0
-    } else {
-        usize::try_from(meta.len())
-            .unwrap_or(0)
-            .saturating_add(4096)
-    };
-    let mut builder = tar::Builder::new(Vec::with_capacity(capacity));
-    builder.follow_symlinks(false);
-    let added = if meta.is_dir() {
-        builder.append_dir_all(root, local)
-    } else {
-        builder.append_path_with_name(local, root)
-    };
-    added
-        .and_then(|()| builder.into_inner())
-        .map_err(|e| PluginError::local(context(), e))
+    let sent = send_streaming(target, at, request).await;
+    let packed = packing
+        .await
+        .map_err(|e| PluginError::Transport(format!("packing: {e}")))?;
+    match (sent, packed) {
+        // The request stopped reading: its answer says why.
+        (Err(refused), Err(e)) if e.kind() == std::io::ErrorKind::BrokenPipe => Err(refused),
+        // A local failure explains a broken upload better than the answer to it does.
+        (_, Err(e)) => Err(PluginError::local(
+            format!("packing {}", local.display()),
+            e,
+        )),
+        (sent, Ok(())) => sent,
+    }
 }
 
 /// GETs the remote path's tar and extracts it as `local`.
@@ -282,6 +267,7 @@ fn extract(archive: &[u8], dir: &Path) -> Result<(), PluginError> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::pack::pack;
     use super::*;
 
     fn remote(ns: Option<&str>, name: &str, path: &str) -> Location {

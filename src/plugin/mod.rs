@@ -12,6 +12,7 @@ pub mod errors;
 pub mod exec;
 pub mod forward;
 pub mod logs;
+pub mod pack;
 pub mod terminal;
 
 use clap::Parser;
