@@ -79,7 +79,9 @@ stop_operator() {
   wait "$OP_PID" 2>/dev/null || true
   OP_PID=""
 }
-trap 'stop_operator; docker ps -aq --filter label=sandboxes.dev/managed-by=bench-pool-raw | xargs -r docker rm -f >/dev/null' EXIT
+# The machine is left as it was found: no raw containers, and not the bench's namespaces.
+trap 'stop_operator; docker ps -aq --filter label=sandboxes.dev/managed-by=bench-pool-raw | xargs -r docker rm -f >/dev/null;
+  kubectl delete ns "$NS" "$PODS_NS" --ignore-not-found --timeout=120s >/dev/null 2>&1 || true' EXIT
 
 DOCKER_PROVIDER='  - name: docker
     type: docker'
