@@ -33,7 +33,8 @@
 //! - an archive that ends inside a file is an error, never a shorter file.
 //!
 //! Archives are streamed ([`sanitise_into`]): a capture of a large tree never has to fit in
-//! memory.
+//! memory. An upload is read as it arrives ([`sanitise_pieces`]), and the files it keeps are
+//! handed on as slices of what arrived.
 //!
 //! The template restore of a provider without image commit (rule 11) runs inside the
 //! restoring sandbox and is a separate, stronger boundary: it additionally confines extraction
@@ -42,10 +43,11 @@
 
 use std::collections::HashSet;
 use std::ffi::OsStr;
-use std::io::{self, Read, Write};
+use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
+use bytes::{Bytes, BytesMut};
 use tar::{Archive, Builder, Entry, EntryType, Header};
 
 /// Mode given to directories this module creates itself (the destination prefix).
@@ -186,17 +188,7 @@ impl<R: Read> Read for Exact<R> {
 pub fn sanitise(input: &[u8], prefix: &str) -> Result<Sanitised, TarsafeError> {
     // The output is the input's size give or take a few headers: sized once, never regrown
     // (regrowing a 64 MiB archive copies it again at every doubling).
-    sanitise_read(input, prefix, input.len() + 64 * 1024)
-}
-
-/// [`sanitise`] of an archive read from `input` (one still arriving), into a buffer that
-/// starts with `capacity` bytes.
-pub fn sanitise_read(
-    input: impl Read,
-    prefix: &str,
-    capacity: usize,
-) -> Result<Sanitised, TarsafeError> {
-    let mut archive = Vec::with_capacity(capacity);
+    let mut archive = Vec::with_capacity(input.len() + 64 * 1024);
     let report = sanitise_into(input, &mut archive, Placement::under(prefix))?;
     Ok(Sanitised { archive, report })
 }
@@ -210,6 +202,59 @@ pub fn sanitise_into(
     output: impl Write,
     placement: Placement<'_>,
 ) -> Result<Report, TarsafeError> {
+    let mut archive = Archive::new(input);
+    let entries = archive
+        .entries()
+        .map_err(|e| io_err("reading the archive", e))?;
+    let (report, _) = rewrite(entries, Copied(output), placement)?;
+    Ok(report)
+}
+
+/// A sanitised archive as pieces: the headers and padding this module made, and the file
+/// data as slices of the pieces the input arrived in (never copied).
+#[derive(Debug, Clone, Default)]
+pub struct Pieces {
+    /// The re-written archive, in order.
+    pub pieces: Vec<Bytes>,
+    /// What was changed.
+    pub report: Report,
+}
+
+impl Pieces {
+    /// The archive in one buffer, for a consumer that needs it whole (this copies it).
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.pieces.concat()
+    }
+}
+
+/// [`sanitise`] of an archive that arrives in pieces (`input`, read as they come), into
+/// [`Pieces`]. Why: an upload is checked while it is still arriving, and its file data is
+/// handed on as slices of what arrived rather than re-written: for a large upload the copy
+/// and the fresh output buffer were most of the sanitiser's cost. Every piece is kept until
+/// the archive has been read to its end, so the output holds no more than the input did.
+pub fn sanitise_pieces(
+    input: impl Iterator<Item = io::Result<Bytes>>,
+    prefix: &str,
+) -> Result<Pieces, TarsafeError> {
+    let mut archive = Archive::new(Arrived::new(input));
+    let entries = archive
+        .entries_with_seek()
+        .map_err(|e| io_err("reading the archive", e))?;
+    let (report, segments) = rewrite(entries, Segments::default(), Placement::under(prefix))?;
+    let arrived = archive.into_inner();
+    let pieces = segments
+        .resolve(&arrived)
+        .map_err(|e| io_err("reading the archive", e))?;
+    Ok(Pieces { pieces, report })
+}
+
+/// The rewrite itself, the one implementation of the rules above: every entry of `entries`
+/// refused, dropped or written to `output`. Returns the output once the archive is finished.
+fn rewrite<'a, R: Read + 'a, S: Sink>(
+    entries: impl Iterator<Item = io::Result<Entry<'a, R>>>,
+    output: S,
+    placement: Placement<'_>,
+) -> Result<(Report, S), TarsafeError> {
     let prefix = components("destination prefix", placement.prefix.as_bytes())?;
     let mut writer = Rewriter {
         out: Builder::new(output),
@@ -219,24 +264,250 @@ pub fn sanitise_into(
         report: Report::default(),
     };
     writer.prefix_dirs(placement.create_dirs)?;
-    let mut archive = Archive::new(input);
-    let entries = archive
-        .entries()
-        .map_err(|e| io_err("reading the archive", e))?;
     for entry in entries {
         let entry = entry.map_err(|e| io_err("reading an archive entry", e))?;
         writer.entry(entry)?;
     }
     let Rewriter { out, report, .. } = writer;
-    out.into_inner()
-        .and_then(|mut w| w.flush())
+    let mut output = out
+        .into_inner()
         .map_err(|e| io_err("finishing the archive", e))?;
-    Ok(report)
+    output
+        .flush()
+        .map_err(|e| io_err("finishing the archive", e))?;
+    Ok((report, output))
+}
+
+/// Where a rewrite writes: headers through `Write`, a file's data through [`Sink::file_data`].
+trait Sink: Write {
+    /// Appends the `size` bytes of a file's data and the padding that ends its last block.
+    /// `data` reads them (exactly `size`, expanded when `sparse`); `position` is where they
+    /// start in the input when they are stored there as they are (not `sparse`).
+    fn file_data(
+        &mut self,
+        data: &mut dyn Read,
+        position: u64,
+        size: u64,
+        sparse: bool,
+    ) -> io::Result<()>;
+}
+
+/// Appends the zeros that end a block holding `len` bytes of data.
+fn pad(out: &mut dyn Write, len: u64) -> io::Result<()> {
+    let rest = (512 - len % 512) % 512;
+    out.write_all(&[0u8; 512][..usize::try_from(rest).unwrap_or(0)])
+}
+
+/// A sink that copies file data through (a capture to a file, an archive in memory).
+struct Copied<W>(W);
+
+impl<W: Write> Write for Copied<W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl<W: Write> Sink for Copied<W> {
+    fn file_data(&mut self, data: &mut dyn Read, _: u64, size: u64, _: bool) -> io::Result<()> {
+        let mut exact = Exact {
+            inner: data,
+            left: size,
+        };
+        io::copy(&mut exact, &mut self.0)?;
+        pad(&mut self.0, size)
+    }
+}
+
+/// A rewritten archive as it is made: the bytes this module writes (headers, padding, the
+/// data of expanded sparse files), and ranges of the input where file data is kept as it
+/// came. The ranges become slices of the input once all of it has arrived ([`Self::resolve`]).
+#[derive(Default)]
+struct Segments {
+    made: BytesMut,
+    segments: Vec<Segment>,
+}
+
+enum Segment {
+    Made(Bytes),
+    Input { position: u64, size: u64 },
+}
+
+impl Segments {
+    /// Closes the bytes made so far into a segment of their own.
+    fn seal(&mut self) {
+        if !self.made.is_empty() {
+            let made = self.made.split().freeze();
+            self.segments.push(Segment::Made(made));
+        }
+    }
+
+    /// The archive as slices: made bytes as they are, input ranges cut from `arrived`.
+    fn resolve(mut self, arrived: &Arrived<impl Iterator>) -> io::Result<Vec<Bytes>> {
+        self.seal();
+        let mut out = Vec::with_capacity(self.segments.len());
+        for segment in self.segments {
+            match segment {
+                Segment::Made(bytes) => out.push(bytes),
+                Segment::Input { position, size } => arrived.slices(position, size, &mut out)?,
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl Write for Segments {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.made.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Sink for Segments {
+    fn file_data(
+        &mut self,
+        data: &mut dyn Read,
+        position: u64,
+        size: u64,
+        sparse: bool,
+    ) -> io::Result<()> {
+        if sparse {
+            // Its data in the input is the sparse map's chunks: expand it, as a copy.
+            Copied(&mut *self).file_data(data, position, size, sparse)
+        } else {
+            self.seal();
+            self.segments.push(Segment::Input { position, size });
+            pad(self, size)
+        }
+    }
+}
+
+/// An archive arriving in pieces, read on a blocking thread: the tar reader reads headers
+/// from it and seeks over file data (which waits until that data has arrived, and fails when
+/// the input ends first). Every piece is kept, so file data can be sliced from it later.
+struct Arrived<I> {
+    input: I,
+    pieces: Vec<Bytes>,
+    /// Where each piece ends in the input.
+    ends: Vec<u64>,
+    /// The piece `pos` is in (or the next to arrive).
+    at: usize,
+    pos: u64,
+}
+
+impl<I: Iterator<Item = io::Result<Bytes>>> Arrived<I> {
+    fn new(input: I) -> Self {
+        Arrived {
+            input,
+            pieces: Vec::new(),
+            ends: Vec::new(),
+            at: 0,
+            pos: 0,
+        }
+    }
+
+    /// How much has arrived.
+    fn len(&self) -> u64 {
+        self.ends.last().copied().unwrap_or(0)
+    }
+
+    /// Waits for the next piece; `false` at the end of the input.
+    fn more(&mut self) -> io::Result<bool> {
+        loop {
+            match self.input.next().transpose()? {
+                None => return Ok(false),
+                Some(piece) if piece.is_empty() => continue,
+                Some(piece) => {
+                    let end = self.len() + piece.len() as u64;
+                    self.pieces.push(piece);
+                    self.ends.push(end);
+                    return Ok(true);
+                }
+            }
+        }
+    }
+
+    /// Moves `at` to the piece that holds `pos`.
+    fn settle(&mut self) {
+        while self.ends.get(self.at).is_some_and(|end| *end <= self.pos) {
+            self.at += 1;
+        }
+    }
+}
+
+impl<I> Arrived<I> {
+    /// Appends the `size` bytes at `position` to `out`, as slices of the pieces they arrived in.
+    fn slices(&self, position: u64, size: u64, out: &mut Vec<Bytes>) -> io::Result<()> {
+        let (mut from, end) = (position, position + size);
+        let mut at = self.ends.partition_point(|e| *e <= from);
+        while from < end {
+            let (Some(piece), Some(piece_end)) = (self.pieces.get(at), self.ends.get(at)) else {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the archive ends inside a file",
+                ));
+            };
+            let start = piece_end - piece.len() as u64;
+            let lo = usize::try_from(from - start).map_err(io::Error::other)?;
+            let hi = usize::try_from(end.min(*piece_end) - start).map_err(io::Error::other)?;
+            out.push(piece.slice(lo..hi));
+            from = end.min(*piece_end);
+            at += 1;
+        }
+        Ok(())
+    }
+}
+
+impl<I: Iterator<Item = io::Result<Bytes>>> Read for Arrived<I> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.settle();
+        if self.at == self.pieces.len() && !self.more()? {
+            return Ok(0);
+        }
+        let (piece, end) = (&self.pieces[self.at], self.ends[self.at]);
+        let offset =
+            usize::try_from(self.pos - (end - piece.len() as u64)).map_err(io::Error::other)?;
+        let n = buf.len().min(piece.len() - offset);
+        buf[..n].copy_from_slice(&piece[offset..offset + n]);
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl<I: Iterator<Item = io::Result<Bytes>>> Seek for Arrived<I> {
+    /// Only forward from the current position (all the tar reader asks for): it waits for
+    /// the input to reach the new position.
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let SeekFrom::Current(delta) = to else {
+            return Err(io::Error::other("an arriving archive is only read forward"));
+        };
+        let target = u64::try_from(delta)
+            .ok()
+            .and_then(|d| self.pos.checked_add(d))
+            .ok_or_else(|| io::Error::other("an arriving archive is only read forward"))?;
+        while self.len() < target {
+            if !self.more()? {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the archive ends inside a file",
+                ));
+            }
+        }
+        self.pos = target;
+        Ok(target)
+    }
 }
 
 /// The state of one rewrite: the output, the destination prefix, and the symlinks and files
 /// the archive has created so far (relative to the prefix).
-struct Rewriter<'p, W: Write> {
+struct Rewriter<'p, W: Sink> {
     out: Builder<W>,
     prefix: Vec<&'p [u8]>,
     symlinks: HashSet<Vec<u8>>,
@@ -256,7 +527,7 @@ struct Member {
     mtime: u64,
 }
 
-impl<W: Write> Rewriter<'_, W> {
+impl<W: Sink> Rewriter<'_, W> {
     /// Emits the last `count` directories of the prefix, outermost first.
     fn prefix_dirs(&mut self, count: usize) -> Result<(), TarsafeError> {
         let depth = self.prefix.len();
@@ -330,13 +601,13 @@ impl<W: Write> Rewriter<'_, W> {
         member: &Member,
     ) -> Result<(), TarsafeError> {
         let size = entry.size();
+        let position = entry.raw_file_position();
+        let sparse = entry.header().entry_type() == EntryType::GNUSparse;
+        // The header says `size`; the data follows it through the sink (written or kept).
         let mut h = fresh_header(EntryType::Regular, member.mode, member.mtime, size);
-        let data = Exact {
-            inner: entry,
-            left: size,
-        };
         self.write(member, |out| {
-            out.append_data(&mut h, as_path(&member.name), data)
+            out.append_data(&mut h, as_path(&member.name), io::empty())?;
+            out.get_mut().file_data(entry, position, size, sparse)
         })?;
         self.symlinks.remove(&member.relative);
         self.files.insert(member.relative.clone());
@@ -567,7 +838,11 @@ mod tests {
         let mut a = Vec::new();
         raw_entry(&mut a, b"ok.txt", EntryType::Regular, b"", 0o644, b"fine");
         raw_entry(&mut a, b"../x", EntryType::Regular, b"", 0o644, b"evil");
-        let err = sanitise(&finish(a), "").unwrap_err();
+        let a = finish(a);
+        let err = sanitise(&a, "").unwrap_err();
+        assert!(err.0.contains("'..'"), "{err}");
+        // The same rules for an archive read as it arrives.
+        let err = sanitise_pieces(arriving(&a, 100).into_iter(), "").unwrap_err();
         assert!(err.0.contains("'..'"), "{err}");
         let mut a = Vec::new();
         raw_entry(
@@ -949,5 +1224,115 @@ mod tests {
                 (other, _) => panic!("{what}: {other:?}"),
             }
         }
+    }
+
+    /// An archive with every kind of member the rewrite keeps, files of sizes around the
+    /// block size, a long name and a large file.
+    fn mixed_archive() -> Vec<u8> {
+        let mut b = Builder::new(Vec::new());
+        let mut add = |name: &str, data: &[u8]| {
+            let mut h = Header::new_gnu();
+            h.set_mode(0o4755);
+            h.set_size(data.len() as u64);
+            b.append_data(&mut h, name, data).unwrap();
+        };
+        let large: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        add("d/empty", b"");
+        add("d/one", b"1");
+        add("d/block", &[7u8; 512]);
+        add("d/over", &[8u8; 513]);
+        add(&format!("d/{}/long", "n".repeat(120)), b"long name");
+        add("d/large", &large);
+        let mut h = Header::new_gnu();
+        h.set_entry_type(EntryType::Link);
+        h.set_size(0);
+        h.set_mode(0o644);
+        b.append_link(&mut h, "d/again", "d/one").unwrap();
+        let mut h = Header::new_gnu();
+        h.set_entry_type(EntryType::Symlink);
+        h.set_size(0);
+        h.set_mode(0o644);
+        b.append_link(&mut h, "d/link", "one").unwrap();
+        b.into_inner().unwrap()
+    }
+
+    /// `archive` as it would arrive: pieces of `size` bytes (the last one shorter).
+    fn arriving(archive: &[u8], size: usize) -> Vec<io::Result<Bytes>> {
+        let whole = Bytes::copy_from_slice(archive);
+        (0..archive.len())
+            .step_by(size)
+            .map(|at| Ok(whole.slice(at..archive.len().min(at + size))))
+            .collect()
+    }
+
+    #[test]
+    fn an_arriving_archive_is_rewritten_as_the_whole_one_is_however_it_is_split() {
+        let archive = mixed_archive();
+        let whole = sanitise(&archive, "under/here").unwrap();
+        for size in [1, 7, 511, 512, 4096, 65_536, archive.len()] {
+            let pieces = sanitise_pieces(arriving(&archive, size).into_iter(), "under/here")
+                .unwrap_or_else(|e| panic!("pieces of {size}: {e}"));
+            assert!(pieces.to_vec() == whole.archive, "pieces of {size} differ");
+            assert_eq!(pieces.report, whole.report, "pieces of {size}");
+        }
+        let seen = read_back(&whole.archive);
+        let large = seen
+            .iter()
+            .find(|s| s.name == "under/here/d/large")
+            .unwrap();
+        assert_eq!(large.data.len(), 300_000);
+        assert_eq!(large.mode, 0o755, "setuid cleared on the way");
+    }
+
+    #[test]
+    fn kept_file_data_is_a_slice_of_what_arrived() {
+        let archive = mixed_archive();
+        let input = arriving(&archive, 65_536);
+        let arrived: Vec<(usize, usize)> = input
+            .iter()
+            .map(|p| p.as_ref().map(|b| (b.as_ptr() as usize, b.len())).unwrap())
+            .collect();
+        let within = |p: &Bytes| {
+            let at = p.as_ptr() as usize;
+            arrived
+                .iter()
+                .any(|(start, len)| at >= *start && at < start + len)
+        };
+        let pieces = sanitise_pieces(input.into_iter(), "").unwrap();
+        let kept: usize = pieces
+            .pieces
+            .iter()
+            .filter(|p| within(p))
+            .map(Bytes::len)
+            .sum();
+        assert!(
+            kept >= 300_000,
+            "the large file's data was copied: only {kept} bytes are slices of the input"
+        );
+    }
+
+    #[test]
+    fn an_arriving_archive_that_ends_inside_a_file_or_breaks_is_refused() {
+        let archive = mixed_archive();
+        let whole = sanitise(&archive, "").unwrap();
+        let large = read_back(&whole.archive);
+        assert!(large.iter().any(|s| s.data.len() == 300_000));
+        // Cuts inside the large file's data (most of the archive).
+        for cut in [archive.len() / 3, archive.len() / 2 + 1] {
+            let short = &archive[..cut];
+            for size in [512, 4096] {
+                let got = sanitise_pieces(arriving(short, size).into_iter(), "");
+                assert!(got.is_err(), "cut at {cut}, pieces of {size}: accepted");
+            }
+            assert!(
+                sanitise(short, "").is_err(),
+                "cut at {cut}: the whole one accepted"
+            );
+        }
+        let mut broken = arriving(&archive, 4096);
+        broken.truncate(40);
+        broken.push(Err(io::Error::new(io::ErrorKind::ConnectionReset, "gone")));
+        let err = sanitise_pieces(broken.into_iter(), "").unwrap_err();
+        assert!(err.0.contains("gone"), "{err}");
     }
 }

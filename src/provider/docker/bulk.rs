@@ -91,7 +91,7 @@ impl BulkFiles for DockerProvider {
                 "import archive sanitised"
             );
         }
-        self.upload_archive(id, &anchor, sanitised.archive, &path)
+        self.upload_archive(id, &anchor, sanitised.pieces, &path)
             .await
     }
 }

@@ -250,19 +250,20 @@ impl DockerProvider {
         &self,
         id: &str,
         anchor: &str,
-        archive: Vec<u8>,
+        archive: Vec<Bytes>,
         target: &str,
     ) -> ProviderResult<()> {
         let docker = self.engine().await?;
+        let body = match <[Bytes; 1]>::try_from(archive) {
+            Ok([whole]) => bollard::body_full(whole),
+            Err(pieces) => bollard::body_stream(futures::stream::iter(pieces)),
+        };
         let options = UploadToContainerOptionsBuilder::default()
             .path(anchor)
             // Never let a file replace a directory (the default would delete the tree).
             .no_overwrite_dir_non_dir("true")
             .build();
-        match docker
-            .upload_to_container(id, Some(options), bollard::body_full(Bytes::from(archive)))
-            .await
-        {
+        match docker.upload_to_container(id, Some(options), body).await {
             Ok(()) => Ok(()),
             Err(e) if is_not_found(&e) => {
                 self.ensure_sandbox_exists(id).await?;
@@ -498,7 +499,8 @@ impl Files for DockerProvider {
         let (anchor, missing) = self.existing_anchor(id, parent, &path).await?;
         let missing: Vec<&str> = missing.iter().map(String::as_str).collect();
         let archive = write_archive(&missing, name, data, mode)?;
-        self.upload_archive(id, &anchor, archive, &path).await
+        self.upload_archive(id, &anchor, vec![Bytes::from(archive)], &path)
+            .await
     }
 
     /// Lists one level of a directory (following a symlink to one). Absent → `NotFound`,

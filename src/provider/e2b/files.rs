@@ -259,7 +259,7 @@ impl BulkFiles for E2bProvider {
             "/tmp/.sandbox-operator-import-{:016x}.tar",
             fastrand::u64(..)
         );
-        self.upload(id, &staged, &sanitised.archive).await?;
+        self.upload(id, &staged, &sanitised.to_vec()).await?;
         let script = "mkdir -p -- \"$1\" && tar -xf \"$2\" -C \"$1\" --no-same-owner; \
                       rc=$?; rm -f -- \"$2\"; exit $rc";
         self.helper(

@@ -19,18 +19,15 @@ pub mod argv;
 pub mod listing;
 pub mod scripts;
 
-use std::io::BufReader;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use bytes::Bytes;
-use futures::Stream;
 use futures::stream::{self, BoxStream, StreamExt};
-use tokio_util::io::{StreamReader, SyncIoBridge};
 
-use super::tarsafe::{self, Sanitised};
+use super::tarsafe::{self, Pieces};
 use super::validate::sandbox_path;
 use super::{ArchiveStream, DirEntry, ExecOutput, ProviderError, ProviderResult};
 
@@ -289,8 +286,8 @@ pub async fn import<S: Shell + ?Sized>(
     archive: ArchiveStream,
 ) -> ProviderResult<()> {
     let path = sandbox_path("path to import into", path)?;
-    let sanitised = sanitise(archive, String::new(), id, &path).await?;
-    let stdin = Some(&sanitised.archive[..]);
+    let sanitised = sanitise(archive, String::new(), id, &path).await?.to_vec();
+    let stdin = Some(&sanitised[..]);
     run(
         shell,
         id,
@@ -303,9 +300,9 @@ pub async fn import<S: Shell + ?Sized>(
     .map(|_| ())
 }
 
-/// The one sanitiser ([`tarsafe::sanitise_read`]) off the async runtime, reading `archive` as
-/// it arrives (an upload is checked while it is still being received): traversal, absolute
-/// names and writes through the archive's own symlinks refused, devices dropped,
+/// The one sanitiser ([`tarsafe::sanitise_pieces`]) off the async runtime, reading `archive`
+/// as it arrives (an upload is checked while it is still being received): traversal,
+/// absolute names and writes through the archive's own symlinks refused, devices dropped,
 /// setuid/setgid/sticky cleared, ownership reset, members placed under `prefix`. A hostile or
 /// broken archive is `Invalid` naming `path` in sandbox `id`, and nothing of it is returned.
 pub async fn sanitise(
@@ -313,32 +310,30 @@ pub async fn sanitise(
     prefix: String,
     id: &str,
     path: &str,
-) -> ProviderResult<Sanitised> {
-    // The bridge blocks the sanitiser's thread on the stream, so it is made here, on the
-    // runtime; the buffer turns the tar reader's small reads into few reads of the stream.
-    let input = BufReader::with_capacity(
-        READ_AHEAD,
-        SyncIoBridge::new(StreamReader::new(batched(archive))),
-    );
-    tokio::task::spawn_blocking(move || tarsafe::sanitise_read(input, &prefix, 0))
-        .await
-        .map_err(|e| ProviderError::transient(format!("sanitising the archive failed: {e}")))?
-        .map_err(|e| {
-            ProviderError::invalid(format!(
-                "refusing to import into {path} in sandbox {id}: {e}"
-            ))
-        })
+) -> ProviderResult<Pieces> {
+    let mut batches = batched(archive);
+    tokio::task::spawn_blocking(move || {
+        let input = std::iter::from_fn(move || batches.blocking_recv()).flatten();
+        tarsafe::sanitise_pieces(input, &prefix)
+    })
+    .await
+    .map_err(|e| ProviderError::transient(format!("sanitising the archive failed: {e}")))?
+    .map_err(|e| {
+        ProviderError::invalid(format!(
+            "refusing to import into {path} in sandbox {id}: {e}"
+        ))
+    })
 }
 
-/// How much of an arriving archive [`sanitise`] reads at once, and the least it is handed in.
-const READ_AHEAD: usize = 1 << 20;
+/// The least an arriving archive is handed to the sanitiser's thread in.
+const BATCH: usize = 1 << 20;
 
-/// Hands an arriving archive to the sanitiser's thread in batches of at least [`READ_AHEAD`]
+/// Hands an arriving archive to the sanitiser's thread in batches of at least [`BATCH`]
 /// bytes. The network delivers an upload in thousands of small reads; waking that thread for
 /// each of them cost more than sanitising them, so a task on the runtime gathers them first
 /// (without copying). It stops when the sanitiser stops reading.
-fn batched(mut archive: ArchiveStream) -> impl Stream<Item = std::io::Result<Bytes>> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<std::io::Result<Bytes>>>(2);
+fn batched(mut archive: ArchiveStream) -> tokio::sync::mpsc::Receiver<Vec<std::io::Result<Bytes>>> {
+    let (tx, rx) = tokio::sync::mpsc::channel(2);
     tokio::spawn(async move {
         let mut batch = Vec::new();
         let mut size = 0;
@@ -346,7 +341,7 @@ fn batched(mut archive: ArchiveStream) -> impl Stream<Item = std::io::Result<Byt
             let broken = piece.is_err();
             size += piece.as_ref().map_or(0, Bytes::len);
             batch.push(piece);
-            if size >= READ_AHEAD || broken {
+            if size >= BATCH || broken {
                 if tx.send(std::mem::take(&mut batch)).await.is_err() || broken {
                     return;
                 }
@@ -355,7 +350,7 @@ fn batched(mut archive: ArchiveStream) -> impl Stream<Item = std::io::Result<Byt
         }
         let _ = tx.send(batch).await;
     });
-    stream::poll_fn(move |cx| rx.poll_recv(cx)).flat_map(stream::iter)
+    rx
 }
 
 #[cfg(test)]
