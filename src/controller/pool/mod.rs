@@ -111,8 +111,8 @@ async fn converge(
         e.claimed_by.as_ref().is_some_and(|c| gone.contains(&c.uid))
     });
     let free = decide::counts(&all, &ledger, &hash).ready;
-    let last_claim = pctx.ctx.claim_times.last(pool);
-    let held = pace::hold(last_claim, free, Instant::now()).filter(|_| plan.create > 0);
+    let claims = pctx.ctx.claim_times.of(pool);
+    let held = pace::hold(claims, free, Instant::now()).filter(|_| plan.create > 0);
     if held.is_some() {
         plan.create = 0;
     }

@@ -3,11 +3,17 @@
 //! it competes with the claimant's first commands (measured on Docker: an E2B
 //! `commands.run("true")` right after a warm claim took ~75 ms beside the refill, ~50 ms
 //! without one). So while the pool still has a free running member for the next claim,
-//! creates wait until [`GRACE`] after the pool's last claim; a pool with none free
-//! refills at once, and a burst of claims is not slowed by the creates it causes.
+//! creates wait until [`GRACE`] after the pool's last claim.
+//!
+//! A pool with none free refills at once — unless claims of it are still being served: a
+//! burst that takes the whole pool is then finishing its env deliveries on the same engine,
+//! and 200 refill creates started beside them made the burst's claims wait behind the
+//! creates (the provider's concurrency limit and the engine are shared). Creates wait for
+//! those claims, for at most [`BURST`] from when claims started being served without a
+//! pause, so a stream of claims that never pauses still gets its refill.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use crate::api::SandboxWarmPool;
@@ -15,45 +21,112 @@ use crate::api::SandboxWarmPool;
 /// How long after a claim a pool with a free member holds its creates.
 pub const GRACE: Duration = Duration::from_millis(300);
 
+/// The longest creates wait for claims being served without a pause.
+pub const BURST: Duration = Duration::from_secs(3);
+
+/// How soon a pool whose creates wait for claims being served looks again: no sooner than
+/// the pool's own debounce, since each look may write the pool's status, and every such
+/// write sends the claims' ledger writes of that moment back to read the pool again.
+const RECHECK: Duration = Duration::from_millis(250);
+const _: () = assert!(RECHECK.as_millis() > super::SETTLE.as_millis());
+
 /// How long the time of a pool's last claim is kept.
 const KEPT: Duration = Duration::from_secs(60);
 
-/// When each pool last had a claim in this process: written by the Sandbox controller as a
-/// claim starts (before its ledger write wakes the pool's own reconcile), read by the pool
-/// controller. A pool is its [`super::identity`]; entries older than a minute are dropped
-/// as others come.
+/// The claims of one pool, as this process serves them.
+#[derive(Debug, Clone, Copy)]
+struct Claims {
+    /// When the last one started.
+    last: Instant,
+    /// How many are being served now.
+    serving: usize,
+    /// Since when claims have been served without a pause (`None` while none is).
+    busy_since: Option<Instant>,
+}
+
+/// When each pool last had a claim in this process, and the claims being served: written
+/// by the Sandbox controller as a claim starts (before its ledger write wakes the pool's
+/// own reconcile) and ends, read by the pool controller. A pool is its
+/// [`super::identity`]; idle entries older than a minute are dropped as others come.
 #[derive(Default)]
-pub struct ClaimTimes(Mutex<HashMap<String, Instant>>);
+pub struct ClaimTimes(Mutex<HashMap<String, Claims>>);
+
+/// What the pool controller's pacing reads of a pool's claims ([`ClaimTimes::of`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Seen {
+    /// When the last claim started.
+    pub last: Option<Instant>,
+    /// Since when claims have been served without a pause, while one is.
+    pub busy_since: Option<Instant>,
+}
+
+/// A claim being served: it counts until dropped (a claim's pass ends, or is cancelled).
+pub struct Serving {
+    times: Arc<ClaimTimes>,
+    key: String,
+}
 
 impl ClaimTimes {
-    /// A claim on `pool` starts now.
-    pub fn record(&self, pool: &SandboxWarmPool) {
+    /// A claim on `pool` starts now; it is being served until the returned guard is dropped.
+    pub fn begin(self: &Arc<Self>, pool: &SandboxWarmPool) -> Serving {
         let now = Instant::now();
-        let mut times = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        times.retain(|_, at| now.saturating_duration_since(*at) < KEPT);
-        times.insert(super::identity(pool), now);
+        let key = super::identity(pool);
+        let mut claims = self.lock();
+        claims.retain(|_, c| c.serving > 0 || now.saturating_duration_since(c.last) < KEPT);
+        let c = claims.entry(key.clone()).or_insert(Claims {
+            last: now,
+            serving: 0,
+            busy_since: None,
+        });
+        c.last = now;
+        c.serving += 1;
+        c.busy_since.get_or_insert(now);
+        Serving {
+            times: Arc::clone(self),
+            key,
+        }
     }
 
-    /// When a claim on `pool` last started, if one did lately.
-    pub fn last(&self, pool: &SandboxWarmPool) -> Option<Instant> {
-        let times = self
-            .0
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        times.get(&super::identity(pool)).copied()
+    /// What is known of `pool`'s claims.
+    pub fn of(&self, pool: &SandboxWarmPool) -> Seen {
+        let claims = self.lock();
+        claims
+            .get(&super::identity(pool))
+            .map(|c| Seen {
+                last: Some(c.last),
+                busy_since: c.busy_since,
+            })
+            .unwrap_or_default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Claims>> {
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-/// How long creates wait from `now`: `None` to create now. `last_claim`: when the pool's
-/// last claim started ([`ClaimTimes`]); `free_ready`: its unclaimed running current members.
-pub fn hold(last_claim: Option<Instant>, free_ready: usize, now: Instant) -> Option<Duration> {
-    if free_ready == 0 {
-        return None;
+impl Drop for Serving {
+    fn drop(&mut self) {
+        let mut claims = self.times.lock();
+        if let Some(c) = claims.get_mut(&self.key) {
+            c.serving = c.serving.saturating_sub(1);
+            if c.serving == 0 {
+                c.busy_since = None;
+            }
+        }
     }
-    let since = now.saturating_duration_since(last_claim?);
+}
+
+/// How long creates wait from `now`: `None` to create now. `seen`: the pool's claims
+/// ([`ClaimTimes::of`]); `free_ready`: its unclaimed running current members.
+pub fn hold(seen: Seen, free_ready: usize, now: Instant) -> Option<Duration> {
+    if free_ready == 0 {
+        let busy = now.saturating_duration_since(seen.busy_since?);
+        return BURST
+            .checked_sub(busy)
+            .filter(|left| !left.is_zero())
+            .map(|left| left.min(RECHECK));
+    }
+    let since = now.saturating_duration_since(seen.last?);
     GRACE.checked_sub(since).filter(|left| !left.is_zero())
 }
 
@@ -62,14 +135,44 @@ mod tests {
     use super::*;
 
     #[test]
-    fn creates_wait_after_a_claim_only_while_a_member_is_free() {
+    fn creates_wait_after_a_claim_while_a_member_is_free() {
         let now = Instant::now();
-        let just = now.checked_sub(Duration::from_millis(100));
-        assert_eq!(hold(just, 2, now), Some(Duration::from_millis(200)));
-        assert_eq!(hold(just, 0, now), None, "an empty pool refills at once");
-        assert_eq!(hold(None, 2, now), None, "no claim: nothing to wait for");
-        let long_ago = now.checked_sub(GRACE * 2);
-        assert_eq!(hold(long_ago, 2, now), None);
+        let seen = |ago: u64| Seen {
+            last: now.checked_sub(Duration::from_millis(ago)),
+            busy_since: None,
+        };
+        assert_eq!(hold(seen(100), 2, now), Some(Duration::from_millis(200)));
+        assert_eq!(
+            hold(seen(100), 0, now),
+            None,
+            "an empty pool refills at once"
+        );
+        assert_eq!(
+            hold(Seen::default(), 2, now),
+            None,
+            "no claim: nothing to wait for"
+        );
+        assert_eq!(hold(seen(600), 2, now), None);
+    }
+
+    #[test]
+    fn an_empty_pool_waits_for_claims_being_served_for_a_bounded_time() {
+        let now = Instant::now();
+        let busy = |ago: u64| Seen {
+            last: Some(now),
+            busy_since: now.checked_sub(Duration::from_millis(ago)),
+        };
+        assert_eq!(hold(busy(0), 0, now), Some(RECHECK), "looks again soon");
+        assert_eq!(
+            hold(busy(2_950), 0, now),
+            Some(Duration::from_millis(50)),
+            "never past BURST"
+        );
+        assert_eq!(
+            hold(busy(3_000), 0, now),
+            None,
+            "a stream that never pauses refills"
+        );
     }
 
     fn pool(name: &str, uid: &str) -> SandboxWarmPool {
@@ -83,15 +186,34 @@ mod tests {
 
     #[test]
     fn a_claim_is_remembered_for_its_pool_only() {
-        let times = ClaimTimes::default();
+        let times = Arc::new(ClaimTimes::default());
         let (a, b) = (pool("a", "1"), pool("b", "2"));
-        times.record(&a);
-        assert!(times.last(&a).is_some());
-        assert_eq!(times.last(&b), None);
+        drop(times.begin(&a));
+        assert!(times.of(&a).last.is_some());
+        assert_eq!(times.of(&b).last, None);
         assert_eq!(
-            times.last(&pool("a", "3")),
+            times.of(&pool("a", "3")).last,
             None,
             "a pool made again is another"
         );
+    }
+
+    #[test]
+    fn a_pool_is_busy_while_any_of_its_claims_is_served() {
+        let times = Arc::new(ClaimTimes::default());
+        let a = pool("a", "1");
+        let first = times.begin(&a);
+        let since = times.of(&a).busy_since;
+        assert!(since.is_some());
+        let second = times.begin(&a);
+        drop(first);
+        assert_eq!(
+            times.of(&a).busy_since,
+            since,
+            "one still served: busy since the first"
+        );
+        drop(second);
+        assert_eq!(times.of(&a).busy_since, None);
+        assert!(times.of(&a).last.is_some());
     }
 }

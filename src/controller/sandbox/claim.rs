@@ -22,6 +22,7 @@ use crate::api::{Claimant, Sandbox, SandboxSpec, SandboxWarmPool};
 use crate::controller::events::warning;
 use crate::controller::outcome::{Outcome, Report};
 use crate::controller::pool::members;
+use crate::controller::pool::pace::Serving;
 use crate::controller::{Context, caches};
 use crate::provider::SandboxDescriptor;
 use crate::provider::labels::Claim;
@@ -139,6 +140,10 @@ pub struct Settled {
     pub proof: Option<Claim>,
     /// The member's description, made just before the ledger write.
     pub seen: Option<SandboxDescriptor>,
+    /// A member taken by this pass: the claim counts as being served (the pool's refill
+    /// waits for it, see [`crate::controller::pool::pace`]) until this is dropped with the
+    /// rest of the pass's `Settled`.
+    pub serving: Option<Serving>,
 }
 
 /// Settles how the Sandbox is served, before it is observed: the member the ledger gives
@@ -157,16 +162,21 @@ pub async fn settle(
     if let Some(proof) = crate::claims::of(pool, &uid) {
         record(r, handle, pass, &proof.member).await?;
         let proof = Some(proof);
-        return Ok(Settled { proof, seen: None });
+        return Ok(Settled {
+            proof,
+            ..Settled::default()
+        });
     }
     if pass.current.claim.is_some() || (touched && created_cold(handle, &uid).await?) {
         return Ok(Settled::default());
     }
+    let serving = r.ctx.claim_times.begin(pool);
     let taken = take(r, broker, handle, pool, desired).await?;
     r.ctx
         .metrics
         .warm_pool_claim(if taken.is_some() { WARM } else { COLD });
     let Some((proof, seen)) = taken else {
+        // A cold claim is a create like the refill's: nothing for the refill to wait for.
         pass.next.claim = Some(COLD.into());
         return Ok(Settled::default());
     };
@@ -175,6 +185,7 @@ pub async fn settle(
     Ok(Settled {
         proof: Some(proof),
         seen,
+        serving: Some(serving),
     })
 }
 
@@ -271,7 +282,6 @@ async fn take(
         },
         spec_hash: desired.spec_hash.clone(),
     };
-    r.ctx.claim_times.record(pool);
     let taken = broker.claim(&at, ask).await?;
     Ok(taken.map(|t| {
         let proof = Claim {
