@@ -494,3 +494,73 @@ async fn assert_each_member_claimed_once(all: &[Sandbox], pools: &Api<SandboxWar
         "{ledger:?}"
     );
 }
+
+/// The ledger write against the real API server: a write decided on a stale ledger is
+/// refused (and reported as a lost race, not an error), a write over a pool whose other
+/// status fields changed meanwhile is not, and a pool of the same name made again is
+/// another pool.
+#[tokio::test]
+async fn a_ledger_write_loses_only_to_a_changed_ledger() {
+    use kube::api::{Patch, PatchParams, PostParams};
+    use sandbox_operator::api::{LedgerEntry, SandboxWarmPoolStatus};
+    use sandbox_operator::controller::pool::ledger;
+
+    let ns = namespace("ledger").await;
+    let api: Api<SandboxWarmPool> = Api::namespaced(client().await, &ns);
+    let object: SandboxWarmPool = serde_json::from_value(pool("p", 0, "v1")).unwrap();
+    let created = api.create(&PostParams::default(), &object).await.unwrap();
+    let entry = |m: &str| LedgerEntry {
+        member: m.into(),
+        claimed_by: None,
+    };
+    // The first entry goes by resourceVersion (there is no ledger to test yet).
+    let one = ledger::write(&api, &created, &[entry("a")]).await.unwrap();
+    let one = one.expect("the first write lands");
+    assert!(
+        ledger::write(&api, &created, &[entry("b")])
+            .await
+            .unwrap()
+            .is_none(),
+        "a write decided before the first one loses"
+    );
+    // Another manager changes the rest of status: the ledger read is still the ledger.
+    let ssa = PatchParams::apply("someone-else").force();
+    let status = json!({"apiVersion": "sandboxes.dev/v1alpha1", "kind": "SandboxWarmPool",
+        "status": {"replicas": 3, "readyReplicas": 0}});
+    api.patch_status("p", &ssa, &Patch::Apply(&status))
+        .await
+        .unwrap();
+    let two = ledger::write(&api, &one, &[entry("a"), entry("b")])
+        .await
+        .unwrap();
+    let two = two.expect("a change of other status fields does not refuse the write");
+    assert_eq!(two.status.as_ref().map(|s| s.replicas), Some(3));
+    // Decided on `one`'s ledger, which `two` changed: refused.
+    assert!(ledger::write(&api, &one, &[]).await.unwrap().is_none());
+    // Emptied from the fresh read.
+    let empty = ledger::write(&api, &two, &[])
+        .await
+        .unwrap()
+        .expect("lands");
+    let ledger_of = |p: &SandboxWarmPool| p.status.clone().map(|s: SandboxWarmPoolStatus| s.ledger);
+    assert_eq!(
+        ledger_of(&empty).unwrap_or_default(),
+        Vec::<LedgerEntry>::new()
+    );
+    // The same name made again is another pool: `two`'s read does not write into it.
+    // No operator runs here, so nothing holds the pool: it goes at once.
+    api.delete("p", &Default::default()).await.unwrap();
+    let again = api.create(&PostParams::default(), &object).await.unwrap();
+    ledger::write(&api, &again, &[entry("x")])
+        .await
+        .unwrap()
+        .expect("lands");
+    assert!(
+        ledger::write(&api, &two, &[entry("y")])
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let now = api.get("p").await.unwrap();
+    assert_eq!(ledger_of(&now).unwrap(), vec![entry("x")]);
+}

@@ -41,10 +41,10 @@ pub async fn normal<K: Resource<DynamicType = ()>>(
 
 /// A Normal event published off the reconcile's path: the reconcile does not wait for the
 /// API server to store it. For the events on the path of every create (`Created`,
-/// `Started`), where two awaited writes were a tenth of the operator's share of
-/// apply → Ready (`make bench` figure a). Best effort like [`publish`]: an Event still
-/// queued when the process stops is lost, which a notification may be; Warnings, which
-/// tests and users count, stay awaited.
+/// `Started`) and env delivery (`EnvDelivered`), which a pass records with
+/// [`super::outcome::Report::after_status`] and publishes this way once its status is
+/// written. Best effort like [`publish`]: an Event still queued when the process stops is
+/// lost, which a notification may be; Warnings, which tests and users count, stay awaited.
 pub fn normal_detached<K: Resource<DynamicType = ()>>(
     ctx: &Context,
     obj: &K,

@@ -1,12 +1,20 @@
 //! The pool's ledger: the one place a member's ownership moves. Every change is a read of
-//! the pool and a write of its `status.ledger` that carries the resourceVersion read, so the
-//! API server refuses it (409) when anyone changed the pool meanwhile; the change is then
-//! decided again on the fresh pool. Two Sandboxes can therefore never take one member, and
-//! the pool can never remove a member a Sandbox has just taken.
+//! the pool and a write of its `status.ledger` that is refused when the ledger is no longer
+//! the one read: a JSON patch that first tests the pool's UID and the whole ledger as read
+//! (422 when either changed), or — for a pool with no ledger yet, where there is nothing to
+//! test — a merge patch carrying the resourceVersion read (409 on any change). A refused
+//! change is decided again on the fresh pool. Two Sandboxes can therefore never take one
+//! member, and the pool can never remove a member a Sandbox has just taken: every removal
+//! is a ledger entry first ([`retire`]).
 //!
-//! The ledger is written by merge patch under its own field manager; the pool controller's
-//! server-side applies of the rest of status never carry it (see `Reported::for_apply`), so
-//! they cannot put back a stale copy.
+//! Why not the resourceVersion always: the pool controller writes the rest of status too,
+//! and with a resourceVersion check every such write sent the claims' ledger writes of that
+//! moment back for a fresh read — in a burst of claims, round after round of them. The test
+//! conflicts only with what the decision read: the ledger.
+//!
+//! The ledger is written under its own field manager; the pool controller's server-side
+//! applies of the rest of status never carry it (see `Reported::for_apply`), so they cannot
+//! put back a stale copy.
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -21,29 +29,54 @@ pub const LEDGER_MANAGER: &str = "sandbox-operator-ledger";
 /// is retried with backoff).
 const ATTEMPTS: usize = 16;
 
-/// Writes `ledger` into the pool read as `pool`; `None` when the pool changed since it was
-/// read (409), else the pool as written.
+/// Writes `ledger` into the pool read as `pool`; `None` when the pool's ledger (or, with
+/// none, the pool) changed since it was read, else the pool as written.
 pub async fn write(
     api: &Api<SandboxWarmPool>,
     pool: &SandboxWarmPool,
     ledger: &[LedgerEntry],
 ) -> Result<Option<SandboxWarmPool>> {
-    let patch = serde_json::json!({
-        "metadata": { "resourceVersion": pool.resource_version() },
-        "status": { "ledger": if ledger.is_empty() { None } else { Some(ledger) } },
-    });
     let params = PatchParams {
         field_manager: Some(LEDGER_MANAGER.into()),
         ..PatchParams::default()
     };
-    match api
-        .patch_status(&pool.name_any(), &params, &Patch::Merge(&patch))
-        .await
-    {
+    let patch = patch(pool, ledger)?;
+    match api.patch_status(&pool.name_any(), &params, &patch).await {
         Ok(written) => Ok(Some(written)),
-        Err(kube::Error::Api(s)) if s.code == 409 => Ok(None),
+        Err(kube::Error::Api(s)) if lost_race(&s) => Ok(None),
         Err(e) => Err(Error::Kube(e)),
     }
+}
+
+/// The write of `ledger` over `pool`'s: tested against the ledger read when it has one,
+/// else checked against the resourceVersion read.
+fn patch(pool: &SandboxWarmPool, ledger: &[LedgerEntry]) -> Result<Patch<serde_json::Value>> {
+    let read = pool.status.as_ref().map(|s| &s.ledger);
+    let Some(read) = read.filter(|l| !l.is_empty()) else {
+        return Ok(Patch::Merge(serde_json::json!({
+            "metadata": { "resourceVersion": pool.resource_version() },
+            "status": { "ledger": if ledger.is_empty() { None } else { Some(ledger) } },
+        })));
+    };
+    let write = if ledger.is_empty() {
+        serde_json::json!({ "op": "remove", "path": "/status/ledger" })
+    } else {
+        serde_json::json!({ "op": "replace", "path": "/status/ledger", "value": ledger })
+    };
+    let ops = serde_json::json!([
+        { "op": "test", "path": "/metadata/uid", "value": pool.uid() },
+        { "op": "test", "path": "/status/ledger", "value": read },
+        write,
+    ]);
+    let ops = serde_json::from_value(ops).map_err(|e| Error::Kube(kube::Error::SerdeError(e)))?;
+    Ok(Patch::Json(ops))
+}
+
+/// Whether a refused write lost a race: 409 for a stale resourceVersion; 422 without causes
+/// for a failed test (the API server names no field then — a schema refusal does).
+fn lost_race(s: &kube::core::Status) -> bool {
+    let causes = s.details.as_ref().map_or(0, |d| d.causes.len());
+    s.code == 409 || (s.code == 422 && causes == 0)
 }
 
 /// Reads the pool `name` and applies `edit` to its ledger, again on a fresh read whenever
@@ -120,7 +153,86 @@ pub fn forget(ledger: &mut Vec<LedgerEntry>, members: &[String]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::Claimant;
+    use crate::api::{Claimant, SandboxWarmPoolStatus};
+
+    fn entry(member: &str) -> LedgerEntry {
+        LedgerEntry {
+            member: member.into(),
+            claimed_by: None,
+        }
+    }
+
+    fn pool(ledger: Vec<LedgerEntry>) -> SandboxWarmPool {
+        let mut pool = SandboxWarmPool::new("p", Default::default());
+        pool.metadata.uid = Some("pool-uid".into());
+        pool.metadata.resource_version = Some("7".into());
+        pool.status = Some(SandboxWarmPoolStatus {
+            ledger,
+            ..Default::default()
+        });
+        pool
+    }
+
+    fn json(patch: &Patch<serde_json::Value>) -> serde_json::Value {
+        match patch {
+            Patch::Json(ops) => serde_json::to_value(ops).unwrap(),
+            Patch::Merge(v) => serde_json::json!({ "merge": v }),
+            _ => panic!("unexpected patch kind"),
+        }
+    }
+
+    #[test]
+    fn a_ledger_write_tests_the_pool_and_the_ledger_it_decided_on() {
+        let read = vec![entry("a")];
+        let ops = json(&patch(&pool(read.clone()), &[entry("a"), entry("b")]).unwrap());
+        assert_eq!(
+            ops,
+            serde_json::json!([
+                { "op": "test", "path": "/metadata/uid", "value": "pool-uid" },
+                { "op": "test", "path": "/status/ledger", "value": [{ "member": "a" }] },
+                { "op": "replace", "path": "/status/ledger",
+                  "value": [{ "member": "a" }, { "member": "b" }] },
+            ])
+        );
+        // Emptied: the field goes, still tested first.
+        let ops = json(&patch(&pool(read), &[]).unwrap());
+        assert_eq!(
+            ops[2],
+            serde_json::json!({ "op": "remove", "path": "/status/ledger" })
+        );
+        assert_eq!(ops[1]["op"], "test");
+    }
+
+    #[test]
+    fn a_first_entry_is_checked_against_the_resource_version() {
+        let merge = json(&patch(&pool(Vec::new()), &[entry("a")]).unwrap());
+        assert_eq!(merge["merge"]["metadata"]["resourceVersion"], "7");
+        assert_eq!(merge["merge"]["status"]["ledger"][0]["member"], "a");
+    }
+
+    #[test]
+    fn only_a_stale_read_counts_as_a_lost_race() {
+        // As the API server words them: a failed test has no details; a schema refusal
+        // names the field.
+        let status = |code: u16, causes: usize| -> kube::core::Status {
+            let causes: Vec<_> = (0..causes)
+                .map(|_| serde_json::json!({ "field": "status.ledger", "reason": "FieldValueInvalid" }))
+                .collect();
+            serde_json::from_value(serde_json::json!({
+                "status": "Failure", "code": code, "reason": "Invalid",
+                "message": "the server rejected our request due to an error in our request",
+                "details": { "causes": causes },
+            }))
+            .unwrap()
+        };
+        assert!(lost_race(&status(409, 0)));
+        assert!(lost_race(&status(422, 0)), "a failed test");
+        assert!(
+            !lost_race(&status(422, 1)),
+            "a schema refusal names its field"
+        );
+        assert!(!lost_race(&status(500, 0)));
+    }
 
     #[test]
     fn retiring_never_takes_a_claimed_member() {

@@ -4,7 +4,7 @@
 use kube::ResourceExt;
 
 use crate::api::{AppliedEgress, HibernationStatus, ResourceChangeStatus, Sandbox, SandboxStatus};
-use crate::controller::events::{normal, normal_detached, warning};
+use crate::controller::events::{normal, warning};
 use crate::controller::outcome::{Outcome, Report};
 use crate::controller::status;
 use crate::controller::{Context, Error, Result};
@@ -207,9 +207,15 @@ async fn deliver_env(
     handle
         .write_file(id, SELF_DELIVERED_ENV_PATH, content, 0o600)
         .await?;
+    // A warm claim's first delivery is part of the claim, which its Ready and
+    // `status.claim` record: no Event of its own (it would be a fifth of the API writes on
+    // the claim's path, on an API server the claims keep busy). Later ones are.
+    let claiming = on.claim.is_some() && next.self_delivered_env_hash.is_none();
     next.self_delivered_env_hash = Some(env.version.clone());
-    let msg = format!("delivered spec.selfDeliveredEnv into {SELF_DELIVERED_ENV_PATH}");
-    normal_detached(on.ctx(), on.sandbox(), "EnvDelivered", msg);
+    if !claiming {
+        let msg = format!("delivered spec.selfDeliveredEnv into {SELF_DELIVERED_ENV_PATH}");
+        on.r.after_status("EnvDelivered", msg);
+    }
     Ok(())
 }
 
@@ -218,12 +224,7 @@ async fn power(on: &Target<'_>, step: Step, id: &str) -> Result<()> {
     let (handle, p) = (on.handle, &on.handle.provider);
     if step == Step::Start {
         handle.call("start", p.start(id)).await?;
-        normal_detached(
-            on.ctx(),
-            on.sandbox(),
-            "Started",
-            format!("started sandbox {id}"),
-        );
+        on.r.after_status("Started", format!("started sandbox {id}"));
     } else {
         handle.call("stop", p.stop(id)).await?;
         normal(
@@ -379,7 +380,7 @@ async fn create(on: &Target<'_>, desired: &Desired, next: &mut SandboxStatus) ->
         d.id,
         handle.name()
     );
-    normal_detached(ctx, sandbox, "Created", msg);
+    on.r.after_status("Created", msg);
     next.sandbox_id = Some(d.id.clone());
     next.self_delivered_env_hash = None;
     next.template_restored_into = None;

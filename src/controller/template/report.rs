@@ -50,12 +50,7 @@ impl<'a> Report<'a> {
     }
 
     fn outcome(&self) -> outcome::Report<'_, SandboxTemplate> {
-        outcome::Report {
-            ctx: self.ctx,
-            api: self.api.clone(),
-            object: self.template,
-            written: None,
-        }
+        outcome::Report::new(self.ctx, self.template, None)
     }
 
     /// Writes `p.next` when it differs from what was written.

@@ -58,25 +58,29 @@ impl KubernetesProvider {
 
     /// Writes the container's first start into the Pod's [`pod::STARTED_AT`] annotation the
     /// first time a describe sees it started (rule 6): the kubelet's report goes with the Pod,
-    /// the annotation is what successors carry. One patch per Pod; a failed one is logged
-    /// and tried again on the next describe.
-    pub(super) async fn record_first_start(&self, pod: &Pod) {
-        let (Some(first), Some(name)) = (
-            pod::first_start_to_record(pod),
-            pod.metadata.name.as_deref(),
-        ) else {
+    /// the annotation is what successors carry. One patch per Pod, sent off the describe's
+    /// path: the describe already reports the start from the kubelet's own record, and a
+    /// warm claim's describe is on its way to Ready (the patch was a fifth of it). A failed
+    /// one is logged and tried again on the next describe; a stop copies the start into
+    /// the successor Pod itself (see [`pod::successor`]).
+    pub(super) fn record_first_start(&self, pod: &Pod) {
+        let (Some(first), Some(name)) =
+            (pod::first_start_to_record(pod), pod.metadata.name.clone())
+        else {
             return;
         };
         let patch = serde_json::json!({"metadata": {"annotations": {
             pod::STARTED_AT: crate::api::rfc3339(first)
         }}});
-        if let Err(e) = self
-            .pods()
-            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            tracing::debug!(pod = name, error = %e, "recording the first start failed; retried on the next describe");
-        }
+        let pods = self.pods();
+        tokio::spawn(async move {
+            if let Err(e) = pods
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                tracing::debug!(pod = name, error = %e, "recording the first start failed; retried on the next describe");
+            }
+        });
     }
 
     /// A Pod as a descriptor, with its reachable ports when it runs.

@@ -172,7 +172,7 @@ impl Provider for KubernetesProvider {
     async fn describe(&self, id: &str) -> ProviderResult<Option<SandboxDescriptor>> {
         match self.get_pod(id).await? {
             Some(pod) => {
-                self.record_first_start(&pod).await;
+                self.record_first_start(&pod);
                 Ok(Some(self.describe_pod(&pod).await?))
             }
             None => Ok(None),

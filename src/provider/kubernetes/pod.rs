@@ -11,11 +11,12 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, ContainerPort, ContainerStatus, EnvVar, EnvVarSource,
-    LocalObjectReference, PersistentVolumeClaimVolumeSource, Pod, PodSchedulingGate,
+    Capabilities, Container, ContainerPort, ContainerStatus, EmptyDirVolumeSource, EnvVar,
+    EnvVarSource, LocalObjectReference, PersistentVolumeClaimVolumeSource, Pod, PodSchedulingGate,
     PodSecurityContext, PodSpec, SeccompProfile, SecretKeySelector, SecurityContext, Volume,
     VolumeMount as K8sMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use super::secrets::env_secret_name;
@@ -28,6 +29,15 @@ use crate::provider::{
 
 /// The one container of a sandbox Pod.
 pub const CONTAINER: &str = "sandbox";
+/// The directory the operator delivers files into (the self-delivered env file), a
+/// memory-backed `emptyDir` in every sandbox Pod: it exists from the start, so a delivery
+/// (a warm claim's env, on its way to Ready) need not create it first, and whatever is
+/// delivered there — Secret values — never lands on the node's disk.
+pub const DELIVERY_DIR: &str = "/run/sandboxes.dev";
+/// The name of [`DELIVERY_DIR`]'s volume (a sandbox volume of this name is refused).
+pub const DELIVERY_VOLUME: &str = "sandboxes-dev-delivery";
+/// Its size limit: the env file is a Secret's values at most (1 MiB) and the spec's env.
+const DELIVERY_LIMIT: &str = "2Mi";
 /// The scheduling gate that holds a created or stopped sandbox.
 pub const GATE: &str = "sandboxes.dev/not-started";
 /// Marks a gated Pod that stands for a stopped sandbox (not a never-started one).
@@ -125,6 +135,17 @@ fn refuse_unenforceable(request: &CreateRequest) -> ProviderResult<()> {
              podPidsLimit), not per Pod; remove it and set podPidsLimit on the nodes",
         ));
     }
+    if let Some(v) = request.volumes.iter().find(|v| {
+        v.volume_name == DELIVERY_VOLUME
+            || v.mount_path.trim_end_matches('/') == DELIVERY_DIR
+            || v.mount_path.starts_with(&format!("{DELIVERY_DIR}/"))
+    }) {
+        return Err(ProviderError::invalid(format!(
+            "spec.volumes: volume {:?} at {:?} collides with the operator's own {DELIVERY_DIR} \
+             ({DELIVERY_VOLUME}); rename the volume or mount it elsewhere",
+            v.volume_name, v.mount_path
+        )));
+    }
     if request.allowed_domains.is_some() {
         return Err(ProviderError::unsupported(
             "spec.egress.allowedDomains: the kubernetes provider does not enforce egress (a \
@@ -173,18 +194,7 @@ fn container(request: &CreateRequest, image: &str, settings: &KubernetesSettings
             run_as_non_root: settings.run_as_user.map(|_| true),
             ..Default::default()
         }),
-        volume_mounts: (!request.volumes.is_empty()).then(|| {
-            request
-                .volumes
-                .iter()
-                .map(|v| K8sMount {
-                    name: v.volume_name.clone(),
-                    mount_path: v.mount_path.clone(),
-                    read_only: Some(v.read_only),
-                    ..Default::default()
-                })
-                .collect()
-        }),
+        volume_mounts: Some(mounts(request)),
         ..Default::default()
     }
 }
@@ -220,21 +230,41 @@ fn env(request: &CreateRequest) -> Vec<EnvVar> {
         .collect()
 }
 
+/// The container's mounts: [`DELIVERY_DIR`], then the sandbox's volumes.
+fn mounts(request: &CreateRequest) -> Vec<K8sMount> {
+    let delivery = K8sMount {
+        name: DELIVERY_VOLUME.into(),
+        mount_path: DELIVERY_DIR.into(),
+        ..Default::default()
+    };
+    let volumes = request.volumes.iter().map(|v| K8sMount {
+        name: v.volume_name.clone(),
+        mount_path: v.mount_path.clone(),
+        read_only: Some(v.read_only),
+        ..Default::default()
+    });
+    std::iter::once(delivery).chain(volumes).collect()
+}
+
+/// The Pod's volumes: [`DELIVERY_DIR`]'s, then a claim of each sandbox volume.
 fn volumes(request: &CreateRequest) -> Option<Vec<Volume>> {
-    (!request.volumes.is_empty()).then(|| {
-        request
-            .volumes
-            .iter()
-            .map(|v| Volume {
-                name: v.volume_name.clone(),
-                persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
-                    claim_name: v.volume_name.clone(),
-                    read_only: Some(v.read_only),
-                }),
-                ..Default::default()
-            })
-            .collect()
-    })
+    let delivery = Volume {
+        name: DELIVERY_VOLUME.into(),
+        empty_dir: Some(EmptyDirVolumeSource {
+            medium: Some("Memory".into()),
+            size_limit: Some(Quantity(DELIVERY_LIMIT.into())),
+        }),
+        ..Default::default()
+    };
+    let claims = request.volumes.iter().map(|v| Volume {
+        name: v.volume_name.clone(),
+        persistent_volume_claim: Some(PersistentVolumeClaimVolumeSource {
+            claim_name: v.volume_name.clone(),
+            read_only: Some(v.read_only),
+        }),
+        ..Default::default()
+    });
+    Some(std::iter::once(delivery).chain(claims).collect())
 }
 
 fn restart_policy(policy: RestartPolicy) -> &'static str {
@@ -631,6 +661,39 @@ pub(super) mod tests {
             runtime_class_name: Some("gvisor".into()),
             run_as_user: Some(1000),
             ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_pod_has_a_memory_backed_delivery_dir_before_its_volumes() {
+        let mut req = request();
+        req.volumes = vec![crate::provider::VolumeMount {
+            volume_name: "data".into(),
+            mount_path: "/data".into(),
+            read_only: false,
+        }];
+        let pod = build(&req, &settings(), None, Utc::now()).unwrap();
+        let spec = pod.spec.as_ref().unwrap();
+        let volumes = spec.volumes.as_ref().unwrap();
+        let names: Vec<_> = volumes.iter().map(|v| v.name.as_str()).collect();
+        assert_eq!(names, [DELIVERY_VOLUME, "data"]);
+        let empty = volumes[0].empty_dir.as_ref().unwrap();
+        assert_eq!(empty.medium.as_deref(), Some("Memory"));
+        assert!(empty.size_limit.is_some());
+        let mounts = spec.containers[0].volume_mounts.as_ref().unwrap();
+        let paths: Vec<_> = mounts.iter().map(|m| m.mount_path.as_str()).collect();
+        assert_eq!(paths, [DELIVERY_DIR, "/data"]);
+        // Only claims are the sandbox's volumes, as the descriptor reports them.
+        assert_eq!(descriptor(&pod).volumes.len(), 1);
+        for (name, path) in [
+            (DELIVERY_VOLUME, "/x"),
+            ("y", DELIVERY_DIR),
+            ("z", "/run/sandboxes.dev/a"),
+        ] {
+            req.volumes[0].volume_name = name.into();
+            req.volumes[0].mount_path = path.into();
+            let err = build(&req, &settings(), None, Utc::now()).unwrap_err();
+            assert!(err.message().contains("spec.volumes"), "{err}");
         }
     }
 
