@@ -76,9 +76,7 @@ async fn fixture() -> Result<Fixture, Skipped> {
     let instance = format!("conf-{}", unique_hex());
     let settings = settings_for(&d, d.api_key(), 60, 1);
     let provider = E2bProvider::new("e2b-conformance", settings.clone()).expect("provider");
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port");
+    let closed = format!("127.0.0.1:{}", sandbox_doubles::ports::quiet_port());
     let unreachable = E2bProvider::new(
         "e2b-unreachable",
         E2bSettings {

@@ -133,10 +133,7 @@ fn idle_request(instance: &str, image: String) -> CreateRequest {
 
 /// A Fly provider whose API URL is a port nobody listens on.
 fn unreachable(token: SecretSource) -> FlyProvider {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free local port");
+    let port = sandbox_doubles::ports::quiet_port();
     let settings = FlySettings {
         api_url: format!("http://127.0.0.1:{port}"),
         token,
@@ -155,7 +152,7 @@ async fn fixture() -> Result<Fixture, Skipped> {
     .await
     .expect("Fly double");
     let token = token_file(double.token());
-    let first = 20_000 + fastrand::u16(0..30_000);
+    let first = sandbox_doubles::ports::quiet_block(501);
     let settings = FlySettings {
         api_url: double.base_url().to_string(),
         token: SecretSource::file(token.path()),
@@ -391,7 +388,7 @@ mod specific {
         let double = spawn(options).await.expect("Fly double");
         let mut token = tempfile::NamedTempFile::new().unwrap();
         writeln!(token, "{}", double.token()).unwrap();
-        let first = 20_000 + fastrand::u16(0..30_000);
+        let first = sandbox_doubles::ports::quiet_block(501);
         let mut settings = FlySettings {
             api_url: double.base_url().to_string(),
             token: SecretSource::file(token.path()),

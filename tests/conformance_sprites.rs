@@ -64,10 +64,7 @@ async fn fixture() -> Result<Fixture, Skipped> {
         double.token.clone(),
     )
     .expect("a provider at the double");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
+    let port = sandbox_doubles::ports::quiet_port();
     let unreachable = SpritesProvider::new(
         "sprites-unreachable",
         &format!("http://127.0.0.1:{port}"),

@@ -176,11 +176,7 @@ async fn a_missing_tag_is_not_found_and_names_the_reference() {
 #[tokio::test]
 async fn an_unreachable_registry_is_transient() {
     let env = TestEnv::new("pull-down").await;
-    let closed = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let closed = sandbox_doubles::ports::quiet_port();
     let image = format!("127.0.0.1:{closed}/down/app:1");
     let request = image_request(&env, &image, ImagePullPolicy::Always);
     let (result, pulling) = create_through_pull(&env, &request).await;

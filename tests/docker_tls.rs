@@ -78,11 +78,7 @@ impl TlsEngine {
         pki(d, "ca", "client", false);
         pki(d, "rogue-ca", "rogue", false);
         std::fs::write(d.join("daemon.json"), "{}").unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = sandbox_doubles::ports::quiet_port();
         let exec_root = PathBuf::from(format!("/run/{}", unique("sbx-tls")));
         // A bridge of its own: `--bridge=none` would make dockerd DELETE the host's docker0
         // (it removes the default bridge interface it is told not to use), which the shared

@@ -8,12 +8,11 @@
 
 mod harness;
 
+use sandbox_doubles::ports::quiet_port;
 use std::time::Duration;
 
 use harness::cluster::{apply_yaml_ok, kubectl, kubectl_ok, namespace};
-use harness::e2b_sdk::{
-    Sdk, SdkKind, api_config, api_up, ensure_sleep_crd, free_port, key_for, options,
-};
+use harness::e2b_sdk::{Sdk, SdkKind, api_config, api_up, ensure_sleep_crd, key_for, options};
 use harness::kubernetes::Kubernetes;
 use harness::objects::{wait_gone, wait_ready_within};
 use harness::operator::{Operator, OperatorOptions};
@@ -50,7 +49,7 @@ async fn the_js_sdk_drives_the_rest_api_on_docker() {
 /// The REST body with `sdk` against an operator on the Docker provider.
 async fn on_docker(sdk: fn(u16) -> Sdk) {
     ensure_sleep_crd();
-    let port = free_port();
+    let port = quiet_port();
     let a = tenant("e2b-a", &options(port)).await;
     let b = namespace("e2b-b").await;
     // The other key's sandboxes run too: create answers once a sandbox runs.
@@ -104,7 +103,7 @@ type Body = for<'a> fn(
 /// namespace for the other key.
 async fn on_kubernetes(sdk: fn(u16) -> Sdk, body: Body) {
     ensure_sleep_crd();
-    let port = free_port();
+    let port = quiet_port();
     let world = World::<Kubernetes>::kubernetes("e2b-k").await;
     let op = world.operator(&api_config(port), vec![]);
     let b = namespace("e2b-kb").await;
@@ -575,7 +574,7 @@ async fn kill_and_gone(
 #[tokio::test]
 async fn logs_answer_the_main_process_output() {
     ensure_sleep_crd();
-    let port = free_port();
+    let port = quiet_port();
     let a = tenant("e2b-logs", &options(port)).await;
     api_up(port).await;
     let key = key_for(&a.ns);

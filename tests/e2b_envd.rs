@@ -15,12 +15,12 @@ mod commands;
 #[path = "e2b_envd/files.rs"]
 mod files;
 
+use sandbox_doubles::ports::quiet_port;
 use std::time::Duration;
 
 use harness::cluster::kubectl;
 use harness::e2b_sdk::{
-    Sdk, SdkKind, api_config, api_up, created_and_ran, ensure_sleep_crd, free_port, key_for,
-    options,
+    Sdk, SdkKind, api_config, api_up, created_and_ran, ensure_sleep_crd, key_for, options,
 };
 use harness::kubernetes::Kubernetes;
 use harness::tenant::tenant;
@@ -32,7 +32,7 @@ use serde_json::json;
 #[tokio::test]
 async fn both_sdks_drive_envd_on_docker() {
     ensure_sleep_crd();
-    let port = free_port();
+    let port = quiet_port();
     let a = tenant("e2b-envd", &options(port)).await;
     let key = key_for(&a.ns);
     api_up(port).await;
@@ -42,7 +42,7 @@ async fn both_sdks_drive_envd_on_docker() {
 #[tokio::test]
 async fn both_sdks_drive_envd_on_kubernetes() {
     ensure_sleep_crd();
-    let port = free_port();
+    let port = quiet_port();
     let world = World::<Kubernetes>::kubernetes("e2b-envd-k").await;
     let op = world.operator(&api_config(port), vec![]);
     let key = key_for(&world.ns);

@@ -6,11 +6,10 @@
 
 mod harness;
 
+use sandbox_doubles::ports::quiet_port;
 use std::path::PathBuf;
 
-use harness::e2b_sdk::{
-    self, Sdk, api_config, api_up, created_and_ran, ensure_sleep_crd, free_port, key_for,
-};
+use harness::e2b_sdk::{self, Sdk, api_config, api_up, created_and_ran, ensure_sleep_crd, key_for};
 use harness::operator::{Operator, OperatorOptions};
 use harness::tenant::tenant;
 use harness::{repo, unique};
@@ -19,7 +18,7 @@ use serde_json::json;
 #[tokio::test]
 async fn a_process_started_through_one_replica_is_reached_through_another() {
     ensure_sleep_crd();
-    let (port_a, port_b) = (free_port(), free_port());
+    let (port_a, port_b) = (quiet_port(), quiet_port());
     let key_file = shared_token_key();
     let mut a = tenant("e2b-rep", &replica(port_a, &key_file)).await;
     let key = key_for(&a.ns);

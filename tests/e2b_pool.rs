@@ -7,10 +7,11 @@ mod harness;
 
 use harness::cluster::{apply_yaml_ok, kubectl_ok};
 use harness::docker::{base_image, idle};
-use harness::e2b_sdk::{Sdk, api_up, ensure_sleep_crd, free_port, key_for, options};
+use harness::e2b_sdk::{Sdk, api_up, ensure_sleep_crd, key_for, options};
 use harness::objects::{READY_TIMEOUT, wait_pool_within};
 use harness::tenant::tenant;
 use kube::Api;
+use sandbox_doubles::ports::quiet_port;
 use sandbox_operator::api::{Sandbox, SandboxWarmPool};
 use sandbox_operator::e2bapi::id;
 use serde_json::{Value, json};
@@ -52,7 +53,7 @@ async fn create_from(sdk: &Sdk, key: &str, api: &Api<Sandbox>, pool: &str) -> Sa
 #[tokio::test(flavor = "multi_thread")]
 async fn sdk_create_from_a_pool_is_a_warm_claim_then_cold_when_empty() {
     ensure_sleep_crd();
-    let port = free_port();
+    let port = quiet_port();
     let t = tenant("e2b-pool", &options(port)).await;
     let key = key_for(&t.ns);
     api_up(port).await;

@@ -8,12 +8,13 @@
 
 mod harness;
 
+use sandbox_doubles::ports::quiet_port;
 use std::net::SocketAddr;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
 use harness::cluster::namespace;
-use harness::e2b_sdk::{Sdk, api_up, ensure_sleep_crd, free_port, key_for, options};
+use harness::e2b_sdk::{Sdk, api_up, ensure_sleep_crd, key_for, options};
 use harness::operator::{Operator, OperatorOptions};
 use harness::tenant::tenant;
 use harness::wait_for;
@@ -122,7 +123,7 @@ async fn websocket_echoes(host: &str, port: u16, token: Option<&str>) {
 #[tokio::test]
 async fn port_urls_reach_http_and_websocket_servers_in_the_sandbox() {
     ensure_sleep_crd();
-    let port = free_port();
+    let port = quiet_port();
     let a = tenant("e2b-ports", &options(port)).await;
     let b = namespace("e2b-ports-b").await;
     let _op_b = Operator::start(&b, &b, &OperatorOptions::default());

@@ -59,7 +59,7 @@ impl World {
         let fly = Fly {
             token: token_file(double.token()),
             double,
-            first_port: 20_000 + fastrand::u16(0..30_000),
+            first_port: sandbox_doubles::ports::quiet_block(501),
         };
         World::around(namespace(prefix).await, fly).await
     }

@@ -1352,14 +1352,7 @@ impl PrivateCluster {
                 std::os::unix::fs::symlink(entry.path(), bin.join(&name)).unwrap();
             }
         }
-        let port = || {
-            std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port()
-                .to_string()
-        };
+        let port = || sandbox_doubles::ports::quiet_port().to_string();
         let out = Command::new("bash")
             .arg(repo().join("tests/cluster/up.sh"))
             .env("SANDBOX_CACHE", dir.path())
@@ -1658,11 +1651,7 @@ async fn image_runs_the_charts_pod_spec_with_only_the_charts_rbac() {
     let _purge = Purge(release.clone());
     let socket = Path::new("/var/run/docker.sock");
     let gid = std::fs::metadata(socket).expect("docker socket").gid();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = sandbox_doubles::ports::quiet_port();
     let (repository, image_tag) = tag.split_once(':').unwrap();
     let dir = tempfile::tempdir().unwrap();
     let values = write_temp(

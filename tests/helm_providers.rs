@@ -117,10 +117,7 @@ fn install_and_run(
     let dir = tempfile::tempdir().expect("temp dir");
     let config_path = dir.path().join("config.yaml");
     std::fs::write(&config_path, &config).expect("config file");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port");
+    let port = sandbox_doubles::ports::quiet_port();
     let args: Vec<String> = container["args"]
         .as_array()
         .expect("args")
@@ -212,7 +209,7 @@ async fn a_fly_install_with_its_token_secret_runs_a_fly_sandbox() {
     let double = spawn(FlyDoubleOptions::default())
         .await
         .expect("Fly double");
-    let first = 20_000 + fastrand::u16(0..30_000);
+    let first = sandbox_doubles::ports::quiet_block(501);
     let values = format!(
         "{}providers:\n  - name: fly\n    type: fly\n    fly:\n      app: {}\n      apiUrl: {}\n      \
          publicHost: {}\n      firstPublicPort: {first}\n      lastPublicPort: {}\n      \

@@ -391,12 +391,7 @@ async fn port_forward_relays_one_connection_with_the_port_prefixes() {
 
 #[tokio::test]
 async fn an_unreachable_api_server_is_named_with_the_os_cause() {
-    let port = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = sandbox_doubles::ports::quiet_port();
     let (result, _, _) = run_exec(&format!("http://127.0.0.1:{port}"), &["true"], None, None).await;
     let e = result.unwrap_err().to_string();
     assert!(

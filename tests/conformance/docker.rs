@@ -101,10 +101,7 @@ pub async fn fixture() -> Result<Fixture, Skipped> {
 /// A Docker provider whose endpoint is a TCP port nobody listens on, configured like the
 /// suite's provider.
 pub fn unreachable() -> DockerProvider {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free local port");
+    let port = sandbox_doubles::ports::quiet_port();
     DockerProvider::connect(
         "docker-unreachable",
         DockerSettings {

@@ -89,7 +89,7 @@ impl Aggregated {
     pub async fn start_with(namespace: &str, providers_yaml: &str) -> Aggregated {
         let lock = lock();
         let (cert, key, ca_pem) = serving_files(namespace);
-        let port = free_port();
+        let port = sandbox_doubles::ports::quiet_port();
         let extra = format!(
             "{providers_yaml}access:\n  enabled: true\n  address: \"0.0.0.0:{port}\"\n  tlsCertFile: {}\n  tlsKeyFile: {}\n",
             cert.display(),
@@ -155,13 +155,6 @@ pub fn lock() -> Flock<File> {
     let path = cache().join("aggregated-api.lock");
     let file = File::create(&path).expect("lock file");
     Flock::lock(file, FlockArg::LockExclusive).expect("lock the APIService")
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("0.0.0.0:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 /// A self-signed serving certificate for [`server_name`], written to files.

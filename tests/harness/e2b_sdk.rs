@@ -284,12 +284,6 @@ pub fn api_config(port: u16) -> String {
     )
 }
 
-/// A port free on loopback now.
-pub fn free_port() -> u16 {
-    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("free port");
-    l.local_addr().expect("addr").port()
-}
-
 /// The E2B API listens.
 pub async fn api_up(port: u16) {
     wait_for(

@@ -44,10 +44,7 @@ pub async fn provider(name: &str, namespace: &str) -> KubernetesProvider {
 /// A provider whose API server is a local port nobody listens on.
 pub fn unreachable(namespace: &str) -> KubernetesProvider {
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free local port");
+    let port = sandbox_doubles::ports::quiet_port();
     let url = format!("https://127.0.0.1:{port}").parse().expect("url");
     let mut config = kube::Config::new(url);
     config.connect_timeout = Some(Duration::from_secs(2));

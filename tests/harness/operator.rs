@@ -38,11 +38,7 @@ impl Operator {
     pub fn start(namespace: &str, instance: &str, opts: &OperatorOptions) -> Operator {
         let dir = repo().join("target/e2e");
         std::fs::create_dir_all(&dir).expect("log dir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("free port")
-            .local_addr()
-            .expect("addr")
-            .port();
+        let port = sandbox_doubles::ports::quiet_port();
         let metrics_addr = format!("127.0.0.1:{port}");
         let config = dir.join(format!("{instance}.yaml"));
         let mut text = format!("instance: {instance}\nresyncSecs: 600\n");

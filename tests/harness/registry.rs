@@ -255,11 +255,7 @@ impl OwnRegistry {
     /// Starts one and waits until it answers.
     pub fn start(shared: &Registry) -> OwnRegistry {
         let dir = tempfile::tempdir().expect("registry dir");
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .expect("free port")
-            .local_addr()
-            .expect("addr")
-            .port();
+        let port = sandbox_doubles::ports::quiet_port();
         let addr = format!("127.0.0.1:{port}");
         let config = dir.path().join("config.yml");
         std::fs::write(

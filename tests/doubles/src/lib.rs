@@ -8,6 +8,7 @@ use std::time::Duration;
 pub mod e2b;
 pub mod fly;
 pub mod pid_label;
+pub mod ports;
 pub mod sprites;
 
 /// How much of a sandbox's history a double's answers carry. Real APIs keep only recent

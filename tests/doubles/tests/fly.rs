@@ -444,7 +444,7 @@ async fn listing_filters_by_metadata_and_pages_with_a_cursor() {
 async fn public_service_ports_reach_the_machine() {
     let double = double().await;
     let api = Api::of(&double);
-    let port = 20000 + fastrand::u16(0..20000);
+    let port = sandbox_doubles::ports::quiet_port();
     let server = "perl -MIO::Socket::INET -e '$s=IO::Socket::INET->new(LocalPort=>8080,Listen=>5,ReuseAddr=>1) or die; \
         while($c=$s->accept){<$c>; print $c \"HTTP/1.0 200 OK\\r\\n\\r\\nhello $ENV{FLY_MACHINE_ID}\"; close $c}'";
     let id = api
