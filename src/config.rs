@@ -81,6 +81,7 @@ pub struct OperatorConfig {
     /// provider events; this only bounds how long a missed event can go unnoticed.
     pub resync_secs: u64,
     /// Maximum concurrent calls into one provider, so one slow provider never stalls others.
+    /// The operator's own upkeep takes at most three quarters of them (`registry::limit`).
     pub provider_concurrency: usize,
     /// Timeout in seconds for any single provider call.
     pub provider_timeout_secs: u64,

@@ -1,12 +1,14 @@
 //! The configured providers, by name, each behind its own concurrency bound and timeout.
 //!
-//! Every external call goes through [`ProviderHandle::call`], so one slow provider fills only
-//! its own permits and times out on its own clock: it never stalls reconciles for the
-//! others. Interactive processes and whole-file writes go through the handle too
+//! Every external call goes through [`ProviderHandle::call`] (or, for the operator's own
+//! upkeep, [`ProviderHandle::upkeep`], which yields its slots to Sandboxes: [`limit`]), so one
+//! slow provider fills only its own slots and times out on its own clock: it never stalls
+//! reconciles for the others. Interactive processes and whole-file writes go through the handle too
 //! ([`exec`]), which keeps a process waiting in a sandbox in use where the provider says
 //! starting one is costly ([`warm`]).
 
 pub mod exec;
+pub mod limit;
 pub mod warm;
 
 use std::collections::BTreeMap;
@@ -14,11 +16,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::Semaphore;
-
 use crate::config::{OperatorConfig, ProviderConfig};
 use crate::metrics::Metrics;
 use crate::provider::{Provider, ProviderError, ProviderResult};
+use limit::{Lane, Limiter};
 
 /// A configured provider could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -35,7 +36,7 @@ pub struct BuildError {
 pub struct ProviderHandle {
     /// The provider itself.
     pub provider: Arc<dyn Provider>,
-    limit: Arc<Semaphore>,
+    limit: Arc<Limiter>,
     timeout: Duration,
     metrics: Metrics,
     /// The processes waiting in this provider's sandboxes; `None` where it keeps none.
@@ -53,7 +54,7 @@ impl ProviderHandle {
         let warm = warm::wanted(provider.as_ref()).then(Arc::default);
         ProviderHandle {
             provider,
-            limit: Arc::new(Semaphore::new(concurrency.max(1))),
+            limit: Limiter::new(concurrency),
             timeout,
             metrics,
             warm,
@@ -65,7 +66,8 @@ impl ProviderHandle {
         self.provider.name()
     }
 
-    /// Runs one provider operation under this provider's bound and timeout, recording it.
+    /// Runs one provider operation for a Sandbox under this provider's bound and timeout,
+    /// recording it.
     ///
     /// A timeout is `Transient`: the operation may still complete at the provider, which is
     /// why every operation the controllers issue is idempotent or observed before retried.
@@ -73,9 +75,23 @@ impl ProviderHandle {
     where
         F: Future<Output = ProviderResult<T>>,
     {
-        let _permit = self.limit.acquire().await.map_err(|_| {
-            ProviderError::transient(format!("provider {} is shutting down", self.name()))
-        })?;
+        self.call_in(Lane::Sandbox, operation, fut).await
+    }
+
+    /// [`Self::call`] for the operator's own upkeep (a warm pool's members, the sweeper),
+    /// which yields the provider's slots to Sandbox calls (see [`limit`]).
+    pub async fn upkeep<T, F>(&self, operation: &'static str, fut: F) -> ProviderResult<T>
+    where
+        F: Future<Output = ProviderResult<T>>,
+    {
+        self.call_in(Lane::Upkeep, operation, fut).await
+    }
+
+    async fn call_in<T, F>(&self, lane: Lane, operation: &'static str, fut: F) -> ProviderResult<T>
+    where
+        F: Future<Output = ProviderResult<T>>,
+    {
+        let _permit = self.limit.acquire(lane).await;
         let started = Instant::now();
         let result = match tokio::time::timeout(self.timeout, fut).await {
             Ok(result) => result,

@@ -33,19 +33,27 @@ impl ProviderHandle {
         id: &str,
         request: &StreamExecRequest,
     ) -> ProviderResult<ExecSession> {
+        match self.warm_start(id, request).await {
+            Some(session) => Ok(self.rearm_after(id, session)),
+            None => self.exec_started(id, request).await,
+        }
+    }
+
+    /// `request` started by the provider itself, not by a waiting process.
+    async fn exec_started(
+        &self,
+        id: &str,
+        request: &StreamExecRequest,
+    ) -> ProviderResult<ExecSession> {
         let exec = self.provider.streaming_exec().ok_or_else(|| {
             ProviderError::unsupported(format!(
                 "provider {} cannot start interactive processes",
                 self.name()
             ))
         })?;
-        let session = match self.warm_start(id, request).await {
-            Some(session) => session,
-            None => {
-                self.call("exec_stream", exec.exec_stream(id, request))
-                    .await?
-            }
-        };
+        let session = self
+            .call("exec_stream", exec.exec_stream(id, request))
+            .await?;
         Ok(self.rearm_after(id, session))
     }
 
@@ -165,10 +173,10 @@ impl ProviderHandle {
 }
 
 impl ProviderHandle {
-    /// A whole-file write through [`Self::exec_stream`] that returns as soon as the script
-    /// has written its status (see [`shellfs::reported_write`]): the streams' close and the
-    /// exit record (~4 ms on Docker) are awaited in the background, where the process's end
-    /// leaves another waiting. A failure waits for its stderr, which says why.
+    /// A whole-file write through an exec (see [`Self::start_write`]) that returns as soon as
+    /// the script has written its status (see [`shellfs::reported_write`]): the streams'
+    /// close and the exit record (~4 ms on Docker) are awaited in the background, where the
+    /// process's end leaves another waiting. A failure waits for its stderr, which says why.
     async fn write_reported(
         &self,
         id: &str,
@@ -177,20 +185,24 @@ impl ProviderHandle {
         mode: u32,
     ) -> ProviderResult<()> {
         let (argv, path) = shellfs::reported_write(id, path, mode)?;
-        let request = StreamExecRequest {
+        let request = |argv: Vec<String>, env, stdin| StreamExecRequest {
             argv,
-            env: Default::default(),
+            env,
             cwd: None,
-            stdin: true,
+            stdin,
             tty: None,
         };
+        let by_stdin = request(argv, Default::default(), true);
+        let by_env = shellfs::reported_write_from_env(id, &path, mode, data)?
+            .map(|(argv, env)| request(argv, env, false));
         let run = async {
+            let (session, stdin) = self.start_write(id, by_env, by_stdin, data).await?;
             let ExecSession {
                 input,
                 mut stdout,
                 stderr,
                 exit,
-            } = self.exec_stream(id, &request).await?;
+            } = session;
             let status = async {
                 let mut out = Vec::new();
                 while let Some(chunk) = stdout.next().await {
@@ -201,7 +213,7 @@ impl ProviderHandle {
                 }
                 Ok::<_, ProviderError>(None)
             };
-            let ((), status) = tokio::join!(feed(input, Some(data)), status);
+            let ((), status) = tokio::join!(feed(input, stdin), status);
             let rest = ExecSession {
                 input: tokio::sync::mpsc::channel(1).0,
                 stdout,
@@ -224,6 +236,35 @@ impl ProviderHandle {
                 "writing {path} in sandbox {id} did not finish within {FILE_TIMEOUT:?}"
             ))
         })?
+    }
+}
+
+impl ProviderHandle {
+    /// Starts a reported write: with its data in the environment (`by_env`) when a waiting
+    /// process takes it, else on stdin (`by_stdin`); with what is left to feed on stdin.
+    ///
+    /// The environment goes to a waiting process over its stdin, in the header. A process
+    /// the provider starts gets the data on stdin instead: a provider may carry an exec's
+    /// environment where it is logged (the Kubernetes exec has it in its URL), and the
+    /// data is a Secret's values.
+    async fn start_write<'d>(
+        &self,
+        id: &str,
+        by_env: Option<StreamExecRequest>,
+        by_stdin: StreamExecRequest,
+        data: &'d [u8],
+    ) -> ProviderResult<(ExecSession, Option<&'d [u8]>)> {
+        let warm = match &by_env {
+            Some(request) => self.warm_start(id, request).await.map(|s| (s, None)),
+            None => self
+                .warm_start(id, &by_stdin)
+                .await
+                .map(|s| (s, Some(data))),
+        };
+        match warm {
+            Some((session, stdin)) => Ok((self.rearm_after(id, session), stdin)),
+            None => Ok((self.exec_started(id, &by_stdin).await?, Some(data))),
+        }
     }
 }
 

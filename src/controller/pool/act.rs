@@ -59,7 +59,7 @@ pub async fn act(on: &On<'_>, plan: &Plan, all: &[Member], hash: &str) -> Result
     retire(on, &plan.retire).await?;
     for id in &plan.start {
         let h = on.handle;
-        h.call("start", h.provider.start(id)).await?;
+        h.upkeep("start", h.provider.start(id)).await?;
     }
     if plan.create > 0 {
         create(on, plan.create, all, hash).await?;
@@ -105,7 +105,7 @@ async fn destroy(on: &On<'_>, ids: &[String]) -> Result<()> {
     let h = on.handle;
     try_join_all(
         ids.iter()
-            .map(|id| h.call("destroy", h.provider.destroy(id))),
+            .map(|id| h.upkeep("destroy", h.provider.destroy(id))),
     )
     .await?;
     Ok(())
@@ -123,8 +123,8 @@ async fn create(on: &On<'_>, n: usize, all: &[Member], hash: &str) -> Result<(),
         request.name = name.clone();
         request.labels.insert(POOL_MEMBER.into(), name.clone());
         async move {
-            let made = h.call("create", h.provider.create(&request)).await?;
-            h.call("start", h.provider.start(&made.id)).await?;
+            let made = h.upkeep("create", h.provider.create(&request)).await?;
+            h.upkeep("start", h.provider.start(&made.id)).await?;
             Ok::<_, Error>(())
         }
     }))

@@ -77,7 +77,7 @@ pub async fn observe(
     uid: &str,
 ) -> Result<Vec<SandboxDescriptor>, ProviderError> {
     let query = crate::controller::sandbox::observe::owned_by(uid);
-    let found = handle.call("find", handle.provider.find(&query)).await?;
+    let found = handle.upkeep("find", handle.provider.find(&query)).await?;
     ctx.sightings.record(uid, &found);
     Ok(found)
 }

@@ -46,7 +46,7 @@ pub async fn enumerate(
 ) -> Result<Vec<Candidate>, SweepError> {
     let ours = BTreeMap::from([(MANAGED_BY.to_string(), instance.to_string())]);
     let inventory = handle
-        .call("inventory", handle.provider.inventory(&ours))
+        .upkeep("inventory", handle.provider.inventory(&ours))
         .await
         .map_err(|source| SweepError::Enumeration {
             what: "sandboxes, volumes and templates (inventory)",
@@ -115,7 +115,7 @@ pub async fn reread(
 ) -> ProviderResult<Option<Candidate>> {
     match candidate.kind() {
         ResourceKind::Sandbox => Ok(handle
-            .call("describe", handle.provider.describe(&candidate.id))
+            .upkeep("describe", handle.provider.describe(&candidate.id))
             .await?
             .map(sandbox_candidate)),
         ResourceKind::Volume | ResourceKind::Template => Ok(Some(candidate.clone())),

@@ -19,6 +19,7 @@ pub mod argv;
 pub mod listing;
 pub mod scripts;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -218,6 +219,33 @@ pub fn reported_write(id: &str, path: &str, mode: u32) -> ProviderResult<(Vec<St
     let script = format!("{}{}", scripts::REPORTED, scripts::WRITE);
     let path = args[0].clone();
     Ok((script_argv(&script, args.to_vec()), path))
+}
+
+/// The largest data [`reported_write_from_env`] carries: a warm reader reads its header a
+/// byte at a time, so past a few KiB stdin is cheaper.
+pub const ENV_DATA_MAX: usize = 8 * 1024;
+
+/// An argv and the environment it runs with.
+pub type WithEnv = (Vec<String>, BTreeMap<String, String>);
+
+/// [`reported_write`] with `data` in the environment instead of on stdin (see
+/// [`scripts::WRITE`]): its argv and environment. `None` unless `data` is small text — at
+/// most [`ENV_DATA_MAX`] bytes of UTF-8 without NUL, which no environment can hold.
+pub fn reported_write_from_env(
+    id: &str,
+    path: &str,
+    mode: u32,
+    data: &[u8],
+) -> ProviderResult<Option<WithEnv>> {
+    let (mut argv, _) = reported_write(id, path, mode)?;
+    let text = (data.len() <= ENV_DATA_MAX && !data.contains(&0))
+        .then(|| std::str::from_utf8(data).ok())
+        .flatten();
+    Ok(text.map(|text| {
+        argv.push("env".into());
+        let env = BTreeMap::from([(scripts::DATA_VAR.to_string(), text.to_string())]);
+        (argv, env)
+    }))
 }
 
 /// The outcome of a write made with [`reported_write`]: its status, and stderr when it

@@ -29,11 +29,19 @@ pub const READ: &str =
 /// is created under the umask `$3` (the complement of the mode), so it has its mode from the
 /// start and `chmod` runs only when `$4` is set (a mode with execute bits, which a created
 /// file never gets). A write into an existing directory runs `cat` and `mv` and nothing else.
+///
+/// With `$5` = `env`, the data is the environment variable [`DATA_VAR`] instead of stdin,
+/// written by the shell's own `printf`: no `cat` to start, and no end of stdin to wait for
+/// through the runtime's stream (measured on Docker under load: 11–13 ms for the write with
+/// `cat`, 6–7 ms without). Only for small text (see `shellfs::reported_write`).
 pub const WRITE: &str = r#"[ -d "$1" ] && exit 21; d=${1%/*}; [ -n "$d" ] || d=/;
 if [ ! -d "$d" ]; then p=$d;
 while [ "$p" != / ]; do [ -e "$p" ] && [ ! -d "$p" ] && exit 25; p=${p%/*}; [ -n "$p" ] || p=/; done;
 mkdir -p -- "$d" || exit 1; fi;
-t="$d/.sbx-write.$$"; umask "$3" && cat > "$t" && { [ -z "$4" ] || chmod "$2" "$t"; } && mv -f -- "$t" "$1" || { rm -f -- "$t"; exit 1; }"#;
+t="$d/.sbx-write.$$"; umask "$3" && { if [ "$5" = env ]; then printf %s "$SANDBOXES_DEV_DATA"; else cat; fi; } > "$t" && { [ -z "$4" ] || chmod "$2" "$t"; } && mv -f -- "$t" "$1" || { rm -f -- "$t"; exit 1; }"#;
+
+/// The environment variable [`WRITE`] takes its data from when `$5` is `env`.
+pub const DATA_VAR: &str = "SANDBOXES_DEV_DATA";
 
 /// Put before a script, it makes the script's end known in band: whatever way the shell
 /// exits (a script's `exit N` included), it writes [`STATUS_START`], its exit code in

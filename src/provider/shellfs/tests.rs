@@ -235,3 +235,38 @@ fn a_status_is_read_only_when_whole() {
     assert_eq!(status("noise\u{1f}0\u{1e}"), None);
     assert_eq!(status(""), None);
 }
+
+#[test]
+fn a_write_from_the_environment_writes_the_exact_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = format!("{}/run/env", dir.path().to_str().unwrap());
+    let text = "-n A='x y'\\n\\\nB=\"$HOME\" `id`\n\n%s%%\n";
+    let (argv, env) = reported_write_from_env("s", &path, 0o600, text.as_bytes())
+        .unwrap()
+        .expect("small text goes in the environment");
+    let out = std::process::Command::new(&argv[0])
+        .args(&argv[1..])
+        .envs(&env)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(reported_status(&out.stdout), Some(0), "{out:?}");
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), text);
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+}
+
+#[test]
+fn only_small_text_goes_in_the_environment() {
+    let carried = |data: &[u8]| {
+        reported_write_from_env("s", "/run/f", 0o600, data)
+            .unwrap()
+            .is_some()
+    };
+    assert!(carried(b"A=1\n"));
+    assert!(carried(&vec![b'a'; ENV_DATA_MAX]));
+    assert!(!carried(&vec![b'a'; ENV_DATA_MAX + 1]), "too large");
+    assert!(!carried(b"a\0b"), "a NUL");
+    assert!(!carried(&[0xff, 0xfe]), "not UTF-8");
+}
