@@ -159,7 +159,46 @@ async fn a_file_is_written_through_a_waiting_process(fx: &Fixture) -> Result<(),
     if mode.trim() != "600" {
         return Err(format!("mode {mode:?}, not 600"));
     }
+    a_small_text_is_written_exactly(fx, w, &id).await?;
     a_refused_write_is_reported(fx, w, &id).await
+}
+
+/// Small text — an env file — goes to a waiting process in its header's environment
+/// (`shellfs::reported_write_from_env`): it arrives byte for byte, shell syntax and a
+/// missing final newline included.
+async fn a_small_text_is_written_exactly(
+    fx: &Fixture,
+    w: &WarmedExec,
+    id: &str,
+) -> Result<(), String> {
+    wait_until("a waiting process for the text", fx.patience, || async {
+        w.handle
+            .is_primed(id)
+            .then_some(())
+            .ok_or_else(|| "none yet".to_string())
+    })
+    .await?;
+    let before = w.handed();
+    let text = "TASK='a b'\nQUOTE=\"$HOME\" `id` \\n %s\n-n\nLAST=1";
+    w.handle
+        .write_file(id, "/run/sandboxes.dev/task", text.as_bytes(), 0o600)
+        .await
+        .map_err(|e| e.to_string())?;
+    if w.handed() != before + 1.0 {
+        return Err("the text was not written through the waiting process".into());
+    }
+    let files = fx.provider.files().ok_or("files")?;
+    let back = files
+        .read_file(id, "/run/sandboxes.dev/task")
+        .await
+        .map_err(|e| e.to_string())?;
+    if back != text.as_bytes() {
+        return Err(format!(
+            "read back {:?}, not {text:?}",
+            String::from_utf8_lossy(&back)
+        ));
+    }
+    Ok(())
 }
 
 /// A write the script refuses (over a directory) through a waiting process fails with the
