@@ -71,20 +71,31 @@ impl ProviderHandle {
     ///
     /// A timeout is `Transient`: the operation may still complete at the provider, which is
     /// why every operation the controllers issue is idempotent or observed before retried.
-    pub async fn call<T, F>(&self, operation: &'static str, fut: F) -> ProviderResult<T>
+    /// Not an `async fn` of its own: [`Self::call_in`]'s future is returned as it is, so
+    /// the operation's future is not wrapped (and, in a debug build, copied) once more —
+    /// a template fetch's is large enough to overflow a worker's stack that way.
+    pub fn call<T, F>(
+        &self,
+        operation: &'static str,
+        fut: F,
+    ) -> impl Future<Output = ProviderResult<T>>
     where
         F: Future<Output = ProviderResult<T>>,
     {
-        self.call_in(Lane::Sandbox, operation, fut).await
+        self.call_in(Lane::Sandbox, operation, fut)
     }
 
     /// [`Self::call`] for the operator's own upkeep (a warm pool's members, the sweeper),
     /// which yields the provider's slots to Sandbox calls (see [`limit`]).
-    pub async fn upkeep<T, F>(&self, operation: &'static str, fut: F) -> ProviderResult<T>
+    pub fn upkeep<T, F>(
+        &self,
+        operation: &'static str,
+        fut: F,
+    ) -> impl Future<Output = ProviderResult<T>>
     where
         F: Future<Output = ProviderResult<T>>,
     {
-        self.call_in(Lane::Upkeep, operation, fut).await
+        self.call_in(Lane::Upkeep, operation, fut)
     }
 
     async fn call_in<T, F>(&self, lane: Lane, operation: &'static str, fut: F) -> ProviderResult<T>

@@ -25,6 +25,7 @@
 //! that still has an endpoint — a create racing the removal recreates it.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
 
 use bollard::models::{ContainerCreateBody, ContainerSummary, NetworkCreateRequest};
 use bollard::query_parameters::ListNetworksOptionsBuilder;
@@ -96,6 +97,19 @@ impl NamespaceNetwork {
     }
 }
 
+/// How often a network create is tried when the engine failed to program its own iptables
+/// rules for it. The engine rewrites its jump rules on every network create and removal, and
+/// concurrent ones race there (seen under the test suite: `unable to remove jump to
+/// DOCKER-ISOLATION-STAGE-1 rule in FORWARD chain ... RULE_DELETE failed`); the network is
+/// not created, and the next try finds the chains settled.
+const CREATE_ATTEMPTS: u32 = 3;
+
+/// Whether a network create failed in the engine's own iptables programming.
+fn rules_raced(e: &bollard::errors::Error) -> bool {
+    matches!(e, bollard::errors::Error::DockerResponseServerError { status_code: 500, message }
+        if message.contains("iptables"))
+}
+
 impl DockerProvider {
     /// Puts a sandbox about to be created on its namespace's network, ensuring the network.
     pub(crate) async fn place_in_namespace(
@@ -117,7 +131,15 @@ impl DockerProvider {
             return Ok(());
         }
         let docker = self.engine().await?;
-        let created = docker.create_network(network.request()).await;
+        let mut attempt = 1;
+        let created = loop {
+            let created = docker.create_network(network.request()).await;
+            match &created {
+                Err(e) if attempt < CREATE_ATTEMPTS && rules_raced(e) => attempt += 1,
+                _ => break created,
+            }
+            tokio::time::sleep(Duration::from_millis(50 * u64::from(attempt))).await;
+        };
         if let Err(e) = created {
             // Taken (by name or bridge): adopt it if it is one of ours with ICC off.
             if !self.network_isolated(&network.name).await? {
@@ -280,6 +302,27 @@ fn attached(containers: &[ContainerSummary]) -> HashSet<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_engines_own_rule_programming_is_tried_again() {
+        let server =
+            |status_code, message: &str| bollard::errors::Error::DockerResponseServerError {
+                status_code,
+                message: message.to_string(),
+            };
+        let raced = "unable to remove jump to DOCKER-ISOLATION-STAGE-1 rule in FORWARD chain:  \
+            (iptables failed: iptables --wait -D FORWARD -j DOCKER-ISOLATION-STAGE-1: \
+            RULE_DELETE failed (No such file or directory): rule in chain FORWARD\n (exit status 4))";
+        assert!(rules_raced(&server(500, raced)));
+        assert!(!rules_raced(&server(
+            409,
+            "network with name x already exists"
+        )));
+        assert!(!rules_raced(&server(
+            500,
+            "could not find an available address pool"
+        )));
+    }
 
     #[test]
     fn a_full_network_names_the_pool_size_and_other_errors_pass() {
