@@ -1,11 +1,11 @@
 //! The configured providers, by name, each behind its own concurrency bound and timeout.
 //!
 //! Every external call goes through [`ProviderHandle::call`] (or, for the operator's own
-//! upkeep, [`ProviderHandle::upkeep`], which yields its slots to Sandboxes: [`limit`]), so one
-//! slow provider fills only its own slots and times out on its own clock: it never stalls
-//! reconciles for the others. Interactive processes and whole-file writes go through the handle too
-//! ([`exec`]), which keeps a process waiting in a sandbox in use where the provider says
-//! starting one is costly ([`warm`]).
+//! upkeep, [`ProviderHandle::upkeep`], which yields its slots to Sandboxes: [`limit`]), so
+//! one slow provider fills only its own slots and times out on its own clock: it never
+//! stalls reconciles for the others. Interactive processes and whole-file writes go through
+//! the handle too ([`exec`]), which keeps a process waiting in a sandbox in use where the
+//! provider says starting one is costly ([`warm`]).
 
 pub mod exec;
 pub mod limit;
