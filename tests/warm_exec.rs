@@ -127,13 +127,7 @@ async fn a_file_is_written_through_a_waiting_process(fx: &Fixture) -> Result<(),
     let id = running(fx).await?;
     let w = &WarmedExec::over(fx.provider.clone());
     w.handle.prime(&id, None);
-    wait_until("a waiting process", fx.patience, || async {
-        w.handle
-            .is_primed(&id)
-            .then_some(())
-            .ok_or_else(|| "none yet".to_string())
-    })
-    .await?;
+    waiting(fx, w, &id, "a waiting process").await?;
     let before = w.handed();
     let data: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
     w.handle
@@ -171,13 +165,7 @@ async fn a_small_text_is_written_exactly(
     w: &WarmedExec,
     id: &str,
 ) -> Result<(), String> {
-    wait_until("a waiting process for the text", fx.patience, || async {
-        w.handle
-            .is_primed(id)
-            .then_some(())
-            .ok_or_else(|| "none yet".to_string())
-    })
-    .await?;
+    waiting(fx, w, id, "a waiting process for the text").await?;
     let before = w.handed();
     let text = "TASK='a b'\nQUOTE=\"$HOME\" `id` \\n %s\n-n\nLAST=1";
     w.handle
@@ -201,16 +189,21 @@ async fn a_small_text_is_written_exactly(
     Ok(())
 }
 
-/// A write the script refuses (over a directory) through a waiting process fails with the
-/// script's reason, as the provider's own write would.
-async fn a_refused_write_is_reported(fx: &Fixture, w: &WarmedExec, id: &str) -> Result<(), String> {
-    wait_until("a waiting process again", fx.patience, || async {
+/// Waits until sandbox `id` has a process waiting in `w`'s handle.
+async fn waiting(fx: &Fixture, w: &WarmedExec, id: &str, what: &str) -> Result<(), String> {
+    wait_until(what, fx.patience, || async {
         w.handle
             .is_primed(id)
             .then_some(())
             .ok_or_else(|| "none yet".to_string())
     })
-    .await?;
+    .await
+}
+
+/// A write the script refuses (over a directory) through a waiting process fails with the
+/// script's reason, as the provider's own write would.
+async fn a_refused_write_is_reported(fx: &Fixture, w: &WarmedExec, id: &str) -> Result<(), String> {
+    waiting(fx, w, id, "a waiting process again").await?;
     let before = w.handed();
     match w.handle.write_file(id, "/run", b"x", 0o600).await {
         Err(e) if e.kind() == ErrorKind::Invalid => {}
