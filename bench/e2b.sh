@@ -24,6 +24,8 @@ eval "$(bash tests/cluster/up.sh)"
 bash tests/setup/e2b-py.sh >/dev/null
 SDK_PY="$CACHE/e2b-py/$(sed -n 's/^E2B_PY_VERSION=//p' tests/setup/e2b-py.sh)/bin/python"
 kubectl apply --server-side --force-conflicts --field-manager=sandbox-operator-bench -f crds/ >/dev/null
+# As a cluster-wide chart install: the cleanup finalizer comes with admission.
+bash tests/cluster/finalizer-policy.sh
 kubectl get ns "$NS" >/dev/null 2>&1 || kubectl create ns "$NS" >/dev/null
 # BENCH_BIN: an already built release binary (skips the build).
 BIN="${BENCH_BIN:-}"

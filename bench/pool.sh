@@ -42,6 +42,8 @@ bash tests/setup/docker.sh
 bash tests/setup/base-image.sh
 eval "$(bash tests/cluster/up.sh)"
 kubectl apply --server-side --force-conflicts --field-manager=sandbox-operator-bench -f crds/ >/dev/null
+# As a cluster-wide chart install: the cleanup finalizer comes with admission.
+bash tests/cluster/finalizer-policy.sh
 for ns in "$NS" "$PODS_NS"; do kubectl get ns "$ns" >/dev/null 2>&1 || kubectl create ns "$ns" >/dev/null; done
 # BENCH_BIN: an already built release binary (skips the build).
 BIN="${BENCH_BIN:-}"

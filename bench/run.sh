@@ -82,6 +82,8 @@ else
   eval "$(bash "$REPO/tests/cluster/up.sh")"
 fi
 kubectl apply --server-side --force-conflicts --field-manager=sandbox-operator-bench -f "$REPO/crds/" >/dev/null
+# As a cluster-wide chart install: the cleanup finalizer comes with admission.
+bash "$REPO/tests/cluster/finalizer-policy.sh"
 kubectl wait --for=condition=Established --timeout=60s \
   crd/sandboxes.sandboxes.dev crd/sandboxvolumes.sandboxes.dev crd/sandboxtemplates.sandboxes.dev >/dev/null
 

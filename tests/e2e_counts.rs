@@ -164,6 +164,65 @@ async fn reconciles_and_engine_requests_per_created_sandbox_stay_within_their_bo
     );
 }
 
+/// The cleanup finalizer is put on at admission by the chart's policy (the test cluster runs
+/// it as a cluster-wide install does): the operator writes no Sandbox for it. A Sandbox the
+/// policy skips gets it from the operator, with one patch, before anything is created.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_finalizer_comes_with_admission_and_costs_the_operator_no_write() {
+    use sandbox_operator::api::FINALIZER;
+    let ns = namespace("e2e-counts-fin").await;
+    let _purge = Purge(ns.clone());
+    let proxy = EngineProxy::start().await;
+    let op = operator_behind(&proxy, &ns);
+    let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
+    wait_started(&proxy, &op).await;
+    let patches = || {
+        metric(
+            &op,
+            "sandbox_operator_kube_requests_total{verb=\"patch\",resource=\"sandboxes\"}",
+        )
+    };
+
+    apply_yaml_ok(&sandbox_yaml("with-policy", ""), &ns);
+    wait_all_ready(&api, &["with-policy".to_string()], &op).await;
+    let created = api.get("with-policy").await.expect("get");
+    assert!(
+        created
+            .metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER)
+    );
+    assert_eq!(
+        patches(),
+        0.0,
+        "the operator patched a Sandbox (log {})",
+        op.log.display()
+    );
+
+    let skipped = format!(
+        "apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: skipped\n  labels:\n    {POLICY_OPT_OUT}: \"off\"\nspec:\n  image: {}\n",
+        base_image()
+    );
+    apply_yaml_ok(&skipped, &ns);
+    wait_all_ready(&api, &["skipped".to_string()], &op).await;
+    let got = api.get("skipped").await.expect("get");
+    assert!(
+        got.metadata
+            .finalizers
+            .iter()
+            .flatten()
+            .any(|f| f == FINALIZER)
+    );
+    assert_eq!(
+        patches(),
+        1.0,
+        "one patch adds it (log {})",
+        op.log.display()
+    );
+}
+
 /// Sandboxes booted from one template cost no engine listing each: the template's `inUse`
 /// comes from the Sandboxes naming it, and a boot looks the template up by its tag. The
 /// engine `list` calls N creates cause are bounded by N (O(N), not O(N²) work), and the

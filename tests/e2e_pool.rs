@@ -10,6 +10,7 @@ use harness::docker::*;
 use harness::objects::{READY_TIMEOUT, wait_object, wait_ready};
 use harness::operator::*;
 use kube::Api;
+use kube::api::PostParams;
 use sandbox_operator::api::{Sandbox, SandboxWarmPool};
 use sandbox_operator::provider::labels::{OWNER_UID, POOL_TEMPLATE_HASH};
 use serde_json::{Value, json};
@@ -358,6 +359,54 @@ async fn deleting_a_pool_removes_unclaimed_members_only() {
 const CLAIMS: usize = 50;
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_member_that_died_after_the_pool_last_looked_is_never_claimed() {
+    let w = World::start("pool-dead", 2, &OperatorOptions::default()).await;
+    let (op, pools, sandboxes) = (&w.op, &w.pools, &w.sandboxes);
+    let found = members(&w.pool_uid).await;
+    let (dead, _, _) = found.first().expect("a member").clone();
+    // Killed, then claimed at once: the pool's last listing (what claims pick from) still
+    // shows it running, as the pool waits for its triggers to settle before it looks again.
+    engine()
+        .await
+        .kill_container(&dead, None)
+        .await
+        .expect("kill");
+    let params = PostParams::default();
+    for name in ["a", "b"] {
+        let object: Sandbox = serde_json::from_value(claim(name, "p", json!({}))).expect("claim");
+        sandboxes.create(&params, &object).await.expect("create");
+    }
+    let mut got = Vec::new();
+    for name in ["a", "b"] {
+        let s = wait_ready(sandboxes, name, op).await;
+        got.push(harness::objects::sandbox_id(&s));
+    }
+    assert!(
+        !got.contains(&dead),
+        "a claim got the dead member {dead}: {got:?}"
+    );
+    let running: Vec<String> = members(&w.pool_uid)
+        .await
+        .into_iter()
+        .filter(|(_, running, _)| *running)
+        .map(|(name, _, _)| name)
+        .collect();
+    let warm: Vec<&String> = got.iter().filter(|id| running.contains(id)).collect();
+    assert!(
+        !warm.is_empty(),
+        "the live member serves a claim: {got:?} {running:?}"
+    );
+    let p = pools.get("p").await.expect("pool");
+    let ledger = p.status.unwrap_or_default().ledger;
+    assert!(
+        ledger
+            .iter()
+            .all(|e| e.member != dead || e.claimed_by.is_none()),
+        "the ledger gives the dead member to a claimant: {ledger:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn kill_9_during_50_claims_claims_no_member_twice_and_leaks_none() {
     // A lease long enough for a loaded machine's renewals, short enough for quick takeovers.
     let opts = OperatorOptions {
@@ -501,7 +550,7 @@ async fn assert_each_member_claimed_once(all: &[Sandbox], pools: &Api<SandboxWar
 /// another pool.
 #[tokio::test]
 async fn a_ledger_write_loses_only_to_a_changed_ledger() {
-    use kube::api::{Patch, PatchParams, PostParams};
+    use kube::api::{Patch, PatchParams};
     use sandbox_operator::api::{LedgerEntry, SandboxWarmPoolStatus};
     use sandbox_operator::controller::pool::ledger;
 

@@ -17,7 +17,13 @@ struct ClusterInfo {
 
 static CLUSTER: OnceLock<ClusterInfo> = OnceLock::new();
 
-/// Starts (or reuses) the control plane and installs the CRDs, once per test binary.
+/// A Sandbox label that keeps the chart's finalizer policy off it (`off`): the test cluster
+/// runs the policy as a cluster-wide chart install does, with this opt-out, so a test can
+/// see the operator add the finalizer itself.
+pub const POLICY_OPT_OUT: &str = "sandboxes.dev/test-finalizer-policy";
+
+/// Starts (or reuses) the control plane and installs the CRDs and the chart's finalizer
+/// policy (see [`POLICY_OPT_OUT`]), once per test binary.
 fn cluster() -> &'static ClusterInfo {
     CLUSTER.get_or_init(|| {
         let up = Command::new("bash")
@@ -70,6 +76,20 @@ fn cluster() -> &'static ClusterInfo {
             out.status.success(),
             "CRDs not Established: {}",
             String::from_utf8_lossy(&out.stderr)
+        );
+        let selector = format!(
+            r#"{{"matchExpressions":[{{"key":"{POLICY_OPT_OUT}","operator":"NotIn","values":["off"]}}]}}"#
+        );
+        let policy = Command::new("bash")
+            .arg(repo().join("tests/cluster/finalizer-policy.sh"))
+            .arg(selector)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run tests/cluster/finalizer-policy.sh");
+        assert!(
+            policy.status.success(),
+            "installing the finalizer policy failed: {}",
+            String::from_utf8_lossy(&policy.stderr)
         );
         info
     })

@@ -143,22 +143,63 @@ async fn claim_in(lane: &Lane, at: &PoolAt<'_>, ask: Ask) -> Answer {
     answer.try_recv().unwrap_or_else(|_| unanswered())
 }
 
-/// Serves a batch: candidates from the pool's last sighting, described now, or — when the
-/// sighting cannot serve every claimant — one listing of the members; then one ledger write
-/// of every assignment (decided again on a fresh read whenever the write loses a race). One
-/// answer per claim. A batch that got members from the sighting for only some claimants is
-/// served again from a listing: those the ledger now names get the same member back.
+/// Serves a batch: candidates from the pool's last sighting, or — when the sighting cannot
+/// serve every claimant — one listing of the members; then one ledger write of every
+/// assignment (decided again on a fresh read whenever the write loses a race). One answer
+/// per claim.
+///
+/// Sighted candidates are described while the ledger write is under way, not before it (a
+/// describe is an engine round trip on every claim's path): a candidate that no longer runs
+/// as sighted has its entry taken back before the batch is served from a listing, which
+/// gives the claimants the ledger still names their members back. A batch that got members
+/// from the sighting for only some claimants is served from a listing the same way.
 async fn serve(at: &PoolAt<'_>, batch: &[Queued]) -> Result<Vec<Answer>> {
-    if let Some(seen) = sighted(at, batch).await {
-        let picked = commit(at, batch, &seen).await?;
-        if picked.iter().all(Option::is_some) {
-            return Ok(answers(picked, Some(&seen)));
+    if let Some(candidates) = sighted(at, batch) {
+        let (described, picked) = tokio::join!(
+            describe(at, batch, &candidates),
+            commit(at, batch, &candidates)
+        );
+        let picked = picked?;
+        let gone: Vec<String> = candidates
+            .iter()
+            .filter(|c| described.iter().all(|d| d.id != c.id))
+            .map(|c| c.id.clone())
+            .collect();
+        if gone.is_empty() && picked.iter().all(Option::is_some) {
+            return Ok(answers(picked, Some(&described)));
         }
+        take_back(at, batch, &gone).await?;
     }
     let pool_uid = at.read.uid().unwrap_or_default();
     let found = members::observe(at.ctx, at.handle, &pool_uid).await?;
     let picked = commit(at, batch, &found).await?;
     Ok(answers(picked, None))
+}
+
+/// Removes the ledger entries that give the batch's claimants one of `members` (candidates
+/// that no longer run as sighted); nothing when `members` is empty.
+async fn take_back(at: &PoolAt<'_>, batch: &[Queued], members: &[String]) -> Result<()> {
+    if members.is_empty() {
+        return Ok(());
+    }
+    let claimants: Vec<&str> = batch.iter().map(|q| q.ask.claimant.uid.as_str()).collect();
+    ledger::change(at.api, &at.read.name_any(), |_, entries| {
+        unassign(entries, members, &claimants);
+        Some(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// Drops the entries that give one of `claimants` one of `members`; others stay.
+fn unassign(entries: &mut Vec<LedgerEntry>, members: &[String], claimants: &[&str]) {
+    entries.retain(|e| {
+        let ours = e
+            .claimed_by
+            .as_ref()
+            .is_some_and(|c| claimants.contains(&c.uid.as_str()));
+        !(ours && members.contains(&e.member))
+    });
 }
 
 /// Writes the batch's assignments from `found` into the ledger: the member each claimant
@@ -200,10 +241,9 @@ fn answers(picked: Vec<Option<String>>, seen: Option<&[SandboxDescriptor]>) -> V
 
 /// Candidates for the batch from the pool's last sighting (see
 /// [`crate::controller::pool::sightings`]): as many free claimable members as the batch
-/// has claimants, each described now. `None` when the sighting cannot serve the batch —
-/// none recorded, too few free members in it, or one that no longer runs as sighted — so
-/// the batch lists the members instead.
-async fn sighted(at: &PoolAt<'_>, batch: &[Queued]) -> Option<Vec<SandboxDescriptor>> {
+/// has claimants, as sighted. `None` when the sighting cannot serve the batch — none
+/// recorded, or too few free members in it — so the batch lists the members instead.
+fn sighted(at: &PoolAt<'_>, batch: &[Queued]) -> Option<Vec<SandboxDescriptor>> {
     let pool_uid = at.read.uid()?;
     let sighting = at.ctx.sightings.of(&pool_uid)?;
     let ledger = at
@@ -212,36 +252,48 @@ async fn sighted(at: &PoolAt<'_>, batch: &[Queued]) -> Option<Vec<SandboxDescrip
         .as_ref()
         .map(|s| s.ledger.as_slice())
         .unwrap_or_default();
-    let claimable_by_any =
-        |d: &SandboxDescriptor| batch.iter().any(|q| claimable(d, &q.ask.spec_hash));
-    let free: Vec<&str> = sighting
+    let free: Vec<&SandboxDescriptor> = sighting
         .iter()
-        .filter(|d| claimable_by_any(d) && ledger.iter().all(|e| e.member != d.id))
-        .map(|d| d.id.as_str())
+        .filter(|d| claimable_by_any(d, batch) && ledger.iter().all(|e| e.member != d.id))
         .collect();
+    let ids: Vec<&str> = free.iter().map(|d| d.id.as_str()).collect();
     let first = batch.first()?;
-    let mut picks: Vec<String> = Vec::with_capacity(batch.len());
+    let mut picks: Vec<SandboxDescriptor> = Vec::with_capacity(batch.len());
     for _ in batch {
-        let p = pick(&free, &first.ask.claimant.uid, |id| {
-            picks.iter().any(|t| t == id)
+        let p = pick(&ids, &first.ask.claimant.uid, |id| {
+            picks.iter().any(|t| t.id == id)
         })?;
-        picks.push(p);
+        let sighted = free.iter().find(|d| d.id == p)?;
+        picks.push((*sighted).clone());
     }
+    Some(picks)
+}
+
+/// The candidates that still run as sighted, each described now: claimable by the batch
+/// and carrying the pool's owner-uid label. One that cannot be described is left out.
+async fn describe(
+    at: &PoolAt<'_>,
+    batch: &[Queued],
+    candidates: &[SandboxDescriptor],
+) -> Vec<SandboxDescriptor> {
     let h = at.handle;
+    let pool_uid = at.read.uid().unwrap_or_default();
     let described = futures::future::join_all(
-        picks
+        candidates
             .iter()
-            .map(|id| h.call("describe", h.provider.describe(id))),
+            .map(|c| h.call("describe", h.provider.describe(&c.id))),
     )
     .await;
     described
         .into_iter()
-        .map(|d| {
-            d.ok()
-                .flatten()
-                .filter(|d| claimable_by_any(d) && owned_by_pool(d, &pool_uid))
-        })
+        .filter_map(|d| d.ok().flatten())
+        .filter(|d| claimable_by_any(d, batch) && owned_by_pool(d, &pool_uid))
         .collect()
+}
+
+/// Whether some claimant of the batch could take `d`.
+fn claimable_by_any(d: &SandboxDescriptor, batch: &[Queued]) -> bool {
+    batch.iter().any(|q| claimable(d, &q.ask.spec_hash))
 }
 
 /// Whether a described member carries the pool's owner-uid label.
@@ -384,6 +436,28 @@ mod tests {
         }];
         assert_eq!(assign(&found, &ask("u1"), &mut entries), Some("b".into()));
         assert_eq!(entries.len(), 1);
+    }
+
+    #[test]
+    fn a_candidate_that_no_longer_runs_is_taken_back_from_its_claimant_only() {
+        let entry = |member: &str, uid: Option<&str>| LedgerEntry {
+            member: member.into(),
+            claimed_by: uid.map(|u| ask(u).claimant),
+        };
+        let mut entries = vec![
+            entry("a", Some("u1")),
+            entry("b", Some("u2")),
+            entry("c", Some("other")),
+            entry("d", None),
+        ];
+        let gone = ["a".to_string(), "c".to_string(), "d".to_string()];
+        unassign(&mut entries, &gone, &["u1", "u2"]);
+        let left: Vec<&str> = entries.iter().map(|e| e.member.as_str()).collect();
+        assert_eq!(
+            left,
+            ["b", "c", "d"],
+            "only u1's entry for a gone member goes"
+        );
     }
 
     #[test]
