@@ -202,7 +202,7 @@ async fn the_finalizer_comes_with_admission_and_costs_the_operator_no_write() {
     );
 
     let skipped = format!(
-        "apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: skipped\n  labels:\n    {POLICY_OPT_OUT}: \"off\"\nspec:\n  image: {}\n",
+        "apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: skipped\n  labels:\n    {POLICY_OPT_OUT}: skip\nspec:\n  image: {}\n",
         base_image()
     );
     apply_yaml_ok(&skipped, &ns);

@@ -658,6 +658,50 @@ async fn pod_security_restricted_admits_the_tcp_engine_pod_and_names_the_socket_
     }
 }
 
+/// The finalizer policy: rendered for a cluster-wide install on an API server that serves
+/// MutatingAdmissionPolicy, adding exactly the operator's finalizer on Sandbox creates, and
+/// bound by name; absent without that API, for a watchNamespace install, or when disabled.
+#[test]
+fn the_finalizer_policy_renders_only_where_the_api_server_serves_it() {
+    let served = [
+        "--api-versions",
+        "admissionregistration.k8s.io/v1/MutatingAdmissionPolicy",
+    ];
+    let docs = documents(&render("fin", "sandbox-system", &served));
+    let policy = one(&docs, "MutatingAdmissionPolicy");
+    let binding = one(&docs, "MutatingAdmissionPolicyBinding");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    let rule = &policy["spec"]["matchConstraints"]["resourceRules"][0];
+    assert_eq!(rule["resources"], json!(["sandboxes"]));
+    assert_eq!(rule["operations"], json!(["CREATE"]));
+    assert_eq!(policy["spec"]["failurePolicy"], "Ignore");
+    let expression = policy["spec"]["mutations"][0]["applyConfiguration"]["expression"]
+        .as_str()
+        .expect("an apply configuration");
+    assert!(
+        expression.contains(&format!("[\"{}\"]", sandbox_operator::api::FINALIZER)),
+        "{expression}"
+    );
+    for (what, extra) in [
+        ("without the API", vec![]),
+        (
+            "watchNamespace",
+            [&served[..], &["--set", "watchNamespace=w"]].concat(),
+        ),
+        (
+            "disabled",
+            [&served[..], &["--set", "finalizerPolicy.enabled=false"]].concat(),
+        ),
+    ] {
+        let docs = documents(&render("fin", "sandbox-system", &extra));
+        assert!(
+            of_kind(&docs, "MutatingAdmissionPolicy").is_empty()
+                && of_kind(&docs, "MutatingAdmissionPolicyBinding").is_empty(),
+            "{what}: a policy was rendered"
+        );
+    }
+}
+
 /// The operator's own parser accepts the configuration the chart renders, the credentials it
 /// references are all wired from Secrets, and the rendered command line parses.
 #[test]

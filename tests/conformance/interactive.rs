@@ -342,14 +342,17 @@ pub async fn stream_exec_carries_a_large_stream(fx: &Fixture) -> Check {
 }
 
 /// A fast producer read slowly: it is held back while nobody reads (nothing buffers its
-/// 31 MB), and everything arrives, in order.
+/// 97 MB), and everything arrives, in order. The size is well above what the hops between
+/// the process and the reader can hold: a TCP receive buffer alone may grow to 32 MB here
+/// (`net.ipv4.tcp_rmem`), and with 31 MB the Kubernetes exec path once took it all.
 pub async fn stream_exec_holds_a_fast_producer_for_a_slow_reader(fx: &Fixture) -> Check {
+    const LINES: u32 = 12_000_000;
     let Some(exec) = exec_of(fx)? else {
         return Ok(());
     };
     let id = running(fx).await?;
     let done = format!("/tmp/done-{}", unique_hex());
-    let mut req = request(&["sh", "-c", &format!("seq 1 4000000 && touch {done}")]);
+    let mut req = request(&["sh", "-c", &format!("seq 1 {LINES} && touch {done}")]);
     req.stdin = false;
     let mut session = start(exec, &id, &req).await?;
     let mut seen = Vec::new();
@@ -360,7 +363,7 @@ pub async fn stream_exec_holds_a_fast_producer_for_a_slow_reader(fx: &Fixture) -
     let state = sh(fx, &id, &probe).await?;
     ensure!(
         state.trim() == "blocked",
-        "the producer ran to its end while nobody read its output ({}): its 31 MB were \
+        "the producer ran to its end while nobody read its output ({}): its 97 MB were \
          buffered somewhere instead of holding it back",
         state.trim()
     );
@@ -369,9 +372,13 @@ pub async fn stream_exec_holds_a_fast_producer_for_a_slow_reader(fx: &Fixture) -
         .map_err(|_| "stalled")?
     {
         seen.extend_from_slice(&chunk.or_fail("reading slowly")?);
-        tokio::time::sleep(Duration::from_millis(1)).await;
+        // Slowly through the first 32 MB (as much as the whole output was before), then as
+        // fast as it comes: the check's time stays what it was.
+        if seen.len() < 32 << 20 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
     }
-    let want: String = (1..=4_000_000).map(|n| format!("{n}\n")).collect();
+    let want: String = (1..=LINES).map(|n| format!("{n}\n")).collect();
     ensure!(
         seen.len() == want.len(),
         "{} bytes arrived of {}",

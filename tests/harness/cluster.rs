@@ -17,9 +17,10 @@ struct ClusterInfo {
 
 static CLUSTER: OnceLock<ClusterInfo> = OnceLock::new();
 
-/// A Sandbox label that keeps the chart's finalizer policy off it (`off`): the test cluster
-/// runs the policy as a cluster-wide chart install does, with this opt-out, so a test can
-/// see the operator add the finalizer itself.
+/// A Sandbox label that keeps the chart's finalizer policy off it (value `skip`; not `off`,
+/// which YAML 1.1 readers such as kubectl take for a boolean): the test cluster runs the
+/// policy as a cluster-wide chart install does, with this opt-out, so a test can see the
+/// operator add the finalizer itself.
 pub const POLICY_OPT_OUT: &str = "sandboxes.dev/test-finalizer-policy";
 
 /// Starts (or reuses) the control plane and installs the CRDs and the chart's finalizer
@@ -78,7 +79,7 @@ fn cluster() -> &'static ClusterInfo {
             String::from_utf8_lossy(&out.stderr)
         );
         let selector = format!(
-            r#"{{"matchExpressions":[{{"key":"{POLICY_OPT_OUT}","operator":"NotIn","values":["off"]}}]}}"#
+            r#"{{"matchExpressions":[{{"key":"{POLICY_OPT_OUT}","operator":"NotIn","values":["skip"]}}]}}"#
         );
         let policy = Command::new("bash")
             .arg(repo().join("tests/cluster/finalizer-policy.sh"))
