@@ -120,14 +120,44 @@ async fn wait_started(proxy: &EngineProxy, op: &Operator) {
     .await;
 }
 
+/// One count test's world: its namespace, the engine proxy that counts, and the operator
+/// behind it, started (its event streams open) before anything is counted. Bind `_purge`
+/// when taking it apart: it removes the namespace when dropped.
+struct Counted {
+    ns: String,
+    proxy: EngineProxy,
+    op: Operator,
+    api: Api<Sandbox>,
+    _purge: Purge,
+}
+
+impl Counted {
+    async fn start(prefix: &str) -> Counted {
+        let ns = namespace(prefix).await;
+        let purge = Purge(ns.clone());
+        let proxy = EngineProxy::start().await;
+        let op = operator_behind(&proxy, &ns);
+        let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
+        wait_started(&proxy, &op).await;
+        Counted {
+            ns,
+            proxy,
+            op,
+            api,
+            _purge: purge,
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn reconciles_and_engine_requests_per_created_sandbox_stay_within_their_bounds() {
-    let ns = namespace("e2e-counts").await;
-    let _purge = Purge(ns.clone());
-    let proxy = EngineProxy::start().await;
-    let op = operator_behind(&proxy, &ns);
-    let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    wait_started(&proxy, &op).await;
+    let Counted {
+        ns,
+        proxy,
+        op,
+        api,
+        _purge,
+    } = Counted::start("e2e-counts").await;
     let before = proxy.count(sandbox_work);
 
     let created = create_and_settle(&api, &ns, &op, 10, "").await;
@@ -170,12 +200,13 @@ async fn reconciles_and_engine_requests_per_created_sandbox_stay_within_their_bo
 #[tokio::test(flavor = "multi_thread")]
 async fn the_finalizer_comes_with_admission_and_costs_the_operator_no_write() {
     use sandbox_operator::api::FINALIZER;
-    let ns = namespace("e2e-counts-fin").await;
-    let _purge = Purge(ns.clone());
-    let proxy = EngineProxy::start().await;
-    let op = operator_behind(&proxy, &ns);
-    let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    wait_started(&proxy, &op).await;
+    let Counted {
+        ns,
+        proxy: _,
+        op,
+        api,
+        _purge,
+    } = Counted::start("e2e-counts-fin").await;
     let patches = || {
         metric(
             &op,
@@ -230,14 +261,14 @@ async fn the_finalizer_comes_with_admission_and_costs_the_operator_no_write() {
 #[tokio::test(flavor = "multi_thread")]
 async fn engine_list_calls_of_creates_from_one_template_are_linear() {
     use sandbox_operator::api::SandboxTemplate;
-    let ns = namespace("e2e-counts-tpl").await;
-    let _purge = Purge(ns.clone());
-    let proxy = EngineProxy::start().await;
-    let op = operator_behind(&proxy, &ns);
-    let client = client().await;
-    let api: Api<Sandbox> = Api::namespaced(client.clone(), &ns);
-    let templates: Api<SandboxTemplate> = Api::namespaced(client, &ns);
-    wait_started(&proxy, &op).await;
+    let Counted {
+        ns,
+        proxy,
+        op,
+        api,
+        _purge,
+    } = Counted::start("e2e-counts-tpl").await;
+    let templates: Api<SandboxTemplate> = Api::namespaced(client().await, &ns);
 
     apply_yaml_ok(&sandbox_yaml("src", ""), &ns);
     wait_all_ready(&api, &["src".to_string()], &op).await;
@@ -288,12 +319,13 @@ async fn engine_list_calls_of_creates_from_one_template_are_linear() {
 /// Ready), however long that takes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sandbox_waiting_for_its_volume_is_woken_by_the_volume_not_by_polling() {
-    let ns = namespace("e2e-counts-vol").await;
-    let _purge = Purge(ns.clone());
-    let proxy = EngineProxy::start().await;
-    let op = operator_behind(&proxy, &ns);
-    let api: Api<Sandbox> = Api::namespaced(client().await, &ns);
-    wait_started(&proxy, &op).await;
+    let Counted {
+        ns,
+        proxy: _,
+        op,
+        api,
+        _purge,
+    } = Counted::start("e2e-counts-vol").await;
     let mounts = "  volumes:\n    - volumeRef:\n        name: data\n      mountPath: /data\n";
     apply_yaml_ok(&sandbox_yaml("waiter", mounts), &ns);
     wait_for("waiter: VolumeNotFound", TIMEOUT, || async {
