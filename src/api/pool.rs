@@ -119,6 +119,12 @@ pub struct SandboxWarmPoolStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5000))]
     pub ledger: Vec<LedgerEntry>,
+    /// How many times the ledger was written. Every ledger write tests it and raises it by
+    /// one, so a write carries its own change (an entry added, entries removed), not the
+    /// whole ledger it read and the whole ledger it wants.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub ledger_revision: Option<i64>,
 }
 
 /// One member in the ledger.

@@ -434,6 +434,7 @@ impl Reported for crate::api::SandboxWarmPoolStatus {
     fn for_apply(&self) -> Self {
         Self {
             ledger: Vec::new(),
+            ledger_revision: None,
             ..self.clone()
         }
     }

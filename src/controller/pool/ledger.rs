@@ -1,20 +1,27 @@
 //! The pool's ledger: the one place a member's ownership moves. Every change is a read of
 //! the pool and a write of its `status.ledger` that is refused when the ledger is no longer
-//! the one read: a JSON patch that first tests the pool's UID and the whole ledger as read
-//! (422 when either changed), or — for a pool with no ledger yet, where there is nothing to
-//! test — a merge patch carrying the resourceVersion read (409 on any change). A refused
-//! change is decided again on the fresh pool. Two Sandboxes can therefore never take one
-//! member, and the pool can never remove a member a Sandbox has just taken: every removal
-//! is a ledger entry first ([`retire`]).
+//! the one read: a JSON patch that first tests the pool's UID and `status.ledgerRevision` as
+//! read, raises the revision by one, and then makes just its change — entries removed by
+//! index, entries appended (422 when the test fails). Every ledger write goes through here,
+//! so an unchanged revision is an unchanged ledger, and the indexes the patch names are the
+//! ones read. A ledger written before the revision existed is tested whole instead, once;
+//! a pool with neither is written with the resourceVersion read (409 on any change). A
+//! refused change is decided again on the fresh pool. Two Sandboxes can therefore never
+//! take one member, and the pool can never remove a member a Sandbox has just taken: every
+//! removal is a ledger entry first ([`retire`]).
 //!
-//! Why not the resourceVersion always: the pool controller writes the rest of status too,
-//! and with a resourceVersion check every such write sent the claims' ledger writes of that
-//! moment back for a fresh read — in a burst of claims, round after round of them. The test
-//! conflicts only with what the decision read: the ledger.
+//! Why a revision, not the ledger itself: the test and the write then carried the whole
+//! ledger twice, and a pool with many claimed members made every claim's write (and the API
+//! server's work on it) grow with them. Why not the resourceVersion: the pool controller
+//! writes the rest of status too, and with a resourceVersion check every such write sent
+//! the claims' ledger writes of that moment back for a fresh read — in a burst of claims,
+//! round after round of them. The test conflicts only with what the decision read.
 //!
-//! The ledger is written under its own field manager; the pool controller's server-side
-//! applies of the rest of status never carry it (see `Reported::for_apply`), so they cannot
-//! put back a stale copy.
+//! The ledger and its revision are written under their own field manager; the pool
+//! controller's server-side applies of the rest of status never carry them (see
+//! `Reported::for_apply`), so they cannot put back a stale copy. One operator writes at a
+//! time (leader election), so no writer of an older version, which kept no revision, writes
+//! beside one that tests it.
 
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -48,28 +55,83 @@ pub async fn write(
     }
 }
 
-/// The write of `ledger` over `pool`'s: tested against the ledger read when it has one,
-/// else checked against the resourceVersion read.
+/// The write of `ledger` over `pool`'s: its change, tested against the revision read when
+/// the pool has one; else the whole ledger, tested against the ledger read, or — with none
+/// read — checked against the resourceVersion read. Each write leaves a revision.
 fn patch(pool: &SandboxWarmPool, ledger: &[LedgerEntry]) -> Result<Patch<serde_json::Value>> {
-    let read = pool.status.as_ref().map(|s| &s.ledger);
-    let Some(read) = read.filter(|l| !l.is_empty()) else {
+    let status = pool.status.as_ref();
+    let read = status.map(|s| s.ledger.as_slice()).unwrap_or_default();
+    let revision = status.and_then(|s| s.ledger_revision);
+    if revision.is_none() && read.is_empty() {
         return Ok(Patch::Merge(serde_json::json!({
             "metadata": { "resourceVersion": pool.resource_version() },
-            "status": { "ledger": if ledger.is_empty() { None } else { Some(ledger) } },
+            "status": {
+                "ledger": if ledger.is_empty() { None } else { Some(ledger) },
+                "ledgerRevision": 1,
+            },
         })));
+    }
+    let uid = serde_json::json!({ "op": "test", "path": "/metadata/uid", "value": pool.uid() });
+    let ops = match revision {
+        Some(n) => {
+            let mut ops = vec![
+                uid,
+                serde_json::json!({ "op": "test", "path": "/status/ledgerRevision", "value": n }),
+                serde_json::json!({ "op": "replace", "path": "/status/ledgerRevision", "value": n + 1 }),
+            ];
+            ops.extend(edits(read, ledger));
+            ops
+        }
+        None => vec![
+            uid,
+            serde_json::json!({ "op": "test", "path": "/status/ledger", "value": read }),
+            whole(ledger),
+            serde_json::json!({ "op": "add", "path": "/status/ledgerRevision", "value": 1 }),
+        ],
     };
-    let write = if ledger.is_empty() {
+    let ops = serde_json::from_value(serde_json::Value::Array(ops))
+        .map_err(|e| Error::Kube(kube::Error::SerdeError(e)))?;
+    Ok(Patch::Json(ops))
+}
+
+/// The operation that makes the ledger `ledger` whatever it held.
+fn whole(ledger: &[LedgerEntry]) -> serde_json::Value {
+    if ledger.is_empty() {
         serde_json::json!({ "op": "remove", "path": "/status/ledger" })
     } else {
-        serde_json::json!({ "op": "replace", "path": "/status/ledger", "value": ledger })
-    };
-    let ops = serde_json::json!([
-        { "op": "test", "path": "/metadata/uid", "value": pool.uid() },
-        { "op": "test", "path": "/status/ledger", "value": read },
-        write,
-    ]);
-    let ops = serde_json::from_value(ops).map_err(|e| Error::Kube(kube::Error::SerdeError(e)))?;
-    Ok(Patch::Json(ops))
+        serde_json::json!({ "op": "add", "path": "/status/ledger", "value": ledger })
+    }
+}
+
+/// The operations that turn `read` into `wanted`: the entries of `read` that `wanted` does
+/// not keep (in order) removed by index, last first, then `wanted`'s new ones appended.
+/// Any `wanted` can be reached that way — what is kept is a prefix of it — and the ledger's
+/// edits only ever remove entries and append new ones, so that is also the smallest.
+fn edits(read: &[LedgerEntry], wanted: &[LedgerEntry]) -> Vec<serde_json::Value> {
+    if read.is_empty() || wanted.is_empty() {
+        return if read.is_empty() && wanted.is_empty() {
+            Vec::new()
+        } else {
+            vec![whole(wanted)]
+        };
+    }
+    let mut kept = 0;
+    let mut removed = Vec::new();
+    for (i, entry) in read.iter().enumerate() {
+        if wanted.get(kept) == Some(entry) {
+            kept += 1;
+        } else {
+            removed.push(i);
+        }
+    }
+    let removals = removed
+        .iter()
+        .rev()
+        .map(|i| serde_json::json!({ "op": "remove", "path": format!("/status/ledger/{i}") }));
+    let appends = wanted[kept..].iter().map(
+        |entry| serde_json::json!({ "op": "add", "path": "/status/ledger/-", "value": entry }),
+    );
+    removals.chain(appends).collect()
 }
 
 /// Whether a refused write lost a race: 409 for a stale resourceVersion; 422 without causes
@@ -181,33 +243,95 @@ mod tests {
         }
     }
 
+    fn revised(ledger: Vec<LedgerEntry>, revision: i64) -> SandboxWarmPool {
+        let mut pool = pool(ledger);
+        if let Some(s) = pool.status.as_mut() {
+            s.ledger_revision = Some(revision);
+        }
+        pool
+    }
+
+    /// The pool as the API server stores it after `patch` (a JSON patch applied to it).
+    fn applied(pool: &SandboxWarmPool, patch: &Patch<serde_json::Value>) -> SandboxWarmPool {
+        let Patch::Json(ops) = patch else {
+            panic!("not a JSON patch")
+        };
+        let mut doc = serde_json::to_value(pool).unwrap();
+        json_patch::patch(&mut doc, ops).unwrap();
+        serde_json::from_value(doc).unwrap()
+    }
+
     #[test]
-    fn a_ledger_write_tests_the_pool_and_the_ledger_it_decided_on() {
-        let read = vec![entry("a")];
-        let ops = json(&patch(&pool(read.clone()), &[entry("a"), entry("b")]).unwrap());
+    fn a_ledger_write_tests_the_revision_it_decided_on_and_carries_only_its_change() {
+        let read: Vec<_> = ["a", "b", "c"].into_iter().map(entry).collect();
+        let ops = json(
+            &patch(
+                &revised(read.clone(), 4),
+                &[entry("a"), entry("c"), entry("d")],
+            )
+            .unwrap(),
+        );
         assert_eq!(
             ops,
             serde_json::json!([
                 { "op": "test", "path": "/metadata/uid", "value": "pool-uid" },
-                { "op": "test", "path": "/status/ledger", "value": [{ "member": "a" }] },
-                { "op": "replace", "path": "/status/ledger",
-                  "value": [{ "member": "a" }, { "member": "b" }] },
+                { "op": "test", "path": "/status/ledgerRevision", "value": 4 },
+                { "op": "replace", "path": "/status/ledgerRevision", "value": 5 },
+                { "op": "remove", "path": "/status/ledger/1" },
+                { "op": "add", "path": "/status/ledger/-", "value": { "member": "d" } },
             ])
         );
+    }
+
+    #[test]
+    fn every_edit_of_a_revised_ledger_leaves_exactly_the_ledger_wanted() {
+        let all: Vec<_> = ["a", "b", "c", "d"].into_iter().map(entry).collect();
+        let claimed = LedgerEntry {
+            claimed_by: Some(Claimant {
+                name: "s".into(),
+                uid: "u".into(),
+            }),
+            ..entry("b")
+        };
+        let wanted_ones: Vec<Vec<LedgerEntry>> = vec![
+            vec![],
+            all.clone(),
+            vec![all[3].clone(), all[0].clone()],
+            vec![all[1].clone(), all[2].clone(), entry("e")],
+            vec![all[0].clone(), claimed, all[2].clone()],
+            vec![entry("e"), entry("f")],
+        ];
+        for read in [Vec::new(), all.clone(), all[1..3].to_vec()] {
+            for wanted in &wanted_ones {
+                let before = revised(read.clone(), 9);
+                let after = applied(&before, &patch(&before, wanted).unwrap());
+                let status = after.status.unwrap();
+                assert_eq!(&status.ledger, wanted, "from {read:?}");
+                assert_eq!(status.ledger_revision, Some(10));
+            }
+        }
+    }
+
+    #[test]
+    fn a_ledger_from_before_revisions_is_tested_whole_once_and_revised() {
+        let read = vec![entry("a")];
+        let before = pool(read.clone());
+        let write = patch(&before, &[entry("a"), entry("b")]).unwrap();
+        let ops = json(&write);
+        assert_eq!(
+            ops[1],
+            serde_json::json!({ "op": "test", "path": "/status/ledger", "value": [{ "member": "a" }] })
+        );
+        let after = applied(&before, &write).status.unwrap();
+        assert_eq!(after.ledger, vec![entry("a"), entry("b")]);
+        assert_eq!(after.ledger_revision, Some(1));
         // Emptied: the field goes, still tested first.
-        let ops = json(&patch(&pool(read), &[]).unwrap());
+        let ops = json(&patch(&before, &[]).unwrap());
         assert_eq!(
             ops[2],
             serde_json::json!({ "op": "remove", "path": "/status/ledger" })
         );
         assert_eq!(ops[1]["op"], "test");
-    }
-
-    #[test]
-    fn a_first_entry_is_checked_against_the_resource_version() {
-        let merge = json(&patch(&pool(Vec::new()), &[entry("a")]).unwrap());
-        assert_eq!(merge["merge"]["metadata"]["resourceVersion"], "7");
-        assert_eq!(merge["merge"]["status"]["ledger"][0]["member"], "a");
     }
 
     #[test]
