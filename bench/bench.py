@@ -64,6 +64,33 @@ def run(cmd, stdin: str | None = None, check: bool = True, timeout: float = 600)
     return p
 
 
+def cpu_times() -> tuple[int, int]:
+    """(idle, total) jiffies of all CPUs so far, from /proc/stat."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return fields[3] + fields[4], sum(fields[:8])
+
+
+def quiet(what: str, idle: float = 0.85, window: float = 1.0, timeout: float = 180.0) -> float:
+    """Waits until the machine's CPUs were at least `idle` idle over one `window` (at most
+    `timeout`), and returns the last window's idle share. A figure timed right after a
+    phase that removed or made many containers otherwise measures the kernel's clean-up of
+    them (network namespaces, cgroups) as much as the thing it names, and a run-to-run
+    difference of 2x on a 2-core machine. A machine that never quiets is measured anyway,
+    and said so."""
+    deadline = now() + timeout
+    share = 0.0
+    while now() < deadline:
+        i0, t0 = cpu_times()
+        time.sleep(window)  # a sampling interval of the machine's load, not a synchronisation
+        i1, t1 = cpu_times()
+        share = (i1 - i0) / max(1, t1 - t0)
+        if share >= idle:
+            return share
+    log(f"{what}: the machine stayed busy ({share:.0%} idle after {timeout:.0f} s); measuring anyway")
+    return share
+
+
 def stats(xs: list[float]) -> dict:
     xs = sorted(xs)
     if not xs:

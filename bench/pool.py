@@ -23,7 +23,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402  (the sibling module: Kube, Watch, stats, the raw side)
-from bench import COMMAND, GROUP, VERSION, Kube, Watch, log, now, rand, run, stats, write_json  # noqa: E402
+from bench import COMMAND, GROUP, VERSION, Kube, Watch, log, now, quiet, rand, run, stats, write_json  # noqa: E402
 
 POOLS = "sandboxwarmpools"
 RAW = "sandboxes.dev/managed-by=bench-pool-raw"
@@ -119,14 +119,18 @@ def cmd_claims(a) -> None:
     pool = f"bench-pool-{rand()}"
     make_pool(kube, a, pool, a.pool_size)
     names = [f"claim-{rand()}-{i}" for i in range(a.n)]
+    idle = {"claims": quiet("claims")}
     warm = [timed_create(kube, w, claim(n, a.namespace, pool), a.timeout) for n in names]
     modes = claim_modes(kube, a.namespace, names)
     log(f"claims: {stats(warm)} modes {modes}")
+    idle["cold"] = quiet("cold creates")
     colds = [timed_create(kube, w, cold(f"cold-{rand()}-{i}", a), a.timeout) for i in range(a.cold_n)]
+    idle["docker"] = quiet("docker run -d")
     raw = docker_runs(a, a.cold_n) if a.provider == "docker" else []
     drop_pool(kube, a.namespace, pool)
     write_json(a.out, {
         "provider": a.provider, "pool_size": a.pool_size, "n": a.n, "claims": warm, "modes": modes,
+        "idle_before": idle,
         "claim": stats(warm), "cold_creates": colds, "cold": stats(colds) if colds else None,
         "docker_runs": raw, "docker": stats(raw) if raw else None,
     })
@@ -136,7 +140,10 @@ def cmd_burst(a) -> None:
     kube, w = watching(a.namespace)
     pool = f"bench-burst-{rand()}"
     make_pool(kube, a, pool, a.n)
+    _, made = kube.request("GET", pool_path(kube, a.namespace, pool))
+    pool_uid = made["metadata"]["uid"]
     names = [f"burst-{rand()}-{i}" for i in range(a.n)]
+    idle = {"claims": quiet("burst claims")}
     t0 = now()
     with concurrent.futures.ThreadPoolExecutor(a.concurrency) as ex:
         list(ex.map(lambda n: kube.request("POST", kube.sbx_path(a.namespace), claim(n, a.namespace, pool)), names))
@@ -145,13 +152,20 @@ def cmd_burst(a) -> None:
     claims_s = max(w.ready[n] for n in names) - t0
     modes = claim_modes(kube, a.namespace, names)
     drop_pool(kube, a.namespace, pool)
+    # The pool's refilled members go first (a container's removal is the kernel's work for
+    # a while after), so that the engine's figure is not timed beside their clean-up; the
+    # claimed ones stay with their Sandboxes.
+    members = f"sandboxes.dev/owner-uid={pool_uid}"
+    gone = w.wait(lambda: bench.docker_count(members) <= a.n, a.timeout, "the pool's unclaimed members gone")
+    idle["docker"] = quiet("burst docker run -d")
     t1 = now()
     cmd = ["docker", "run", "-d", "--label", RAW, a.image, *COMMAND]
     subprocess.run(["xargs", "-P", str(a.concurrency), "-I{}", *cmd], input="\n".join(map(str, range(a.n))) + "\n",
                    text=True, check=True, stdout=subprocess.DEVNULL)
     raw_s = now() - t1
     log(f"burst: {a.n} claims {claims_s:.2f} s ({modes}); {a.n} docker run -d {raw_s:.2f} s")
-    write_json(a.out, {"n": a.n, "concurrency": a.concurrency, "claims_s": claims_s, "docker_s": raw_s, "modes": modes})
+    write_json(a.out, {"n": a.n, "concurrency": a.concurrency, "claims_s": claims_s, "docker_s": raw_s, "modes": modes,
+                       "idle_before": idle, "pool_members_gone": gone})
 
 
 def cmd_cleanup(a) -> None:

@@ -49,6 +49,11 @@ def rows(C, B, K) -> list[str]:
     if K:
         med = K["claim"]["median"]
         out.append(f"| Kubernetes provider: warm claim → Ready, {K['n']} claims (modes {K['modes']}), median | {ms(med)} | ≤ 50 ms | {verdict(med <= 0.050)} |")
+    idle = [f"{name} {phase} {share:.0%}" for name, data in (("claims:", C), ("burst:", B), ("k8s:", K))
+            for phase, share in ((data or {}).get("idle_before") or {}).items()]
+    if idle:
+        out.append("")
+        out.append("CPU idle over the second before each timed phase: " + ", ".join(idle) + ".")
     return out
 
 
