@@ -807,13 +807,12 @@ mod specific {
         let w = world().await;
         let hibernation = w.provider.hibernation().unwrap();
         let id = w.running().await;
-        let pid = String::from_utf8(
-            w.sh(&id, "sleep 1000 >/dev/null 2>&1 & echo $!")
-                .await
-                .stdout,
-        )
-        .unwrap();
-        let alive = format!("kill -0 {}", pid.trim());
+        // The process is its pid AND its start time: a cold boot starts the pid count over,
+        // so a later process (the check's own shell, even) can hold the same pid.
+        let started = "sleep 1000 >/dev/null 2>&1 & p=$!; echo \"$p $(cut -d' ' -f22 /proc/$p/stat)\"";
+        let ident = String::from_utf8(w.sh(&id, started).await.stdout).unwrap();
+        let (pid, since) = ident.trim().split_once(' ').unwrap();
+        let alive = format!("[ \"$(cut -d' ' -f22 /proc/{pid}/stat 2>/dev/null)\" = {since} ]");
 
         let slept = hibernation.hibernate(&id).await.unwrap();
         assert!(slept.processes_preserved, "{slept:?}");
