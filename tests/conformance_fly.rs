@@ -809,7 +809,8 @@ mod specific {
         let id = w.running().await;
         // The process is its pid AND its start time: a cold boot starts the pid count over,
         // so a later process (the check's own shell, even) can hold the same pid.
-        let started = "sleep 1000 >/dev/null 2>&1 & p=$!; echo \"$p $(cut -d' ' -f22 /proc/$p/stat)\"";
+        let started =
+            "sleep 1000 >/dev/null 2>&1 & p=$!; echo \"$p $(cut -d' ' -f22 /proc/$p/stat)\"";
         let ident = String::from_utf8(w.sh(&id, started).await.stdout).unwrap();
         let (pid, since) = ident.trim().split_once(' ').unwrap();
         let alive = format!("[ \"$(cut -d' ' -f22 /proc/{pid}/stat 2>/dev/null)\" = {since} ]");
