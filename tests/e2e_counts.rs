@@ -121,8 +121,8 @@ async fn wait_started(proxy: &EngineProxy, op: &Operator) {
 }
 
 /// One count test's world: its namespace, the engine proxy that counts, and the operator
-/// behind it, started (its event streams open) before anything is counted. Bind `_purge`
-/// when taking it apart: it removes the namespace when dropped.
+/// behind it, started (its event streams open) before anything is counted. Tests borrow its
+/// fields and keep it whole to the end: its `Purge` removes the namespace when dropped.
 struct Counted {
     ns: String,
     proxy: EngineProxy,
@@ -151,18 +151,15 @@ impl Counted {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn reconciles_and_engine_requests_per_created_sandbox_stay_within_their_bounds() {
+    let counted = Counted::start("e2e-counts").await;
     let Counted {
-        ns,
-        proxy,
-        op,
-        api,
-        _purge,
-    } = Counted::start("e2e-counts").await;
+        ns, proxy, op, api, ..
+    } = &counted;
     let before = proxy.count(sandbox_work);
 
-    let created = create_and_settle(&api, &ns, &op, 10, "").await;
+    let created = create_and_settle(api, ns, op, 10, "").await;
 
-    let reconciles = metric(&op, "sandbox_operator_reconciles_total{kind=\"Sandbox\"}");
+    let reconciles = metric(op, "sandbox_operator_reconciles_total{kind=\"Sandbox\"}");
     let per_create = reconciles / created as f64;
     let engine = proxy.count(sandbox_work) - before;
     let engine_per_create = engine as f64 / created as f64;
@@ -200,22 +197,17 @@ async fn reconciles_and_engine_requests_per_created_sandbox_stay_within_their_bo
 #[tokio::test(flavor = "multi_thread")]
 async fn the_finalizer_comes_with_admission_and_costs_the_operator_no_write() {
     use sandbox_operator::api::FINALIZER;
-    let Counted {
-        ns,
-        proxy: _,
-        op,
-        api,
-        _purge,
-    } = Counted::start("e2e-counts-fin").await;
+    let counted = Counted::start("e2e-counts-fin").await;
+    let Counted { ns, op, api, .. } = &counted;
     let patches = || {
         metric(
-            &op,
+            op,
             "sandbox_operator_kube_requests_total{verb=\"patch\",resource=\"sandboxes\"}",
         )
     };
 
-    apply_yaml_ok(&sandbox_yaml("with-policy", ""), &ns);
-    wait_all_ready(&api, &["with-policy".to_string()], &op).await;
+    apply_yaml_ok(&sandbox_yaml("with-policy", ""), ns);
+    wait_all_ready(api, &["with-policy".to_string()], op).await;
     let created = api.get("with-policy").await.expect("get");
     assert!(
         created
@@ -236,8 +228,8 @@ async fn the_finalizer_comes_with_admission_and_costs_the_operator_no_write() {
         "apiVersion: sandboxes.dev/v1alpha1\nkind: Sandbox\nmetadata:\n  name: skipped\n  labels:\n    {POLICY_OPT_OUT}: skip\nspec:\n  image: {}\n",
         base_image()
     );
-    apply_yaml_ok(&skipped, &ns);
-    wait_all_ready(&api, &["skipped".to_string()], &op).await;
+    apply_yaml_ok(&skipped, ns);
+    wait_all_ready(api, &["skipped".to_string()], op).await;
     let got = api.get("skipped").await.expect("get");
     assert!(
         got.metadata
@@ -261,19 +253,16 @@ async fn the_finalizer_comes_with_admission_and_costs_the_operator_no_write() {
 #[tokio::test(flavor = "multi_thread")]
 async fn engine_list_calls_of_creates_from_one_template_are_linear() {
     use sandbox_operator::api::SandboxTemplate;
+    let counted = Counted::start("e2e-counts-tpl").await;
     let Counted {
-        ns,
-        proxy,
-        op,
-        api,
-        _purge,
-    } = Counted::start("e2e-counts-tpl").await;
-    let templates: Api<SandboxTemplate> = Api::namespaced(client().await, &ns);
+        ns, proxy, op, api, ..
+    } = &counted;
+    let templates: Api<SandboxTemplate> = Api::namespaced(client().await, ns);
 
-    apply_yaml_ok(&sandbox_yaml("src", ""), &ns);
-    wait_all_ready(&api, &["src".to_string()], &op).await;
+    apply_yaml_ok(&sandbox_yaml("src", ""), ns);
+    wait_all_ready(api, &["src".to_string()], op).await;
     let template = "apiVersion: sandboxes.dev/v1alpha1\nkind: SandboxTemplate\nmetadata:\n  name: tpl\nspec:\n  sandboxRef:\n    name: src\n  capturePaths: [\"/tmp\"]\n";
-    apply_yaml_ok(template, &ns);
+    apply_yaml_ok(template, ns);
     let in_use = |want: bool| {
         let templates = templates.clone();
         let what = format!(
@@ -297,7 +286,7 @@ async fn engine_list_calls_of_creates_from_one_template_are_linear() {
 
     let lists_before = proxy.count(|k| k == "GET /containers/json");
     let before = proxy.count(sandbox_work);
-    let created = create_and_settle(&api, &ns, &op, 10, "  templateRef:\n    name: tpl\n").await;
+    let created = create_and_settle(api, ns, op, 10, "  templateRef:\n    name: tpl\n").await;
     in_use(true).await;
     let lists = proxy.count(|k| k == "GET /containers/json") - lists_before;
     let engine = proxy.count(sandbox_work) - before;
@@ -319,15 +308,10 @@ async fn engine_list_calls_of_creates_from_one_template_are_linear() {
 /// Ready), however long that takes.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_sandbox_waiting_for_its_volume_is_woken_by_the_volume_not_by_polling() {
-    let Counted {
-        ns,
-        proxy: _,
-        op,
-        api,
-        _purge,
-    } = Counted::start("e2e-counts-vol").await;
+    let counted = Counted::start("e2e-counts-vol").await;
+    let Counted { ns, op, api, .. } = &counted;
     let mounts = "  volumes:\n    - volumeRef:\n        name: data\n      mountPath: /data\n";
-    apply_yaml_ok(&sandbox_yaml("waiter", mounts), &ns);
+    apply_yaml_ok(&sandbox_yaml("waiter", mounts), ns);
     wait_for("waiter: VolumeNotFound", TIMEOUT, || async {
         let s = api.get("waiter").await.map_err(|e| e.to_string())?;
         let st = s.status.unwrap_or_default();
@@ -338,11 +322,11 @@ async fn a_sandbox_waiting_for_its_volume_is_woken_by_the_volume_not_by_polling(
     })
     .await;
     let sample = "sandbox_operator_reconciles_total{kind=\"Sandbox\"}";
-    let waiting = metric(&op, sample);
+    let waiting = metric(op, sample);
     let volume = "apiVersion: sandboxes.dev/v1alpha1\nkind: SandboxVolume\nmetadata:\n  name: data\nspec:\n  reclaimPolicy: Delete\n";
-    apply_yaml_ok(volume, &ns);
-    wait_all_ready(&api, &["waiter".to_string()], &op).await;
-    let woken = metric(&op, sample) - waiting;
+    apply_yaml_ok(volume, ns);
+    wait_all_ready(api, &["waiter".to_string()], op).await;
+    let woken = metric(op, sample) - waiting;
     eprintln!("reconciles from VolumeNotFound to Ready: {woken}");
     // At most two volume events (created; bound and Ready) and the new container's own two
     // engine events (create, start), which the work queue merges or not depending on how
