@@ -202,6 +202,9 @@ async fn a_claim_takes_a_running_member_delivers_env_and_the_pool_refills() {
         metrics.contains("sandbox_operator_warm_pool_claims_total{mode=\"warm\"} 1"),
         "{metrics}"
     );
+    // The env file was staged in the member during the ledger write and committed after.
+    let staged = "operation=\"stage_write\",outcome=\"ok\"} 1";
+    assert!(metrics.contains(staged), "{metrics}");
 
     // The pool refills in the background; the claimed member is not counted as its own.
     wait_counts(pools, "p", 1, 1, op).await;
@@ -427,8 +430,11 @@ async fn kill_9_during_50_claims_claims_no_member_twice_and_leaks_none() {
         ..opts.clone()
     };
     let mut op = Operator::start(&ns, &ns, &crashing);
+    // Each claim carries its own env: it is staged in a member during the ledger write that
+    // the kills interrupt, so the members must show only their own claimant's.
+    let task = |i: usize| json!({"env": [{"name": "TASK", "value": format!("s{i}")}]});
     let docs: Vec<String> = (0..CLAIMS)
-        .map(|i| claim(&format!("s{i}"), "p", json!({})).to_string())
+        .map(|i| claim(&format!("s{i}"), "p", task(i)).to_string())
         .collect();
     apply_yaml_ok(&docs.join("\n---\n"), &ns);
     op.wait_exit(Duration::from_secs(60)).await;
@@ -474,6 +480,7 @@ async fn kill_9_during_50_claims_claims_no_member_twice_and_leaks_none() {
     })
     .await;
     assert_each_member_claimed_once(&all, &pools).await;
+    assert_each_warm_member_has_its_own_env(&all);
 
     // Nothing leaked: once every Sandbox is gone, only the pool's own members are left.
     // (The full resource name: `sandboxes` alone is also the category of every kind.)
@@ -504,6 +511,25 @@ async fn kill_9_during_50_claims_claims_no_member_twice_and_leaks_none() {
         },
     )
     .await;
+    // No env staged for an interrupted claim is left in a free member, staged or in place.
+    for (member, _, _) in members(&pool_uid).await {
+        let files = docker_sh(&member, "ls -A /run/sandboxes.dev 2>/dev/null; true");
+        assert_eq!(files.as_deref(), Ok(""), "files in free member {member}");
+    }
+}
+
+/// Every Sandbox served warm finds its own `TASK` (its name) in its member's env file.
+fn assert_each_warm_member_has_its_own_env(all: &[Sandbox]) {
+    for s in all {
+        let status = s.status.clone().unwrap_or_default();
+        if status.claim.as_deref() != Some("warm") {
+            continue;
+        }
+        let member = harness::objects::sandbox_id(s);
+        let seen = docker_sh(&member, ". /run/sandboxes.dev/env; echo \"$TASK\"");
+        let name = s.metadata.name.clone().unwrap_or_default();
+        assert_eq!(seen.map(|t| t.trim().to_string()), Ok(name), "{member}");
+    }
 }
 
 /// No member serves two Sandboxes, and each warm one is its Sandbox's by the ledger.

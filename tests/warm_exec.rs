@@ -215,6 +215,48 @@ async fn a_refused_write_is_reported(fx: &Fixture, w: &WarmedExec, id: &str) -> 
     Ok(())
 }
 
+/// A write staged through a waiting process (`ProviderHandle::stage_write`, as a claim
+/// stages its env file during its ledger write) is not there until committed, then is
+/// exactly its bytes; one dropped uncommitted leaves the file as it was and nothing beside it.
+async fn a_staged_write_shows_only_once_committed(fx: &Fixture) -> Result<(), String> {
+    let id = &running(fx).await?;
+    let w = &WarmedExec::over(fx.provider.clone());
+    w.handle.prime(id, None);
+    let path = "/run/sandboxes.dev/staged";
+    let look = format!(
+        "cat {path} 2>/dev/null || echo absent; ls -a /run/sandboxes.dev | grep -c sbx-write; true"
+    );
+    let stage = |text: &'static str| async move {
+        waiting(fx, w, id, "a waiting process to stage in").await?;
+        w.handle
+            .stage_write(id, path, text.as_bytes(), 0o600)
+            .await
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "nothing staged with a process waiting".to_string())
+    };
+    let first = stage("A='1'\n").await?;
+    wait_until("the staged file beside the target", fx.patience, || async {
+        let seen = sh(fx, id, &look).await?;
+        (seen == "absent\n1\n")
+            .then_some(())
+            .ok_or_else(|| format!("saw {seen:?}"))
+    })
+    .await?;
+    first.commit().await.map_err(|e| e.to_string())?;
+    let seen = sh(fx, id, &look).await?;
+    if seen != "A='1'\n0\n" {
+        return Err(format!("after the commit: {seen:?}"));
+    }
+    drop(stage("B='2'\n").await?);
+    wait_until("the dropped write to be gone", fx.patience, || async {
+        let seen = sh(fx, id, &look).await?;
+        (seen == "A='1'\n0\n")
+            .then_some(())
+            .ok_or_else(|| format!("saw {seen:?}"))
+    })
+    .await
+}
+
 /// A waiting reader that is dropped (here: its linger is over) ends without running
 /// anything, and leaves no process behind.
 async fn a_dropped_reader_runs_nothing(fx: &Fixture) -> Result<(), String> {
@@ -385,6 +427,16 @@ on_fixture!(
     kubernetes_a_file_is_written_through_a_waiting_process,
     conformance::kubernetes::fixture,
     a_file_is_written_through_a_waiting_process
+);
+on_fixture!(
+    docker_a_staged_write_shows_only_once_committed,
+    conformance::docker::fixture,
+    a_staged_write_shows_only_once_committed
+);
+on_fixture!(
+    kubernetes_a_staged_write_shows_only_once_committed,
+    conformance::kubernetes::fixture,
+    a_staged_write_shows_only_once_committed
 );
 on_fixture!(
     docker_a_dropped_reader_runs_nothing,

@@ -185,58 +185,145 @@ impl ProviderHandle {
         mode: u32,
     ) -> ProviderResult<()> {
         let (argv, path) = shellfs::reported_write(id, path, mode)?;
-        let request = |argv: Vec<String>, env, stdin| StreamExecRequest {
-            argv,
-            env,
-            cwd: None,
-            stdin,
-            tty: None,
-        };
-        let by_stdin = request(argv, Default::default(), true);
+        let by_stdin = write_request(argv, Default::default(), true);
         let by_env = shellfs::reported_write_from_env(id, &path, mode, data)?
-            .map(|(argv, env)| request(argv, env, false));
+            .map(|(argv, env)| write_request(argv, env, false));
         let run = async {
             let (session, stdin) = self.start_write(id, by_env, by_stdin, data).await?;
-            let ExecSession {
-                input,
-                mut stdout,
-                stderr,
-                exit,
-            } = session;
-            let status = async {
-                let mut out = Vec::new();
-                while let Some(chunk) = stdout.next().await {
-                    out.extend_from_slice(&chunk?);
-                    if let Some(code) = shellfs::reported_status(&out) {
-                        return Ok(Some(code));
-                    }
-                }
-                Ok::<_, ProviderError>(None)
-            };
-            let ((), status) = tokio::join!(feed(input, stdin), status);
-            let rest = ExecSession {
-                input: tokio::sync::mpsc::channel(1).0,
-                stdout,
-                stderr,
-                exit,
-            };
-            match status? {
-                Some(0) => {
-                    tokio::spawn(to_completion(rest, None));
-                    Ok(())
-                }
-                _ => {
-                    let out = to_completion(rest, None).await?;
-                    shellfs::reported_outcome(id, &path, out.exit_code, out.stderr)
-                }
-            }
+            reported(id, &path, session, stdin).await
         };
-        tokio::time::timeout(FILE_TIMEOUT, run).await.map_err(|_| {
-            ProviderError::transient(format!(
-                "writing {path} in sandbox {id} did not finish within {FILE_TIMEOUT:?}"
-            ))
-        })?
+        within_file_timeout(id, &path, run).await
     }
+
+    /// Stages a whole-file write in sandbox `id` through a waiting process: the data is
+    /// written beside `path` and waits there for [`StagedWrite::commit`] to put it in place.
+    /// Dropped uncommitted — or with its connection broken, the operator gone — the staged
+    /// file is removed and `path` never touched (see `shellfs::scripts::WRITE`). `None` when
+    /// no process waits or the data is not small text: write it with [`Self::write_file`]
+    /// then. Why: a claim stages its environment while the ledger write that makes the
+    /// member its own is under way, and only the rename is left for after it.
+    pub async fn stage_write(
+        &self,
+        id: &str,
+        path: &str,
+        data: &[u8],
+        mode: u32,
+    ) -> ProviderResult<Option<StagedWrite>> {
+        let (_, checked) = shellfs::reported_write(id, path, mode)?;
+        let Some((argv, env)) = shellfs::staged_write_from_env(id, &checked, mode, data)? else {
+            return Ok(None);
+        };
+        if !self.is_primed(id) {
+            return Ok(None);
+        }
+        let request = write_request(argv, env, true);
+        let started = Instant::now();
+        let staged = self.warm_start(id, &request).await;
+        let outcome = if staged.is_some() { "ok" } else { "none" };
+        let secs = started.elapsed().as_secs_f64();
+        self.metrics
+            .provider_call(self.name(), "stage_write", outcome, secs);
+        Ok(staged.map(|session| StagedWrite {
+            id: id.to_string(),
+            path: checked,
+            session: self.rearm_after(id, session),
+        }))
+    }
+}
+
+/// A whole-file write waiting in its sandbox for [`Self::commit`] (see
+/// [`ProviderHandle::stage_write`]); dropping it abandons the write.
+pub struct StagedWrite {
+    id: String,
+    path: String,
+    session: ExecSession,
+}
+
+impl StagedWrite {
+    /// The sandbox it waits in.
+    pub fn sandbox(&self) -> &str {
+        &self.id
+    }
+
+    /// Puts the staged file in place, returning once the script has said so; the script's
+    /// own reason when it could not (its staging failed, say).
+    pub async fn commit(self) -> ProviderResult<()> {
+        let Self { id, path, session } = self;
+        let run = reported(&id, &path, session, Some(shellfs::scripts::COMMIT));
+        within_file_timeout(&id, &path, run).await
+    }
+}
+
+/// The exec of a whole-file write script, with stdin open when it reads any.
+fn write_request(
+    argv: Vec<String>,
+    env: std::collections::BTreeMap<String, String>,
+    stdin: bool,
+) -> StreamExecRequest {
+    StreamExecRequest {
+        argv,
+        env,
+        cwd: None,
+        stdin,
+        tty: None,
+    }
+}
+
+/// Feeds `stdin` to a reported write script's process and waits for the status it writes
+/// (see [`shellfs::reported_write`]): the rest of its end is awaited in the background on
+/// success, and for its stderr on failure.
+async fn reported(
+    id: &str,
+    path: &str,
+    session: ExecSession,
+    stdin: Option<&[u8]>,
+) -> ProviderResult<()> {
+    let ExecSession {
+        input,
+        mut stdout,
+        stderr,
+        exit,
+    } = session;
+    let status = async {
+        let mut out = Vec::new();
+        while let Some(chunk) = stdout.next().await {
+            out.extend_from_slice(&chunk?);
+            if let Some(code) = shellfs::reported_status(&out) {
+                return Ok(Some(code));
+            }
+        }
+        Ok::<_, ProviderError>(None)
+    };
+    let ((), status) = tokio::join!(feed(input, stdin), status);
+    let rest = ExecSession {
+        input: tokio::sync::mpsc::channel(1).0,
+        stdout,
+        stderr,
+        exit,
+    };
+    match status? {
+        Some(0) => {
+            tokio::spawn(to_completion(rest, None));
+            Ok(())
+        }
+        _ => {
+            let out = to_completion(rest, None).await?;
+            shellfs::reported_outcome(id, path, out.exit_code, out.stderr)
+        }
+    }
+}
+
+/// `run`, bounded by [`FILE_TIMEOUT`].
+async fn within_file_timeout(
+    id: &str,
+    path: &str,
+    run: impl std::future::Future<Output = ProviderResult<()>>,
+) -> ProviderResult<()> {
+    tokio::time::timeout(FILE_TIMEOUT, run).await.map_err(|_| {
+        ProviderError::transient(format!(
+            "writing {path} in sandbox {id} did not finish within {FILE_TIMEOUT:?}"
+        ))
+    })?
 }
 
 impl ProviderHandle {

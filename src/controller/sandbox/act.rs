@@ -28,6 +28,8 @@ pub struct Target<'a> {
     pub sctx: &'a SandboxContext,
     /// The warm pool member the pool's ledger gives this Sandbox, when it claimed one.
     pub claim: Option<&'a crate::provider::labels::Claim>,
+    /// The claim's environment file, staged in that member while the ledger was written.
+    pub staged: Option<&'a super::claim::StagedEnv>,
 }
 
 impl Target<'_> {
@@ -204,9 +206,18 @@ async fn deliver_env(
         .into());
     }
     let content = env.content.as_bytes();
-    handle
-        .write_file(id, SELF_DELIVERED_ENV_PATH, content, 0o600)
-        .await?;
+    let staged = on.staged.and_then(|s| s.take(id, &env.version));
+    let committed = match staged {
+        Some(write) => write.commit().await.map_err(|e| {
+            tracing::debug!(sandbox = id, error = %e, "staged env not committed; writing it");
+        }),
+        None => Err(()),
+    };
+    if committed.is_err() {
+        handle
+            .write_file(id, SELF_DELIVERED_ENV_PATH, content, 0o600)
+            .await?;
+    }
     // A warm claim's first delivery is part of the claim, which its Ready and
     // `status.claim` record: no Event of its own (it would be a fifth of the API writes on
     // the claim's path, on an API server the claims keep busy). Later ones are.

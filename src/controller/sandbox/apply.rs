@@ -97,11 +97,17 @@ async fn converge(
     }
     let settled = match &pool {
         Some(pool) => {
-            claim::settle(r, &sctx.broker, &handle, pool, &desired, touched, pass).await?
+            let at = claim::Claiming {
+                broker: &sctx.broker,
+                handle: &handle,
+                pool,
+                env: env.as_ref(),
+            };
+            claim::settle(r, at, &desired, touched, pass).await?
         }
         None => claim::Settled::default(),
     };
-    let proof = settled.proof;
+    let (proof, staged) = (settled.proof, settled.staged);
     record_external_name(r, &uid, added, proof.is_none(), pass).await?;
     let observed = if touched || proof.is_some() {
         // `next`: a warm claim's member is recorded there, not yet written (see `claim`).
@@ -115,6 +121,7 @@ async fn converge(
         handle: &handle,
         sctx,
         claim: proof.as_ref(),
+        staged: staged.as_ref(),
     };
     let plan = plan(
         &on,

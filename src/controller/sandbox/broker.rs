@@ -52,10 +52,12 @@ pub struct Taken {
 /// The member a claim got (`None`: no free member; the claim is served cold).
 type Answer = Result<Option<Taken>>;
 
-/// A queued claim and where its answer goes.
+/// A queued claim, where its answer goes, and where the member its batch means to give it
+/// is told before the answer (see [`Broker::claim`]).
 struct Queued {
     ask: Ask,
     reply: oneshot::Sender<Answer>,
+    early: Mutex<Option<oneshot::Sender<String>>>,
 }
 
 /// The claims of one pool: those waiting, and the lock the batch leader holds.
@@ -86,10 +88,20 @@ pub struct PoolAt<'a> {
 impl Broker {
     /// Claims a member for `ask`: the one the ledger already gives its claimant, else a free
     /// running member built to its spec hash, entered in the ledger; `None` when none is free.
-    pub async fn claim(&self, at: &PoolAt<'_>, ask: Ask) -> Answer {
+    ///
+    /// `early` is told the member the batch means to give the claimant as the ledger write
+    /// that would make it so starts (when the batch picks from the pool's sighting), so the
+    /// claimant can prepare it meanwhile. Only a preparation that is undone unless the
+    /// answer names the same member: the write can still lose, and the answer decides.
+    pub async fn claim(
+        &self,
+        at: &PoolAt<'_>,
+        ask: Ask,
+        early: Option<oneshot::Sender<String>>,
+    ) -> Answer {
         let key = pool::identity(at.read);
         let lane = self.lane(&key);
-        let answered = claim_in(&lane, at, ask).await;
+        let answered = claim_in(&lane, at, ask, early).await;
         drop(lane);
         self.forget_if_idle(&key);
         answered
@@ -115,11 +127,17 @@ impl Broker {
 
 /// One claim through `lane`: queued, then answered by the batch that took it, or leading
 /// the next batch itself.
-async fn claim_in(lane: &Lane, at: &PoolAt<'_>, ask: Ask) -> Answer {
+async fn claim_in(
+    lane: &Lane,
+    at: &PoolAt<'_>,
+    ask: Ask,
+    early: Option<oneshot::Sender<String>>,
+) -> Answer {
     let (reply, mut answer) = oneshot::channel();
     lock(&lane.waiting).push(Queued {
         ask: ask.clone(),
         reply,
+        early: Mutex::new(early),
     });
     let _serving = lane.serving.lock().await;
     match answer.try_recv() {
@@ -127,7 +145,11 @@ async fn claim_in(lane: &Lane, at: &PoolAt<'_>, ask: Ask) -> Answer {
         // Our batch's leader was cancelled after taking it: serve ourselves.
         Err(oneshot::error::TryRecvError::Closed) => {
             let (reply, _) = oneshot::channel();
-            let alone = [Queued { ask, reply }];
+            let alone = [Queued {
+                ask,
+                reply,
+                early: Mutex::default(),
+            }];
             return serve(at, &alone).await?.pop().unwrap_or_else(unanswered);
         }
         Err(oneshot::error::TryRecvError::Empty) => {}
@@ -155,6 +177,7 @@ async fn claim_in(lane: &Lane, at: &PoolAt<'_>, ask: Ask) -> Answer {
 /// from the sighting for only some claimants is served from a listing the same way.
 async fn serve(at: &PoolAt<'_>, batch: &[Queued]) -> Result<Vec<Answer>> {
     if let Some(candidates) = sighted(at, batch) {
+        foretell(at, batch, &candidates);
         let (described, picked) = tokio::join!(
             describe(at, batch, &candidates),
             commit(at, batch, &candidates)
@@ -174,6 +197,23 @@ async fn serve(at: &PoolAt<'_>, batch: &[Queued]) -> Result<Vec<Answer>> {
     let found = members::observe(at.ctx, at.handle, &pool_uid).await?;
     let picked = commit(at, batch, &found).await?;
     Ok(answers(picked, None))
+}
+
+/// Tells each claimant that asked to know early (see [`Broker::claim`]) the member the
+/// batch's first decision — [`commit`]'s, on the same read ledger and candidates — gives it.
+fn foretell(at: &PoolAt<'_>, batch: &[Queued], found: &[SandboxDescriptor]) {
+    let mut entries = at
+        .read
+        .status
+        .as_ref()
+        .map(|s| s.ledger.clone())
+        .unwrap_or_default();
+    for q in batch {
+        let member = assign(found, &q.ask, &mut entries);
+        if let (Some(member), Some(early)) = (member, lock(&q.early).take()) {
+            let _ = early.send(member);
+        }
+    }
 }
 
 /// Removes the ledger entries that give the batch's claimants one of `members` (candidates

@@ -27,13 +27,14 @@ use crate::controller::{Context, caches};
 use crate::provider::SandboxDescriptor;
 use crate::provider::labels::Claim;
 use crate::registry::ProviderHandle;
+use crate::registry::exec::StagedWrite;
 
 use super::SandboxContext;
 use super::apply::{Pass, WAIT};
 use super::broker::{Ask, Broker, PoolAt};
 use super::build::Desired;
 use super::observe::owned_by;
-use super::resolve::{self, SelfDeliveredEnv};
+use super::resolve::{self, SELF_DELIVERED_ENV_PATH, SelfDeliveredEnv};
 
 /// `status.claim` of a Sandbox served by a running member.
 pub const WARM: &str = "warm";
@@ -144,6 +145,30 @@ pub struct Settled {
     /// waits for it, see [`crate::controller::pool::pace`]) until this is dropped with the
     /// rest of the pass's `Settled`.
     pub serving: Option<Serving>,
+    /// The claim's environment, staged in the member it took while the ledger write was
+    /// under way (see [`stage`]).
+    pub staged: Option<StagedEnv>,
+}
+
+/// A claim's environment file staged in its member ([`ProviderHandle::stage_write`]): put in
+/// place by the env delivery of the same version, abandoned when dropped.
+pub struct StagedEnv {
+    version: String,
+    write: std::sync::Mutex<Option<StagedWrite>>,
+}
+
+impl StagedEnv {
+    /// The staged write, when it is the file `version` for sandbox `id`; taken once.
+    pub fn take(&self, id: &str, version: &str) -> Option<StagedWrite> {
+        let mut write = self
+            .write
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let fits = write.as_ref().is_some_and(|w| w.sandbox() == id);
+        (fits && self.version == version)
+            .then(|| write.take())
+            .flatten()
+    }
 }
 
 /// Settles how the Sandbox is served, before it is observed: the member the ledger gives
@@ -151,13 +176,17 @@ pub struct Settled {
 /// or nothing (cold: it is created from `desired`).
 pub async fn settle(
     r: &Report<'_, Sandbox>,
-    broker: &Broker,
-    handle: &ProviderHandle,
-    pool: &SandboxWarmPool,
+    at: Claiming<'_>,
     desired: &Desired,
     touched: bool,
     pass: &mut Pass,
 ) -> Result<Settled, Outcome> {
+    let Claiming {
+        broker,
+        handle,
+        pool,
+        env,
+    } = at;
     let uid = r.object.uid().unwrap_or_default();
     if let Some(proof) = crate::claims::of(pool, &uid) {
         record(r, handle, pass, &proof.member).await?;
@@ -171,7 +200,12 @@ pub async fn settle(
         return Ok(Settled::default());
     }
     let serving = r.ctx.claim_times.begin(pool);
-    let taken = take(r, broker, handle, pool, desired).await?;
+    let (early, foretold) = tokio::sync::oneshot::channel();
+    let (taken, staged) = tokio::join!(
+        take(r, broker, handle, pool, desired, early),
+        stage(handle, env, foretold)
+    );
+    let taken = taken?;
     r.ctx
         .metrics
         .warm_pool_claim(if taken.is_some() { WARM } else { COLD });
@@ -182,11 +216,61 @@ pub async fn settle(
     };
     r.ctx.failpoint("claim-after-ledger");
     record(r, handle, pass, &proof.member).await?;
+    // Staged into another member than the one taken (the ledger write lost a race): dropped
+    // here, it is abandoned there.
+    let staged = staged.filter(|s| s.0 == proof.member).map(|s| s.1);
     Ok(Settled {
         proof: Some(proof),
         seen,
         serving: Some(serving),
+        staged,
     })
+}
+
+/// What a claim goes through: the broker, the pool and its provider, and the claim's
+/// environment file (delivered into the member it takes).
+pub struct Claiming<'a> {
+    /// The Sandbox controller's claim broker.
+    pub broker: &'a Broker,
+    /// The pool's provider.
+    pub handle: &'a ProviderHandle,
+    /// The pool claimed from.
+    pub pool: &'a SandboxWarmPool,
+    /// The claim's environment file, when it has one.
+    pub env: Option<&'a SelfDeliveredEnv>,
+}
+
+/// Stages the claim's environment file in the member the broker means to give it, while
+/// the ledger write is under way: the write, with its data, waits beside the file for the
+/// env delivery to put it in place, which leaves only a rename on the claim's path after
+/// the ledger. Safe before the member is ours: a staged write that is not committed — this
+/// pass gets another member, fails, or the operator dies — is removed and never seen (see
+/// [`ProviderHandle::stage_write`]). `None` (nothing staged; the delivery writes the file
+/// as usual) without a file, a waiting process in the member, or a member foretold.
+async fn stage(
+    handle: &ProviderHandle,
+    env: Option<&SelfDeliveredEnv>,
+    foretold: tokio::sync::oneshot::Receiver<String>,
+) -> Option<(String, StagedEnv)> {
+    let env = env?;
+    let member = foretold.await.ok()?;
+    handle.provider.files()?;
+    let content = env.content.as_bytes();
+    let staged = handle
+        .stage_write(&member, SELF_DELIVERED_ENV_PATH, content, 0o600)
+        .await;
+    let write = match staged {
+        Ok(write) => write?,
+        Err(e) => {
+            tracing::debug!(sandbox = %member, error = %e, "claim env not staged");
+            return None;
+        }
+    };
+    let staged = StagedEnv {
+        version: env.version.clone(),
+        write: std::sync::Mutex::new(Some(write)),
+    };
+    Some((member, staged))
 }
 
 /// Whether a sandbox labelled with the Sandbox's own UID exists: a cold create ran before
@@ -266,6 +350,7 @@ async fn take(
     handle: &ProviderHandle,
     pool: &SandboxWarmPool,
     desired: &Desired,
+    early: tokio::sync::oneshot::Sender<String>,
 ) -> Result<Option<(Claim, Option<SandboxDescriptor>)>, Outcome> {
     let api: Api<SandboxWarmPool> =
         Api::namespaced(r.ctx.client.clone(), &pool.namespace().unwrap_or_default());
@@ -282,7 +367,7 @@ async fn take(
         },
         spec_hash: desired.spec_hash.clone(),
     };
-    let taken = broker.claim(&at, ask).await?;
+    let taken = broker.claim(&at, ask, Some(early)).await?;
     Ok(taken.map(|t| {
         let proof = Claim {
             pool_uid: pool.uid().unwrap_or_default(),

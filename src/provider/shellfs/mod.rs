@@ -248,6 +248,21 @@ pub fn reported_write_from_env(
     }))
 }
 
+/// [`reported_write_from_env`], staged (see [`scripts::WRITE`]): the data is written beside
+/// the file and put in place only when [`scripts::COMMIT`] follows on stdin. `None` as there.
+pub fn staged_write_from_env(
+    id: &str,
+    path: &str,
+    mode: u32,
+    data: &[u8],
+) -> ProviderResult<Option<WithEnv>> {
+    let staged = reported_write_from_env(id, path, mode, data)?;
+    Ok(staged.map(|(mut argv, env)| {
+        argv.push("staged".into());
+        (argv, env)
+    }))
+}
+
 /// The outcome of a write made with [`reported_write`]: its status, and stderr when it
 /// failed.
 pub fn reported_outcome(id: &str, path: &str, code: i64, stderr: Vec<u8>) -> ProviderResult<()> {

@@ -34,11 +34,20 @@ pub const READ: &str =
 /// written by the shell's own `printf`: no `cat` to start, and no end of stdin to wait for
 /// through the runtime's stream (measured on Docker under load: 11–13 ms for the write with
 /// `cat`, 6–7 ms without). Only for small text (see `shellfs::reported_write`).
+///
+/// With `$6` = `staged` as well, the written file waits beside the target until the line
+/// [`COMMIT`] arrives on stdin; anything else — the end of stdin, as when the caller drops
+/// the process or its connection breaks — removes it, and the target is never touched.
+/// A write can so be made ready before the caller knows it may make it (see
+/// `ProviderHandle::stage_write`), leaving only the rename for after.
 pub const WRITE: &str = r#"[ -d "$1" ] && exit 21; d=${1%/*}; [ -n "$d" ] || d=/;
 if [ ! -d "$d" ]; then p=$d;
 while [ "$p" != / ]; do [ -e "$p" ] && [ ! -d "$p" ] && exit 25; p=${p%/*}; [ -n "$p" ] || p=/; done;
 mkdir -p -- "$d" || exit 1; fi;
-t="$d/.sbx-write.$$"; umask "$3" && { if [ "$5" = env ]; then printf %s "$SANDBOXES_DEV_DATA"; else cat; fi; } > "$t" && { [ -z "$4" ] || chmod "$2" "$t"; } && mv -f -- "$t" "$1" || { rm -f -- "$t"; exit 1; }"#;
+t="$d/.sbx-write.$$"; umask "$3" && { if [ "$5" = env ]; then printf %s "$SANDBOXES_DEV_DATA"; else cat; fi; } > "$t" && { [ -z "$4" ] || chmod "$2" "$t"; } && { [ "$6" != staged ] || { IFS= read -r c && [ "$c" = commit ]; }; } && mv -f -- "$t" "$1" || { rm -f -- "$t"; exit 1; }"#;
+
+/// The line that makes a staged [`WRITE`] put its file in place.
+pub const COMMIT: &[u8] = b"commit\n";
 
 /// The environment variable [`WRITE`] takes its data from when `$5` is `env`.
 pub const DATA_VAR: &str = "SANDBOXES_DEV_DATA";

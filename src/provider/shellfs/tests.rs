@@ -270,3 +270,52 @@ fn only_small_text_goes_in_the_environment() {
     assert!(!carried(b"a\0b"), "a NUL");
     assert!(!carried(&[0xff, 0xfe]), "not UTF-8");
 }
+
+#[test]
+fn a_staged_write_puts_its_file_in_place_on_commit_and_only_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = format!("{}/run/sandboxes.dev/env", dir.path().to_str().unwrap());
+    let run = |text: &str, stdin: &[u8]| {
+        let (argv, env) = staged_write_from_env("s", &path, 0o600, text.as_bytes())
+            .unwrap()
+            .expect("small text is staged");
+        let mut child = std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .envs(&env)
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(stdin).unwrap();
+        let out = child.wait_with_output().unwrap();
+        reported_status(&out.stdout)
+    };
+    let leftovers = || {
+        let parent = std::path::Path::new(&path).parent().unwrap();
+        std::fs::read_dir(parent)
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.starts_with(".sbx-write"))
+                    .count()
+            })
+            .unwrap_or(0)
+    };
+    for abandoned in [&b""[..], b"no\n", b"commit"] {
+        assert_eq!(run("A='1'\n", abandoned), Some(1), "{abandoned:?}");
+        assert!(!std::path::Path::new(&path).exists(), "{abandoned:?}");
+        assert_eq!(leftovers(), 0, "{abandoned:?}: the staged file is removed");
+    }
+    assert_eq!(run("A='1'\n", scripts::COMMIT), Some(0));
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), "A='1'\n");
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o600);
+    assert_eq!(run("B='2'\n", b""), Some(1));
+    assert_eq!(
+        std::fs::read_to_string(&path).unwrap(),
+        "A='1'\n",
+        "an abandoned write leaves the file as it was"
+    );
+    assert_eq!(leftovers(), 0);
+}
