@@ -165,6 +165,7 @@ def cmd_burst(a) -> None:
     raw_s = now() - t1
     log(f"burst: {a.n} claims {claims_s:.2f} s ({modes}); {a.n} docker run -d {raw_s:.2f} s")
     write_json(a.out, {"n": a.n, "concurrency": a.concurrency, "claims_s": claims_s, "docker_s": raw_s, "modes": modes,
+                       "ready_s": sorted(w.ready[n] - t0 for n in names),
                        "idle_before": idle, "pool_members_gone": gone})
 
 

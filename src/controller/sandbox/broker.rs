@@ -199,9 +199,16 @@ async fn serve(at: &PoolAt<'_>, batch: &[Queued]) -> Result<Vec<Answer>> {
     Ok(answers(picked, None))
 }
 
-/// Tells each claimant that asked to know early (see [`Broker::claim`]) the member the
-/// batch's first decision — [`commit`]'s, on the same read ledger and candidates — gives it.
+/// Tells the claimant of a batch of one, when it asked to know early (see
+/// [`Broker::claim`]), the member the batch's first decision — [`commit`]'s, on the same
+/// read ledger and candidates — gives it. Not the claimants of a larger batch: there they
+/// would prepare their members all at once, competing for the engine with each other and
+/// with the refill, while their one ledger write would not wait for them anyway. Measured on
+/// Docker, 200 claims at once: 3.4 s to all Ready without, 14.7–16.6 s with.
 fn foretell(at: &PoolAt<'_>, batch: &[Queued], found: &[SandboxDescriptor]) {
+    if batch.len() != 1 {
+        return;
+    }
     let mut entries = at
         .read
         .status
