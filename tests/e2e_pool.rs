@@ -430,8 +430,8 @@ async fn kill_9_during_50_claims_claims_no_member_twice_and_leaks_none() {
         ..opts.clone()
     };
     let mut op = Operator::start(&ns, &ns, &crashing);
-    // Each claim carries its own env: it is staged in a member during the ledger write that
-    // the kills interrupt, so the members must show only their own claimant's.
+    // Each claim carries its own env, delivered (or, for a claim that arrives alone, staged
+    // during its ledger write) around the kills: each member must show only its claimant's.
     let task = |i: usize| json!({"env": [{"name": "TASK", "value": format!("s{i}")}]});
     let docs: Vec<String> = (0..CLAIMS)
         .map(|i| claim(&format!("s{i}"), "p", task(i)).to_string())
