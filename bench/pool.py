@@ -48,10 +48,14 @@ def make_pool(kube: Kube, a, name: str, replicas: int) -> None:
     deadline = now() + a.timeout
     while now() < deadline:
         _, p = kube.request("GET", pool_path(kube, a.namespace, name))
-        ready = (p.get("status") or {}).get("readyReplicas") or 0
+        status = p.get("status") or {}
+        ready = status.get("readyReplicas") or 0
         if ready >= replicas:
             log(f"pool {name}: {ready}/{replicas} Ready")
             return
+        stalled = [c for c in status.get("conditions") or [] if c.get("type") == "Stalled" and c.get("status") == "True"]
+        if stalled:
+            sys.exit(f"pool {name}: Stalled ({stalled[0].get('reason')}): {stalled[0].get('message')}")
         time.sleep(1.0)  # polling a status from outside, not synchronising the product
     sys.exit(f"pool {name}: not {replicas} Ready after {a.timeout:.0f} s")
 

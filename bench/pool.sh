@@ -101,6 +101,14 @@ if has claims || has burst; then
   stop_operator
 fi
 if has k8s; then
+  # The kubelet nodes the Pods run on (idempotent: running nodes are left alone).
+  bash tests/setup/node.sh
+  # Pods need the namespace's default ServiceAccount, which the controller-manager makes.
+  deadline=$((SECONDS + 60))
+  until kubectl get sa default -n "$PODS_NS" >/dev/null 2>&1; do
+    [ "$SECONDS" -lt "$deadline" ] || die "no ServiceAccount default in $PODS_NS after 60 s"
+    sleep 0.5
+  done
   start_operator k8s "  - name: k8s
     type: kubernetes
     kubernetes:

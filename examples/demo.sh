@@ -164,6 +164,9 @@ EOF
 
 operator_binary() {
   local target="${CARGO_TARGET_DIR:-$REPO/target}"
+  # Cargo reads a relative CARGO_TARGET_DIR from the working directory; the plugin's symlink
+  # needs an absolute path.
+  case "$target" in /*) ;; *) target="$PWD/$target" ;; esac
   if [ "${SANDBOX_DEMO_RELEASE:-0}" = 1 ]; then echo "$target/release/sandbox-operator"; else echo "$target/debug/sandbox-operator"; fi
 }
 
