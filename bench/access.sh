@@ -64,7 +64,7 @@ launcher=$(PATH="$WORK:$PATH" median "$N" kubectl noop)
 exec_direct=$(median "$N" kubectl-sandbox exec "$NAME" -n "$NS" -- true)
 # Resume on demand: the demo Sandbox suspends after 2 s without traffic; each round waits until
 # it is Sleeping, then times an exec, which wakes it and is answered in the same request.
-R=${BENCH_ACCESS_RESUME_N:-10}
+R=${BENCH_ACCESS_RESUME_N:-15}
 kubectl patch sbx "$NAME" -n "$NS" --type=merge -p '{"spec":{"idleAction":"suspend","idleTimeoutSeconds":2}}' >/dev/null
 resume_times=()
 for _ in $(seq "$R"); do
