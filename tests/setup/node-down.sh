@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Stop the test node(s) started by tests/setup/node.sh: kubelets, the pods'
-# containers, each node's containerd, kube-scheduler and kube-controller-manager
+# containers, each node's containerd, kube-proxy, kube-router, kube-scheduler and
+# kube-controller-manager
 # (by pidfile; only processes whose pid still belongs to that program).
 # The control plane of tests/cluster/up.sh keeps running.
 #
@@ -58,6 +59,7 @@ for name in "${nodes[@]}"; do
   stop "containerd-$name" containerd
 done
 stop kube-proxy kube-proxy
+stop kube-router kube-router
 stop kube-scheduler kube-scheduler
 stop kube-controller-manager kube-controller-manager
 
