@@ -379,18 +379,30 @@ pub async fn stream_exec_holds_a_fast_producer_for_a_slow_reader(fx: &Fixture) -
         }
     }
     let want: String = (1..=LINES).map(|n| format!("{n}\n")).collect();
+    session.stdout = futures::stream::empty().boxed();
+    let ended = outcome(session).await;
+    // A short output says where it lost bytes and how the session ended, so that a loss
+    // can be placed (the tail cut at the exit, or bytes gone on the way).
     ensure!(
         seen.len() == want.len(),
-        "{} bytes arrived of {}",
+        "{} bytes arrived of {} ({}); the session ended {}",
         seen.len(),
-        want.len()
+        want.len(),
+        if want.as_bytes().starts_with(&seen) {
+            "a prefix: the tail is missing"
+        } else {
+            "not a prefix: bytes went missing before the end"
+        },
+        match &ended {
+            Ok((_, _, code)) => format!("with exit status {code}"),
+            Err(e) => format!("without an exit status: {e}"),
+        }
     );
     ensure!(
         sha256_hex(&seen) == sha256_hex(want.as_bytes()),
         "the sequence arrived changed"
     );
-    session.stdout = futures::stream::empty().boxed();
-    let (_, _, code) = outcome(session).await?;
+    let (_, _, code) = ended?;
     ensure!(code == 0, "the producer exited {code}");
     Ok(())
 }
