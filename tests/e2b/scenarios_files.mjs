@@ -104,17 +104,17 @@ export default function scenarios(Sandbox) {
     const seen = [];
     const handle = await s.files.watchDir(d, (e) => seen.push(e));
     const deadline = Date.now() + 30_000;
-    const phase = async (wanted) => {
+    // Each phase counts from before its action: the watcher can see the change before the
+    // action's own response arrives.
+    const phase = async (action, wanted) => {
       const from = seen.length;
+      await action();
       await until(seen, wanted, deadline, from);
       return named(seen.slice(from));
     };
-    await s.files.write(`${d}/w.txt`, "one");
-    const created = await phase("create");
-    await s.files.write(`${d}/w.txt`, "two, longer");
-    const written = await phase("write");
-    await s.files.remove(`${d}/w.txt`);
-    const removed = await phase("remove");
+    const created = await phase(() => s.files.write(`${d}/w.txt`, "one"), "create");
+    const written = await phase(() => s.files.write(`${d}/w.txt`, "two, longer"), "write");
+    const removed = await phase(() => s.files.remove(`${d}/w.txt`), "remove");
     await handle.stop();
     return { created, written, removed };
   }

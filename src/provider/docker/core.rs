@@ -171,7 +171,8 @@ impl Provider for DockerProvider {
     /// one container listing plus a volume and an image listing, not three container
     /// listings. Deleting a volume or a template still re-checks its users at that moment
     /// (the engine refuses an attached volume; `remove_template` lists again). The same
-    /// complete listing lets the pass reclaim empty namespace networks (see `networks`).
+    /// complete listing lets the pass reclaim empty namespace networks (see `networks`). At
+    /// most once a minute, a pass also re-checks the host firewall (`hostguard`).
     async fn inventory(&self, labels: &BTreeMap<String, String>) -> ProviderResult<Inventory> {
         let containers = self
             .all_containers()
@@ -186,6 +187,7 @@ impl Provider for DockerProvider {
         if let Err(e) = self.prune_networks(labels, &containers).await {
             tracing::warn!(provider = %self.name, error = %e, "namespace networks not pruned; next pass retries");
         }
+        self.recheck_firewall().await;
         let templates = self.templates_used_by(None, Some(&containers)).await?;
         let mut sandboxes: Vec<SandboxDescriptor> = containers
             .into_iter()

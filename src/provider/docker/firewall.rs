@@ -22,7 +22,8 @@
 //! flushed: another operator on the same host may rely on them.
 //!
 //! - [`DEST_CHAIN`], jumped to from `DOCKER-USER` (or `FORWARD` when Docker manages no
-//!   iptables) and `INPUT`: REJECT traffic from a container bridge to a blocked destination;
+//!   iptables) and `INPUT`: REJECT traffic from a container bridge to a blocked destination,
+//!   and traffic from a namespace bridge to a namespace bridge ([`wall_rules`]);
 //! - [`HOST_CHAIN`], jumped to from `INPUT` only: REJECT (TCP reset) traffic from a container
 //!   bridge to a blocked port of the host itself (the engine's API ports);
 //! - `hostclose::CLOSED_CHAIN`, jumped to from `INPUT` only: REJECT everything else a
@@ -147,6 +148,26 @@ pub fn rules(destinations: &[String], host_ports: &[u16]) -> Vec<Rule> {
         }
     }
     out
+}
+
+/// The wall between namespace networks, in both families: REJECT whatever a namespace bridge
+/// forwards to a namespace bridge (another namespace's or its own).
+///
+/// Why the engine's own isolation is not enough: it adds rules per network, as each network
+/// is created. Whatever on the host saves the filter table and restores it later drops the
+/// rules added in between (kube-router's NetworkPolicy firewall does, on every Pod change), and
+/// a namespace network created in that window forwards to every other one. This rule names no
+/// network, so once installed it is in every such copy; it sits in [`DEST_CHAIN`], which
+/// `DOCKER-USER` jumps to before the engine's rules. `INPUT` jumps there too, where no packet
+/// has an output interface, so it matches nothing there.
+pub fn wall_rules() -> Vec<Rule> {
+    [Family::V4, Family::V6]
+        .map(|family| Rule {
+            family,
+            chain: DEST_CHAIN,
+            args: args(&["-i", SANDBOX_BRIDGES, "-o", SANDBOX_BRIDGES, "-j", "REJECT"]),
+        })
+        .to_vec()
 }
 
 fn args(parts: &[&str]) -> Vec<String> {
@@ -354,6 +375,26 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("ip6tables"), "{text}");
+    }
+
+    #[test]
+    fn the_wall_rejects_namespace_bridge_to_namespace_bridge_in_both_families() {
+        let wall = wall_rules();
+        assert_eq!(
+            wall.iter().map(|r| r.family).collect::<Vec<_>>(),
+            [Family::V4, Family::V6]
+        );
+        for rule in &wall {
+            assert_eq!(rule.chain, DEST_CHAIN);
+            assert_eq!(rule.args.join(" "), "-i sbxns-+ -o sbxns-+ -j REJECT");
+        }
+        // Installed by the script even with no blocked destination or port.
+        let text = script(&wall);
+        assert!(
+            text.contains("ip6tables -w -A SBX-GUARD '-i' 'sbxns-+' '-o' 'sbxns-+' '-j' 'REJECT'"),
+            "{text}"
+        );
+        assert!(text.contains("iptables -w -C $F -j SBX-GUARD"), "{text}");
     }
 
     #[test]

@@ -18,6 +18,11 @@
 //! (`firewall::gateway_rules`) once per gateway network, whatever `hostFirewall` says:
 //! without those rules the gateway's isolated network reaches nothing, so a failure refuses
 //! the create.
+//!
+//! Sweep passes run it again, at most every [`RECHECK_EVERY`], to put back rules something
+//! else on the host removed (see [`DockerProvider::reassert_firewall`]).
+
+use std::time::{Duration, Instant};
 
 use bollard::models::{ContainerCreateBody, HostConfig, Mount, MountType};
 use bollard::query_parameters::{
@@ -34,19 +39,78 @@ use crate::provider::{ProviderError, ProviderResult};
 pub const COMPONENT: &str = "host-firewall";
 /// Where the host's root is mounted in the helper.
 const HOST_ROOT: &str = "/host";
+/// How often sweep passes install the host firewall again, at most (see
+/// [`DockerProvider::reassert_firewall`]).
+pub const RECHECK_EVERY: Duration = Duration::from_secs(60);
+
+/// Whether a re-check is due, the rules having been last installed at `last`.
+fn recheck_due(last: Option<Instant>, now: Instant) -> bool {
+    last.is_none_or(|t| now.saturating_duration_since(t) >= RECHECK_EVERY)
+}
 
 impl DockerProvider {
     /// Runs the firewall script on the engine's host; `Err` says why it could not.
     pub(crate) async fn install_firewall(&self) -> Result<(), String> {
+        *self.firewall_checked.lock().await = Some(Instant::now());
+        let script = self.firewall_script().await?;
+        self.run_firewall_script(&script).await
+    }
+
+    /// The host firewall's script: the blocked destinations and ports, the wall between
+    /// namespace networks, and the host closed to them with its openings.
+    async fn firewall_script(&self) -> Result<String, String> {
         let hardening = &self.settings.hardening;
-        let rules = firewall::rules(
+        let mut rules = firewall::rules(
             &hardening.blocked_destinations,
             &hardening.blocked_host_ports,
         );
+        rules.extend(firewall::wall_rules());
         let services = hostclose::resolve(&hardening.open_host_services).await?;
         let closed = hostclose::script(&hostclose::opening_rules(&services));
-        let script = format!("{}\n{closed}", firewall::script(&rules));
-        self.run_firewall_script(&script).await
+        Ok(format!("{}\n{closed}", firewall::script(&rules)))
+    }
+
+    /// A sweep pass's repair of the host firewall: [`reassert_firewall`](Self::reassert_firewall)
+    /// at most every [`RECHECK_EVERY`] (each costs a helper container), failures logged and
+    /// retried by a later pass.
+    pub(crate) async fn recheck_firewall(&self) {
+        {
+            let mut last = self.firewall_checked.lock().await;
+            let now = Instant::now();
+            if !recheck_due(*last, now) {
+                return;
+            }
+            *last = Some(now);
+        }
+        if let Err(e) = self.reassert_firewall().await {
+            tracing::warn!(provider = %self.name, error = %e, "host firewall not re-checked; a later pass retries");
+        }
+    }
+
+    /// Installs again what this provider installed of the host firewall and the egress
+    /// gateway's opening, adding only what is missing; nothing when it installed nothing.
+    ///
+    /// Why: the rules are only ever added, and whatever on the host saves the filter table and
+    /// restores it later drops those added in between (kube-router's NetworkPolicy firewall
+    /// does, on every Pod change). Rules installed once can go missing with nobody deleting
+    /// them: an opening (a sandbox then cannot reach the template store) or the gateway's
+    /// (sandboxes behind it reach nothing). The walls themselves do not depend on this: see
+    /// `firewall::wall_rules`.
+    pub async fn reassert_firewall(&self) -> Result<(), String> {
+        let mut scripts = Vec::new();
+        if self.firewall.initialized() {
+            scripts.push(self.firewall_script().await?);
+        }
+        if let Some(gateway) = &self.gateway
+            && let Some(reach) = gateway.opened.lock().await.clone()
+        {
+            let rules = firewall::gateway_rules(&reach.bridge, reach.ip, gateway.ports());
+            scripts.push(firewall::gateway_script(&rules));
+        }
+        match scripts.is_empty() {
+            true => Ok(()),
+            false => self.run_firewall_script(&scripts.join("\n")).await,
+        }
     }
 
     /// Lets sandboxes on the gateway's network reach the gateway (once per network and
@@ -213,6 +277,15 @@ fn helper_body(image: &str, script: &str) -> ContainerCreateBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recheck_is_due_once_a_minute_after_the_last_install() {
+        let now = Instant::now();
+        assert!(recheck_due(None, now));
+        assert!(!recheck_due(Some(now), now));
+        assert!(!recheck_due(Some(now), now + RECHECK_EVERY / 2));
+        assert!(recheck_due(Some(now), now + RECHECK_EVERY));
+    }
 
     #[test]
     fn the_helper_gets_the_host_network_three_capabilities_and_a_read_only_host() {

@@ -109,6 +109,9 @@ pub struct DockerProvider {
     pulls: Arc<pull::Pulls>,
     /// Who keeps the host firewall, once decided (see `hardening`), shared by clones.
     firewall: Arc<OnceCell<&'static str>>,
+    /// When the host firewall was last installed (see `hostguard::RECHECK_EVERY`), shared by
+    /// clones.
+    firewall_checked: Arc<tokio::sync::Mutex<Option<std::time::Instant>>>,
     /// The egress gateway, when the settings configure one (shared by clones).
     gateway: Option<Arc<egress::Gateway>>,
     /// The namespace networks ensured so far (shared by clones; see `networks`).
@@ -166,6 +169,7 @@ impl DockerProvider {
             negotiated: Arc::new(OnceCell::new()),
             pulls: Arc::new(pull::Pulls::new(pull_timeout)),
             firewall: Arc::new(OnceCell::new()),
+            firewall_checked: Arc::default(),
             networks: Arc::default(),
             freeze: Arc::default(),
         })

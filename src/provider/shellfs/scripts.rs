@@ -46,6 +46,11 @@ while [ "$p" != / ]; do [ -e "$p" ] && [ ! -d "$p" ] && exit 25; p=${p%/*}; [ -n
 mkdir -p -- "$d" || exit 1; fi;
 t="$d/.sbx-write.$$"; umask "$3" && { if [ "$5" = env ]; then printf %s "$SANDBOXES_DEV_DATA"; else cat; fi; } > "$t" && { [ -z "$4" ] || chmod "$2" "$t"; } && { [ "$6" != staged ] || { IFS= read -r c && [ "$c" = commit ]; }; } && mv -f -- "$t" "$1" || { rm -f -- "$t"; exit 1; }"#;
 
+/// How [`WRITE`] names the file it writes beside the target before renaming it over the
+/// target (the shell's pid follows). Watchers leave such files out: a caller sees its write
+/// land under the target's name, as a write in place would.
+pub const STAGING_PREFIX: &str = ".sbx-write.";
+
 /// The line that makes a staged [`WRITE`] put its file in place.
 pub const COMMIT: &[u8] = b"commit\n";
 

@@ -296,7 +296,7 @@ fn a_staged_write_puts_its_file_in_place_on_commit_and_only_then() {
             .map(|d| {
                 d.flatten()
                     .map(|e| e.file_name().to_string_lossy().into_owned())
-                    .filter(|n| n.starts_with(".sbx-write"))
+                    .filter(|n| n.starts_with(scripts::STAGING_PREFIX))
                     .count()
             })
             .unwrap_or(0)
@@ -318,4 +318,7 @@ fn a_staged_write_puts_its_file_in_place_on_commit_and_only_then() {
         "an abandoned write leaves the file as it was"
     );
     assert_eq!(leftovers(), 0);
+    // Watchers know staged files by this name (see `STAGING_PREFIX`).
+    let staged_name = format!("t=\"$d/{}$$\"", scripts::STAGING_PREFIX);
+    assert!(scripts::WRITE.contains(&staged_name), "{staged_name}");
 }

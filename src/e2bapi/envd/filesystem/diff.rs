@@ -8,6 +8,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::entry::{Entry, Kind};
+use crate::provider::shellfs::scripts::STAGING_PREFIX;
 
 /// What happened to an entry (`filesystem.EventType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,13 +57,22 @@ impl Event {
 /// A directory's entries by their path relative to it.
 pub type Snapshot = BTreeMap<String, Entry>;
 
-/// The snapshot of `entries` found below `root`.
+/// The snapshot of `entries` found below `root`, without the files writes stage beside their
+/// targets: a poll that caught one would report a create and a write of a name the caller
+/// never used, and the write to the target as its removal (`scripts::STAGING_PREFIX`).
 pub fn snapshot(root: &str, entries: Vec<Entry>) -> Snapshot {
     let prefix = format!("{}/", root.trim_end_matches('/'));
     entries
         .into_iter()
         .filter_map(|e| Some((e.path.strip_prefix(&prefix)?.to_string(), e)))
+        .filter(|(name, _)| !is_staged(name))
         .collect()
+}
+
+/// Whether `name` (relative to the watched directory) is a write's staged file.
+fn is_staged(name: &str) -> bool {
+    let file = name.rsplit('/').next().unwrap_or(name);
+    file.starts_with(STAGING_PREFIX)
 }
 
 /// The events that lead from `old` to `new`: renames and removals first, then creations,
@@ -106,7 +116,8 @@ pub fn diff(old: &Snapshot, new: &Snapshot) -> Vec<Event> {
         let Some(was) = old.get(name).filter(|w| w.kind == now.kind) else {
             continue;
         };
-        if now.kind == Kind::File && (now.size, now.modified) != (was.size, was.modified) {
+        let content = |e: &Entry| (e.size, e.modified, e.inode);
+        if now.kind == Kind::File && content(now) != content(was) {
             events.push(event(name, EventType::Write));
         }
         if now.mode != was.mode {
@@ -204,6 +215,24 @@ mod tests {
         assert_eq!(
             kinds(&diff(&old, &new)),
             vec![("x", EventType::Remove), ("x", EventType::Create)]
+        );
+    }
+
+    #[test]
+    fn a_write_staged_beside_its_target_is_a_write_of_the_target_only() {
+        let before = snap(vec![entry("w.txt", Kind::File, 3, 1)]);
+        let staging = snap(vec![
+            entry("w.txt", Kind::File, 3, 1),
+            entry(".sbx-write.315", Kind::File, 11, 2),
+            entry("sub/.sbx-write.9", Kind::File, 1, 3),
+        ]);
+        assert_eq!(staging.len(), 1, "{staging:?}");
+        assert!(diff(&before, &staging).is_empty());
+        // Renamed over the target: a new inode of the same size and time is new content too.
+        let after = snap(vec![entry("w.txt", Kind::File, 3, 2)]);
+        assert_eq!(
+            kinds(&diff(&staging, &after)),
+            vec![("w.txt", EventType::Write)]
         );
     }
 
