@@ -80,19 +80,35 @@ async fn a_sandbox_cannot_connect_to_a_sandbox_of_another_namespace() {
     started(&env, &neighbour).await;
     started(&env, &stranger).await;
 
-    let (ips, _) = addresses(&server.name).await;
+    refused(
+        &env,
+        &server.name,
+        &stranger.name,
+        "a sandbox of namespace b",
+    )
+    .await;
+    // Inter-container traffic is off within a namespace too (see the provider's `networks`
+    // module for why).
+    refused(
+        &env,
+        &server.name,
+        &neighbour.name,
+        "a sandbox of the same namespace",
+    )
+    .await;
+}
+
+/// Asserts that `prober` cannot connect to port 8080 of the server sandbox at any of its
+/// addresses, each first shown answering this host (the control); `who` names the prober in
+/// the failure.
+async fn refused(env: &TestEnv, server: &str, prober: &str, who: &str) {
+    let (ips, _) = addresses(server).await;
     assert!(!ips.is_empty(), "the server sandbox has an address");
     for ip in ips {
         host_reaches(ip, 8080).await;
         assert!(
-            !connects(&env, &stranger.name, ip, 8080).await,
-            "a sandbox of namespace b connected to {ip}:8080 of a sandbox of namespace a"
-        );
-        // Inter-container traffic is off within a namespace too (see the provider's
-        // `networks` module for why).
-        assert!(
-            !connects(&env, &neighbour.name, ip, 8080).await,
-            "a sandbox connected to {ip}:8080 of another sandbox of its own namespace"
+            !connects(env, prober, ip, 8080).await,
+            "{who} connected to {ip}:8080 of the server sandbox {server}"
         );
     }
 }
@@ -145,16 +161,8 @@ async fn the_wall_between_namespaces_holds_without_the_engines_own_isolation() {
         [&server, &stranger].map(|r| networks::for_owner(env.provider.name(), &r.owner).bridge);
     let _removed = EngineIsolationRemoved::of(&[&bridges[0], &bridges[1]]);
 
-    let (ips, _) = addresses(&server.name).await;
-    assert!(!ips.is_empty(), "the server sandbox has an address");
-    for ip in ips {
-        host_reaches(ip, 8080).await;
-        assert!(
-            !connects(&env, &stranger.name, ip, 8080).await,
-            "with the engine's isolation of {bridges:?} gone, a sandbox of namespace b \
-             connected to {ip}:8080 of a sandbox of namespace a"
-        );
-    }
+    let who = format!("with the engine's isolation of {bridges:?} gone, a sandbox of namespace b");
+    refused(&env, &server.name, &stranger.name, &who).await;
 }
 
 /// `curl` of the fake internet's `allowed.test` from inside the sandbox, through the gateway.

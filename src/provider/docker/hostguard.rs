@@ -43,6 +43,12 @@ const HOST_ROOT: &str = "/host";
 /// [`DockerProvider::reassert_firewall`]).
 pub const RECHECK_EVERY: Duration = Duration::from_secs(60);
 
+/// The script that lets the sandboxes on `reach`'s network reach `gateway`.
+fn gateway_script(gateway: &Gateway, reach: &Reach) -> String {
+    let rules = firewall::gateway_rules(&reach.bridge, reach.ip, gateway.ports());
+    firewall::gateway_script(&rules)
+}
+
 /// Whether a re-check is due, the rules having been last installed at `last`.
 fn recheck_due(last: Option<Instant>, now: Instant) -> bool {
     last.is_none_or(|t| now.saturating_duration_since(t) >= RECHECK_EVERY)
@@ -104,8 +110,7 @@ impl DockerProvider {
         if let Some(gateway) = &self.gateway
             && let Some(reach) = gateway.opened.lock().await.clone()
         {
-            let rules = firewall::gateway_rules(&reach.bridge, reach.ip, gateway.ports());
-            scripts.push(firewall::gateway_script(&rules));
+            scripts.push(gateway_script(gateway, &reach));
         }
         match scripts.is_empty() {
             true => Ok(()),
@@ -124,8 +129,7 @@ impl DockerProvider {
         if opened.as_ref() == Some(reach) {
             return Ok(());
         }
-        let rules = firewall::gateway_rules(&reach.bridge, reach.ip, gateway.ports());
-        self.run_firewall_script(&firewall::gateway_script(&rules))
+        self.run_firewall_script(&gateway_script(gateway, reach))
             .await
             .map_err(|e| {
                 ProviderError::unsupported(format!(
