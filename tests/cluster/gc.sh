@@ -99,8 +99,9 @@ done
 kubectl delete ns "${doomed[@]}" --wait=false --ignore-not-found >/dev/null
 
 cache="${SANDBOX_CACHE:-$HOME/.cache/sandbox-operator}"
-cm_pid="$(cat "$cache/cluster/kube-controller-manager.pid" 2>/dev/null || true)"
-if [ -n "$cm_pid" ] && kill -0 "$cm_pid" 2>/dev/null; then
+cm_pid="$(cat "$cache/node/kube-controller-manager.pid" 2>/dev/null || true)"
+# By its name too: after a reboot the recorded pid may be an unrelated process.
+if [ -n "$cm_pid" ] && [ "$(cat "/proc/$cm_pid/comm" 2>/dev/null)" = "kube-controller" ]; then
   exit 0 # its namespace controller empties and removes them
 fi
 # No namespace controller: empty each namespace of what tests create, then finalize it.
