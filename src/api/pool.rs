@@ -113,9 +113,9 @@ pub struct SandboxWarmPoolStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub template_hash: Option<String>,
     /// The ledger of members whose ownership moved or is moving: taken by a Sandbox, or
-    /// being removed by the pool. Written only by a patch that first tests the ledger read
-    /// (or, for the first entry, the resourceVersion), so two writers can never both take one
-    /// member (see docs/architecture.md, "Warm pool claims").
+    /// being removed by the pool. Written only by a patch that first tests `ledgerRevision`
+    /// as read (or, for the first entry, the resourceVersion), so two writers can never both
+    /// take one member (see docs/architecture.md, "Warm pool claims").
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 5000))]
     pub ledger: Vec<LedgerEntry>,

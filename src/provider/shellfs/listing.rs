@@ -1,9 +1,12 @@
 //! Directory entries from `find -printf` output in [`LISTING_FORMAT`](super::scripts::LISTING_FORMAT).
 
+use super::scripts::is_staging_name;
 use crate::provider::{DirEntry, EntryKind};
 
 /// The entries of a listing; `None` when the output is not whole records (cut short, or not
-/// GNU `find`'s), so a caller never takes a partial listing for the directory.
+/// GNU `find`'s), so a caller never takes a partial listing for the directory. A file a
+/// write is staging beside its target is left out: its name is no caller's
+/// ([`is_staging_name`]).
 pub fn entries(raw: &[u8]) -> Option<Vec<DirEntry>> {
     let fields: Vec<&[u8]> = raw.split(|b| *b == 0).collect();
     // Every record ends in NUL, which leaves one empty field after the last.
@@ -11,7 +14,8 @@ pub fn entries(raw: &[u8]) -> Option<Vec<DirEntry>> {
     if !last.is_empty() || fields.len() % 4 != 0 {
         return None;
     }
-    Some(fields.chunks(4).map(entry).collect())
+    let listed = fields.chunks(4).map(entry);
+    Some(listed.filter(|e| !is_staging_name(&e.name)).collect())
 }
 
 /// One record: type letter, size, name, link target.
@@ -47,6 +51,14 @@ mod tests {
         assert_eq!((e[1].kind, e[1].size), (EntryKind::Directory, None));
         assert_eq!(e[2].symlink_target.as_deref(), Some("a.txt"));
         assert_eq!(entries(b"").unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_write_staging_beside_its_target_is_not_listed() {
+        let raw =
+            b"f\x003\x00a.txt\x00\x00f\x003\x00.sbx-write.42\x00\x00f\x001\x00.sbx-write.x\x00\x00";
+        let names: Vec<_> = entries(raw).unwrap().into_iter().map(|e| e.name).collect();
+        assert_eq!(names, vec!["a.txt", ".sbx-write.x"]);
     }
 
     #[test]

@@ -51,6 +51,13 @@ t="$d/.sbx-write.$$"; umask "$3" && { if [ "$5" = env ]; then printf %s "$SANDBO
 /// land under the target's name, as a write in place would.
 pub const STAGING_PREFIX: &str = ".sbx-write.";
 
+/// Whether a file name is one [`WRITE`] stages under: [`STAGING_PREFIX`] and a pid.
+pub fn is_staging_name(file_name: &str) -> bool {
+    file_name
+        .strip_prefix(STAGING_PREFIX)
+        .is_some_and(|pid| !pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()))
+}
+
 /// The line that makes a staged [`WRITE`] put its file in place.
 pub const COMMIT: &[u8] = b"commit\n";
 

@@ -8,7 +8,6 @@
 use std::collections::{BTreeMap, HashMap};
 
 use super::entry::{Entry, Kind};
-use crate::provider::shellfs::scripts::STAGING_PREFIX;
 
 /// What happened to an entry (`filesystem.EventType`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,22 +56,14 @@ impl Event {
 /// A directory's entries by their path relative to it.
 pub type Snapshot = BTreeMap<String, Entry>;
 
-/// The snapshot of `entries` found below `root`, without the files writes stage beside their
-/// targets: a poll that caught one would report a create and a write of a name the caller
-/// never used, and the write to the target as its removal (`scripts::STAGING_PREFIX`).
+/// The snapshot of `entries` found below `root` (a listing, which leaves out the files
+/// writes stage beside their targets: `shell::visible`).
 pub fn snapshot(root: &str, entries: Vec<Entry>) -> Snapshot {
     let prefix = format!("{}/", root.trim_end_matches('/'));
     entries
         .into_iter()
         .filter_map(|e| Some((e.path.strip_prefix(&prefix)?.to_string(), e)))
-        .filter(|(name, _)| !is_staged(name))
         .collect()
-}
-
-/// Whether `name` (relative to the watched directory) is a write's staged file.
-fn is_staged(name: &str) -> bool {
-    let file = name.rsplit('/').next().unwrap_or(name);
-    file.starts_with(STAGING_PREFIX)
 }
 
 /// The events that lead from `old` to `new`: renames and removals first, then creations,
@@ -219,21 +210,26 @@ mod tests {
     }
 
     #[test]
-    fn a_write_staged_beside_its_target_is_a_write_of_the_target_only() {
+    fn a_file_renamed_over_its_target_is_a_write_of_the_target() {
         let before = snap(vec![entry("w.txt", Kind::File, 3, 1)]);
-        let staging = snap(vec![
+        // A staged write's rename: a new inode of the same size and time is new content too.
+        let after = snap(vec![entry("w.txt", Kind::File, 3, 2)]);
+        assert_eq!(
+            kinds(&diff(&before, &after)),
+            vec![("w.txt", EventType::Write)]
+        );
+    }
+
+    #[test]
+    fn a_staged_write_is_in_no_listing_and_so_in_no_snapshot() {
+        let listed = crate::e2bapi::envd::filesystem::shell::visible(vec![
             entry("w.txt", Kind::File, 3, 1),
             entry(".sbx-write.315", Kind::File, 11, 2),
             entry("sub/.sbx-write.9", Kind::File, 1, 3),
+            entry(".sbx-write.notes", Kind::File, 1, 4),
         ]);
-        assert_eq!(staging.len(), 1, "{staging:?}");
-        assert!(diff(&before, &staging).is_empty());
-        // Renamed over the target: a new inode of the same size and time is new content too.
-        let after = snap(vec![entry("w.txt", Kind::File, 3, 2)]);
-        assert_eq!(
-            kinds(&diff(&staging, &after)),
-            vec![("w.txt", EventType::Write)]
-        );
+        let names: Vec<_> = snap(listed).into_keys().collect();
+        assert_eq!(names, vec![".sbx-write.notes", "w.txt"]);
     }
 
     #[test]

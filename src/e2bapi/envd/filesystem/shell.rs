@@ -114,12 +114,21 @@ pub async fn stat(t: &Target, path: &str) -> Result<Entry, EnvdError> {
     one(&run(t, STAT, &[path, FORMAT], path).await?, path)
 }
 
-/// What lies below `path`, `depth` levels deep, sorted by path.
+/// What lies below `path`, `depth` levels deep, sorted by path ([`visible`]).
 pub async fn list(t: &Target, path: &str, depth: u32) -> Result<Vec<Entry>, EnvdError> {
     let depth = depth.max(1).to_string();
-    let mut found = entries(&run(t, LIST, &[path, FORMAT, &depth], path).await?, path)?;
+    let found = entries(&run(t, LIST, &[path, FORMAT, &depth], path).await?, path)?;
+    Ok(visible(found))
+}
+
+/// `found` sorted by path, without the files writes stage beside their targets
+/// (`scripts::is_staging_name`): a listing or a watch's poll that caught one would show a
+/// name the caller never used, and — to a watch — the write to the target as that name's
+/// removal.
+pub fn visible(mut found: Vec<Entry>) -> Vec<Entry> {
+    found.retain(|e| !scripts::is_staging_name(e.path.rsplit('/').next().unwrap_or_default()));
     found.sort_by(|a, b| a.path.cmp(&b.path));
-    Ok(found)
+    found
 }
 
 /// `rm -rf` of `path` (absent is success, as the seam's delete).
