@@ -114,7 +114,7 @@ async fn refused(env: &TestEnv, server: &str, prober: &str, who: &str) {
 }
 
 /// Takes the engine's own isolation rules for these bridges out of the host's firewall, as a
-/// restore of an older copy of the filter table does (see `firewall::wall_rules`), and puts
+/// restore of an older copy of the filter table does (see `firewall::wall_script`), and puts
 /// them back when dropped (the engine removes them with the networks).
 struct EngineIsolationRemoved(Vec<Vec<String>>);
 

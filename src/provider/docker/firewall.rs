@@ -22,8 +22,10 @@
 //! flushed: another operator on the same host may rely on them.
 //!
 //! - [`DEST_CHAIN`], jumped to from `DOCKER-USER` (or `FORWARD` when Docker manages no
-//!   iptables) and `INPUT`: REJECT traffic from a container bridge to a blocked destination,
-//!   and traffic from a namespace bridge to a namespace bridge ([`wall_rules`]);
+//!   iptables) and `INPUT`: REJECT traffic from a container bridge to a blocked destination;
+//! - [`WALL_CHAIN`], in the `mangle` table, jumped to from its `FORWARD`: DROP traffic from a
+//!   namespace bridge to a namespace bridge, whatever the order of `filter`'s `FORWARD`
+//!   ([`wall_script`]);
 //! - [`HOST_CHAIN`], jumped to from `INPUT` only: REJECT (TCP reset) traffic from a container
 //!   bridge to a blocked port of the host itself (the engine's API ports);
 //! - `hostclose::CLOSED_CHAIN`, jumped to from `INPUT` only: REJECT everything else a
@@ -46,6 +48,9 @@ use tokio::process::Command;
 
 /// Chain of the destination rules (both families).
 pub const DEST_CHAIN: &str = "SBX-GUARD";
+/// Chain of the wall between namespace networks, in the `mangle` table (both families; see
+/// [`wall_script`]).
+pub const WALL_CHAIN: &str = "SBX-WALL";
 /// Chain of the host-port rules (both families).
 pub const HOST_CHAIN: &str = "SBX-GUARD-HOST";
 /// Chain of the rules that let sandboxes reach the egress gateway (IPv4 only: the gateway
@@ -150,24 +155,35 @@ pub fn rules(destinations: &[String], host_ports: &[u16]) -> Vec<Rule> {
     out
 }
 
-/// The wall between namespace networks, in both families: REJECT whatever a namespace bridge
-/// forwards to a namespace bridge (another namespace's or its own).
+/// The wall between namespace networks, in both families: DROP whatever a namespace bridge
+/// forwards to a namespace bridge (another namespace's or its own), in [`WALL_CHAIN`] of the
+/// `mangle` table, jumped to from `mangle`'s `FORWARD`.
 ///
-/// Why the engine's own isolation is not enough: it adds rules per network, as each network
-/// is created. Whatever on the host saves the filter table and restores it later drops the
-/// rules added in between (kube-router's NetworkPolicy firewall does, on every Pod change), and
-/// a namespace network created in that window forwards to every other one. This rule names no
-/// network, so once installed it is in every such copy; it sits in [`DEST_CHAIN`], which
-/// `DOCKER-USER` jumps to before the engine's rules. `INPUT` jumps there too, where no packet
-/// has an output interface, so it matches nothing there.
-pub fn wall_rules() -> Vec<Rule> {
-    [Family::V4, Family::V6]
-        .map(|family| Rule {
+/// Why not the engine's own isolation, or a rule in `filter`: both depend on the order of
+/// `filter`'s `FORWARD`, and two things on a host rewrite it. The engine moves its jump to
+/// `DOCKER-USER` to the top on every network it creates by deleting and re-inserting it; and
+/// whatever saves the filter table and restores it later (kube-router's NetworkPolicy
+/// firewall does, on every Pod change) writes back what it saw — a table caught between that
+/// delete and insert has no jump to `DOCKER-USER` above a new network's `ACCEPT` of all it
+/// forwards, and rules added meanwhile are lost. Measured in CI: a sandbox of one namespace
+/// connected to another's. `mangle`'s `FORWARD` runs before `filter`'s, neither the engine
+/// nor such a restore (`-T filter`) touches it, and this rule names no network, so it holds
+/// whatever `filter` looks like. DROP, as `mangle` cannot REJECT: a connection across the
+/// wall times out instead of being refused.
+pub fn wall_script() -> String {
+    let mut out = vec!["set -e".to_string()];
+    for family in [Family::V4, Family::V6] {
+        let ipt = format!("{} -w -t mangle", family.command());
+        out.push(ensure_chain(&ipt, WALL_CHAIN));
+        out.push(ensure_jump(&ipt, "FORWARD", WALL_CHAIN));
+        let rule = Rule {
             family,
-            chain: DEST_CHAIN,
-            args: args(&["-i", SANDBOX_BRIDGES, "-o", SANDBOX_BRIDGES, "-j", "REJECT"]),
-        })
-        .to_vec()
+            chain: WALL_CHAIN,
+            args: args(&["-i", SANDBOX_BRIDGES, "-o", SANDBOX_BRIDGES, "-j", "DROP"]),
+        };
+        out.push(append(&ipt, &rule));
+    }
+    out.join("\n")
 }
 
 fn args(parts: &[&str]) -> Vec<String> {
@@ -378,23 +394,26 @@ mod tests {
     }
 
     #[test]
-    fn the_wall_rejects_namespace_bridge_to_namespace_bridge_in_both_families() {
-        let wall = wall_rules();
-        assert_eq!(
-            wall.iter().map(|r| r.family).collect::<Vec<_>>(),
-            [Family::V4, Family::V6]
-        );
-        for rule in &wall {
-            assert_eq!(rule.chain, DEST_CHAIN);
-            assert_eq!(rule.args.join(" "), "-i sbxns-+ -o sbxns-+ -j REJECT");
+    fn the_wall_drops_namespace_bridge_to_namespace_bridge_in_mangle_in_both_families() {
+        let text = wall_script();
+        assert!(text.starts_with("set -e\n"), "{text}");
+        for ipt in ["iptables", "ip6tables"] {
+            let mangle = format!("{ipt} -w -t mangle");
+            for line in [
+                format!("{mangle} -n -L SBX-WALL >/dev/null 2>&1 || {mangle} -N SBX-WALL"),
+                format!(
+                    "{mangle} -C FORWARD -j SBX-WALL 2>/dev/null || {mangle} -I FORWARD 1 -j SBX-WALL"
+                ),
+                format!("{mangle} -A SBX-WALL '-i' 'sbxns-+' '-o' 'sbxns-+' '-j' 'DROP'"),
+            ] {
+                assert!(text.contains(&line), "{line} not in {text}");
+            }
         }
-        // Installed by the script even with no blocked destination or port.
-        let text = script(&wall);
+        // Nothing of it in `filter`, whose order others rewrite.
         assert!(
-            text.contains("ip6tables -w -A SBX-GUARD '-i' 'sbxns-+' '-o' 'sbxns-+' '-j' 'REJECT'"),
+            text.lines().skip(1).all(|l| l.contains("-t mangle")),
             "{text}"
         );
-        assert!(text.contains("iptables -w -C $F -j SBX-GUARD"), "{text}");
     }
 
     #[test]

@@ -66,14 +66,14 @@ impl DockerProvider {
     /// namespace networks, and the host closed to them with its openings.
     async fn firewall_script(&self) -> Result<String, String> {
         let hardening = &self.settings.hardening;
-        let mut rules = firewall::rules(
+        let rules = firewall::rules(
             &hardening.blocked_destinations,
             &hardening.blocked_host_ports,
         );
-        rules.extend(firewall::wall_rules());
         let services = hostclose::resolve(&hardening.open_host_services).await?;
         let closed = hostclose::script(&hostclose::opening_rules(&services));
-        Ok(format!("{}\n{closed}", firewall::script(&rules)))
+        let wall = firewall::wall_script();
+        Ok(format!("{}\n{closed}\n{wall}", firewall::script(&rules)))
     }
 
     /// A sweep pass's repair of the host firewall: [`reassert_firewall`](Self::reassert_firewall)
@@ -100,8 +100,8 @@ impl DockerProvider {
     /// restores it later drops those added in between (kube-router's NetworkPolicy firewall
     /// does, on every Pod change). Rules installed once can go missing with nobody deleting
     /// them: an opening (a sandbox then cannot reach the template store) or the gateway's
-    /// (sandboxes behind it reach nothing). The walls themselves do not depend on this: see
-    /// `firewall::wall_rules`.
+    /// (sandboxes behind it reach nothing). The wall between namespaces does not depend on this:
+    /// see `firewall::wall_script`.
     pub async fn reassert_firewall(&self) -> Result<(), String> {
         let mut scripts = Vec::new();
         if self.firewall.initialized() {
