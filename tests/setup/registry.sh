@@ -72,13 +72,11 @@ mv -f "$ROOT/config.yml.tmp" "$ROOT/config.yml"
 healthy() { curl -s -o /dev/null -w '%{http_code}' --max-time 2 "http://$ADDR/v2/" | grep -qE '^(200|401)$'; }
 
 pidfile="$ROOT/registry.pid"
-# The pid must still be our server: after a reboot (or a new machine session) the recorded pid
-# may belong to an unrelated process, which would pass for a server that never answers.
-running() {
-  local pid
-  pid="$(cat "$pidfile" 2>/dev/null || true)"
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ "$(readlink -f "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$BIN")" ]
-}
+# The pid must still be our server's (`running_pid`: after a new machine session the recorded
+# pid may belong to an unrelated process, which would pass for a server that never answers).
+# shellcheck source=../cluster/daemon.sh
+source "$here/../cluster/daemon.sh"
+running() { [ -n "$(DIR="$ROOT" running_pid registry docker-registry)" ]; }
 if ! running; then
   setsid nohup "$BIN" serve "$ROOT/config.yml" >> "$ROOT/registry.log" 2>&1 < /dev/null 9>&- &
   echo $! > "$pidfile"

@@ -41,13 +41,11 @@ healthy() { curl -s -o /dev/null -w '%{http_code}' --max-time 2 "$ENDPOINT/" | g
 exec 9>"$ROOT/s3.lock"
 flock 9
 pidfile="$ROOT/s3s-fs.pid"
-# The pid must still be our server: after a reboot (or a new machine session) the recorded pid
-# may belong to an unrelated process, which would pass for a server that never answers.
-running() {
-  local pid
-  pid="$(cat "$pidfile" 2>/dev/null || true)"
-  [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && [ "$(readlink -f "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$BIN")" ]
-}
+# The pid must still be our server's (`running_pid`: after a new machine session the recorded
+# pid may belong to an unrelated process, which would pass for a server that never answers).
+# shellcheck source=../cluster/daemon.sh
+source "$here/../cluster/daemon.sh"
+running() { [ -n "$(DIR="$ROOT" running_pid s3s-fs s3s-fs)" ]; }
 # s3s-fs resolves every object path against its working directory: a server started from a
 # checkout that was deleted since (an earlier CI clone) answers 500 to everything. It is
 # started from its own cache directory, and one left running from a deleted directory is

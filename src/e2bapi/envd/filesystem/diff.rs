@@ -190,34 +190,33 @@ mod tests {
     }
 
     #[test]
-    fn a_moved_inode_is_a_rename_then_a_create() {
-        let old = snap(vec![entry("old", Kind::File, 4, 7)]);
-        let new = snap(vec![entry("new", Kind::File, 4, 7)]);
-        assert_eq!(
-            kinds(&diff(&old, &new)),
-            vec![("old", EventType::Rename), ("new", EventType::Create)]
-        );
-    }
-
-    #[test]
-    fn a_file_replaced_by_a_directory_is_removed_then_created() {
-        let old = snap(vec![entry("x", Kind::File, 1, 1)]);
-        let new = snap(vec![entry("x", Kind::Directory, 0, 1)]);
-        assert_eq!(
-            kinds(&diff(&old, &new)),
-            vec![("x", EventType::Remove), ("x", EventType::Create)]
-        );
-    }
-
-    #[test]
-    fn a_file_renamed_over_its_target_is_a_write_of_the_target() {
-        let before = snap(vec![entry("w.txt", Kind::File, 3, 1)]);
-        // A staged write's rename: a new inode of the same size and time is new content too.
-        let after = snap(vec![entry("w.txt", Kind::File, 3, 2)]);
-        assert_eq!(
-            kinds(&diff(&before, &after)),
-            vec![("w.txt", EventType::Write)]
-        );
+    fn one_entry_changed_is_its_events() {
+        type Case = (&'static str, Entry, Entry, Vec<(&'static str, EventType)>);
+        let cases: Vec<Case> = vec![
+            (
+                "a moved inode is a rename then a create",
+                entry("old", Kind::File, 4, 7),
+                entry("new", Kind::File, 4, 7),
+                vec![("old", EventType::Rename), ("new", EventType::Create)],
+            ),
+            (
+                "a file replaced by a directory is removed then created",
+                entry("x", Kind::File, 1, 1),
+                entry("x", Kind::Directory, 0, 1),
+                vec![("x", EventType::Remove), ("x", EventType::Create)],
+            ),
+            (
+                // A staged write's rename: a new inode of the same size and time is new content.
+                "a file renamed over its target is a write of the target",
+                entry("w.txt", Kind::File, 3, 1),
+                entry("w.txt", Kind::File, 3, 2),
+                vec![("w.txt", EventType::Write)],
+            ),
+        ];
+        for (case, old, new, want) in cases {
+            let events = diff(&snap(vec![old]), &snap(vec![new]));
+            assert_eq!(kinds(&events), want, "{case}");
+        }
     }
 
     #[test]
