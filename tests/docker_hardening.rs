@@ -164,7 +164,7 @@ async fn metadata_and_engine_stand_ins_are_unreachable_while_the_rest_is_not() {
     let gateway = docker0_gateway();
     let engine_port = HostListener::bind(gateway);
     let hardening = HardeningSettings {
-        blocked_destinations: vec![format!("{}/32", off_host.blocked)],
+        blocked_destinations: hardening_dests(&off_host),
         blocked_host_ports: vec![engine_port.port],
         ..Default::default()
     };
@@ -192,6 +192,32 @@ async fn metadata_and_engine_stand_ins_are_unreachable_while_the_rest_is_not() {
         !connects(&env, &name, gateway, engine_port.port).await,
         "engine stand-in reached"
     );
+
+    // The `filter` rules lost (as a restore of an older copy of the table loses them), the
+    // `mangle` backstop still holds; without it too, the stand-in answers: the two are what
+    // kept it out.
+    let (filter, mangle): (Vec<_>, Vec<_>) = firewall::rules(&hardening_dests(&off_host), &[])
+        .into_iter()
+        .partition(|r| r.chain == DEST_CHAIN);
+    firewall::remove(&filter)
+        .await
+        .expect("filter rules removed");
+    assert!(
+        !connects(&env, &name, off_host.blocked, 8080).await,
+        "metadata stand-in reached with only the mangle backstop in place"
+    );
+    firewall::remove(&mangle)
+        .await
+        .expect("mangle rules removed");
+    assert!(
+        connects(&env, &name, off_host.blocked, 8080).await,
+        "the stand-in answers once neither rule is there"
+    );
+}
+
+/// The blocked destinations of the metadata test.
+fn hardening_dests(off_host: &OffHostStandIn) -> Vec<String> {
+    vec![format!("{}/32", off_host.blocked)]
 }
 
 /// Whether a TCP connection from inside the sandbox to `addr:port` is established.

@@ -114,7 +114,7 @@ async fn refused(env: &TestEnv, server: &str, prober: &str, who: &str) {
 }
 
 /// Takes the engine's own isolation rules for these bridges out of the host's firewall, as a
-/// restore of an older copy of the filter table does (see `firewall::wall_script`), and puts
+/// restore of an older copy of the filter table does (see `firewall::wall_rules`), and puts
 /// them back when dropped (the engine removes them with the networks).
 struct EngineIsolationRemoved(Vec<Vec<String>>);
 
@@ -237,6 +237,7 @@ async fn allow_listed_sandboxes_of_two_namespaces_cannot_connect_to_each_other()
              sandbox of namespace a"
         );
     }
+    backstop_holds(&env, &provider, &server.name, &stranger.name, &gw).await;
     for request in [&stranger, &server] {
         provider.destroy(&request.name).await.expect("destroy");
     }
@@ -482,4 +483,111 @@ async fn a_gateway_network_with_inter_container_traffic_on_is_recreated_only_onc
     })
     .await;
     provider.destroy(&sandbox.name).await.expect("destroy");
+}
+
+/// With `filter` accepting whatever the gateway's bridge forwards between its containers (as
+/// a restore that reorders `FORWARD` can leave it), the `mangle` backstop still keeps
+/// `stranger` from `server`; without the backstop too, it connects (so the backstop is what
+/// held); the provider's re-check puts it back.
+async fn backstop_holds(
+    env: &TestEnv,
+    provider: &DockerProvider,
+    server: &str,
+    stranger: &str,
+    gw: &str,
+) {
+    use sandbox_operator::provider::docker::firewall::{self, WALL_CHAIN};
+    let (bridge, gateway) = gateway_network(server, gw).await;
+    let _accept = FilterAccepts::between(&bridge);
+    let (ips, _) = addresses(server).await;
+    let ip = *ips.first().expect("the server's address");
+    assert!(
+        !connects(env, stranger, ip, 8080).await,
+        "with filter accepting on {bridge}, a sandbox behind the gateway reached another"
+    );
+    let backstop: Vec<_> = firewall::gateway_rules(&bridge, gateway, &[])
+        .into_iter()
+        .filter(|r| r.chain == WALL_CHAIN)
+        .collect();
+    firewall::remove(&backstop).await.expect("backstop removed");
+    assert!(
+        connects(env, stranger, ip, 8080).await,
+        "control: neither the backstop nor filter in the way, the stranger connects"
+    );
+    provider.reassert_firewall().await.expect("re-check");
+    assert!(
+        !connects(env, stranger, ip, 8080).await,
+        "the re-check put the backstop on {bridge} back"
+    );
+}
+
+/// The Linux bridge of the network `server` is on behind the gateway, and the address of
+/// the gateway container `gw` on it.
+async fn gateway_network(server: &str, gw: &str) -> (String, std::net::Ipv4Addr) {
+    let engine = harness::docker::engine().await;
+    let c = engine
+        .inspect_container(
+            server,
+            None::<bollard::query_parameters::InspectContainerOptions>,
+        )
+        .await
+        .expect("inspect the server");
+    let networks = c
+        .network_settings
+        .and_then(|n| n.networks)
+        .unwrap_or_default();
+    let name = networks
+        .keys()
+        .next()
+        .expect("the server's network")
+        .clone();
+    let network = engine
+        .inspect_network(
+            &name,
+            None::<bollard::query_parameters::InspectNetworkOptions>,
+        )
+        .await
+        .expect("inspect the gateway's network");
+    let options = network.options.unwrap_or_default();
+    let bridge = options
+        .get("com.docker.network.bridge.name")
+        .expect("a named bridge")
+        .clone();
+    let containers = network.containers.unwrap_or_default();
+    let gateway = containers
+        .values()
+        .find(|e| e.name.as_deref() == Some(gw))
+        .and_then(|e| e.ipv4_address.as_deref())
+        .and_then(|a| a.split('/').next())
+        .and_then(|a| a.parse().ok())
+        .expect("the gateway's address on its network");
+    (bridge, gateway)
+}
+
+/// An ACCEPT at the top of `filter`'s `FORWARD` for whatever a bridge forwards to itself,
+/// removed when dropped.
+struct FilterAccepts(String);
+
+impl FilterAccepts {
+    fn between(bridge: &str) -> Self {
+        let status = std::process::Command::new("iptables")
+            .args([
+                "-w", "-I", "FORWARD", "1", "-i", bridge, "-o", bridge, "-j", "ACCEPT",
+            ])
+            .status()
+            .expect("iptables");
+        assert!(status.success(), "ACCEPT on {bridge} inserted");
+        FilterAccepts(bridge.to_string())
+    }
+}
+
+impl Drop for FilterAccepts {
+    fn drop(&mut self) {
+        let bridge = &self.0;
+        let _ = std::process::Command::new("iptables")
+            .args([
+                "-w", "-D", "FORWARD", "-i", bridge, "-o", bridge, "-j", "ACCEPT",
+            ])
+            .output();
+    }
 }

@@ -17,30 +17,31 @@
 //! talking to a remote engine. Whoever holds the engine's API is root on its host already;
 //! the helper adds no privilege the operator did not have.
 //!
-//! The rules live in chains of their own in the `filter` table, so they are found, audited
-//! and removed as a unit, and are only ever added (idempotently, `-C` before `-A`), never
-//! flushed: another operator on the same host may rely on them.
+//! The rules live in chains of their own, so they are found, audited and removed as a unit,
+//! and are only ever added (idempotently, `-C` before `-A`), never flushed: another operator
+//! on the same host may rely on them.
 //!
 //! - [`DEST_CHAIN`], jumped to from `DOCKER-USER` (or `FORWARD` when Docker manages no
 //!   iptables) and `INPUT`: REJECT traffic from a container bridge to a blocked destination;
-//! - [`WALL_CHAIN`], in the `mangle` table, jumped to from its `FORWARD`: DROP traffic from a
-//!   namespace bridge to a namespace bridge, whatever the order of `filter`'s `FORWARD`
-//!   ([`wall_script`]);
 //! - [`HOST_CHAIN`], jumped to from `INPUT` only: REJECT (TCP reset) traffic from a container
 //!   bridge to a blocked port of the host itself (the engine's API ports);
 //! - `hostclose::CLOSED_CHAIN`, jumped to from `INPUT` only: REJECT everything else a
 //!   namespace network sends to the host, except replies, the template store and the
-//!   engine's resolvers when they run on the host (see `hostclose`).
-//!
+//!   engine's resolvers when they run on the host (see `hostclose`);
 //! - [`GATEWAY_CHAIN`], jumped to from `DOCKER-USER` (or `FORWARD`): ACCEPT what sandboxes
 //!   behind the egress gateway send to the gateway's DNS and proxy ports, and the gateway's
 //!   replies. Their network has inter-container traffic off, and Docker's drop for that sits
 //!   after `DOCKER-USER`, so these rules are the one exception to it: sandbox to gateway,
-//!   never sandbox to sandbox (see `gateway_rules`).
+//!   never sandbox to sandbox (see `gateway_rules`);
+//! - [`WALL_CHAIN`], in the `mangle` table, jumped to from its `FORWARD`: what must hold
+//!   whatever the order of `filter`'s `FORWARD` ([`wall_rules`] says why): DROP traffic from
+//!   a namespace bridge to a namespace bridge, from a container bridge to a blocked
+//!   destination, and between two sandboxes behind the gateway.
 //!
 //! Container bridges are matched by interface: `docker0` and `br-+` (every user-defined
-//! bridge network) and [`SANDBOX_BRIDGES`] (the namespace networks, see `networks`). REJECT
-//! rather than DROP, so a client inside fails at once instead of hanging until its timeout.
+//! bridge network) and [`SANDBOX_BRIDGES`] (the namespace networks, see `networks`). In
+//! `filter`, REJECT rather than DROP, so a client inside fails at once instead of hanging
+//! until its timeout; `mangle` cannot REJECT, and runs first, so what it drops times out.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -48,8 +49,8 @@ use tokio::process::Command;
 
 /// Chain of the destination rules (both families).
 pub const DEST_CHAIN: &str = "SBX-GUARD";
-/// Chain of the wall between namespace networks, in the `mangle` table (both families; see
-/// [`wall_script`]).
+/// Chain of the rules that must hold whatever `filter` looks like, in the `mangle` table
+/// (both families; see [`wall_rules`]).
 pub const WALL_CHAIN: &str = "SBX-WALL";
 /// Chain of the host-port rules (both families).
 pub const HOST_CHAIN: &str = "SBX-GUARD-HOST";
@@ -87,10 +88,40 @@ impl Family {
 pub struct Rule {
     /// Which table family.
     pub family: Family,
-    /// [`DEST_CHAIN`] or [`HOST_CHAIN`].
+    /// The chain it is in: [`WALL_CHAIN`] in `mangle`, every other in `filter`.
     pub chain: &'static str,
     /// Everything after the chain name.
     pub args: Vec<String>,
+}
+
+impl Rule {
+    /// The command that manages this rule, with its table.
+    pub fn ipt(&self) -> String {
+        ipt(self.family, self.chain)
+    }
+}
+
+/// The command that manages `chain` of `family`, with its table: `mangle` for
+/// [`WALL_CHAIN`], else `filter` (iptables' default).
+fn ipt(family: Family, chain: &str) -> String {
+    let table = if chain == WALL_CHAIN {
+        " -t mangle"
+    } else {
+        ""
+    };
+    format!("{} -w{table}", family.command())
+}
+
+/// Where `chain` is jumped to from, in its own table: `$F` is the chain forwarded
+/// container traffic is filtered in first (see [`forward_chain`]).
+fn parents(chain: &str) -> &'static [&'static str] {
+    match chain {
+        DEST_CHAIN => &["$F", "INPUT"],
+        HOST_CHAIN => &["INPUT"],
+        GATEWAY_CHAIN => &["$F"],
+        WALL_CHAIN => &["FORWARD"],
+        _ => &[],
+    }
 }
 
 /// An address or CIDR (`169.254.169.254`, `fd00:ec2::254/128`) as address and prefix.
@@ -105,7 +136,10 @@ pub fn parse_cidr(text: &str) -> Option<(IpAddr, u8)> {
 }
 
 /// The rules for these blocked destinations and host ports, in order (closing the rest of the
-/// host to namespace networks is `hostclose`'s, with its exceptions).
+/// host to namespace networks is `hostclose`'s, with its exceptions). Each destination
+/// twice per bridge: REJECT in [`DEST_CHAIN`], which the host's own addresses meet
+/// (`INPUT`), and DROP in [`WALL_CHAIN`], which forwarded traffic meets first, whatever
+/// `filter`'s order (see [`wall_rules`]): a client asking the metadata endpoint times out.
 pub fn rules(destinations: &[String], host_ports: &[u16]) -> Vec<Rule> {
     let mut out = Vec::new();
     for bridge in BRIDGES {
@@ -118,18 +152,14 @@ pub fn rules(destinations: &[String], host_ports: &[u16]) -> Vec<Rule> {
             } else {
                 Family::V6
             };
-            out.push(Rule {
-                family,
-                chain: DEST_CHAIN,
-                args: args(&[
-                    "-i",
-                    bridge,
-                    "-d",
-                    &format!("{addr}/{prefix}"),
-                    "-j",
-                    "REJECT",
-                ]),
-            });
+            let dest = format!("{addr}/{prefix}");
+            for (chain, verdict) in [(DEST_CHAIN, "REJECT"), (WALL_CHAIN, "DROP")] {
+                out.push(Rule {
+                    family,
+                    chain,
+                    args: args(&["-i", bridge, "-d", &dest, "-j", verdict]),
+                });
+            }
         }
         for port in host_ports {
             for family in [Family::V4, Family::V6] {
@@ -170,49 +200,42 @@ pub fn rules(destinations: &[String], host_ports: &[u16]) -> Vec<Rule> {
 /// nor such a restore (`-T filter`) touches it, and this rule names no network, so it holds
 /// whatever `filter` looks like. DROP, as `mangle` cannot REJECT: a connection across the
 /// wall times out instead of being refused.
-pub fn wall_script() -> String {
-    let mut out = vec!["set -e".to_string()];
-    for family in [Family::V4, Family::V6] {
-        let ipt = format!("{} -w -t mangle", family.command());
-        out.push(ensure_chain(&ipt, WALL_CHAIN));
-        out.push(ensure_jump(&ipt, "FORWARD", WALL_CHAIN));
-        let rule = Rule {
+pub fn wall_rules() -> Vec<Rule> {
+    [Family::V4, Family::V6]
+        .map(|family| Rule {
             family,
             chain: WALL_CHAIN,
             args: args(&["-i", SANDBOX_BRIDGES, "-o", SANDBOX_BRIDGES, "-j", "DROP"]),
-        };
-        out.push(append(&ipt, &rule));
-    }
-    out.join("\n")
+        })
+        .to_vec()
 }
 
 fn args(parts: &[&str]) -> Vec<String> {
     parts.iter().map(|p| p.to_string()).collect()
 }
 
-/// The shell script that installs the chains, their jumps and the rules, adding only what
-/// is missing (`-C` before `-A`), and fails (`set -e`) on the first rule it cannot add.
+/// The shell script that installs these rules, each chain they are in (and its jumps, see
+/// [`parents`]) first, adding only what is missing (`-C` before `-A`), and fails (`set -e`)
+/// on the first rule it cannot add.
 pub fn script(rules: &[Rule]) -> String {
     let mut out = vec!["set -e".to_string()];
-    for family in [Family::V4, Family::V6] {
-        let mine: Vec<&Rule> = rules.iter().filter(|r| r.family == family).collect();
-        if mine.is_empty() {
-            continue;
+    let mut chains: Vec<(Family, &str)> = Vec::new();
+    for rule in rules {
+        if !chains.contains(&(rule.family, rule.chain)) {
+            chains.push((rule.family, rule.chain));
         }
-        let ipt = format!("{} -w", family.command());
-        for chain in [DEST_CHAIN, HOST_CHAIN] {
-            out.push(ensure_chain(&ipt, chain));
-        }
-        out.push(forward_chain(&ipt));
-        for (parent, chain) in [
-            ("$F", DEST_CHAIN),
-            ("INPUT", DEST_CHAIN),
-            ("INPUT", HOST_CHAIN),
-        ] {
+    }
+    for (family, chain) in chains {
+        let ipt = ipt(family, chain);
+        out.push(ensure_chain(&ipt, chain));
+        for parent in parents(chain) {
+            if *parent == "$F" {
+                out.push(forward_chain(&ipt));
+            }
             out.push(ensure_jump(&ipt, parent, chain));
         }
-        out.extend(mine.into_iter().map(|rule| append(&ipt, rule)));
     }
+    out.extend(rules.iter().map(append));
     out.join("\n")
 }
 
@@ -266,21 +289,30 @@ pub fn gateway_rules(bridge: &str, gateway: Ipv4Addr, ports: &[u16]) -> Vec<Rule
         chain: GATEWAY_CHAIN,
         args: args(&replies),
     });
+    out.extend(gateway_backstop(bridge, &gateway));
     out
 }
 
-/// The script that installs [`GATEWAY_CHAIN`], its jump and these rules (from
-/// [`gateway_rules`]), adding only what is missing.
-pub fn gateway_script(rules: &[Rule]) -> String {
-    let ipt = format!("{} -w", Family::V4.command());
-    let mut out = vec![
-        "set -e".to_string(),
-        ensure_chain(&ipt, GATEWAY_CHAIN),
-        forward_chain(&ipt),
-        ensure_jump(&ipt, "$F", GATEWAY_CHAIN),
-    ];
-    out.extend(rules.iter().map(|rule| append(&ipt, rule)));
-    out.join("\n")
+/// The backstop of the gateway network's own isolation, in [`WALL_CHAIN`] (see
+/// [`wall_rules`] for why `mangle`): whatever that bridge forwards between two containers
+/// neither of which is the gateway (`gateway`, as `address/32`) is dropped, and all of its
+/// IPv6 (the gateway serves IPv4 only). The engine's drop for the network and the openings
+/// above sit in `filter`, where a restore of an older copy can reorder or lose them.
+fn gateway_backstop(bridge: &str, gateway: &str) -> [Rule; 2] {
+    let between = ["-i", bridge, "-o", bridge];
+    let not_gateway = ["!", "-s", gateway, "!", "-d", gateway, "-j", "DROP"];
+    [
+        Rule {
+            family: Family::V4,
+            chain: WALL_CHAIN,
+            args: args(&[&between[..], &not_gateway[..]].concat()),
+        },
+        Rule {
+            family: Family::V6,
+            chain: WALL_CHAIN,
+            args: args(&[&between[..], &["-j", "DROP"][..]].concat()),
+        },
+    ]
 }
 
 /// Creates `chain` unless it exists; a concurrent creator may win between the check and
@@ -303,10 +335,10 @@ pub(super) fn ensure_jump(ipt: &str, parent: &str, chain: &str) -> String {
 }
 
 /// Appends `rule` unless it is there.
-pub(super) fn append(ipt: &str, rule: &Rule) -> String {
+pub(super) fn append(rule: &Rule) -> String {
     let quoted: Vec<String> = rule.args.iter().map(|a| format!("'{a}'")).collect();
     let args = quoted.join(" ");
-    let chain = rule.chain;
+    let (ipt, chain) = (rule.ipt(), rule.chain);
     format!("{ipt} -C {chain} {args} 2>/dev/null || {ipt} -A {chain} {args}")
 }
 
@@ -314,36 +346,33 @@ pub(super) fn append(ipt: &str, rule: &Rule) -> String {
 /// stand-in addresses and must leave the host as they found it.
 pub async fn remove(rules: &[Rule]) -> Result<(), String> {
     for rule in rules {
-        while check(rule).await {
-            let mut argv = vec!["-D", rule.chain];
-            argv.extend(rule.args.iter().map(String::as_str));
-            run(rule.family, &argv).await?;
+        while run(rule, "-C").await.is_ok() {
+            run(rule, "-D").await?;
         }
     }
     Ok(())
 }
 
-async fn check(rule: &Rule) -> bool {
-    let mut argv = vec!["-C", rule.chain];
-    argv.extend(rule.args.iter().map(String::as_str));
-    run(rule.family, &argv).await.is_ok()
-}
-
-/// Runs the family's command with `-w` (wait for the xtables lock, shared with dockerd).
-async fn run(family: Family, argv: &[&str]) -> Result<(), String> {
-    let output = Command::new(family.command())
-        .arg("-w")
-        .args(argv)
+/// Runs `op` (`-C`, `-D`) on `rule` with its family's command, in its table, with `-w`
+/// (wait for the xtables lock, shared with dockerd).
+async fn run(rule: &Rule, op: &str) -> Result<(), String> {
+    let ipt = rule.ipt();
+    let mut words = ipt.split(' ');
+    let command = words.next().unwrap_or_default();
+    let output = Command::new(command)
+        .args(words)
+        .args([op, rule.chain])
+        .args(&rule.args)
         .output()
         .await
-        .map_err(|e| format!("cannot run {}: {e}", family.command()))?;
+        .map_err(|e| format!("cannot run {command}: {e}"))?;
     if output.status.success() {
         Ok(())
     } else {
         Err(format!(
-            "`{} -w {}` failed: {}",
-            family.command(),
-            argv.join(" "),
+            "`{ipt} {op} {} {}` failed: {}",
+            rule.chain,
+            rule.args.join(" "),
             String::from_utf8_lossy(&output.stderr).trim()
         ))
     }
@@ -354,22 +383,37 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_script_adds_each_rule_only_when_missing() {
+    fn the_script_adds_each_rule_only_when_missing_in_its_table() {
         let r = rules(&["169.254.169.254/32".into()], &[2375]);
         let text = script(&r);
         assert!(text.starts_with("set -e\n"));
-        let line = "iptables -w -C SBX-GUARD '-i' 'docker0' '-d' '169.254.169.254/32' '-j' \
-                    'REJECT' 2>/dev/null || iptables -w -A SBX-GUARD '-i' 'docker0' '-d' \
-                    '169.254.169.254/32' '-j' 'REJECT'";
-        assert!(text.contains(line), "{text}");
+        for line in [
+            "iptables -w -C SBX-GUARD '-i' 'docker0' '-d' '169.254.169.254/32' '-j' 'REJECT' \
+             2>/dev/null || iptables -w -A SBX-GUARD '-i' 'docker0' '-d' '169.254.169.254/32' \
+             '-j' 'REJECT'",
+            "iptables -w -t mangle -C SBX-WALL '-i' 'sbxns-+' '-d' '169.254.169.254/32' '-j' \
+             'DROP' 2>/dev/null || iptables -w -t mangle -A SBX-WALL '-i' 'sbxns-+' '-d' \
+             '169.254.169.254/32' '-j' 'DROP'",
+            "iptables -w -C $F -j SBX-GUARD 2>/dev/null || iptables -w -I $F 1 -j SBX-GUARD",
+            "iptables -w -C INPUT -j SBX-GUARD-HOST 2>/dev/null || \
+             iptables -w -I INPUT 1 -j SBX-GUARD-HOST",
+            "iptables -w -t mangle -C FORWARD -j SBX-WALL 2>/dev/null || \
+             iptables -w -t mangle -I FORWARD 1 -j SBX-WALL",
+        ] {
+            assert!(text.contains(line), "{line}\nnot in\n{text}");
+        }
+        // `$F` is set before the first jump from it.
+        let set = text.find("then F=DOCKER-USER").unwrap();
+        assert!(set < text.find("-I $F 1").unwrap(), "{text}");
     }
 
     #[test]
     fn the_gateway_rules_accept_only_its_ports_on_its_bridge_and_its_replies() {
         let r = gateway_rules("br-0123456789ab", Ipv4Addr::new(10, 9, 0, 2), &[80, 443]);
-        assert_eq!(r.len(), 4);
+        assert_eq!(r.len(), 6);
         assert!(
-            r.iter()
+            r[..4]
+                .iter()
                 .all(|r| r.family == Family::V4 && r.chain == GATEWAY_CHAIN)
         );
         for rule in &r[..3] {
@@ -382,7 +426,18 @@ mod tests {
         assert!(r[0].args.join(" ").ends_with("udp --dport 53 -j ACCEPT"));
         assert!(r[2].args.join(" ").ends_with("tcp --dport 443 -j ACCEPT"));
         assert!(r[3].args.join(" ").contains("-s 10.9.0.2/32 -m conntrack"));
-        let text = gateway_script(&r);
+        // The backstop: sandbox to sandbox dropped in mangle, all of IPv6 too.
+        assert_eq!((r[4].family, r[4].chain), (Family::V4, WALL_CHAIN));
+        assert_eq!(
+            r[4].args.join(" "),
+            "-i br-0123456789ab -o br-0123456789ab ! -s 10.9.0.2/32 ! -d 10.9.0.2/32 -j DROP"
+        );
+        assert_eq!((r[5].family, r[5].chain), (Family::V6, WALL_CHAIN));
+        assert_eq!(
+            r[5].args.join(" "),
+            "-i br-0123456789ab -o br-0123456789ab -j DROP"
+        );
+        let text = script(&r);
         assert!(text.starts_with("set -e\n"));
         assert!(
             text.contains(
@@ -390,12 +445,17 @@ mod tests {
             ),
             "{text}"
         );
-        assert!(!text.contains("ip6tables"), "{text}");
+        assert!(
+            !text
+                .lines()
+                .any(|l| l.starts_with("ip6tables -w -C") || l.starts_with("ip6tables -w -N")),
+            "no IPv6 rule in filter: {text}"
+        );
     }
 
     #[test]
     fn the_wall_drops_namespace_bridge_to_namespace_bridge_in_mangle_in_both_families() {
-        let text = wall_script();
+        let text = script(&wall_rules());
         assert!(text.starts_with("set -e\n"), "{text}");
         for ipt in ["iptables", "ip6tables"] {
             let mangle = format!("{ipt} -w -t mangle");
@@ -436,13 +496,20 @@ mod tests {
             &["169.254.169.254/32".into(), "fd00:ec2::254/128".into()],
             &[2375],
         );
-        assert_eq!(r.len(), 3 * (2 + 2));
+        assert_eq!(r.len(), 3 * (2 * 2 + 2));
         let v6: Vec<&Rule> = r
             .iter()
             .filter(|r| r.family == Family::V6 && r.chain == DEST_CHAIN)
             .collect();
         assert_eq!(v6.len(), 3);
         assert!(v6[0].args.contains(&"fd00:ec2::254/128".to_string()));
+        let backstops = r.iter().filter(|r| r.chain == WALL_CHAIN);
+        assert!(
+            backstops
+                .clone()
+                .all(|r| r.args.ends_with(&args(&["-j", "DROP"])))
+        );
+        assert_eq!(backstops.count(), 3 * 2, "each destination on each bridge");
         assert!(
             r.iter()
                 .filter(|r| r.chain == HOST_CHAIN && r.args.contains(&"--dport".to_string()))

@@ -153,8 +153,7 @@ pub fn script(openings: &[Rule]) -> String {
         &format!("{} -w", Family::V6.command()),
     ));
     for family in [Family::V4, Family::V6] {
-        let ipt = format!("{} -w", family.command());
-        out.push(super::firewall::append(&ipt, &closing_rule(family)));
+        out.push(super::firewall::append(&closing_rule(family)));
     }
     out.join("\n")
 }

@@ -14,8 +14,8 @@
 //! operator runs the script with its own shell, which works only when it is itself root on
 //! the engine's host (a development setup); otherwise the create fails closed.
 //!
-//! The same helper opens the egress gateway to the sandboxes behind it
-//! (`firewall::gateway_rules`) once per gateway network, whatever `hostFirewall` says:
+//! The same helper opens the egress gateway to the sandboxes behind it, and only it
+//! (`firewall::gateway_rules`, their backstop in `mangle` included) once per gateway network, whatever `hostFirewall` says:
 //! without those rules the gateway's isolated network reaches nothing, so a failure refuses
 //! the create.
 //!
@@ -43,10 +43,11 @@ const HOST_ROOT: &str = "/host";
 /// [`DockerProvider::reassert_firewall`]).
 pub const RECHECK_EVERY: Duration = Duration::from_secs(60);
 
-/// The script that lets the sandboxes on `reach`'s network reach `gateway`.
+/// The script that lets the sandboxes on `reach`'s network reach `gateway`, and not each
+/// other.
 fn gateway_script(gateway: &Gateway, reach: &Reach) -> String {
     let rules = firewall::gateway_rules(&reach.bridge, reach.ip, gateway.ports());
-    firewall::gateway_script(&rules)
+    firewall::script(&rules)
 }
 
 /// Whether a re-check is due, the rules having been last installed at `last`.
@@ -66,14 +67,14 @@ impl DockerProvider {
     /// namespace networks, and the host closed to them with its openings.
     async fn firewall_script(&self) -> Result<String, String> {
         let hardening = &self.settings.hardening;
-        let rules = firewall::rules(
+        let mut rules = firewall::rules(
             &hardening.blocked_destinations,
             &hardening.blocked_host_ports,
         );
+        rules.extend(firewall::wall_rules());
         let services = hostclose::resolve(&hardening.open_host_services).await?;
         let closed = hostclose::script(&hostclose::opening_rules(&services));
-        let wall = firewall::wall_script();
-        Ok(format!("{}\n{closed}\n{wall}", firewall::script(&rules)))
+        Ok(format!("{}\n{closed}", firewall::script(&rules)))
     }
 
     /// A sweep pass's repair of the host firewall: [`reassert_firewall`](Self::reassert_firewall)
@@ -101,7 +102,7 @@ impl DockerProvider {
     /// does, on every Pod change). Rules installed once can go missing with nobody deleting
     /// them: an opening (a sandbox then cannot reach the template store) or the gateway's
     /// (sandboxes behind it reach nothing). The wall between namespaces does not depend on this:
-    /// see `firewall::wall_script`.
+    /// see `firewall::wall_rules`.
     pub async fn reassert_firewall(&self) -> Result<(), String> {
         let mut scripts = Vec::new();
         if self.firewall.initialized() {

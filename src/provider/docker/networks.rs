@@ -5,7 +5,7 @@
 //! Each such network has inter-container traffic off (`enable_icc=false`): the engine drops
 //! every packet between two containers on it, so no sandbox reaches another one — of another
 //! namespace (a different bridge, which the engine isolates from every other network, and the
-//! host firewall's wall too, whatever becomes of the engine's rules: `firewall::wall_script`)
+//! host firewall's wall too, whatever becomes of the engine's rules: `firewall::wall_rules`)
 //! nor of its own. Same-namespace traffic is off too because a namespace is a tenant, not a
 //! trust zone: one team's sandboxes each run different unreviewed code, and a sandbox that
 //! needs to talk to another does so through its published ports, which the platform team
