@@ -78,6 +78,7 @@ fn cluster() -> &'static ClusterInfo {
             "CRDs not Established: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        served(&info.kubeconfig);
         let selector = format!(
             r#"{{"matchExpressions":[{{"key":"{POLICY_OPT_OUT}","operator":"NotIn","values":["skip"]}}]}}"#
         );
@@ -94,6 +95,39 @@ fn cluster() -> &'static ClusterInfo {
         );
         info
     })
+}
+
+/// Waits until the API server serves writes of the CRDs' kinds. `Established` comes first:
+/// a just-started API server answered a create right after it with ServiceUnavailable,
+/// "Resource kind sandboxes.dev/v1alpha1, Kind=Sandbox not found" (seen in CI on a new
+/// machine). A server-side dry run goes through the whole write path; any answer but that
+/// one (an invalid probe object included) says the kind is served.
+fn served(kubeconfig: &Path) {
+    let probe: String = ["Sandbox", "SandboxWarmPool"]
+        .map(|kind| {
+            format!(
+                "apiVersion: sandboxes.dev/v1alpha1\nkind: {kind}\nmetadata:\n  \
+                 name: served-probe\n  namespace: default\n---\n"
+            )
+        })
+        .concat();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = kubectl_with(
+            kubeconfig,
+            &["create", "--dry-run=server", "-f", "-"],
+            Some(&probe),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if !stderr.contains("ServiceUnavailable") {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the CRDs' kinds not served 60 s after Established: {stderr}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
 
 /// Path of the kubeconfig the operator and kubectl use.
