@@ -549,10 +549,12 @@ async fn gateway_network(server: &str, gw: &str) -> (String, std::net::Ipv4Addr)
         .await
         .expect("inspect the gateway's network");
     let options = network.options.unwrap_or_default();
-    let bridge = options
-        .get("com.docker.network.bridge.name")
-        .expect("a named bridge")
-        .clone();
+    // The engine's own name for a user-defined bridge unless the network names one.
+    let id = network.id.unwrap_or_default();
+    let bridge = match options.get("com.docker.network.bridge.name") {
+        Some(name) => name.clone(),
+        None => format!("br-{}", id.get(..12).expect("a network id")),
+    };
     let containers = network.containers.unwrap_or_default();
     let gateway = containers
         .values()
