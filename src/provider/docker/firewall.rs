@@ -101,15 +101,18 @@ impl Rule {
     }
 }
 
-/// The command that manages `chain` of `family`, with its table: `mangle` for
-/// [`WALL_CHAIN`], else `filter` (iptables' default).
+/// The table `chain` is in: `mangle` for [`WALL_CHAIN`]; `None` for iptables' default,
+/// `filter`.
+fn table(chain: &str) -> Option<&'static str> {
+    (chain == WALL_CHAIN).then_some("mangle")
+}
+
+/// The command that manages `chain` of `family`, with its table.
 fn ipt(family: Family, chain: &str) -> String {
-    let table = if chain == WALL_CHAIN {
-        " -t mangle"
-    } else {
-        ""
-    };
-    format!("{} -w{table}", family.command())
+    match table(chain) {
+        Some(table) => format!("{} -w -t {table}", family.command()),
+        None => format!("{} -w", family.command()),
+    }
 }
 
 /// Where `chain` is jumped to from, in its own table: `$F` is the chain forwarded
@@ -356,11 +359,11 @@ pub async fn remove(rules: &[Rule]) -> Result<(), String> {
 /// Runs `op` (`-C`, `-D`) on `rule` with its family's command, in its table, with `-w`
 /// (wait for the xtables lock, shared with dockerd).
 async fn run(rule: &Rule, op: &str) -> Result<(), String> {
-    let ipt = rule.ipt();
-    let mut words = ipt.split(' ');
-    let command = words.next().unwrap_or_default();
+    let command = rule.family.command();
+    let table = table(rule.chain).map(|t| ["-t", t]);
     let output = Command::new(command)
-        .args(words)
+        .arg("-w")
+        .args(table.iter().flatten())
         .args([op, rule.chain])
         .args(&rule.args)
         .output()
@@ -370,7 +373,8 @@ async fn run(rule: &Rule, op: &str) -> Result<(), String> {
         Ok(())
     } else {
         Err(format!(
-            "`{ipt} {op} {} {}` failed: {}",
+            "`{} {op} {} {}` failed: {}",
+            rule.ipt(),
             rule.chain,
             rule.args.join(" "),
             String::from_utf8_lossy(&output.stderr).trim()
