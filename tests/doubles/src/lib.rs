@@ -9,6 +9,7 @@ pub mod e2b;
 pub mod fly;
 pub mod pid_label;
 pub mod ports;
+pub mod removal;
 pub mod sprites;
 
 /// How much of a sandbox's history a double's answers carry. Real APIs keep only recent

@@ -165,7 +165,7 @@ impl Engine {
             .map_err(|e| engine_err("stopping container", e))
     }
 
-    /// Removes a container (absent is fine).
+    /// Removes a container (absent, or already being removed, is fine).
     pub async fn remove(&self, name: &str) -> Result<(), EngineError> {
         let options = RemoveContainerOptionsBuilder::default()
             .force(true)
@@ -173,9 +173,7 @@ impl Engine {
             .build();
         match self.docker.remove_container(name, Some(options)).await {
             Ok(()) => Ok(()),
-            Err(bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            }) => Ok(()),
+            Err(e) if crate::removal::removed_anyway(&e) => Ok(()),
             Err(e) => Err(engine_err("removing container", e)),
         }
     }

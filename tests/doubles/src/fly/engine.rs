@@ -227,12 +227,12 @@ impl Engine {
             .map_err(|e| format!("restarting: {e}"))
     }
 
-    /// Removes a container (forcefully); absent is fine.
+    /// Removes a container (forcefully); absent, or already being removed, is fine.
     pub async fn remove(&self, name: &str) -> Result<(), String> {
         let options = RemoveContainerOptionsBuilder::default().force(true).build();
         match self.docker.remove_container(name, Some(options)).await {
             Ok(()) => Ok(()),
-            Err(e) if status(&e) == Some(404) => Ok(()),
+            Err(e) if crate::removal::removed_anyway(&e) => Ok(()),
             Err(e) => Err(format!("removing: {e}")),
         }
     }

@@ -313,7 +313,7 @@ impl State {
             .map_err(|e| e.to_string())
     }
 
-    /// Removes a container (absent = done).
+    /// Removes a container (absent, or already being removed, = done).
     pub async fn remove_container(&self, container: &str) -> EngineResult<()> {
         let options = RemoveContainerOptionsBuilder::default()
             .force(true)
@@ -321,7 +321,7 @@ impl State {
             .build();
         match self.docker.remove_container(container, Some(options)).await {
             Ok(()) => Ok(()),
-            Err(e) if is_404(&e) => Ok(()),
+            Err(e) if crate::removal::removed_anyway(&e) => Ok(()),
             Err(e) => Err(format!("removing {container}: {e}")),
         }
     }
