@@ -618,6 +618,11 @@ pub struct HibernationStatus {
     pub detail: Option<String>,
     /// When it happened (RFC 3339).
     pub time: String,
+    /// `true` for a suspend, `false` for a resume; absent in records of older versions.
+    /// Times have whole seconds, as have a Pod's start times, so a suspend in the second
+    /// its sandbox started cannot be told from a start after it by time alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub suspended: Option<bool>,
 }
 
 /// What an in-place change of resource ceilings did.

@@ -292,6 +292,7 @@ async fn hibernation(
         mechanism: outcome.mechanism,
         detail: outcome.detail,
         time: status::now(),
+        suspended: Some(hibernate),
     });
     Ok(())
 }

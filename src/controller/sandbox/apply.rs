@@ -410,7 +410,7 @@ fn plan(
             env_after_start: resolved.files_need_running,
             egress: egress_convergence(resolved.egress_in_place, desired, current),
             asleep: decide::slept_since_start(
-                current.last_hibernation.as_ref().map(|h| h.time.as_str()),
+                current.last_hibernation.as_ref(),
                 current.started_at.as_deref(),
             ),
             claimed,

@@ -3,7 +3,7 @@
 //! This is the whole convergence policy of the Sandbox controller, kept free of I/O so it is
 //! table-tested below.
 
-use crate::api::DesiredState;
+use crate::api::{DesiredState, HibernationStatus};
 use crate::provider::labels::SPEC_HASH;
 use crate::provider::{
     AppliedResources, Resources, RestartPolicy, SandboxDescriptor, SandboxState,
@@ -107,13 +107,28 @@ pub struct Observed<'a> {
     pub claimed: bool,
 }
 
-/// Whether the last suspend or resume (`status.lastHibernation`) came after the last start
-/// (`status.startedAt`): then nothing has started it since, and if it is stopped, our own
-/// suspend stopped it. A resume starts it again, so its start time is never before it.
-pub fn slept_since_start(last_hibernation: Option<&str>, started_at: Option<&str>) -> bool {
+/// Whether our own suspend is what the sandbox last went through: the last suspend or
+/// resume (`status.lastHibernation`) was a suspend, and nothing started the sandbox after
+/// it (`status.startedAt`). Then, if it is stopped, our suspend stopped it.
+///
+/// Both times have whole seconds, so a suspend in the very second the sandbox started
+/// looks simultaneous with the start. A suspend record counts then: it is the last thing
+/// we did (seen in CI: an E2B pause right after a Pod started was taken for the process
+/// exiting, and the pause answered 400). A resume record never counts. A record of an older
+/// version, which does not say which it was, counts only when strictly after the start (a
+/// resume starts the sandbox again, so its start is never before it).
+pub fn slept_since_start(last: Option<&HibernationStatus>, started_at: Option<&str>) -> bool {
     let parse = |t: &str| chrono::DateTime::parse_from_rfc3339(t).ok();
-    match (last_hibernation.and_then(parse), started_at.and_then(parse)) {
-        (Some(slept), Some(started)) => slept > started,
+    let Some(last) = last else {
+        return false;
+    };
+    match (
+        parse(&last.time),
+        started_at.and_then(parse),
+        last.suspended,
+    ) {
+        (Some(slept), Some(started), Some(true)) => slept >= started,
+        (Some(slept), Some(started), None) => slept > started,
         _ => false,
     }
 }
@@ -514,11 +529,61 @@ mod tests {
             let exited = decide(&desired(D::Running, restart), &obs(Some(&stopped)));
             assert_eq!(exited.hold, Some(Hold::Exited(Some(0))));
         }
+    }
+
+    #[test]
+    fn our_suspend_is_the_last_thing_unless_a_start_came_after_it() {
         let (t1, t2) = ("2026-01-01T00:00:00Z", "2026-01-01T00:00:05Z");
-        assert!(slept_since_start(Some(t2), Some(t1)));
-        assert!(!slept_since_start(Some(t1), Some(t2)));
-        assert!(!slept_since_start(Some(t1), Some(t1)));
-        assert!(!slept_since_start(None, Some(t1)) && !slept_since_start(Some(t1), None));
+        let record = |time: &str, suspended| HibernationStatus {
+            processes_preserved: false,
+            mechanism: "sleep".into(),
+            detail: None,
+            time: time.into(),
+            suspended,
+        };
+        for (last, started, asleep, case) in [
+            (
+                record(t2, Some(true)),
+                Some(t1),
+                true,
+                "suspended after the start",
+            ),
+            (
+                record(t1, Some(true)),
+                Some(t1),
+                true,
+                "suspended in the second it started",
+            ),
+            (
+                record(t1, Some(true)),
+                Some(t2),
+                false,
+                "started after the suspend",
+            ),
+            (record(t2, Some(false)), Some(t1), false, "resumed"),
+            (
+                record(t1, Some(false)),
+                Some(t1),
+                false,
+                "resumed in the second it started",
+            ),
+            (
+                record(t2, None),
+                Some(t1),
+                true,
+                "older record, after the start",
+            ),
+            (
+                record(t1, None),
+                Some(t1),
+                false,
+                "older record, same second",
+            ),
+            (record(t1, Some(true)), None, false, "never started"),
+        ] {
+            assert_eq!(slept_since_start(Some(&last), started), asleep, "{case}");
+        }
+        assert!(!slept_since_start(None, Some(t1)), "no record");
     }
 
     #[test]

@@ -108,7 +108,7 @@ pub async fn report(
 /// — `status.lastHibernation` says its processes were not kept.
 fn power_state(desired: &Desired, d: &SandboxDescriptor, next: &SandboxStatus) -> SandboxState {
     let asleep = super::decide::slept_since_start(
-        next.last_hibernation.as_ref().map(|h| h.time.as_str()),
+        next.last_hibernation.as_ref(),
         next.started_at.as_deref(),
     );
     match (desired.state, d.state) {
