@@ -39,8 +39,10 @@ async fn started(env: &TestEnv, request: &CreateRequest) {
     env.provider.start(&request.name).await.unwrap();
 }
 
-/// The container's addresses and its networks' gateways (the host's side of each bridge).
-async fn addresses(name: &str) -> (Vec<IpAddr>, Vec<IpAddr>) {
+/// The container's endpoints, by network name.
+async fn endpoints(
+    name: &str,
+) -> std::collections::HashMap<String, bollard::models::EndpointSettings> {
     let c = harness::docker::engine()
         .await
         .inspect_container(
@@ -49,10 +51,14 @@ async fn addresses(name: &str) -> (Vec<IpAddr>, Vec<IpAddr>) {
         )
         .await
         .expect("inspect");
-    let networks = c
-        .network_settings
+    c.network_settings
         .and_then(|n| n.networks)
-        .unwrap_or_default();
+        .unwrap_or_default()
+}
+
+/// The container's addresses and its networks' gateways (the host's side of each bridge).
+async fn addresses(name: &str) -> (Vec<IpAddr>, Vec<IpAddr>) {
+    let networks = endpoints(name).await;
     let parse = |s: &Option<String>| s.as_deref().and_then(|s| s.parse::<IpAddr>().ok());
     let ips = networks.values().filter_map(|e| parse(&e.ip_address));
     let gateways = networks.values().filter_map(|e| parse(&e.gateway));
@@ -525,17 +531,7 @@ async fn backstop_holds(
 /// the gateway container `gw` on it.
 async fn gateway_network(server: &str, gw: &str) -> (String, std::net::Ipv4Addr) {
     let engine = harness::docker::engine().await;
-    let c = engine
-        .inspect_container(
-            server,
-            None::<bollard::query_parameters::InspectContainerOptions>,
-        )
-        .await
-        .expect("inspect the server");
-    let networks = c
-        .network_settings
-        .and_then(|n| n.networks)
-        .unwrap_or_default();
+    let networks = endpoints(server).await;
     let name = networks
         .keys()
         .next()
