@@ -95,11 +95,30 @@ if [ -n "$1" ]; then stty rows "$1" cols "$2" 2>/dev/null; fi
 shift 2
 exec "$@""#;
 
+/// The wrapper that marks the end of the output ([`wrap_marked`]): `$0` is the session's
+/// token, `$1` the end mark, the rest the program's argv. The program runs in a subshell that
+/// `exec`s it, so it is found and started as with [`WRAPPER`]; its exit code is the
+/// wrapper's. The wait for the reader's word is a `sleep` that [`ack_argv`] ends, bounded so
+/// that a reader that went away leaves nothing running; it carries an empty token, so a
+/// signal sent to the session after the program ended does not end it. Nothing follows the
+/// marks: the wrapper's own streams go to `/dev/null` first (a shell reports a child's
+/// death by a signal on its stderr).
+const MARKED_WRAPPER: &str = r#"export SANDBOX_EXEC_TOKEN="$0"
+m=$1
+shift
+(exec "$@")
+rc=$?
+printf '%s' "$m"
+printf '%s' "$m" >&2
+exec >/dev/null 2>&1
+SANDBOX_EXEC_TOKEN= SANDBOX_EXEC_ACK="$0" sleep 300
+exit "$rc""#;
+
 /// The signaller: looks (bounded, inside the sandbox: the program may not have started yet)
-/// for the process whose environment carries the token `$0` and whose parent's does not,
-/// and sends it the signal named `$1`. The environment's NUL separators are dropped by the
-/// command substitution; the token's fixed length keeps the match exact.
-const SIGNALLER: &str = r#"t="SANDBOX_EXEC_TOKEN=$0"
+/// for the process whose environment carries the variable `$0` (`NAME=token`) and whose
+/// parent's does not, and sends it the signal named `$1`. The environment's NUL separators
+/// are dropped by the command substitution; the token's fixed length keeps the match exact.
+const SIGNALLER: &str = r#"t="$0"
 i=0
 while [ "$i" -lt 50 ]; do
   for d in /proc/[0-9]*; do
@@ -123,11 +142,18 @@ pub struct Wrapped {
     pub argv: Vec<String>,
     /// The session's token, in its process's environment as `SANDBOX_EXEC_TOKEN`.
     pub token: String,
+    /// The mark written after the program's output on stdout and on stderr, when the
+    /// wrapper marks the end ([`wrap_marked`]).
+    pub end_mark: Option<String>,
+}
+
+fn token() -> String {
+    format!("{:016x}", fastrand::u64(..))
 }
 
 /// Wraps `argv` so that it can be signalled, with the initial terminal size `tty`.
 pub fn wrap(argv: &[String], tty: Option<TermSize>) -> Wrapped {
-    let token = format!("{:016x}", fastrand::u64(..));
+    let token = token();
     let (rows, cols) = match tty {
         Some(size) => (size.rows.to_string(), size.cols.to_string()),
         None => (String::new(), String::new()),
@@ -144,16 +170,48 @@ pub fn wrap(argv: &[String], tty: Option<TermSize>) -> Wrapped {
     Wrapped {
         argv: wrapped,
         token,
+        end_mark: None,
+    }
+}
+
+/// Wraps `argv` (without a TTY) so that it can be signalled and so that the end of its
+/// output is marked on stdout and stderr ([`super::end_mark`]): after the program exits the
+/// wrapper writes the mark and waits until [`ack_argv`] says the reader saw it, and only
+/// then exits with the program's code.
+pub fn wrap_marked(argv: &[String]) -> Wrapped {
+    let token = token();
+    let end_mark = format!("\u{1e}sandbox-exec-end:{token}\u{1e}");
+    let mut wrapped = vec![
+        "sh".to_string(),
+        "-c".into(),
+        MARKED_WRAPPER.into(),
+        token.clone(),
+        end_mark.clone(),
+    ];
+    wrapped.extend(argv.iter().cloned());
+    Wrapped {
+        argv: wrapped,
+        token,
+        end_mark: Some(end_mark),
     }
 }
 
 /// The argv that delivers `signal` to the process of the session with `token`.
 pub fn signal_argv(token: &str, signal: Signal) -> Vec<String> {
+    signaller(format!("SANDBOX_EXEC_TOKEN={token}"), signal)
+}
+
+/// The argv that tells a [`wrap_marked`] wrapper its reader saw the end marks.
+pub fn ack_argv(token: &str) -> Vec<String> {
+    signaller(format!("SANDBOX_EXEC_ACK={token}"), Signal::Terminate)
+}
+
+fn signaller(variable: String, signal: Signal) -> Vec<String> {
     vec![
         "sh".into(),
         "-c".into(),
         SIGNALLER.into(),
-        token.into(),
+        variable,
         signal.name().into(),
     ]
 }
@@ -257,7 +315,8 @@ mod tests {
         assert_eq!(&b.argv[4..6], ["24", "80"]);
         assert_eq!(&a.argv[6..], argv.as_slice());
         let kill = signal_argv(&a.token, Signal::Terminate);
-        assert_eq!(&kill[3..], [a.token.as_str(), "TERM"]);
+        let variable = format!("SANDBOX_EXEC_TOKEN={}", a.token);
+        assert_eq!(&kill[3..], [variable.as_str(), "TERM"]);
     }
 
     /// The wrapper and the signaller as a sandbox runs them (here with the host's `sh` and
@@ -288,6 +347,48 @@ mod tests {
         assert!(other_child.try_wait().expect("try_wait").is_none());
         other_child.kill().ok();
         other_child.wait().ok();
+    }
+
+    /// The marking wrapper as a sandbox runs it: the program's output, then the mark on each
+    /// stream; the wrapper waits for the word and then exits with the program's code.
+    #[test]
+    fn the_marked_wrapper_marks_both_streams_and_waits_for_the_word() {
+        use std::io::Read;
+        use std::process::{Command, Stdio};
+        let run = |argv: &[String]| Command::new(&argv[0]).args(&argv[1..]).output();
+        let program = ["sh", "-c", "echo out; echo err >&2; exit 3"].map(String::from);
+        let wrapped = wrap_marked(&program);
+        let mark = wrapped.end_mark.clone().expect("a mark");
+        let mut child = Command::new(&wrapped.argv[0])
+            .args(&wrapped.argv[1..])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the session");
+        let mut stdout = child.stdout.take().expect("stdout");
+        let mut seen = Vec::new();
+        let mut byte = [0u8; 1];
+        while !String::from_utf8_lossy(&seen).ends_with(&mark) {
+            assert_eq!(stdout.read(&mut byte).expect("read"), 1, "{seen:?}");
+            seen.push(byte[0]);
+        }
+        assert_eq!(String::from_utf8_lossy(&seen), format!("out\n{mark}"));
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "it waits for the word"
+        );
+        let ack = run(&ack_argv(&wrapped.token)).expect("ack");
+        assert!(
+            ack.status.success(),
+            "{}",
+            String::from_utf8_lossy(&ack.stderr)
+        );
+        let ended = child.wait_with_output().expect("wait");
+        assert_eq!(ended.status.code(), Some(3));
+        assert_eq!(
+            String::from_utf8_lossy(&ended.stderr),
+            format!("err\n{mark}")
+        );
     }
 
     #[tokio::test]

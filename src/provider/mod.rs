@@ -12,6 +12,7 @@
 
 pub mod docker;
 pub mod e2b;
+pub mod end_mark;
 pub mod error;
 pub mod factory;
 pub mod fly;

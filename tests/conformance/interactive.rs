@@ -407,6 +407,42 @@ pub async fn stream_exec_holds_a_fast_producer_for_a_slow_reader(fx: &Fixture) -
     Ok(())
 }
 
+/// An output's tail outlives its program: the program writes 1 MiB while nobody reads and
+/// ends; 12 s later the caller closes stdin and only then reads. Before the Kubernetes
+/// provider marked the ends of its streams, this session never ended there (and `kubectl
+/// exec`, whose pings go every 5 s, lost all but ~150 KB of such an output). A provider that
+/// holds the program back until the reader reads (it has not ended after 5 s) has nothing
+/// to keep; the check above covers it.
+pub async fn stream_exec_keeps_the_tail_after_the_program_ended(fx: &Fixture) -> Check {
+    const SIZE: usize = 1 << 20;
+    let Some(exec) = exec_of(fx)? else {
+        return Ok(());
+    };
+    let id = running(fx).await?;
+    let done = format!("/tmp/done-{}", unique_hex());
+    let script = format!("head -c {SIZE} /dev/zero | tr '\\0' x && touch {done}");
+    let session = start(exec, &id, &request(&["sh", "-c", &script])).await?;
+    let wait = format!(
+        "i=0; while [ ! -e {done} ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; \
+         if [ -e {done} ]; then echo ended; else echo held; fi"
+    );
+    if sh(fx, &id, &wait).await?.trim() == "held" {
+        return Ok(());
+    }
+    // Not a synchronisation: the time the output waits, unread, after its program ended.
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    send(&session, ExecInput::CloseStdin).await?;
+    let (out, err, code) = outcome(session).await?;
+    ensure!(
+        out.len() == SIZE && out.iter().all(|b| *b == b'x'),
+        "{} bytes of {SIZE} arrived after the program ended (exit {code}, stderr {:?})",
+        out.len(),
+        lossy(&err)
+    );
+    ensure!(code == 0, "the program exited {code}");
+    Ok(())
+}
+
 /// The main process's log: what it wrote so far, then, on a follow stream, a line it writes
 /// later; `tail_lines` without follow gives only the last lines and ends.
 pub async fn logs_follow_new_lines(fx: &Fixture) -> Check {

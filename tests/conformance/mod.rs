@@ -107,6 +107,7 @@ macro_rules! conformance_suite {
             interactive::stream_exec_delivers_signals,
             interactive::stream_exec_carries_a_large_stream,
             interactive::stream_exec_holds_a_fast_producer_for_a_slow_reader,
+            interactive::stream_exec_keeps_the_tail_after_the_program_ended,
             interactive::logs_follow_new_lines,
             interactive::port_forward_reaches_an_http_server,
             interactive::port_forward_to_a_closed_port_is_transient_at_connect,

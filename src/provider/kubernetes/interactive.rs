@@ -5,23 +5,34 @@
 //! ([`shellfs::wrap`](crate::provider::shellfs::wrap)) and then for signals by the shared
 //! token wrapper ([`crate::provider::interactive`]), whose signals are second execs.
 //!
-//! Backpressure: the connection's pipes hold at most [`CHUNK`] bytes per stream; when the
-//! caller does not read, the connection is not read either, and the API server's and the
-//! kubelet's flow control hold the process back. The caller should read both streams (a
-//! dropped stream ends the connection). Dropping [`ExecSession::input`] closes stdin.
+//! Without a TTY the wrapper also marks the end of each output stream and waits for our word
+//! that both marks arrived before it exits ([`crate::provider::end_mark`] says why: the exec
+//! path can lose an output's tail and still report success). A stream that ended without its
+//! mark turns a success into an error; a TTY's session is not marked (its one stream is the
+//! terminal's).
+//!
+//! Backpressure: the connection's pipes hold at most [`CHUNK`] bytes per stream and the
+//! session's queues [`QUEUE`](interactive::QUEUE) chunks; when the caller does not read, the
+//! connection is not read either, and the API server's and the kubelet's flow control hold
+//! the process back. A stream the caller dropped is read and discarded, so the other still
+//! flows. Dropping [`ExecSession::input`] closes stdin.
 
 use async_trait::async_trait;
+use bytes::Bytes;
+use futures::StreamExt;
 use k8s_openapi::api::core::v1::Pod;
 use kube::Api;
 use kube::api::{AttachParams, AttachedProcess, TerminalSize};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
 
 use super::KubernetesProvider;
 use super::errors::from_kube;
 use super::exec::{bounded_exec, exit_code};
 use super::pod::CONTAINER;
-use crate::provider::interactive::{self, CHUNK, QUEUE, Wrapped};
+use crate::provider::end_mark::EndMark;
+use crate::provider::interactive::{self, CHUNK, Queue, Wrapped};
 use crate::provider::shellfs::wrap;
 use crate::provider::stream::{
     ExecInput, ExecSession, ExitStatus, StreamExecRequest, StreamingExec,
@@ -32,6 +43,7 @@ use crate::provider::{ExecRequest, ProviderError, ProviderResult};
 const HELPER_BOUND: std::time::Duration = std::time::Duration::from_secs(15);
 
 type Stdin = tokio::io::WriteHalf<tokio::io::SimplexStream>;
+type Output = tokio::io::ReadHalf<tokio::io::SimplexStream>;
 type Resizer = futures::channel::mpsc::Sender<TerminalSize>;
 
 #[async_trait]
@@ -49,7 +61,10 @@ impl StreamingExec for KubernetesProvider {
             env: request.env.clone(),
             timeout: HELPER_BOUND,
         });
-        let wrapped = interactive::wrap(&with_env, request.tty);
+        let wrapped = match request.tty {
+            Some(size) => interactive::wrap(&with_env, Some(size)),
+            None => interactive::wrap_marked(&with_env),
+        };
         let params = AttachParams {
             container: Some(CONTAINER.to_string()),
             stdin: request.stdin,
@@ -82,17 +97,18 @@ struct Session {
     wrapped: Wrapped,
 }
 
+/// An output pump: its task (which says whether the stream ended whole) and the word that
+/// the end mark went by.
+struct Pump {
+    task: JoinHandle<bool>,
+    marked: oneshot::Receiver<()>,
+}
+
 impl Session {
     /// Hands the caller its ends; a task holds the connection until the exit status came
     /// (dropping the process would abort it).
     async fn run(self, request: &StreamExecRequest, mut process: AttachedProcess) -> ExecSession {
-        let what = format!("exec in sandbox {}", self.id);
-        let stdout = process
-            .stdout()
-            .map(|r| interactive::read_stream(r, what.clone()));
-        let stderr = process
-            .stderr()
-            .map(|r| interactive::read_stream(r, what.clone()));
+        let (session, ends) = interactive::session(&self.id, request.tty.is_some());
         let mut resizer = process.terminal_size();
         if let (Some(resizer), Some(size)) = (resizer.as_mut(), request.tty) {
             let _ = resizer.try_send(TerminalSize {
@@ -100,30 +116,88 @@ impl Session {
                 height: size.rows,
             });
         }
-        let (input_tx, input_rx) = mpsc::channel(QUEUE);
-        let feeder = tokio::spawn(self.clone().feed(input_rx, process.stdin(), resizer));
-        let (exit_tx, exit_rx) = oneshot::channel();
-        let status = process.take_status();
-        tokio::spawn(async move {
-            let status = match status {
-                Some(status) => status.await,
-                None => None,
-            };
-            let _ = process.join().await;
-            feeder.abort();
-            let exit = exit_code(status.as_ref())
-                .map(|code| ExitStatus { code })
-                .map_err(|why| ProviderError::transient(format!("{what}: {why}")));
-            let _ = exit_tx.send(exit);
-        });
-        ExecSession {
-            input: input_tx,
-            stdout: stdout.unwrap_or_else(|| futures::StreamExt::boxed(futures::stream::empty())),
-            stderr,
-            exit: interactive::exit_future(&self.id, exit_rx),
+        let feeder = tokio::spawn(self.clone().feed(ends.input, process.stdin(), resizer));
+        let mut pumps = vec![self.pump(process.stdout(), Some(ends.stdout))];
+        if ends.stderr.is_some() {
+            pumps.push(self.pump(process.stderr(), ends.stderr));
         }
+        tokio::spawn(async move {
+            let exit = self.finish(process, pumps).await;
+            feeder.abort();
+            let _ = ends.exit.send(exit);
+        });
+        session
     }
 
+    /// Moves one output stream into its queue until the connection ends, taking the end mark
+    /// out. A queue whose reader is gone is skipped, so the mark is still looked for.
+    fn pump(&self, reader: Option<Output>, queue: Option<Queue>) -> Pump {
+        let (marked_tx, marked) = oneshot::channel();
+        let mut marked_tx = Some(marked_tx);
+        let mut end = self.wrapped.end_mark.clone().map(EndMark::new);
+        let what = format!("exec in sandbox {}", self.id);
+        let task = tokio::spawn(async move {
+            let mut chunks = match reader {
+                Some(reader) => interactive::read_stream(reader, what),
+                None => futures::stream::empty().boxed(),
+            };
+            while let Some(chunk) = chunks.next().await {
+                let chunk = match (chunk, end.as_mut()) {
+                    (Ok(bytes), Some(end)) => Ok(end.pass(&bytes)),
+                    (other, _) => other,
+                };
+                if end.as_ref().is_some_and(EndMark::seen) {
+                    marked_tx.take().map(|tx| tx.send(()));
+                }
+                deliver(queue.as_ref(), chunk).await;
+            }
+            let Some(mut end) = end else {
+                return true;
+            };
+            deliver(queue.as_ref(), Ok(end.finish())).await;
+            end.seen()
+        });
+        Pump { task, marked }
+    }
+
+    /// Once every stream's end mark went by, tells the wrapper it may exit; then waits for
+    /// the exit status and the streams' ends, and judges them together.
+    async fn finish(
+        &self,
+        mut process: AttachedProcess,
+        pumps: Vec<Pump>,
+    ) -> ProviderResult<ExitStatus> {
+        let status = process.take_status();
+        let (tasks, marks): (Vec<_>, Vec<_>) =
+            pumps.into_iter().map(|p| (p.task, p.marked)).unzip();
+        self.acknowledge(marks).await;
+        let status = match status {
+            Some(status) => status.await,
+            None => None,
+        };
+        let _ = process.join().await;
+        let whole = futures::future::join_all(tasks)
+            .await
+            .into_iter()
+            .all(|t| t.unwrap_or(false));
+        verdict(&self.id, exit_code(status.as_ref()), whole)
+    }
+
+    /// Tells a marking wrapper that every stream's end mark arrived, once they have. A
+    /// stream that ended without its mark needs no word: the wrapper is gone.
+    async fn acknowledge(&self, marks: Vec<oneshot::Receiver<()>>) {
+        let all_marked = futures::future::join_all(marks)
+            .await
+            .iter()
+            .all(Result::is_ok);
+        if !all_marked || self.wrapped.end_mark.is_none() {
+            return;
+        }
+        let ack = interactive::ack_argv(&self.wrapped.token);
+        if let Err(e) = self.helper(ack).await {
+            tracing::warn!(sandbox = %self.id, error = %e, "telling an exec its output arrived failed");
+        }
+    }
     /// Applies the caller's input in order until it hangs up (which closes stdin) or the
     /// process ends (the holder aborts this task). A failed step is logged: the input queue
     /// has no answer channel.
@@ -161,6 +235,29 @@ impl Session {
     }
 }
 
+/// Passes a chunk on unless the caller stopped reading; an empty one is not passed.
+async fn deliver(queue: Option<&Queue>, chunk: ProviderResult<Bytes>) {
+    if let (Some(queue), false) = (queue, chunk.as_ref().is_ok_and(Bytes::is_empty)) {
+        let _ = queue.send(chunk).await;
+    }
+}
+
+/// The session's exit: the code the status carried, unless a stream ended without its end
+/// mark while the status says success — the connection was cut and the API server could not
+/// tell (a real non-zero code means the status came through, and the wrapper itself ended).
+fn verdict(id: &str, code: Result<i64, String>, whole: bool) -> ProviderResult<ExitStatus> {
+    match code {
+        Ok(0) if !whole => Err(ProviderError::transient(format!(
+            "exec in sandbox {id}: the connection ended before the output did (its tail is \
+             missing), so the exit status is unknown"
+        ))),
+        Ok(code) => Ok(ExitStatus { code }),
+        Err(why) => Err(ProviderError::transient(format!(
+            "exec in sandbox {id}: {why}"
+        ))),
+    }
+}
+
 /// Closes the process's stdin (the connection sends the channel's close message).
 async fn close(stdin: &mut Option<Stdin>) -> ProviderResult<()> {
     match stdin.take() {
@@ -188,4 +285,18 @@ async fn resize(
 
 fn stdin_error(e: std::io::Error) -> ProviderError {
     ProviderError::transient(format!("writing to the process's stdin: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_success_without_every_end_mark_is_an_error_and_a_real_code_stands() {
+        assert_eq!(verdict("s", Ok(0), true).map(|e| e.code).ok(), Some(0));
+        let cut = verdict("s", Ok(0), false).expect_err("a cut output");
+        assert!(cut.to_string().contains("tail is missing"), "{cut}");
+        assert_eq!(verdict("s", Ok(137), false).map(|e| e.code).ok(), Some(137));
+        assert!(verdict("s", Err("no status".into()), true).is_err());
+    }
 }

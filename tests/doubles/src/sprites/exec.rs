@@ -140,6 +140,24 @@ async fn run(state: Arc<State>, session: Session, command: Command, mut socket: 
     };
     let _ = socket.send(exit).await;
     let _ = socket.send(Message::Close(None)).await;
+    closing_handshake(&mut socket).await;
+}
+
+/// How long the double waits for the client's side of the close.
+const CLOSE_BOUND: Duration = Duration::from_secs(10);
+
+/// Reads (and drops) what the client still sends until its close frame, bounded: a socket
+/// dropped with the client's frames unread (a stdin EOF sent late) resets the connection,
+/// and the client loses the output and the exit it had not read yet.
+async fn closing_handshake(socket: &mut WebSocket) {
+    let _ = tokio::time::timeout(CLOSE_BOUND, async {
+        while let Some(Ok(message)) = socket.recv().await {
+            if matches!(message, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// Runs the command, relaying frames both ways; returns its exit code.
