@@ -6,7 +6,8 @@
 //! token wrapper ([`crate::provider::interactive`]), whose signals are second execs.
 //!
 //! Without a TTY the wrapper also marks the end of each output stream and waits for our word
-//! that both marks arrived before it exits ([`crate::provider::end_mark`] says why: the exec
+//! that both marks arrived before it exits (a line on the exec's stdin, which we attach for
+//! that when the caller asked for none; else a second exec) ([`crate::provider::end_mark`] says why: the exec
 //! path can lose an output's tail and still report success). A stream that ended without its
 //! mark turns a success into an error; a TTY's session is not marked (its one stream is the
 //! terminal's).
@@ -32,7 +33,7 @@ use super::errors::from_kube;
 use super::exec::{bounded_exec, exit_code};
 use super::pod::CONTAINER;
 use crate::provider::end_mark::EndMark;
-use crate::provider::interactive::{self, CHUNK, Queue, Wrapped};
+use crate::provider::interactive::{self, CHUNK, Queue, Word, Wrapped};
 use crate::provider::shellfs::wrap;
 use crate::provider::stream::{
     ExecInput, ExecSession, ExitStatus, StreamExecRequest, StreamingExec,
@@ -61,13 +62,14 @@ impl StreamingExec for KubernetesProvider {
             env: request.env.clone(),
             timeout: HELPER_BOUND,
         });
-        let wrapped = match request.tty {
-            Some(size) => interactive::wrap(&with_env, Some(size)),
-            None => interactive::wrap_marked(&with_env),
+        let wrapped = match (request.tty, request.stdin) {
+            (Some(size), _) => interactive::wrap(&with_env, Some(size)),
+            (None, true) => interactive::wrap_marked(&with_env, Word::Exec),
+            (None, false) => interactive::wrap_marked(&with_env, Word::Stdin),
         };
         let params = AttachParams {
             container: Some(CONTAINER.to_string()),
-            stdin: request.stdin,
+            stdin: request.stdin || wrapped.end_mark.is_some(),
             stdout: true,
             stderr: request.tty.is_none(),
             tty: request.tty.is_some(),
@@ -116,13 +118,18 @@ impl Session {
                 height: size.rows,
             });
         }
-        let feeder = tokio::spawn(self.clone().feed(ends.input, process.stdin(), resizer));
+        // Without the caller's stdin, the exec's stdin carries our word to the wrapper.
+        let (callers, word) = match request.stdin {
+            true => (process.stdin(), None),
+            false => (None, process.stdin()),
+        };
+        let feeder = tokio::spawn(self.clone().feed(ends.input, callers, resizer));
         let mut pumps = vec![self.pump(process.stdout(), Some(ends.stdout))];
         if ends.stderr.is_some() {
             pumps.push(self.pump(process.stderr(), ends.stderr));
         }
         tokio::spawn(async move {
-            let exit = self.finish(process, pumps).await;
+            let exit = self.finish(process, pumps, word).await;
             feeder.abort();
             let _ = ends.exit.send(exit);
         });
@@ -166,15 +173,19 @@ impl Session {
         &self,
         mut process: AttachedProcess,
         pumps: Vec<Pump>,
+        mut word: Option<Stdin>,
     ) -> ProviderResult<ExitStatus> {
         let status = process.take_status();
         let (tasks, marks): (Vec<_>, Vec<_>) =
             pumps.into_iter().map(|p| (p.task, p.marked)).unzip();
-        self.acknowledge(marks).await;
+        self.acknowledge(marks, word.as_mut()).await;
         let status = match status {
             Some(status) => status.await,
             None => None,
         };
+        // Held open until the status came: closing stdin over the older protocol (before
+        // `v5.channel.k8s.io`) closes the whole connection.
+        drop(word);
         let _ = process.join().await;
         let whole = futures::future::join_all(tasks)
             .await
@@ -183,9 +194,10 @@ impl Session {
         verdict(&self.id, exit_code(status.as_ref()), whole)
     }
 
-    /// Tells a marking wrapper that every stream's end mark arrived, once they have. A
-    /// stream that ended without its mark needs no word: the wrapper is gone.
-    async fn acknowledge(&self, marks: Vec<oneshot::Receiver<()>>) {
+    /// Tells a marking wrapper that every stream's end mark arrived, once they have: a line
+    /// on the exec's stdin when it is ours (`word`), else the acknowledging exec. A stream
+    /// that ended without its mark needs no word: the wrapper is gone.
+    async fn acknowledge(&self, marks: Vec<oneshot::Receiver<()>>, word: Option<&mut Stdin>) {
         let all_marked = futures::future::join_all(marks)
             .await
             .iter()
@@ -193,8 +205,17 @@ impl Session {
         if !all_marked || self.wrapped.end_mark.is_none() {
             return;
         }
-        let ack = interactive::ack_argv(&self.wrapped.token);
-        if let Err(e) = self.helper(ack).await {
+        let told = match word {
+            Some(stdin) => stdin
+                .write_all(interactive::ACK_LINE)
+                .await
+                .map_err(stdin_error),
+            None => {
+                self.helper(interactive::ack_argv(&self.wrapped.token))
+                    .await
+            }
+        };
+        if let Err(e) = told {
             tracing::warn!(sandbox = %self.id, error = %e, "telling an exec its output arrived failed");
         }
     }
