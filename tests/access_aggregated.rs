@@ -12,7 +12,7 @@ use harness::cluster::*;
 use harness::docker::Purge;
 use harness::objects::wait_ready;
 use kube::Api;
-use sandbox_operator::access::channel::Outcome;
+use sandbox_operator::access::channel::{self, Outcome};
 use sandbox_operator::api::Sandbox;
 
 /// A namespace with a Ready Sandbox `box` and an operator serving the aggregated API.
@@ -223,4 +223,54 @@ async fn requests_straight_to_the_listener_without_the_front_proxy_certificate_a
             "a cluster-CA certificate was believed"
         ),
     }
+}
+
+/// The output's tail and the exit status reach a client that reads them late: the process
+/// writes 1 MiB and ends while the client reads nothing, and the client sends two frames (as
+/// a client's pings or keystrokes would) before it reads. When the operator dropped its
+/// socket right after the status, those frames made the API server's proxy write into the
+/// dropped socket, fail, and close both sides, losing what it still held for the client.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_late_reader_gets_the_whole_output_and_the_status() {
+    use futures::{SinkExt, StreamExt};
+    const SIZE: usize = 1 << 20;
+    let (ns, _api, _purge) = world("access-late").await;
+    let admin = client().await;
+    let done = format!("/tmp/done-{}", harness::unique("late"));
+    let script = format!("head -c {SIZE} /dev/zero | tr '\\0' x && touch {done}");
+    let query = url::form_urlencoded::Serializer::new(String::new())
+        .extend_pairs([("command", "sh"), ("command", "-c"), ("command", &script)])
+        .append_pair("stdout", "true")
+        .finish();
+    let uri = format!("{}?{query}", path(&ns, "box", "exec"));
+    let request = http::Request::get(uri).body(Vec::new()).expect("request");
+    let mut ws = admin.connect(request).await.expect("exec").into_stream();
+    harness::wait_for("the process to end", Duration::from_secs(60), || async {
+        let probe = exec(&admin, &ns, "box", &["test", "-e", &done]).await;
+        match probe.map(|p| p.outcome) {
+            Ok(Outcome::Exited(0)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await;
+    for _ in 0..2 {
+        // An empty text frame, which the operator ignores (made by `From`: kube's
+        // tungstenite is another major version than ours).
+        // A failed send is the loss itself: what arrived is checked below.
+        if ws.send(String::new().into()).await.is_err() {
+            break;
+        }
+        // Not a synchronisation: the time a slow client takes before it reads.
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    let (mut out, mut status) = (0usize, None);
+    while let Some(Ok(message)) = ws.next().await {
+        let data = message.into_data();
+        match channel::split(&data) {
+            Some((channel::STDOUT, payload)) => out += payload.len(),
+            Some((channel::ERROR, payload)) => status = Some(channel::parse_status(payload)),
+            _ => {}
+        }
+    }
+    assert_eq!((out, status), (SIZE, Some(Outcome::Exited(0))));
 }

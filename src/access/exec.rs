@@ -88,7 +88,7 @@ async fn bridge(socket: Socket, session: ExecSession, version: Version, params: 
     let frame = channel::frame(channel::ERROR, status.as_bytes());
     let _ = sink.send(Message::Binary(frame.into())).await;
     let _ = sink.close().await;
-    reader.abort();
+    upgrade::await_close(reader).await;
 }
 
 /// The client has gone away.
@@ -141,8 +141,9 @@ where
     Ok(None)
 }
 
-/// The client's frames as process input: stdin, resize, and (v5) the stdin close. A closed
-/// socket closes stdin.
+/// The client's frames as process input: stdin, resize, and (v5) the stdin close, until the
+/// client closes the socket (which closes stdin). Frames that come after the process ended
+/// are read and dropped ([`upgrade::await_close`] says why).
 async fn pump_input<S, E>(mut stream: S, input: mpsc::Sender<ExecInput>, version: Version)
 where
     S: futures::Stream<Item = Result<Message, E>> + Unpin,
@@ -169,9 +170,7 @@ where
             }
             _ => continue,
         };
-        if input.send(event).await.is_err() {
-            return;
-        }
+        let _ = input.send(event).await;
     }
     let _ = input.send(ExecInput::CloseStdin).await;
 }

@@ -62,3 +62,20 @@ pub async fn socket(on: OnUpgrade) -> Option<Socket> {
     let upgraded = on.await.ok()?;
     Some(WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, None).await)
 }
+
+/// How long a handler waits for the client's answer to its close.
+const CLOSE_BOUND: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Waits, bounded by [`CLOSE_BOUND`], for `reader` — the task reading the client's side of
+/// the socket — to see the client's answer to our close (or the socket's end), then lets the
+/// socket go. Dropped at once, a socket with the client's frames unread in it (a ping, a
+/// keystroke sent after the process ended) is reset, and the API server's proxy between us
+/// and the client, whose write into it then fails, closes both of its sides: what it had not
+/// yet passed on to a slow client — the output's tail and the exit status — is lost. A
+/// client answers our close only once it has read everything before it.
+pub async fn await_close(reader: tokio::task::JoinHandle<()>) {
+    let abort = reader.abort_handle();
+    if tokio::time::timeout(CLOSE_BOUND, reader).await.is_err() {
+        abort.abort();
+    }
+}

@@ -6,11 +6,11 @@
 //! token wrapper ([`crate::provider::interactive`]), whose signals are second execs.
 //!
 //! Without a TTY the wrapper also marks the end of each output stream and waits for our word
-//! that both marks arrived before it exits (a line on the exec's stdin, which we attach for
-//! that when the caller asked for none; else a second exec) ([`crate::provider::end_mark`] says why: the exec
-//! path can lose an output's tail and still report success). A stream that ended without its
-//! mark turns a success into an error; a TTY's session is not marked (its one stream is the
-//! terminal's).
+//! that both marks arrived before it exits: a line on the exec's stdin, which we attach for
+//! that when the caller asked for none, else a second exec. [`crate::provider::end_mark`]
+//! says why: the exec path can lose an output's tail and still report success. A stream that
+//! ended without its mark turns a success into an error; a TTY's session is not marked (its
+//! one stream is the terminal's).
 //!
 //! Backpressure: the connection's pipes hold at most [`CHUNK`] bytes per stream and the
 //! session's queues [`QUEUE`](interactive::QUEUE) chunks; when the caller does not read, the
@@ -216,9 +216,10 @@ impl Session {
             }
         };
         if let Err(e) = told {
-            tracing::warn!(sandbox = %self.id, error = %e, "telling an exec its output arrived failed");
+            tracing::warn!(sandbox = %self.id, error = %e, "acknowledging an exec's end failed");
         }
     }
+
     /// Applies the caller's input in order until it hangs up (which closes stdin) or the
     /// process ends (the holder aborts this task). A failed step is logged: the input queue
     /// has no answer channel.
