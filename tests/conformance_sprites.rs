@@ -264,7 +264,7 @@ mod sprites_specific {
         let (fx, p) = setup().await;
         let id = p.create(&fx.request()).await.expect("create").id;
         p.start(&id).await.expect("start");
-        double(&fx).faults().drop_exec(1);
+        double(&fx).faults().drop_exec(&id, 1);
         let err = p
             .exec(&id, &ExecRequest::shell("echo hi", Duration::from_secs(10)))
             .await

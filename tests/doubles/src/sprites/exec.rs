@@ -27,7 +27,7 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::api::{all, engine, error, first, no_sprite, pairs};
 use super::session::Session;
-use super::state::{Faults, State};
+use super::state::State;
 
 const STDIN: u8 = 0;
 const STDOUT: u8 = 1;
@@ -128,7 +128,7 @@ async fn run(state: Arc<State>, session: Session, command: Command, mut socket: 
         }
     };
     session.cleanup(&state).await;
-    if Faults::take(&state.faults.drop_exec_before_exit) {
+    if state.faults.take_dropped_exit(&session.sprite) {
         return; // dropped: the socket closes without an exit frame
     }
     let exit = if tty {
@@ -143,8 +143,9 @@ async fn run(state: Arc<State>, session: Session, command: Command, mut socket: 
     closing_handshake(&mut socket).await;
 }
 
-/// How long the double waits for the client's side of the close.
-const CLOSE_BOUND: Duration = Duration::from_secs(10);
+/// How long the double waits for the client's side of the close: as long as a slow client
+/// may take to read what came before it (the operator's access layer waits as long).
+const CLOSE_BOUND: Duration = Duration::from_secs(60);
 
 /// Reads (and drops) what the client still sends until its close frame, bounded: a socket
 /// dropped with the client's frames unread (a stdin EOF sent late) resets the connection,

@@ -39,8 +39,10 @@ pub struct Faults {
     pub retry_after_seconds: AtomicU64,
     /// Answer every request with 503 while set.
     pub fail_all: AtomicBool,
-    /// Close this many following exec WebSockets after the output, before the exit frame.
-    pub drop_exec_before_exit: AtomicU32,
+    /// Close this many following exec WebSockets into the named sprite after the output,
+    /// before the exit frame (named, so that a test's fault never takes another test's
+    /// exec: the suite's checks share the double).
+    pub drop_exec_before_exit: std::sync::Mutex<Option<(String, u32)>>,
     /// Answer `GET …/policy/network` with 500 while set.
     pub fail_policy_reads: AtomicBool,
     /// What listings carry of `created_at` and `last_running_at` (see [`crate::History`]).
@@ -62,9 +64,21 @@ impl Faults {
         self.fail_all.store(on, Ordering::SeqCst);
     }
 
-    /// The next `n` exec WebSockets close before their exit frame.
-    pub fn drop_exec(&self, n: u32) {
-        self.drop_exec_before_exit.store(n, Ordering::SeqCst);
+    /// The next `n` exec WebSockets into `sprite` close before their exit frame.
+    pub fn drop_exec(&self, sprite: &str, n: u32) {
+        *self.drop_exec_before_exit.lock().expect("faults lock") = Some((sprite.to_string(), n));
+    }
+
+    /// Takes one dropped exit of `sprite`'s execs, if any is left.
+    pub(crate) fn take_dropped_exit(&self, sprite: &str) -> bool {
+        let mut fault = self.drop_exec_before_exit.lock().expect("faults lock");
+        match fault.as_mut() {
+            Some((name, n)) if name == sprite && *n > 0 => {
+                *n -= 1;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// From now on, listings carry `history`: `created_at` and `last_running_at` left out
