@@ -46,12 +46,16 @@ impl Drop for Heartbeat {
     }
 }
 
-/// A [`Heartbeat`] for a session to `sandbox`; `None` without an idle policy.
+/// A [`Heartbeat`] for a session to `sandbox`; `None` without an idle policy. Its first
+/// beat is at once when the record is stale: a sandbox just woken for this session carries
+/// the record of the wake, which its start may have used most of the timeout of.
 pub fn heartbeat(client: &Client, sandbox: &Sandbox) -> Option<Arc<Heartbeat>> {
     let period = idle::policy(sandbox)?.timeout / 4;
+    let stale = idle::on_request(sandbox, Utc::now()) != OnRequest::Nothing;
     let (api, name) = api_of(client, sandbox);
     let beats = tokio::spawn(async move {
-        let start = tokio::time::Instant::now() + period;
+        let now = tokio::time::Instant::now();
+        let start = if stale { now } else { now + period };
         let mut every = tokio::time::interval_at(start, period);
         loop {
             every.tick().await;

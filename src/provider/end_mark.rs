@@ -40,8 +40,8 @@ impl EndMark {
         self.seen
     }
 
-    /// The next chunk in; the bytes to pass on out (the mark taken out, and the tail that
-    /// could begin it held back).
+    /// The next chunk in; the bytes to pass on out (the mark taken out, and a tail that
+    /// begins it held back).
     pub fn pass(&mut self, chunk: &[u8]) -> Bytes {
         if self.seen {
             return Bytes::copy_from_slice(chunk);
@@ -54,7 +54,12 @@ impl EndMark {
             out.unsplit(after);
             return out.freeze();
         }
-        let keep = self.held.len().min(self.mark.len() - 1);
+        // Only a tail that begins the mark waits: a prompt or a handshake's answer must not
+        // wait for output that may never come.
+        let keep = (1..self.mark.len())
+            .rev()
+            .find(|&k| self.held.ends_with(&self.mark[..k]))
+            .unwrap_or(0);
         let cut = self.held.len() - keep;
         self.held.split_to(cut).freeze()
     }
@@ -114,11 +119,16 @@ mod tests {
     #[test]
     fn nothing_is_held_back_beyond_what_could_begin_the_mark() {
         let mut end = EndMark::new(&b"<end:42>"[..]);
-        let out = end.pass(b"0123456789");
+        assert_eq!(&end.pass(b"$ ")[..], b"$ ", "a prompt passes at once");
         assert_eq!(
-            &out[..],
-            b"012",
-            "the last 7 bytes may begin the 8-byte mark"
+            &end.pass(b"abc<en")[..],
+            b"abc",
+            "only what begins the mark waits"
+        );
+        assert_eq!(
+            &end.pass(b"d!")[..],
+            b"<end!",
+            "and passes once it does not"
         );
     }
 }

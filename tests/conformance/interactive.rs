@@ -407,12 +407,11 @@ pub async fn stream_exec_holds_a_fast_producer_for_a_slow_reader(fx: &Fixture) -
     Ok(())
 }
 
-/// An output's tail outlives its program: the program writes 1 MiB while nobody reads and
-/// ends; 12 s later the caller closes stdin and only then reads. Before the Kubernetes
-/// provider marked the ends of its streams, this session never ended there (and `kubectl
-/// exec`, whose pings go every 5 s, lost all but ~150 KB of such an output). A provider that
-/// holds the program back until the reader reads (it has not ended after 5 s) has nothing
-/// to keep; the check above covers it.
+/// An output's tail outlives its program: the program (without stdin) writes 1 MiB while
+/// nobody reads and ends; the caller reads it only 12 s later (`kubectl exec`, whose pings go
+/// every 5 s, lost all but ~150 KB of such an output). A provider that holds the program
+/// back until the reader reads (it has not ended after 5 s) has nothing to keep; the check
+/// above covers it.
 pub async fn stream_exec_keeps_the_tail_after_the_program_ended(fx: &Fixture) -> Check {
     const SIZE: usize = 1 << 20;
     let Some(exec) = exec_of(fx)? else {
@@ -421,7 +420,9 @@ pub async fn stream_exec_keeps_the_tail_after_the_program_ended(fx: &Fixture) ->
     let id = running(fx).await?;
     let done = format!("/tmp/done-{}", unique_hex());
     let script = format!("head -c {SIZE} /dev/zero | tr '\\0' x && touch {done}");
-    let session = start(exec, &id, &request(&["sh", "-c", &script])).await?;
+    let mut req = request(&["sh", "-c", &script]);
+    req.stdin = false;
+    let session = start(exec, &id, &req).await?;
     let wait = format!(
         "i=0; while [ ! -e {done} ] && [ $i -lt 50 ]; do sleep 0.1; i=$((i+1)); done; \
          if [ -e {done} ]; then echo ended; else echo held; fi"
@@ -431,7 +432,6 @@ pub async fn stream_exec_keeps_the_tail_after_the_program_ended(fx: &Fixture) ->
     }
     // Not a synchronisation: the time the output waits, unread, after its program ended.
     tokio::time::sleep(Duration::from_secs(12)).await;
-    send(&session, ExecInput::CloseStdin).await?;
     let (out, err, code) = outcome(session).await?;
     ensure!(
         out.len() == SIZE && out.iter().all(|b| *b == b'x'),

@@ -5,12 +5,14 @@
 //! ([`shellfs::wrap`](crate::provider::shellfs::wrap)) and then for signals by the shared
 //! token wrapper ([`crate::provider::interactive`]), whose signals are second execs.
 //!
-//! Without a TTY the wrapper also marks the end of each output stream and waits for our word
-//! that both marks arrived before it exits: a line on the exec's stdin, which we attach for
-//! that when the caller asked for none, else a second exec. [`crate::provider::end_mark`]
-//! says why: the exec path can lose an output's tail and still report success. A stream that
-//! ended without its mark turns a success into an error; a TTY's session is not marked (its
-//! one stream is the terminal's).
+//! When the caller asked for neither a TTY nor stdin, the wrapper also marks the end of each
+//! output stream and waits for our word that both marks arrived before it exits: a line on
+//! the exec's stdin, which we attach for that. [`crate::provider::end_mark`] says why: the
+//! exec path can lose an output's tail and still report success. A stream that ended
+//! without its mark turns a success into an error. Sessions with stdin or a TTY are not
+//! marked: the word by a second exec ([`interactive::ack_argv`]) made each session an exec
+//! longer, which a Sandbox parked by a short idle timeout right after waking did not
+//! survive (exit 137 in `tests/idle.rs`), and the warm readers' sessions have stdin.
 //!
 //! Backpressure: the connection's pipes hold at most [`CHUNK`] bytes per stream and the
 //! session's queues [`QUEUE`](interactive::QUEUE) chunks; when the caller does not read, the
@@ -62,10 +64,10 @@ impl StreamingExec for KubernetesProvider {
             env: request.env.clone(),
             timeout: HELPER_BOUND,
         });
+        // Marked only when the exec's stdin is free to carry our word (see the module docs).
         let wrapped = match (request.tty, request.stdin) {
-            (Some(size), _) => interactive::wrap(&with_env, Some(size)),
-            (None, true) => interactive::wrap_marked(&with_env, Word::Exec),
             (None, false) => interactive::wrap_marked(&with_env, Word::Stdin),
+            (tty, _) => interactive::wrap(&with_env, tty),
         };
         let params = AttachParams {
             container: Some(CONTAINER.to_string()),
