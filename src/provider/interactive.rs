@@ -96,27 +96,20 @@ shift 2
 exec "$@""#;
 
 /// The wrapper that marks the end of the output ([`wrap_marked`]): `$0` is the session's
-/// token, `$1` the end mark, `$2` how the word comes (`stdin` or `signal`), the rest the
-/// program's argv. The program runs in a subshell that `exec`s it, so it is found and started
-/// as with [`WRAPPER`]; its exit code is the wrapper's. Nothing follows the marks: the
-/// wrapper's own streams go to `/dev/null` first (a shell reports a child's death by a
-/// signal on its stderr).
-///
-/// The word: when the caller did not ask for stdin, the program's stdin is `/dev/null` and
-/// the word is a line on the exec's stdin (the connection ending is one too). Otherwise the
-/// stdin is the program's, and the word is [`ack_argv`], a second exec that ends a bounded
-/// `sleep` (so a reader that went away leaves nothing running); the `sleep` carries an empty
-/// token, so a signal sent to the session after the program ended does not end it.
+/// token, `$1` the end mark, the rest the program's argv. The program runs in a subshell that
+/// `exec`s it, with stdin from `/dev/null` (the caller asked for none), so it is found and
+/// started as with [`WRAPPER`]; its exit code is the wrapper's. The word that both marks
+/// arrived is a line on the exec's stdin ([`ACK_LINE`]; the connection ending is one too).
+/// Nothing follows the marks: the wrapper's own streams go to `/dev/null` first.
 const MARKED_WRAPPER: &str = r#"export SANDBOX_EXEC_TOKEN="$0"
 m=$1
-a=$2
-shift 2
-if [ "$a" = stdin ]; then (exec "$@") </dev/null; else (exec "$@"); fi
+shift
+(exec "$@") </dev/null
 rc=$?
 printf '%s' "$m"
 printf '%s' "$m" >&2
 exec >/dev/null 2>&1
-if [ "$a" = stdin ]; then read -r _; else SANDBOX_EXEC_TOKEN= SANDBOX_EXEC_ACK="$0" sleep 300; fi
+read -r _
 exit "$rc""#;
 
 /// The signaller: looks (bounded, inside the sandbox: the program may not have started yet)
@@ -179,36 +172,22 @@ pub fn wrap(argv: &[String], tty: Option<TermSize>) -> Wrapped {
     }
 }
 
-/// How the reader tells a [`wrap_marked`] wrapper that both end marks arrived.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Word {
-    /// A line on the exec's stdin ([`ACK_LINE`]); the program's stdin is `/dev/null`.
-    Stdin,
-    /// The exec [`ack_argv`]; the exec's stdin is the program's.
-    Exec,
-}
-
-/// The line that acknowledges the end marks with [`Word::Stdin`].
+/// The line on the exec's stdin that tells a [`wrap_marked`] wrapper both marks arrived.
 pub const ACK_LINE: &[u8] = b"\n";
 
-/// Wraps `argv` (without a TTY) so that it can be signalled and so that the end of its
-/// output is marked on stdout and stderr ([`super::end_mark`]): after the program exits the
-/// wrapper writes the mark and waits for the reader's `word` that it saw both, and only then
-/// exits with the program's code.
-pub fn wrap_marked(argv: &[String], word: Word) -> Wrapped {
+/// Wraps `argv` (without a TTY or stdin) so that it can be signalled and so that the end of
+/// its output is marked on stdout and stderr ([`super::end_mark`]): after the program exits
+/// the wrapper writes the mark and waits for [`ACK_LINE`] on its stdin, and only then exits
+/// with the program's code.
+pub fn wrap_marked(argv: &[String]) -> Wrapped {
     let token = token();
     let end_mark = format!("\u{1e}sandbox-exec-end:{token}\u{1e}");
-    let word = match word {
-        Word::Stdin => "stdin",
-        Word::Exec => "signal",
-    };
     let mut wrapped = vec![
         "sh".to_string(),
         "-c".into(),
         MARKED_WRAPPER.into(),
         token.clone(),
         end_mark.clone(),
-        word.into(),
     ];
     wrapped.extend(argv.iter().cloned());
     Wrapped {
@@ -220,20 +199,11 @@ pub fn wrap_marked(argv: &[String], word: Word) -> Wrapped {
 
 /// The argv that delivers `signal` to the process of the session with `token`.
 pub fn signal_argv(token: &str, signal: Signal) -> Vec<String> {
-    signaller(format!("SANDBOX_EXEC_TOKEN={token}"), signal)
-}
-
-/// The argv that tells a [`wrap_marked`] wrapper its reader saw the end marks.
-pub fn ack_argv(token: &str) -> Vec<String> {
-    signaller(format!("SANDBOX_EXEC_ACK={token}"), Signal::Terminate)
-}
-
-fn signaller(variable: String, signal: Signal) -> Vec<String> {
     vec![
         "sh".into(),
         "-c".into(),
         SIGNALLER.into(),
-        variable,
+        format!("SANDBOX_EXEC_TOKEN={token}"),
         signal.name().into(),
     ]
 }
@@ -371,69 +341,43 @@ mod tests {
         other_child.wait().ok();
     }
 
-    /// The marking wrapper as a sandbox runs it: the program's output, then the mark on each
-    /// stream; the wrapper waits for the word (either kind) and then exits with the program's
-    /// code. With the word on stdin, the program's stdin is empty.
+    /// The marking wrapper as a sandbox runs it: the program's output (its stdin empty),
+    /// then the mark on each stream; the wrapper waits for the word on stdin and then exits
+    /// with the program's code.
     #[test]
     fn the_marked_wrapper_marks_both_streams_and_waits_for_the_word() {
         use std::io::{Read, Write};
         use std::process::{Command, Stdio};
         let program = ["sh", "-c", "cat; echo out; echo err >&2; exit 3"].map(String::from);
-        for word in [Word::Stdin, Word::Exec] {
-            let wrapped = wrap_marked(&program, word);
-            let mark = wrapped.end_mark.clone().expect("a mark");
-            let mut child = Command::new(&wrapped.argv[0])
-                .args(&wrapped.argv[1..])
-                .stdin(Stdio::piped())
-                .stdout(Stdio::piped())
-                .stderr(Stdio::piped())
-                .spawn()
-                .expect("spawn the session");
-            let mut stdin = child.stdin.take();
-            if word == Word::Exec {
-                // The program's own stdin: it reads it to its end.
-                let mut program_stdin = stdin.take().expect("stdin");
-                program_stdin.write_all(b"in\n").expect("write stdin");
-            }
-            let mut stdout = child.stdout.take().expect("stdout");
-            let mut seen = Vec::new();
-            let mut byte = [0u8; 1];
-            while !String::from_utf8_lossy(&seen).ends_with(&mark) {
-                assert_eq!(stdout.read(&mut byte).expect("read"), 1, "{seen:?}");
-                seen.push(byte[0]);
-            }
-            let echoed = if word == Word::Exec { "in\n" } else { "" };
-            assert_eq!(
-                String::from_utf8_lossy(&seen),
-                format!("{echoed}out\n{mark}")
-            );
-            assert!(
-                child.try_wait().expect("try_wait").is_none(),
-                "{word:?}: it waits for the word"
-            );
-            match word {
-                Word::Stdin => stdin
-                    .as_mut()
-                    .expect("stdin")
-                    .write_all(ACK_LINE)
-                    .expect("the word on stdin"),
-                Word::Exec => {
-                    let ack = ack_argv(&wrapped.token);
-                    let ack = Command::new(&ack[0]).args(&ack[1..]).output().expect("ack");
-                    assert!(
-                        ack.status.success(),
-                        "{}",
-                        String::from_utf8_lossy(&ack.stderr)
-                    );
-                }
-            }
-            let ended = child.wait_with_output().expect("wait");
-            assert_eq!(ended.status.code(), Some(3), "{word:?}");
-            assert_eq!(
-                String::from_utf8_lossy(&ended.stderr),
-                format!("err\n{mark}")
-            );
+        let wrapped = wrap_marked(&program);
+        let mark = wrapped.end_mark.clone().expect("a mark");
+        let mut child = Command::new(&wrapped.argv[0])
+            .args(&wrapped.argv[1..])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the session");
+        let mut stdin = child.stdin.take().expect("stdin");
+        let mut stdout = child.stdout.take().expect("stdout");
+        let mut seen = Vec::new();
+        let mut byte = [0u8; 1];
+        while !String::from_utf8_lossy(&seen).ends_with(&mark) {
+            assert_eq!(stdout.read(&mut byte).expect("read"), 1, "{seen:?}");
+            seen.push(byte[0]);
         }
+        assert_eq!(String::from_utf8_lossy(&seen), format!("out\n{mark}"));
+        assert!(
+            child.try_wait().expect("try_wait").is_none(),
+            "it waits for the word"
+        );
+        stdin.write_all(ACK_LINE).expect("the word on stdin");
+        let ended = child.wait_with_output().expect("wait");
+        assert_eq!(ended.status.code(), Some(3));
+        assert_eq!(
+            String::from_utf8_lossy(&ended.stderr),
+            format!("err\n{mark}")
+        );
     }
 
     #[tokio::test]

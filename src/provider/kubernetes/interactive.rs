@@ -10,9 +10,9 @@
 //! the exec's stdin, which we attach for that. [`crate::provider::end_mark`] says why: the
 //! exec path can lose an output's tail and still report success. A stream that ended
 //! without its mark turns a success into an error. Sessions with stdin or a TTY are not
-//! marked: the word by a second exec ([`interactive::ack_argv`]) made each session an exec
-//! longer, which a Sandbox parked by a short idle timeout right after waking did not
-//! survive (exit 137 in `tests/idle.rs`), and the warm readers' sessions have stdin.
+//! marked: their stdin is the program's, and a word by a second exec made each session an
+//! exec longer, which a Sandbox parked by a short idle timeout right after waking did not
+//! survive (exit 137 in `tests/idle.rs`).
 //!
 //! Backpressure: the connection's pipes hold at most [`CHUNK`] bytes per stream and the
 //! session's queues [`QUEUE`](interactive::QUEUE) chunks; when the caller does not read, the
@@ -35,7 +35,7 @@ use super::errors::from_kube;
 use super::exec::{bounded_exec, exit_code};
 use super::pod::CONTAINER;
 use crate::provider::end_mark::EndMark;
-use crate::provider::interactive::{self, CHUNK, Queue, Word, Wrapped};
+use crate::provider::interactive::{self, CHUNK, Queue, Wrapped};
 use crate::provider::shellfs::wrap;
 use crate::provider::stream::{
     ExecInput, ExecSession, ExitStatus, StreamExecRequest, StreamingExec,
@@ -66,7 +66,7 @@ impl StreamingExec for KubernetesProvider {
         });
         // Marked only when the exec's stdin is free to carry our word (see the module docs).
         let wrapped = match (request.tty, request.stdin) {
-            (None, false) => interactive::wrap_marked(&with_env, Word::Stdin),
+            (None, false) => interactive::wrap_marked(&with_env),
             (tty, _) => interactive::wrap(&with_env, tty),
         };
         let params = AttachParams {
@@ -196,29 +196,19 @@ impl Session {
         verdict(&self.id, exit_code(status.as_ref()), whole)
     }
 
-    /// Tells a marking wrapper that every stream's end mark arrived, once they have: a line
-    /// on the exec's stdin when it is ours (`word`), else the acknowledging exec. A stream
-    /// that ended without its mark needs no word: the wrapper is gone.
+    /// Tells a marking wrapper, by a line on the exec's stdin (`word`, ours when the session
+    /// is marked), that every stream's end mark arrived, once they have. A stream that ended
+    /// without its mark needs no word: the wrapper is gone.
     async fn acknowledge(&self, marks: Vec<oneshot::Receiver<()>>, word: Option<&mut Stdin>) {
         let all_marked = futures::future::join_all(marks)
             .await
             .iter()
             .all(Result::is_ok);
-        if !all_marked || self.wrapped.end_mark.is_none() {
+        let (true, Some(stdin), Some(_)) = (all_marked, word, &self.wrapped.end_mark) else {
             return;
-        }
-        let told = match word {
-            Some(stdin) => stdin
-                .write_all(interactive::ACK_LINE)
-                .await
-                .map_err(stdin_error),
-            None => {
-                self.helper(interactive::ack_argv(&self.wrapped.token))
-                    .await
-            }
         };
-        if let Err(e) = told {
-            tracing::warn!(sandbox = %self.id, error = %e, "acknowledging an exec's end failed");
+        if let Err(e) = stdin.write_all(interactive::ACK_LINE).await {
+            tracing::warn!(sandbox = %self.id, error = %stdin_error(e), "acknowledging an exec's end failed");
         }
     }
 
