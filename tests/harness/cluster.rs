@@ -210,12 +210,27 @@ pub fn retarget(yaml: &str, namespace: &str) -> String {
 }
 
 /// Applies an inline manifest into `namespace`.
+///
+/// Retried while the API server's mutating admission policies cannot type the kind yet
+/// (ServiceUnavailable, [`UNTYPED`]): their type converters are rebuilt from the served
+/// OpenAPI after discovery changes, and a test's APIService coming or going made a create
+/// right after it fail that way (seen in CI, `access_aggregated`). Any other answer stands.
 pub fn apply_yaml(yaml: &str, namespace: &str) -> Output {
-    kubectl(
-        &["apply", "-n", namespace, "-f", "-"],
-        Some(&retarget(yaml, namespace)),
-    )
+    let yaml = retarget(yaml, namespace);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    loop {
+        let out = kubectl(&["apply", "-n", namespace, "-f", "-"], Some(&yaml));
+        let untyped = String::from_utf8_lossy(&out.stderr).contains(UNTYPED);
+        if !untyped || std::time::Instant::now() >= deadline {
+            return out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
 }
+
+/// What the API server answers a write whose kind its mutating admission policies cannot
+/// type yet.
+pub const UNTYPED: &str = "There can be a delay between when CustomResourceDefinitions are created";
 
 /// Label on every test namespace: the pid of the test process that created it.
 pub const TEST_PID_LABEL: &str = "test.sandboxes.dev/pid";
