@@ -212,9 +212,10 @@ pub fn retarget(yaml: &str, namespace: &str) -> String {
 /// Applies an inline manifest into `namespace`.
 ///
 /// Retried while the API server's mutating admission policies cannot type the kind yet
-/// (ServiceUnavailable, [`UNTYPED`]): their type converters are rebuilt from the served
-/// OpenAPI after discovery changes, and a test's APIService coming or going made a create
-/// right after it fail that way (seen in CI, `access_aggregated`). Any other answer stands.
+/// (ServiceUnavailable, [`UNTYPED`]). Their type converters follow the OpenAPI the server
+/// serves, which changes as APIServices come and go: a create right after a test had
+/// registered its APIService failed that way (CI on a new machine, `access_aggregated`).
+/// Any other answer stands.
 pub fn apply_yaml(yaml: &str, namespace: &str) -> Output {
     let yaml = retarget(yaml, namespace);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
